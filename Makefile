@@ -1,0 +1,36 @@
+# Sluice's tasks. Everything here needs only Go: tools are fetched by `go run`.
+GO        ?= go
+FUZZTIME  ?= 10s
+STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
+
+.PHONY: all test demo bench fuzz lint
+
+all: lint test
+
+## test: vet, then every test with the race detector.
+test:
+	$(GO) vet ./...
+	$(GO) test -race -count=1 ./...
+
+## demo: the tour of backoff curves and jitter.
+demo:
+	$(GO) run ./samples/retrydelay
+
+## bench: every benchmark, with its hand-written baseline in the same run.
+bench:
+	$(GO) test -run='^$$' -bench=. -benchmem -count=6 ./... | tee bench.out
+
+## fuzz: a short run of every fuzz target (FUZZTIME each).
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+			echo "fuzz $$pkg $$target"; \
+			$(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) $$pkg; \
+		done; \
+	done
+
+## lint: formatting, vet and staticcheck.
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...

@@ -1,0 +1,396 @@
+package resilience
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// OpenAction says what a node does while its breaker refuses calls.
+type OpenAction int
+
+const (
+	// OpenFail fails the node with a [*CircuitOpenError], whatever
+	// OnItemFailure says. It is the zero value.
+	OpenFail OpenAction = iota
+	// OpenPause stops the node reading, which is backpressure upstream,
+	// until the breaker lets a probe through, for at most MaxPause.
+	OpenPause
+)
+
+// String returns the action's name in lower case.
+func (a OpenAction) String() string {
+	switch a {
+	case OpenFail:
+		return "fail"
+	case OpenPause:
+		return "pause"
+	default:
+		return fmt.Sprintf("OpenAction(%d)", int(a))
+	}
+}
+
+// CircuitBreakerOptions configure the breaker that guards every item
+// attempt of a node. Only transient failures count. [DefaultCircuitBreaker]
+// gives the documented defaults with Enabled false; setting Enabled turns
+// them on.
+type CircuitBreakerOptions struct {
+	Enabled bool
+	// ConsecutiveFailures trips the breaker after this many transient
+	// failures in a row; 0 turns this condition off.
+	ConsecutiveFailures int
+	// FailureRate trips the breaker when the share of transient failures
+	// among the calls of the last Window reaches it, once at least
+	// MinimumCalls were made; 0 turns this condition off.
+	FailureRate  float64
+	MinimumCalls int
+	Window       time.Duration
+	// OpenDuration is how long the breaker refuses calls before it lets
+	// probes through.
+	OpenDuration time.Duration
+	// HalfOpenProbes is how many probe calls may run at once while half
+	// open; ProbeSuccesses is how many must succeed to close again. A failed
+	// probe opens the breaker again.
+	HalfOpenProbes int
+	ProbeSuccesses int
+	WhenOpen       OpenAction
+	// MaxPause bounds one pause under OpenPause; it must not be shorter than
+	// OpenDuration, or the pause could never end in a probe.
+	MaxPause time.Duration
+}
+
+// DefaultCircuitBreaker returns the default breaker settings, not enabled:
+// trip after 5 consecutive transient failures, stay open 30 s, close after
+// 1 successful probe, fail the node while open. The failure-rate condition
+// is off; setting FailureRate uses a minimum of 20 calls over 30 s.
+func DefaultCircuitBreaker() CircuitBreakerOptions {
+	return CircuitBreakerOptions{
+		ConsecutiveFailures: 5,
+		MinimumCalls:        20,
+		Window:              30 * time.Second,
+		OpenDuration:        30 * time.Second,
+		HalfOpenProbes:      1,
+		ProbeSuccesses:      1,
+		WhenOpen:            OpenFail,
+		MaxPause:            5 * time.Minute,
+	}
+}
+
+// Validate reports every problem of o, joined. Disabled options are valid.
+func (o CircuitBreakerOptions) Validate() error {
+	errs := newOptionErrors()
+	o.validate(errs)
+	return errs.err()
+}
+
+func (o CircuitBreakerOptions) validate(errs optionErrors) {
+	if !o.Enabled {
+		return
+	}
+	if o.ConsecutiveFailures < 0 {
+		errs.add("ConsecutiveFailures", o.ConsecutiveFailures, "must not be negative (0 turns it off)")
+	}
+	if math.IsNaN(o.FailureRate) || o.FailureRate < 0 || o.FailureRate > 1 {
+		errs.add("FailureRate", o.FailureRate, "must be in (0, 1], or 0 to turn it off")
+	}
+	if o.ConsecutiveFailures <= 0 && !(o.FailureRate > 0) {
+		errs.add("ConsecutiveFailures", o.ConsecutiveFailures,
+			"an enabled breaker needs a trip condition: ConsecutiveFailures or FailureRate above 0")
+	}
+	if o.FailureRate > 0 {
+		if o.MinimumCalls <= 0 {
+			errs.add("MinimumCalls", o.MinimumCalls, "must be above 0 when FailureRate is set")
+		}
+		if o.Window <= 0 {
+			errs.add("Window", o.Window, "must be above 0 when FailureRate is set")
+		}
+	}
+	if o.OpenDuration <= 0 {
+		errs.add("OpenDuration", o.OpenDuration, "must be above 0")
+	}
+	if o.HalfOpenProbes <= 0 {
+		errs.add("HalfOpenProbes", o.HalfOpenProbes, "must be above 0")
+	}
+	if o.ProbeSuccesses <= 0 {
+		errs.add("ProbeSuccesses", o.ProbeSuccesses, "must be above 0")
+	}
+	switch o.WhenOpen {
+	case OpenFail:
+	case OpenPause:
+		if o.MaxPause < o.OpenDuration {
+			errs.add("MaxPause", o.MaxPause,
+				fmt.Sprintf("must not be shorter than OpenDuration (%s): the pause would end before a probe", o.OpenDuration))
+		}
+	default:
+		errs.add("WhenOpen", o.WhenOpen, "unknown open action")
+	}
+}
+
+// CircuitState is the state of a [Breaker].
+type CircuitState int
+
+const (
+	// CircuitClosed lets every call through and counts failures.
+	CircuitClosed CircuitState = iota
+	// CircuitOpen refuses every call until OpenDuration has passed.
+	CircuitOpen
+	// CircuitHalfOpen lets up to HalfOpenProbes probe calls through.
+	CircuitHalfOpen
+)
+
+// String returns the state's name in lower case.
+func (s CircuitState) String() string {
+	switch s {
+	case CircuitClosed:
+		return "closed"
+	case CircuitOpen:
+		return "open"
+	case CircuitHalfOpen:
+		return "half_open"
+	default:
+		return fmt.Sprintf("CircuitState(%d)", int(s))
+	}
+}
+
+// A Transition is one change of a breaker's state. Generation counts the
+// transitions of the breaker; it orders transitions reported concurrently.
+type Transition struct {
+	From, To   CircuitState
+	Generation uint64
+	Time       time.Time
+}
+
+// CallResult is what a guarded call reports to its breaker.
+type CallResult int
+
+const (
+	// CallSuccess is a call that worked.
+	CallSuccess CallResult = iota
+	// CallFailure is a call that failed transiently; it counts towards
+	// tripping.
+	CallFailure
+	// CallIgnored is a call whose outcome says nothing of the dependency's
+	// health, such as a permanent error or a cancellation; it only frees the
+	// permit.
+	CallIgnored
+)
+
+// A Permit is the breaker's leave for one call. Report its result with
+// [Breaker.Record] exactly once.
+type Permit struct {
+	generation uint64
+	probe      bool
+}
+
+// breakerBuckets is how many slices the rolling window is cut into.
+const breakerBuckets = 10
+
+// A Breaker is a circuit breaker: a state machine driven by the results of
+// the calls it guards and by an injected clock. It starts no goroutine and
+// no timer: open turns half-open at the first permit asked for after
+// OpenDuration. Each transition starts a new generation, and the result of
+// a permit from an older generation is ignored, so a slow call that began
+// before the breaker opened cannot close it.
+//
+// A Breaker is safe for concurrent use.
+type Breaker struct {
+	name         string
+	opts         CircuitBreakerOptions
+	clock        clockwork.Clock
+	onTransition func(Transition)
+
+	mu          sync.Mutex
+	state       CircuitState
+	generation  uint64
+	consecutive int
+	openedAt    time.Time
+	inFlight    int // probes running while half open
+	successes   int // probes that succeeded while half open
+	buckets     [breakerBuckets]bucket
+	changed     chan struct{}
+}
+
+type bucket struct {
+	epoch           int64
+	calls, failures int
+}
+
+// NewBreaker returns a closed Breaker for opts, which should be valid. name
+// is the node it guards and appears in its errors. onTransition, if not nil,
+// is called after every transition, outside the breaker's lock, from the
+// goroutine whose call caused it.
+func NewBreaker(name string, opts CircuitBreakerOptions, clock clockwork.Clock, onTransition func(Transition)) *Breaker {
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	return &Breaker{name: name, opts: opts, clock: clock, onTransition: onTransition, changed: make(chan struct{})}
+}
+
+// State returns the current state. An open breaker whose OpenDuration has
+// passed still reports open until a permit is asked for.
+func (b *Breaker) State() CircuitState {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state
+}
+
+// Generation returns the number of transitions so far.
+func (b *Breaker) Generation() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.generation
+}
+
+// Changed returns a channel that is closed at the next transition or when
+// a half-open probe slot is freed: a caller refused by Allow waits on it, or
+// on the clock until the refusal's Until, and asks again.
+func (b *Breaker) Changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
+// Allow asks leave for one call. It returns a [*CircuitOpenError] while the
+// breaker is open, or half open with every probe slot taken; its Until says
+// when an open breaker lets probes through.
+func (b *Breaker) Allow() (Permit, error) {
+	b.mu.Lock()
+	now := b.clock.Now()
+	var ts []Transition
+	if b.state == CircuitOpen && !now.Before(b.openedAt.Add(b.opts.OpenDuration)) {
+		ts = append(ts, b.transition(CircuitHalfOpen, now))
+	}
+	var (
+		p   Permit
+		err error
+	)
+	switch b.state {
+	case CircuitClosed:
+		p = Permit{generation: b.generation}
+	case CircuitOpen:
+		err = &CircuitOpenError{Node: b.name, Until: b.openedAt.Add(b.opts.OpenDuration)}
+	case CircuitHalfOpen:
+		if b.inFlight < b.opts.HalfOpenProbes {
+			b.inFlight++
+			p = Permit{generation: b.generation, probe: true}
+		} else {
+			err = &CircuitOpenError{Node: b.name, Until: now}
+		}
+	}
+	b.mu.Unlock()
+	b.report(ts)
+	return p, err
+}
+
+// Record reports the result of the call p allowed. A permit from an older
+// generation is ignored.
+func (b *Breaker) Record(p Permit, r CallResult) {
+	b.mu.Lock()
+	if p.generation != b.generation {
+		b.mu.Unlock()
+		return
+	}
+	now := b.clock.Now()
+	var ts []Transition
+	switch b.state {
+	case CircuitClosed:
+		ts = b.recordClosed(r, now)
+	case CircuitHalfOpen:
+		if !p.probe {
+			break
+		}
+		b.inFlight--
+		switch r {
+		case CallSuccess:
+			b.successes++
+			if b.successes >= b.opts.ProbeSuccesses {
+				ts = append(ts, b.transition(CircuitClosed, now))
+			}
+		case CallFailure:
+			ts = append(ts, b.transition(CircuitOpen, now))
+		}
+		if len(ts) == 0 {
+			b.wake()
+		}
+	}
+	b.mu.Unlock()
+	b.report(ts)
+}
+
+func (b *Breaker) recordClosed(r CallResult, now time.Time) []Transition {
+	switch r {
+	case CallSuccess:
+		b.consecutive = 0
+		b.count(now, false)
+	case CallFailure:
+		b.consecutive++
+		calls, failures := b.count(now, true)
+		tripConsecutive := b.opts.ConsecutiveFailures > 0 && b.consecutive >= b.opts.ConsecutiveFailures
+		tripRate := b.opts.FailureRate > 0 && calls >= b.opts.MinimumCalls &&
+			float64(failures) >= b.opts.FailureRate*float64(calls)
+		if tripConsecutive || tripRate {
+			return []Transition{b.transition(CircuitOpen, now)}
+		}
+	}
+	return nil
+}
+
+// count adds one call to the rolling window and returns the window's totals.
+func (b *Breaker) count(now time.Time, failed bool) (calls, failures int) {
+	if b.opts.FailureRate <= 0 {
+		return 0, 0
+	}
+	width := max(int64(b.opts.Window)/breakerBuckets, 1)
+	epoch := now.UnixNano() / width
+	cur := &b.buckets[epoch%breakerBuckets]
+	if cur.epoch != epoch {
+		*cur = bucket{epoch: epoch}
+	}
+	cur.calls++
+	if failed {
+		cur.failures++
+	}
+	for _, bk := range b.buckets {
+		if bk.epoch > epoch-breakerBuckets && bk.epoch <= epoch {
+			calls += bk.calls
+			failures += bk.failures
+		}
+	}
+	return calls, failures
+}
+
+// transition moves to state to; b.mu is held.
+func (b *Breaker) transition(to CircuitState, now time.Time) Transition {
+	t := Transition{From: b.state, To: to, Time: now}
+	b.state = to
+	b.generation++
+	t.Generation = b.generation
+	b.inFlight, b.successes = 0, 0
+	switch to {
+	case CircuitOpen:
+		b.openedAt = now
+	case CircuitClosed:
+		b.consecutive = 0
+		b.buckets = [breakerBuckets]bucket{}
+	}
+	b.wake()
+	return t
+}
+
+// wake closes the changed channel and makes a new one; b.mu is held.
+func (b *Breaker) wake() {
+	close(b.changed)
+	b.changed = make(chan struct{})
+}
+
+func (b *Breaker) report(ts []Transition) {
+	if b.onTransition == nil {
+		return
+	}
+	for _, t := range ts {
+		b.onTransition(t)
+	}
+}

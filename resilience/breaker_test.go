@@ -1,0 +1,299 @@
+package resilience_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+type breakerRig struct {
+	clock *clockwork.FakeClock
+	b     *resilience.Breaker
+	mu    sync.Mutex
+	ts    []resilience.Transition
+}
+
+func newBreakerRig(t *testing.T, f func(*resilience.CircuitBreakerOptions)) *breakerRig {
+	t.Helper()
+	o := resilience.DefaultCircuitBreaker()
+	o.Enabled = true
+	o.ConsecutiveFailures = 3
+	o.OpenDuration = 10 * time.Second
+	if f != nil {
+		f(&o)
+	}
+	require.NoError(t, o.Validate())
+	r := &breakerRig{clock: clockwork.NewFakeClock()}
+	r.b = resilience.NewBreaker("enrich", o, r.clock, func(tr resilience.Transition) {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		r.ts = append(r.ts, tr)
+	})
+	return r
+}
+
+// call takes a permit and records result, failing the test if refused.
+func (r *breakerRig) call(t *testing.T, result resilience.CallResult) {
+	t.Helper()
+	p, err := r.b.Allow()
+	require.NoError(t, err)
+	r.b.Record(p, result)
+}
+
+func (r *breakerRig) transitions() [][2]resilience.CircuitState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([][2]resilience.CircuitState, len(r.ts))
+	for i, tr := range r.ts {
+		out[i] = [2]resilience.CircuitState{tr.From, tr.To}
+	}
+	return out
+}
+
+var (
+	closedToOpen = [2]resilience.CircuitState{resilience.CircuitClosed, resilience.CircuitOpen}
+	openToHalf   = [2]resilience.CircuitState{resilience.CircuitOpen, resilience.CircuitHalfOpen}
+	halfToOpen   = [2]resilience.CircuitState{resilience.CircuitHalfOpen, resilience.CircuitOpen}
+	halfToClosed = [2]resilience.CircuitState{resilience.CircuitHalfOpen, resilience.CircuitClosed}
+)
+
+func TestBreakerTripsOnConsecutiveFailures(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, nil)
+	r.call(t, resilience.CallFailure)
+	r.call(t, resilience.CallFailure)
+	r.call(t, resilience.CallSuccess) // resets the streak
+	r.call(t, resilience.CallFailure)
+	r.call(t, resilience.CallIgnored) // a permanent error neither counts nor resets
+	r.call(t, resilience.CallFailure)
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+	r.call(t, resilience.CallFailure)
+	assert.Equal(t, resilience.CircuitOpen, r.b.State())
+	assert.Equal(t, [][2]resilience.CircuitState{closedToOpen}, r.transitions())
+
+	_, err := r.b.Allow()
+	var coe *resilience.CircuitOpenError
+	require.ErrorAs(t, err, &coe)
+	assert.Equal(t, "enrich", coe.Node)
+	assert.Equal(t, r.clock.Now().Add(10*time.Second), coe.Until)
+}
+
+func TestBreakerHalfOpensAtFirstPermitAfterOpenDuration(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, nil)
+	for range 3 {
+		r.call(t, resilience.CallFailure)
+	}
+	r.clock.Advance(10*time.Second - time.Nanosecond)
+	_, err := r.b.Allow()
+	require.ErrorIs(t, err, resilience.ErrCircuitOpen)
+
+	r.clock.Advance(time.Nanosecond)
+	// No timer: the state stays open until someone asks.
+	assert.Equal(t, resilience.CircuitOpen, r.b.State())
+	probe, err := r.b.Allow()
+	require.NoError(t, err)
+	assert.Equal(t, resilience.CircuitHalfOpen, r.b.State())
+
+	// One probe slot by default: the next caller is refused and told to ask
+	// again now, and is woken when the slot frees or the state changes.
+	changed := r.b.Changed()
+	_, err = r.b.Allow()
+	require.ErrorIs(t, err, resilience.ErrCircuitOpen)
+	select {
+	case <-changed:
+		t.Fatal("changed before anything happened")
+	default:
+	}
+	r.b.Record(probe, resilience.CallSuccess)
+	<-changed
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+	assert.Equal(t, [][2]resilience.CircuitState{closedToOpen, openToHalf, halfToClosed}, r.transitions())
+}
+
+func TestBreakerFailedProbeOpensAgain(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, nil)
+	for range 3 {
+		r.call(t, resilience.CallFailure)
+	}
+	r.clock.Advance(10 * time.Second)
+	r.call(t, resilience.CallFailure)
+	assert.Equal(t, resilience.CircuitOpen, r.b.State())
+	_, err := r.b.Allow()
+	var coe *resilience.CircuitOpenError
+	require.ErrorAs(t, err, &coe)
+	assert.Equal(t, r.clock.Now().Add(10*time.Second), coe.Until, "the open period starts again at the failed probe")
+	assert.Equal(t, [][2]resilience.CircuitState{closedToOpen, openToHalf, halfToOpen}, r.transitions())
+}
+
+func TestBreakerNeedsEveryProbeSuccess(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, func(o *resilience.CircuitBreakerOptions) {
+		o.HalfOpenProbes = 2
+		o.ProbeSuccesses = 3
+	})
+	for range 3 {
+		r.call(t, resilience.CallFailure)
+	}
+	r.clock.Advance(10 * time.Second)
+	p1, err := r.b.Allow()
+	require.NoError(t, err)
+	p2, err := r.b.Allow()
+	require.NoError(t, err)
+	_, err = r.b.Allow()
+	require.ErrorIs(t, err, resilience.ErrCircuitOpen, "two probes at most at once")
+
+	r.b.Record(p1, resilience.CallSuccess)
+	r.b.Record(p2, resilience.CallIgnored) // frees the slot, proves nothing
+	assert.Equal(t, resilience.CircuitHalfOpen, r.b.State())
+	r.call(t, resilience.CallSuccess)
+	assert.Equal(t, resilience.CircuitHalfOpen, r.b.State())
+	r.call(t, resilience.CallSuccess)
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+}
+
+func TestBreakerIgnoresStalePermits(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, nil)
+	slow, err := r.b.Allow() // a call that began while closed
+	require.NoError(t, err)
+	for range 3 {
+		r.call(t, resilience.CallFailure)
+	}
+	gen := r.b.Generation()
+	r.b.Record(slow, resilience.CallSuccess)
+	assert.Equal(t, resilience.CircuitOpen, r.b.State(), "a success from before the trip must not close it")
+	assert.Equal(t, gen, r.b.Generation())
+
+	r.clock.Advance(10 * time.Second)
+	probe, err := r.b.Allow()
+	require.NoError(t, err)
+	r.b.Record(probe, resilience.CallSuccess)
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+
+	// A failure from the old closed generation must not count now.
+	r.b.Record(slow, resilience.CallFailure)
+	r.call(t, resilience.CallFailure)
+	r.call(t, resilience.CallFailure)
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+}
+
+func TestBreakerTripsOnFailureRate(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, func(o *resilience.CircuitBreakerOptions) {
+		o.ConsecutiveFailures = 0
+		o.FailureRate = 0.5
+		o.MinimumCalls = 10
+		o.Window = 10 * time.Second
+	})
+	// 4 failures among 8 calls: rate reached, minimum not.
+	for range 4 {
+		r.call(t, resilience.CallFailure)
+		r.call(t, resilience.CallSuccess)
+	}
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+	// The window slides: after 10 s these calls no longer count.
+	r.clock.Advance(10 * time.Second)
+	for range 4 {
+		r.call(t, resilience.CallSuccess)
+	}
+	for range 5 {
+		r.call(t, resilience.CallFailure)
+	}
+	// 5 of 9 in the window: below the minimum of 10 calls.
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+	r.call(t, resilience.CallSuccess) // 5 of 10: 50%, minimum reached, but a success cannot trip
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+	r.call(t, resilience.CallFailure) // 6 of 11
+	assert.Equal(t, resilience.CircuitOpen, r.b.State())
+}
+
+func TestBreakerRateBelowThresholdStaysClosed(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, func(o *resilience.CircuitBreakerOptions) {
+		o.ConsecutiveFailures = 0
+		o.FailureRate = 0.5
+		o.MinimumCalls = 4
+		o.Window = time.Second
+	})
+	for range 100 {
+		r.call(t, resilience.CallSuccess)
+		r.call(t, resilience.CallSuccess)
+		r.call(t, resilience.CallFailure)
+		r.clock.Advance(100 * time.Millisecond)
+	}
+	assert.Equal(t, resilience.CircuitClosed, r.b.State())
+	assert.Empty(t, r.transitions())
+}
+
+func TestBreakerTransitionsCarryGenerationAndTime(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, nil)
+	start := r.clock.Now()
+	for range 3 {
+		r.call(t, resilience.CallFailure)
+	}
+	r.clock.Advance(12 * time.Second)
+	r.call(t, resilience.CallSuccess)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	require.Len(t, r.ts, 3)
+	for i, tr := range r.ts {
+		assert.Equal(t, uint64(i+1), tr.Generation)
+	}
+	assert.Equal(t, start, r.ts[0].Time)
+	assert.Equal(t, start.Add(12*time.Second), r.ts[1].Time)
+}
+
+func TestBreakerConcurrentUse(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, func(o *resilience.CircuitBreakerOptions) {
+		o.HalfOpenProbes = 3
+		o.FailureRate = 0.9
+		o.MinimumCalls = 50
+	})
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 2000 {
+				p, err := r.b.Allow()
+				if err != nil {
+					if g == 0 && i%50 == 0 {
+						r.clock.Advance(time.Second)
+					}
+					continue
+				}
+				result := resilience.CallSuccess
+				if (i+g)%4 == 0 {
+					result = resilience.CallFailure
+				}
+				r.b.Record(p, result)
+			}
+		})
+	}
+	wg.Wait()
+	// Every transition moved from the state the previous one left, and
+	// generations count up by one.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	byGen := make(map[uint64]resilience.Transition, len(r.ts))
+	for _, tr := range r.ts {
+		byGen[tr.Generation] = tr
+	}
+	require.Len(t, byGen, len(r.ts))
+	state := resilience.CircuitClosed
+	for g := uint64(1); g <= uint64(len(r.ts)); g++ {
+		tr, ok := byGen[g]
+		require.True(t, ok, "generation %d missing", g)
+		assert.Equal(t, state, tr.From, "generation %d", g)
+		state = tr.To
+	}
+	assert.Equal(t, state, r.b.State())
+}

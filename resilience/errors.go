@@ -1,0 +1,157 @@
+package resilience
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// RetryKind names the resilience layer that repeated a unit of work.
+type RetryKind int
+
+const (
+	// ItemRetry is layer 1: one item retried inside a transform or a sink.
+	ItemRetry RetryKind = iota + 1
+	// NodeRestart is layer 2: a node restarted from its checkpoint.
+	NodeRestart
+	// NodeRetry is layer 3: a whole node run again from the start.
+	NodeRetry
+)
+
+// String returns the layer's name in lower case words, as used in logs and
+// metric labels: "item_retry", "node_restart" or "node_retry".
+func (k RetryKind) String() string {
+	switch k {
+	case ItemRetry:
+		return "item_retry"
+	case NodeRestart:
+		return "node_restart"
+	case NodeRetry:
+		return "node_retry"
+	default:
+		return fmt.Sprintf("RetryKind(%d)", int(k))
+	}
+}
+
+// ErrRetryExhausted is matched by every [*RetryExhaustedError] with
+// [errors.Is].
+var ErrRetryExhausted = errors.New("resilience: retries exhausted")
+
+// A RetryExhaustedError reports that a layer ran out of retries. Err is the
+// error of the last attempt. It is always permanent for the classifiers of
+// outer layers, so that an outer layer never multiplies an inner layer's
+// retries.
+type RetryExhaustedError struct {
+	Node     string    // the node whose work failed
+	Kind     RetryKind // the layer that gave up
+	Attempts int       // calls made, the first one included
+	Err      error     // the last attempt's error
+}
+
+// Error returns a message naming the node, the layer and the attempts.
+func (e *RetryExhaustedError) Error() string {
+	return fmt.Sprintf("resilience: node %q: %s exhausted after %d attempts: %v", e.Node, e.Kind, e.Attempts, e.Err)
+}
+
+// Is reports whether target is [ErrRetryExhausted].
+func (e *RetryExhaustedError) Is(target error) bool { return target == ErrRetryExhausted }
+
+// Unwrap returns the last attempt's error.
+func (e *RetryExhaustedError) Unwrap() error { return e.Err }
+
+// ErrPanic is matched by every [*PanicError] with [errors.Is].
+var ErrPanic = errors.New("resilience: panic")
+
+// A PanicError is a panic recovered from user code, with the value passed to
+// panic and the stack of the goroutine that panicked. It is permanent: a
+// panic is a bug, and repeating the call repeats the bug.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Error returns the panic value; the stack is in the Stack field.
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("resilience: panic: %v", e.Value)
+}
+
+// Is reports whether target is [ErrPanic].
+func (e *PanicError) Is(target error) bool { return target == ErrPanic }
+
+// Unwrap returns the panic value when it is an error, else nil.
+func (e *PanicError) Unwrap() error {
+	if err, ok := e.Value.(error); ok {
+		return err
+	}
+	return nil
+}
+
+// ErrCircuitOpen is matched by every [*CircuitOpenError] with [errors.Is].
+var ErrCircuitOpen = errors.New("resilience: circuit open")
+
+// A CircuitOpenError is a call refused by an open circuit breaker. It is
+// permanent: the breaker already decided that calling now is pointless.
+type CircuitOpenError struct {
+	Node  string    // the node the breaker guards; empty outside a pipeline
+	Until time.Time // when the breaker lets a probe through
+}
+
+// Error names the node and when the breaker half-opens.
+func (e *CircuitOpenError) Error() string {
+	if e.Node == "" {
+		return fmt.Sprintf("resilience: circuit open until %s", e.Until.Format(time.RFC3339Nano))
+	}
+	return fmt.Sprintf("resilience: node %q: circuit open until %s", e.Node, e.Until.Format(time.RFC3339Nano))
+}
+
+// Is reports whether target is [ErrCircuitOpen].
+func (e *CircuitOpenError) Is(target error) bool { return target == ErrCircuitOpen }
+
+// ErrInvalidOptions is matched by every [*OptionError] with [errors.Is].
+var ErrInvalidOptions = errors.New("resilience: invalid options")
+
+// An OptionError reports one invalid setting. Field is the path of the
+// setting from the value that was validated, such as
+// "ItemRetry.Backoff.Factor".
+type OptionError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+// Error names the field, its value and why it is refused.
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("resilience: %s = %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidOptions].
+func (e *OptionError) Is(target error) bool { return target == ErrInvalidOptions }
+
+// optionErrors collects the problems found while validating; at returns a
+// view that files problems under a sub-path into the same list.
+type optionErrors struct {
+	path string
+	errs *[]error
+}
+
+func newOptionErrors() optionErrors { return optionErrors{errs: new([]error)} }
+
+func (o optionErrors) add(field string, value any, reason string) {
+	*o.errs = append(*o.errs, &OptionError{Field: joinPath(o.path, field), Value: value, Reason: reason})
+}
+
+func (o optionErrors) at(field string) optionErrors {
+	return optionErrors{path: joinPath(o.path, field), errs: o.errs}
+}
+
+func (o optionErrors) err() error { return errors.Join(*o.errs...) }
+
+func joinPath(prefix, field string) string {
+	if prefix == "" {
+		return field
+	}
+	if field == "" {
+		return prefix
+	}
+	return prefix + "." + field
+}

@@ -1,0 +1,198 @@
+// Package resilience holds the policies of Sluice's resilience layers as
+// plain values: [Backoff] curves with [Jitter], the [Classifier] that tells
+// transient errors from permanent ones, the [Options] of the three layers
+// (item retry, node restart, node retry), the [Breaker] state machine, and
+// the error types the engine returns.
+//
+// Nothing here starts a goroutine or reads the real clock: the breaker is
+// driven by an injected [clockwork.Clock] and jitter by an injectable
+// [Rand], so every policy can be tested exactly. The package imports no
+// other package of the module; the pipeline package applies these values.
+//
+// Most programs start from [ForProfile] and change a field or two:
+//
+//	o := resilience.ForProfile(resilience.ProfileDefault)
+//	o.ItemRetry.MaxRetries = 5
+//	o.ItemRetry.Classifier = resilience.Classifier{}.TransientIs(ErrBusy)
+package resilience
+
+import (
+	"fmt"
+	"time"
+)
+
+// MaxRepeats is the most times one policy may ask to repeat one unit of
+// work. A setting above it is refused by Validate: a dependency that has
+// failed a hundred times in a row is not coming back within the run, and
+// more repeats only hide that.
+const MaxRepeats = 100
+
+// FailureAction says what happens to an item whose retries ran out or whose
+// error is permanent.
+type FailureAction int
+
+const (
+	// Fail fails the node, which ends the run. It is the zero value.
+	Fail FailureAction = iota
+	// Skip drops the item on purpose; observers see OnDrop and a tracked
+	// item ends Skipped.
+	Skip
+	// DeadLetter sends the item in an envelope to the pipeline's dead-letter
+	// sink; a tracked item ends DeadLettered.
+	DeadLetter
+)
+
+// String returns the action's name in lower case.
+func (a FailureAction) String() string {
+	switch a {
+	case Fail:
+		return "fail"
+	case Skip:
+		return "skip"
+	case DeadLetter:
+		return "dead_letter"
+	default:
+		return fmt.Sprintf("FailureAction(%d)", int(a))
+	}
+}
+
+// ItemRetryOptions configure layer 1: one item retried inside a transform or
+// a sink. MaxRetries = 3 allows 4 calls.
+type ItemRetryOptions struct {
+	MaxRetries int
+	Backoff    Backoff
+	Classifier Classifier
+}
+
+// NodeRestartOptions configure layer 2: a node whose stream failed is
+// restarted, after Backoff, from its checkpoint, the first input item whose
+// outcome is not yet known. Items between the checkpoint and the read head
+// are held in a replay window of at most MaxReplayWindow items; a full
+// window stops reading, which is backpressure, never an error. After
+// ResetAfterItems items go through without a failure the restart count
+// starts again from 0; 0 never resets it. Layer 2 has no classifier.
+type NodeRestartOptions struct {
+	MaxRestarts     int
+	Backoff         Backoff
+	MaxReplayWindow int
+	ResetAfterItems int
+}
+
+// NodeRetryOptions configure layer 3: a node that failed before it consumed
+// any input (a source before its first emit, an Open that failed) is run
+// again from the start, for errors its Classifier judges transient.
+type NodeRetryOptions struct {
+	MaxRetries int
+	Backoff    Backoff
+	Classifier Classifier
+}
+
+// Options are the resilience settings of one node, or the defaults of a
+// pipeline. Start from [ForProfile] and change what you need; a zero Options
+// retries nothing, restarts nothing and fails on the first error.
+type Options struct {
+	ItemRetry      ItemRetryOptions
+	NodeRestart    NodeRestartOptions
+	NodeRetry      NodeRetryOptions
+	CircuitBreaker CircuitBreakerOptions
+	OnItemFailure  FailureAction
+}
+
+// Profile names a starting set of [Options] and engine settings.
+type Profile int
+
+const (
+	// ProfileDefault retries an item 3 times with exponential backoff from
+	// 200 ms up to 30 s with full jitter, and runs a node again up to 3 times
+	// when it fails transiently before consuming anything. Node restart is
+	// off; the circuit breaker is configured but off.
+	ProfileDefault Profile = iota
+	// ProfileHighThroughput retries nothing; the pipeline also uses larger
+	// buffers and hands items over between stages in batches.
+	ProfileHighThroughput
+)
+
+// String returns the profile's name.
+func (p Profile) String() string {
+	switch p {
+	case ProfileDefault:
+		return "default"
+	case ProfileHighThroughput:
+		return "high_throughput"
+	default:
+		return fmt.Sprintf("Profile(%d)", int(p))
+	}
+}
+
+// DefaultReplayWindow is the MaxReplayWindow of both profiles.
+const DefaultReplayWindow = 10_000
+
+// ForProfile returns the Options of profile p. An unknown profile gives the
+// default profile's Options.
+func ForProfile(p Profile) Options {
+	o := Options{
+		ItemRetry: ItemRetryOptions{
+			MaxRetries: 3,
+			Backoff:    Exponential(200 * time.Millisecond).WithMaxDelay(30 * time.Second),
+		},
+		NodeRestart: NodeRestartOptions{
+			MaxRestarts:     0,
+			Backoff:         Exponential(time.Second).WithMaxDelay(time.Minute),
+			MaxReplayWindow: DefaultReplayWindow,
+		},
+		NodeRetry: NodeRetryOptions{
+			MaxRetries: 3,
+			Backoff:    Exponential(time.Second).WithMaxDelay(30 * time.Second),
+		},
+		CircuitBreaker: DefaultCircuitBreaker(),
+		OnItemFailure:  Fail,
+	}
+	if p == ProfileHighThroughput {
+		o.ItemRetry.MaxRetries = 0
+		o.NodeRetry.MaxRetries = 0
+	}
+	return o
+}
+
+// Validate reports every problem of o, joined; each is an [*OptionError]
+// whose Field is the path of the setting, such as "ItemRetry.Backoff.Factor".
+func (o Options) Validate() error {
+	errs := newOptionErrors()
+	o.validate(errs)
+	return errs.err()
+}
+
+func (o Options) validate(errs optionErrors) {
+	repeats(errs, "ItemRetry.MaxRetries", o.ItemRetry.MaxRetries)
+	o.ItemRetry.Backoff.validate(errs.at("ItemRetry.Backoff"))
+
+	repeats(errs, "NodeRestart.MaxRestarts", o.NodeRestart.MaxRestarts)
+	o.NodeRestart.Backoff.validate(errs.at("NodeRestart.Backoff"))
+	if o.NodeRestart.MaxReplayWindow < 0 || (o.NodeRestart.MaxRestarts > 0 && o.NodeRestart.MaxReplayWindow == 0) {
+		errs.add("NodeRestart.MaxReplayWindow", o.NodeRestart.MaxReplayWindow,
+			"must be above 0 when restarts are allowed: it bounds the items held for replay")
+	}
+	if o.NodeRestart.ResetAfterItems < 0 {
+		errs.add("NodeRestart.ResetAfterItems", o.NodeRestart.ResetAfterItems, "must not be negative (0 never resets)")
+	}
+
+	repeats(errs, "NodeRetry.MaxRetries", o.NodeRetry.MaxRetries)
+	o.NodeRetry.Backoff.validate(errs.at("NodeRetry.Backoff"))
+
+	o.CircuitBreaker.validate(errs.at("CircuitBreaker"))
+
+	switch o.OnItemFailure {
+	case Fail, Skip, DeadLetter:
+	default:
+		errs.add("OnItemFailure", o.OnItemFailure, "unknown failure action")
+	}
+}
+
+func repeats(errs optionErrors, field string, n int) {
+	switch {
+	case n < 0:
+		errs.add(field, n, "must not be negative")
+	case n > MaxRepeats:
+		errs.add(field, n, fmt.Sprintf("must be at most %d", MaxRepeats))
+	}
+}
