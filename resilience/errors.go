@@ -155,3 +155,31 @@ func joinPath(prefix, field string) string {
 	}
 	return prefix + "." + field
 }
+
+// MarshalText returns the kind's name, so that it reads well in JSON.
+func (k RetryKind) MarshalText() ([]byte, error) {
+	switch k {
+	case ItemRetry, NodeRestart, NodeRetry:
+		return []byte(k.String()), nil
+	case 0:
+		return []byte(""), nil
+	}
+	return nil, fmt.Errorf("resilience: cannot encode unknown RetryKind(%d)", int(k))
+}
+
+// UnmarshalText parses a name written by MarshalText.
+func (k *RetryKind) UnmarshalText(b []byte) error {
+	switch string(b) {
+	case "item_retry":
+		*k = ItemRetry
+	case "node_restart":
+		*k = NodeRestart
+	case "node_retry":
+		*k = NodeRetry
+	case "":
+		*k = 0
+	default:
+		return fmt.Errorf("resilience: unknown retry kind %q", b)
+	}
+	return nil
+}

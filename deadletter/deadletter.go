@@ -1,0 +1,67 @@
+// Package deadletter holds the items a pipeline could not deliver: the
+// [Envelope] that carries a failed item with its error and history, the
+// [Sink] interface the engine writes envelopes to, and the sinks Sluice
+// provides: an in-memory sink for tests ([NewMemory]), a [Func] adapter,
+// and the durable JSON-lines file sink that is the embedded default.
+package deadletter
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// An Envelope is one dead-lettered item with everything known of its
+// failure.
+type Envelope struct {
+	// Item is the item that failed. Read back from a file it is a
+	// json.RawMessage of the encoded item.
+	Item any `json:"item"`
+	// Err is the error that decided the item's fate. It does not survive a
+	// file; ErrText does.
+	Err     error  `json:"-"`
+	ErrText string `json:"error"`
+
+	Pipeline      string `json:"pipeline"`
+	RunID         string `json:"run_id"`
+	OriginNode    string `json:"origin_node"`   // where the item failed
+	DecisionNode  string `json:"decision_node"` // where it was dead-lettered
+	CorrelationID string `json:"correlation_id,omitempty"`
+
+	Attempts     int       `json:"attempts"` // calls made
+	History      []Attempt `json:"history"`
+	FirstFailure time.Time `json:"first_failure"`
+	LastFailure  time.Time `json:"last_failure"`
+}
+
+// An Attempt is one failed call in an envelope's history.
+type Attempt struct {
+	Time  time.Time            `json:"time"`
+	Layer resilience.RetryKind `json:"layer"`
+	Retry int                  `json:"retry"` // 0 for the first call of the layer
+	Delay time.Duration        `json:"delay"` // the wait before this call
+	Err   string               `json:"error"`
+}
+
+// A Correlated item names itself for its envelope: the engine copies
+// CorrelationID into [Envelope.CorrelationID].
+type Correlated interface {
+	CorrelationID() string
+}
+
+// A Sink stores envelopes. Write must be safe for concurrent use; an error
+// makes the engine retry the write with its own backoff, then fail the run.
+type Sink interface {
+	Write(ctx context.Context, env Envelope) error
+}
+
+// Func adapts a function to a [Sink].
+type Func func(ctx context.Context, env Envelope) error
+
+// Write calls f(ctx, env).
+func (f Func) Write(ctx context.Context, env Envelope) error { return f(ctx, env) }
+
+// ErrFull is returned by a [Memory] sink past its capacity.
+var ErrFull = errors.New("deadletter: sink full")

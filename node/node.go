@@ -1,0 +1,153 @@
+// Package node holds the contracts a Sluice user implements: a [Source]
+// that emits items, a [Transform] that turns one item into another, and a
+// [Sink] that writes items out, with adapters for plain functions and the
+// optional lifecycle interfaces [Opener], [Closer] and [Flusher].
+//
+// The pipeline package runs these; nothing here starts a goroutine.
+package node
+
+import (
+	"context"
+	"fmt"
+)
+
+// A Source produces the items of a pipeline. Run emits items until its
+// input is exhausted, then returns nil; it returns an error when it cannot
+// go on. Run must return soon after ctx is done.
+//
+// Under node restart a source is restarted by calling Run again; it resumes
+// from where its system says (a broker redelivers what was not acked).
+type Source[T any] interface {
+	Run(ctx context.Context, out Emitter[T]) error
+}
+
+// An Emitter hands a source's items to the pipeline. It is used by the
+// goroutine that runs [Source.Run], one call at a time: it is not safe for
+// concurrent use.
+type Emitter[T any] interface {
+	// Emit sends item downstream. It blocks while the pipeline is full
+	// (backpressure) and returns an error once the run is stopping; the
+	// source should then return.
+	Emit(ctx context.Context, item T) error
+	// EmitTracked is Emit with end-to-end completion: done runs exactly
+	// once, when the item and every item derived from it reached a terminal
+	// Outcome, or with Failed when the run ended first. It runs on an engine
+	// goroutine and must be quick and must not block; a broker source acks
+	// or nacks there. If EmitTracked returns an error, done has run with
+	// Failed before it returns.
+	EmitTracked(ctx context.Context, item T, done func(Outcome)) error
+}
+
+// A Transform turns one input item into one output item.
+type Transform[In, Out any] interface {
+	Process(ctx context.Context, in In) (Out, error)
+}
+
+// A Sink writes items out of the pipeline. An item is Delivered when Write
+// returns nil.
+type Sink[T any] interface {
+	Write(ctx context.Context, item T) error
+}
+
+// An Opener is a node that acquires resources before its first item. Open
+// runs once per node start; if it fails, the node has not consumed input,
+// so node retry may run it again.
+type Opener interface {
+	Open(ctx context.Context) error
+}
+
+// A Closer is a node that releases resources. Close runs once for every Open
+// that succeeded (and once at the end for nodes without Open), on success
+// and on failure, with a context that is not cancelled by the run's end.
+type Closer interface {
+	Close(ctx context.Context) error
+}
+
+// A Flusher is a sink that buffers. Flush runs after the sink's last Write
+// when the run succeeds, before Close; an error fails the run.
+type Flusher interface {
+	Flush(ctx context.Context) error
+}
+
+// SourceFunc adapts a function to a [Source].
+type SourceFunc[T any] func(ctx context.Context, out Emitter[T]) error
+
+// Run calls f(ctx, out).
+func (f SourceFunc[T]) Run(ctx context.Context, out Emitter[T]) error { return f(ctx, out) }
+
+// TransformFunc adapts a function to a [Transform].
+type TransformFunc[In, Out any] func(ctx context.Context, in In) (Out, error)
+
+// Process calls f(ctx, in).
+func (f TransformFunc[In, Out]) Process(ctx context.Context, in In) (Out, error) { return f(ctx, in) }
+
+// SinkFunc adapts a function to a [Sink].
+type SinkFunc[T any] func(ctx context.Context, item T) error
+
+// Write calls f(ctx, item).
+func (f SinkFunc[T]) Write(ctx context.Context, item T) error { return f(ctx, item) }
+
+// Outcome is the terminal state of one item.
+type Outcome int
+
+const (
+	// Delivered: the item, or every item derived from it, was written by a
+	// sink.
+	Delivered Outcome = iota + 1
+	// Filtered: a Filter dropped the item on purpose, or a FlatMap turned it
+	// into no items.
+	Filtered
+	// Skipped: the item failed and the node's OnItemFailure said Skip.
+	Skipped
+	// DeadLettered: the item failed and went to the dead-letter sink.
+	DeadLettered
+	// Failed: the run ended before the item reached another outcome.
+	Failed
+)
+
+// String returns the outcome's name in lower case.
+func (o Outcome) String() string {
+	switch o {
+	case Delivered:
+		return "delivered"
+	case Filtered:
+		return "filtered"
+	case Skipped:
+		return "skipped"
+	case DeadLettered:
+		return "dead_lettered"
+	case Failed:
+		return "failed"
+	default:
+		return fmt.Sprintf("Outcome(%d)", int(o))
+	}
+}
+
+// Combine returns the outcome of an item whose parts ended in o and p: the
+// more severe of the two, in the order Filtered, Delivered, Skipped,
+// DeadLettered, Failed. An item delivered on one branch of a broadcast and
+// filtered on the other is Delivered; one with a dead-lettered part is
+// DeadLettered. A zero Outcome is no outcome yet.
+func (o Outcome) Combine(p Outcome) Outcome {
+	if severity(p) > severity(o) {
+		return p
+	}
+	return o
+}
+
+func severity(o Outcome) int {
+	switch o {
+	case Filtered:
+		return 1
+	case Delivered:
+		return 2
+	case Skipped:
+		return 3
+	case DeadLettered:
+		return 4
+	case Failed:
+		return 5
+	default:
+		return 0
+	}
+}

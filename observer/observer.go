@@ -1,0 +1,161 @@
+// Package observer defines how a running pipeline reports what happens to
+// it: node lifecycle, retries, exhausted retries, dead letters, drops and
+// circuit breaker transitions. Metrics and logging plug-ins implement
+// [Observer]; [Nop] is a base to embed and [Multi] fans out to several.
+//
+// Per-item counts are not events: they are counters inside the engine, read
+// with the pipeline's Stats method, so a pipeline that fails nothing calls
+// its observers only when nodes start and complete.
+package observer
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// An Observer receives a pipeline's events.
+//
+// Methods are called concurrently, from the goroutines that run the nodes,
+// often on hot paths: an implementation must be safe for concurrent use,
+// quick, and must not block. An event's fields must not be changed. A panic
+// in an Observer fails the run with an error that names the event: it is a
+// bug, and hiding it would hide every later event too.
+type Observer interface {
+	OnNodeStarted(NodeEvent)
+	OnNodeCompleted(NodeEvent)
+	OnRetry(RetryEvent)
+	OnRetryExhausted(RetryExhaustedEvent)
+	OnDeadLetter(DeadLetterEvent)
+	OnDrop(DropEvent)
+	OnCircuitStateChanged(CircuitEvent)
+}
+
+// Event is the part every event carries. It is embedded, so that events can
+// grow without breaking observers.
+type Event struct {
+	Pipeline string
+	RunID    string
+	Node     string
+	Time     time.Time // from the pipeline's clock
+}
+
+// A NodeEvent reports a node starting or completing. Err is the error the
+// node completed with, nil on success; on start it is nil.
+type NodeEvent struct {
+	Event
+	Err error
+}
+
+// A RetryEvent reports a retry about to wait: Attempt is the 1-based retry
+// number of the layer Kind, Delay the wait actually chosen (jitter
+// included), Err the failure that caused it.
+type RetryEvent struct {
+	Event
+	Kind    resilience.RetryKind
+	Attempt int
+	Delay   time.Duration
+	Err     error
+}
+
+// A RetryExhaustedEvent reports that a layer ran out of retries. Attempts
+// counts every call, the first one included.
+type RetryExhaustedEvent struct {
+	Event
+	Kind     resilience.RetryKind
+	Attempts int
+	Err      error
+}
+
+// A DeadLetterEvent reports an item sent to the dead-letter sink. Node is
+// the node that decided; OriginNode is where the item failed.
+type DeadLetterEvent struct {
+	Event
+	OriginNode string
+	Attempts   int
+	Err        error
+}
+
+// A DropEvent reports an item dropped on purpose because its node's
+// OnItemFailure is Skip.
+type DropEvent struct {
+	Event
+	Attempts int
+	Err      error
+}
+
+// A CircuitEvent reports a circuit breaker transition. Generation counts the
+// breaker's transitions, which orders events that arrive concurrently.
+type CircuitEvent struct {
+	Event
+	From, To   resilience.CircuitState
+	Generation uint64
+}
+
+// Nop is an Observer that does nothing. Embed it to implement only the
+// methods you need.
+type Nop struct{}
+
+func (Nop) OnNodeStarted(NodeEvent)              {}
+func (Nop) OnNodeCompleted(NodeEvent)            {}
+func (Nop) OnRetry(RetryEvent)                   {}
+func (Nop) OnRetryExhausted(RetryExhaustedEvent) {}
+func (Nop) OnDeadLetter(DeadLetterEvent)         {}
+func (Nop) OnDrop(DropEvent)                     {}
+func (Nop) OnCircuitStateChanged(CircuitEvent)   {}
+
+// Multi returns an Observer that passes every event to each of obs in
+// order. Nil observers are left out.
+func Multi(obs ...Observer) Observer {
+	m := make(multi, 0, len(obs))
+	for _, o := range obs {
+		if o != nil {
+			m = append(m, o)
+		}
+	}
+	return m
+}
+
+type multi []Observer
+
+func (m multi) OnNodeStarted(e NodeEvent) {
+	for _, o := range m {
+		o.OnNodeStarted(e)
+	}
+}
+
+func (m multi) OnNodeCompleted(e NodeEvent) {
+	for _, o := range m {
+		o.OnNodeCompleted(e)
+	}
+}
+
+func (m multi) OnRetry(e RetryEvent) {
+	for _, o := range m {
+		o.OnRetry(e)
+	}
+}
+
+func (m multi) OnRetryExhausted(e RetryExhaustedEvent) {
+	for _, o := range m {
+		o.OnRetryExhausted(e)
+	}
+}
+
+func (m multi) OnDeadLetter(e DeadLetterEvent) {
+	for _, o := range m {
+		o.OnDeadLetter(e)
+	}
+}
+
+func (m multi) OnDrop(e DropEvent) {
+	for _, o := range m {
+		o.OnDrop(e)
+	}
+}
+
+func (m multi) OnCircuitStateChanged(e CircuitEvent) {
+	for _, o := range m {
+		o.OnCircuitStateChanged(e)
+	}
+}
