@@ -2,7 +2,14 @@
 // [Envelope] that carries a failed item with its error and history, the
 // [Sink] interface the engine writes envelopes to, and the sinks Sluice
 // provides: an in-memory sink for tests ([NewMemory]), a [Func] adapter,
-// and the durable JSON-lines file sink that is the embedded default.
+// and the durable JSON-lines file sink that is the embedded default
+// ([OpenFile]).
+//
+// Dead letters are read back with [ReadFile] (one file), [ReadAll] (a
+// file with the files its rotation produced) and [ReadRecords] (with line
+// numbers and raw lines, for tools), and re-driven into a pipeline with
+// [Source]. The command sluice dlq (cmd/sluice) lists, counts, shows and
+// filters dead-letter files.
 package deadletter
 
 import (
@@ -34,6 +41,13 @@ type Envelope struct {
 	History      []Attempt `json:"history"`
 	FirstFailure time.Time `json:"first_failure"`
 	LastFailure  time.Time `json:"last_failure"`
+
+	// ItemError is set when the file sink could not encode Item: it holds
+	// the encoder's error, the file holds a null item, and ItemText holds
+	// the item as fmt's %+v prints it, so that a person can still see what
+	// failed. Both are empty when Item was encoded.
+	ItemError string `json:"item_error,omitempty"`
+	ItemText  string `json:"item_text,omitempty"`
 }
 
 // An Attempt is one failed call in an envelope's history.
