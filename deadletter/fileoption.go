@@ -1,6 +1,7 @@
 package deadletter
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io/fs"
@@ -22,7 +23,7 @@ type fileConfig struct {
 
 func defaultFileConfig() fileConfig {
 	return fileConfig{
-		encode: json.Marshal,
+		encode: encodeJSON,
 		clock:  clockwork.NewRealClock(),
 		perm:   0o600,
 	}
@@ -43,7 +44,7 @@ func (c fileConfig) validate() error {
 }
 
 // WithEncoder sets the function that encodes [Envelope.Item]; the default
-// is [json.Marshal]. The encoder must return one JSON value (an item that
+// encodes it as [json.Marshal] does, without escaping <, > and &. The encoder must return one JSON value (an item that
 // is not JSON-friendly can be returned as a JSON string, base64 for
 // bytes). When it returns an error, returns something that is not JSON or
 // panics, the envelope is still written: with a null item,
@@ -84,4 +85,16 @@ func WithMaxBytes(n int64) FileOption {
 // is 0600, because dead letters carry the data of failed items.
 func WithPerm(perm fs.FileMode) FileOption {
 	return func(c *fileConfig) { c.perm = perm }
+}
+
+// encodeJSON is json.Marshal without HTML escaping: items are data, and
+// people read them in the file.
+func encodeJSON(item any) ([]byte, error) {
+	var buf bytes.Buffer
+	e := json.NewEncoder(&buf)
+	e.SetEscapeHTML(false)
+	if err := e.Encode(item); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte{'\n'}), nil
 }
