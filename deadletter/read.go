@@ -41,7 +41,11 @@ type LineError struct {
 
 // Error names the file, the line and its byte offset, then the problem.
 func (e *LineError) Error() string {
-	msg := fmt.Sprintf("deadletter: %s:%d (byte %d): %s", e.Path, e.Line, e.Offset, strings.TrimPrefix(e.Kind.Error(), "deadletter: "))
+	kind := "bad line"
+	if e.Kind != nil {
+		kind = strings.TrimPrefix(e.Kind.Error(), "deadletter: ")
+	}
+	msg := fmt.Sprintf("deadletter: %s:%d (byte %d): %s", e.Path, e.Line, e.Offset, kind)
 	if e.Err != nil {
 		msg += ": " + e.Err.Error()
 	}
