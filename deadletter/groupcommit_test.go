@@ -156,6 +156,7 @@ func TestGroupCommitRotationSyncsTheBatchFirst(t *testing.T) {
 	assert.Equal(t, int64(1), f.Stats().Rotations)
 	requireWaiting(t, second)
 	waitUntil(t, func() bool { return f.Stats().Writes == 2 })
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "a commit timer covers the new batch")
 	clock.Advance(interval)
 	require.NoError(t, requireDone(t, second))
 
