@@ -1,0 +1,146 @@
+// Package bench measures the engine beside hand-written baselines that do
+// the same work, in the same run, so that ratios are fair.
+package bench_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+var sinkSum int
+
+// BenchmarkBaselineChannels is a source, a transform and a sink written by
+// hand as three goroutines joined by channels of 64 items.
+func BenchmarkBaselineChannels(b *testing.B) {
+	b.ReportAllocs()
+	n := b.N
+	b.ResetTimer()
+	a := make(chan int, 64)
+	c := make(chan int, 64)
+	done := make(chan int)
+	go func() {
+		for i := range n {
+			a <- i
+		}
+		close(a)
+	}()
+	go func() {
+		for v := range a {
+			c <- v * 2
+		}
+		close(c)
+	}()
+	go func() {
+		s := 0
+		for v := range c {
+			s += v
+		}
+		done <- s
+	}()
+	sinkSum = <-done
+}
+
+// BenchmarkBaselineBatches is the same, handing over slices of 256 items.
+func BenchmarkBaselineBatches(b *testing.B) {
+	b.ReportAllocs()
+	const size = 256
+	n := b.N
+	b.ResetTimer()
+	a := make(chan []int, 4)
+	c := make(chan []int, 4)
+	freeA := make(chan []int, 8)
+	freeC := make(chan []int, 8)
+	get := func(free chan []int) []int {
+		select {
+		case s := <-free:
+			return s[:0]
+		default:
+			return make([]int, 0, size)
+		}
+	}
+	done := make(chan int)
+	go func() {
+		buf := get(freeA)
+		for i := range n {
+			buf = append(buf, i)
+			if len(buf) == size {
+				a <- buf
+				buf = get(freeA)
+			}
+		}
+		if len(buf) > 0 {
+			a <- buf
+		}
+		close(a)
+	}()
+	go func() {
+		for in := range a {
+			out := get(freeC)
+			for _, v := range in {
+				out = append(out, v*2)
+			}
+			select {
+			case freeA <- in:
+			default:
+			}
+			c <- out
+		}
+		close(c)
+	}()
+	go func() {
+		s := 0
+		for in := range c {
+			for _, v := range in {
+				s += v
+			}
+			select {
+			case freeC <- in:
+			default:
+			}
+		}
+		done <- s
+	}()
+	sinkSum = <-done
+}
+
+func runEngine(b *testing.B, opts []pipeline.Option, nopts ...pipeline.NodeOption) {
+	b.ReportAllocs()
+	n := b.N
+	bl := pipeline.New("bench", opts...)
+	src := pipeline.Source(bl, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+		for i := range n {
+			if err := out.Emit(ctx, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	dbl := pipeline.Transform(bl, "double", src, node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) { return x * 2, nil }), nopts...)
+	s := 0
+	pipeline.Sink(bl, "sum", dbl, node.SinkFunc[int](func(_ context.Context, x int) error { s += x; return nil }))
+	p, err := bl.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	if _, err := p.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	sinkSum = s
+}
+
+func BenchmarkEngineDefault(b *testing.B) { runEngine(b, nil) }
+
+func BenchmarkEngineBatched(b *testing.B) {
+	runEngine(b, []pipeline.Option{pipeline.WithProfile(resilience.ProfileHighThroughput)})
+}
+
+func BenchmarkEngineBatchedDefaultProfile(b *testing.B) {
+	runEngine(b, []pipeline.Option{pipeline.WithHandOverBatch(256), pipeline.WithBuffer(1024)})
+}
+
+func BenchmarkEngineParallel2(b *testing.B) { runEngine(b, nil, pipeline.Parallel(2)) }

@@ -1,0 +1,111 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// Batch adds a node that gathers the items of in into slices of size
+// items. A slice is handed over when it is full, when linger has passed on
+// the pipeline's clock since its first item (linger 0 waits for a full
+// slice), and when the input ends. A tracked item completes when the batch
+// it is in does.
+func Batch[T any](b *Builder, name string, in Stream[T], size int, linger time.Duration, opts ...NodeOption) Stream[[]T] {
+	s := b.add(name, "batch", opts, in.s)
+	s.validate = func() []error {
+		errs := parallelRefused(s)
+		if size < 1 {
+			errs = append(errs, fmt.Errorf("Batch size %d: must be at least 1", size))
+		}
+		if linger < 0 {
+			errs = append(errs, fmt.Errorf("Batch linger %s: must not be negative", linger))
+		}
+		return errs
+	}
+	s.newEdge = edgeOf[T]
+	s.newRunner = func(nr *nodeRun) runner {
+		n := nr.spec
+		r := newReader(nr.rs.edges[n.id].(*edge[T]), &n.stats.in, &nr.rs.stop)
+		br := &batcher[T]{nr: nr, in: r, w: newWriter(outEdges[[]T](nr), &n.stats.out), size: size, linger: linger}
+		r.idle = br.w.flush
+		return br
+	}
+	return Stream[[]T]{b.output(s)}
+}
+
+type batcher[T any] struct {
+	nr      *nodeRun
+	in      *reader[T]
+	w       *writer[[]T]
+	size    int
+	linger  time.Duration
+	pending []envelope[T]
+	took    bool
+	batches int64
+}
+
+func (b *batcher[T]) open(context.Context) error       { return nil }
+func (b *batcher[T]) close(context.Context) error      { return nil }
+func (b *batcher[T]) consumed() bool                   { return b.took }
+func (b *batcher[T]) progress() int64                  { return b.batches }
+func (b *batcher[T]) restarting()                      {}
+func (b *batcher[T]) finish(ctx context.Context) error { return b.w.close(ctx) }
+
+func (b *batcher[T]) body(ctx context.Context) error {
+	var timer clockwork.Timer
+	stopTimer := func() {
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+	}
+	defer stopTimer()
+	for {
+		var expired <-chan time.Time
+		if timer != nil {
+			expired = timer.Chan()
+		}
+		env, ok, timedOut, err := b.in.nextOr(ctx, expired)
+		switch {
+		case err != nil:
+			return err
+		case timedOut:
+			timer = nil
+			if err := b.emit(ctx); err != nil {
+				return err
+			}
+			continue
+		case !ok:
+			return b.emit(ctx)
+		}
+		b.took = true
+		if len(b.pending) == 0 && b.linger > 0 {
+			timer = b.nr.rs.p.cfg.clock.NewTimer(b.linger)
+		}
+		b.pending = append(b.pending, env)
+		if len(b.pending) >= b.size {
+			stopTimer()
+			if err := b.emit(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (b *batcher[T]) emit(ctx context.Context) error {
+	if len(b.pending) == 0 {
+		return nil
+	}
+	vals := make([]T, len(b.pending))
+	for i, e := range b.pending {
+		vals[i] = e.val
+	}
+	tr := group(b.pending)
+	clear(b.pending)
+	b.pending = b.pending[:0]
+	b.batches++
+	return b.w.push(ctx, envelope[[]T]{val: vals, tr: tr})
+}

@@ -1,0 +1,110 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+)
+
+// A first pipeline: read words, upper-case them on four workers (order is
+// kept), and print them.
+func Example() {
+	b := pipeline.New("words")
+	words := pipeline.Source(b, "read", pipelinetest.NewSliceSource("sluice", "moves", "water"))
+	upper := pipeline.Transform(b, "upper", words,
+		node.TransformFunc[string, string](func(_ context.Context, w string) (string, error) {
+			return strings.ToUpper(w), nil
+		}),
+		pipeline.Parallel(4))
+	pipeline.Sink(b, "print", upper, node.SinkFunc[string](func(_ context.Context, w string) error {
+		fmt.Println(w)
+		return nil
+	}))
+
+	p, err := b.Build()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	res, err := p.Run(context.Background())
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("printed", res.Node("print").Out)
+	// Output:
+	// SLUICE
+	// MOVES
+	// WATER
+	// printed 3
+}
+
+// Filter, FlatMap and Batch reshape a stream.
+func ExampleBatch() {
+	b := pipeline.New("shapes")
+	lines := pipeline.Source(b, "lines", pipelinetest.NewSliceSource("a b", "", "c d e", "f"))
+	nonEmpty := pipeline.Filter(b, "non-empty", lines, func(s string) bool { return s != "" })
+	words := pipeline.FlatMap(b, "words", nonEmpty, func(_ context.Context, s string) ([]string, error) {
+		return strings.Fields(s), nil
+	})
+	pairs := pipeline.Batch(b, "pairs", words, 2, 0)
+	pipeline.Sink(b, "print", pairs, node.SinkFunc[[]string](func(_ context.Context, p []string) error {
+		fmt.Println(p)
+		return nil
+	}))
+	p, _ := b.Build()
+	if _, err := p.Run(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// [a b]
+	// [c d]
+	// [e f]
+}
+
+// Build reports every problem at once, naming the node.
+func ExampleBuilder_Build() {
+	b := pipeline.New("broken")
+	src := pipeline.Source(b, "read", pipelinetest.NewSliceSource(1, 2, 3))
+	pipeline.Transform(b, "double", src, node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) {
+		return 2 * x, nil
+	}), pipeline.Parallel(0))
+	_, err := b.Build()
+	fmt.Println(err)
+	// Output:
+	// pipeline "broken": node "double": output stream is consumed by no node: every stream needs a consumer, such as a sink
+	// pipeline "broken": node "double": Parallel(0): must be at least 1
+	// pipeline "broken": the pipeline has no sink
+}
+
+// EmitTracked reports when an item and everything derived from it is done:
+// here a line is complete once all its words are written.
+func ExampleSource_tracked() {
+	b := pipeline.New("acks")
+	src := pipeline.Source(b, "lines", node.SourceFunc[string](func(ctx context.Context, out node.Emitter[string]) error {
+		for _, line := range []string{"to be", ""} {
+			err := out.EmitTracked(ctx, line, func(o node.Outcome) {
+				fmt.Printf("line %q: %s\n", line, o)
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	words := pipeline.FlatMap(b, "words", src, func(_ context.Context, s string) ([]string, error) {
+		return strings.Fields(s), nil
+	})
+	pipeline.Sink(b, "store", words, &pipelinetest.Collector[string]{})
+	p, _ := b.Build()
+	if _, err := p.Run(context.Background()); err != nil {
+		fmt.Println(err)
+	}
+	// Unordered output:
+	// line "to be": delivered
+	// line "": filtered
+}

@@ -1,0 +1,44 @@
+package pipeline_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// modes are the two ways stages hand items over; most behaviour must be the
+// same in both. The batched mode uses tiny batches so that batch edges are
+// crossed often.
+var modes = []struct {
+	name string
+	opts []pipeline.Option
+}{
+	{"per-item", nil},
+	{"batched", []pipeline.Option{pipeline.WithHandOverBatch(4), pipeline.WithBuffer(8)}},
+}
+
+func ints(n int) []int {
+	out := make([]int, n)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+func double() node.Transform[int, int] {
+	return node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) { return 2 * x, nil })
+}
+
+func build(t *testing.T, b *pipeline.Builder) *pipeline.Pipeline {
+	t.Helper()
+	p, err := b.Build()
+	require.NoError(t, err)
+	return p
+}

@@ -1,0 +1,182 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sluicehq/sluice/node"
+)
+
+// Transform adds a node that calls t on every item of in and returns the
+// stream of its results.
+func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Transform[In, Out], opts ...NodeOption) Stream[Out] {
+	s := b.add(name, "transform", opts, in.s)
+	s.validate = notNil(t == nil, "transform is nil")
+	s.newEdge = edgeOf[In]
+	s.newRunner = func(nr *nodeRun) runner {
+		p := newProc(nr, t, t.Process, func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r Out) error {
+			return w.push(ctx, envelope[Out]{val: r, tr: env.tr})
+		})
+		p.loop = func(ctx context.Context, w *writer[Out], _ *tally, items []envelope[In], j *int) (error, error) {
+			for ; *j < len(items); *j++ {
+				it := &items[*j]
+				r, err := t.Process(ctx, it.val)
+				if err != nil {
+					return err, nil
+				}
+				if err := w.push(ctx, envelope[Out]{val: r, tr: it.tr}); err != nil {
+					return nil, err
+				}
+			}
+			return nil, nil
+		}
+		return p
+	}
+	return Stream[Out]{b.output(s)}
+}
+
+// Sink adds a node that writes every item of in with s. An item is
+// delivered when Write returns nil; a sink that implements [node.Flusher]
+// is flushed after its last item when the run succeeds.
+func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...NodeOption) {
+	n := b.add(name, "sink", opts, in.s)
+	n.validate = notNil(s == nil, "sink is nil")
+	n.newEdge = edgeOf[T]
+	n.newRunner = func(nr *nodeRun) runner {
+		write := func(ctx context.Context, v T) (struct{}, error) { return struct{}{}, s.Write(ctx, v) }
+		p := newProc(nr, s, write, func(_ context.Context, _ *writer[struct{}], done *tally, env envelope[T], _ struct{}) error {
+			done.add(1)
+			if env.tr != nil {
+				env.tr.finish(node.Delivered)
+			}
+			return nil
+		})
+		p.loop = func(ctx context.Context, _ *writer[struct{}], done *tally, items []envelope[T], j *int) (error, error) {
+			for ; *j < len(items); *j++ {
+				it := &items[*j]
+				if err := s.Write(ctx, it.val); err != nil {
+					return err, nil
+				}
+				done.add(1)
+				if it.tr != nil {
+					it.tr.finish(node.Delivered)
+				}
+			}
+			return nil, nil
+		}
+		return p
+	}
+}
+
+// Filter adds a node that keeps the items of in for which keep returns
+// true. A dropped item is Filtered. keep must be safe for concurrent use
+// under Parallel.
+func Filter[T any](b *Builder, name string, in Stream[T], keep func(T) bool, opts ...NodeOption) Stream[T] {
+	s := b.add(name, "filter", opts, in.s)
+	s.validate = notNil(keep == nil, "filter function is nil")
+	s.newEdge = edgeOf[T]
+	s.newRunner = func(nr *nodeRun) runner {
+		st := nr.spec.stats
+		call := func(_ context.Context, v T) (bool, error) { return keep(v), nil }
+		return newProc(nr, nil, call, func(ctx context.Context, w *writer[T], _ *tally, env envelope[T], kept bool) error {
+			if !kept {
+				st.filtered.Add(1)
+				if env.tr != nil {
+					env.tr.finish(node.Filtered)
+				}
+				return nil
+			}
+			return w.push(ctx, env)
+		})
+	}
+	return Stream[T]{b.output(s)}
+}
+
+// FlatMap adds a node that turns each item of in into any number of items,
+// handed downstream in order. An item turned into none is Filtered; a
+// tracked item completes when all its children do. Layer 1 retries the
+// whole call: f should not have effects a retry would repeat.
+func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context.Context, In) ([]Out, error), opts ...NodeOption) Stream[Out] {
+	s := b.add(name, "flatmap", opts, in.s)
+	s.validate = notNil(f == nil, "flat map function is nil")
+	s.newEdge = edgeOf[In]
+	s.newRunner = func(nr *nodeRun) runner { return newProc(nr, nil, f, spread[In, Out](nr.spec.stats)) }
+	return Stream[Out]{b.output(s)}
+}
+
+// Unbatch adds a node that hands over the items of each slice of in one by
+// one.
+func Unbatch[T any](b *Builder, name string, in Stream[[]T], opts ...NodeOption) Stream[T] {
+	s := b.add(name, "unbatch", opts, in.s)
+	s.validate = func() []error { return parallelRefused(s) }
+	s.newEdge = edgeOf[[]T]
+	s.newRunner = func(nr *nodeRun) runner {
+		call := func(_ context.Context, v []T) ([]T, error) { return v, nil }
+		return newProc(nr, nil, call, spread[[]T, T](nr.spec.stats))
+	}
+	return Stream[T]{b.output(s)}
+}
+
+// spread delivers a slice result item by item.
+func spread[In, Out any](st *counters) deliverFunc[In, []Out, Out] {
+	return func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r []Out) error {
+		if len(r) == 0 {
+			st.filtered.Add(1)
+			if env.tr != nil {
+				env.tr.finish(node.Filtered)
+			}
+			return nil
+		}
+		if env.tr != nil && len(r) > 1 {
+			env.tr.add(len(r) - 1)
+		}
+		for _, v := range r {
+			if err := w.push(ctx, envelope[Out]{val: v, tr: env.tr}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// Merge adds a node that hands over the items of every stream of ins, in
+// the order they arrive.
+func Merge[T any](b *Builder, name string, ins ...Stream[T]) Stream[T] {
+	streams := make([]*stream, len(ins))
+	for i, in := range ins {
+		streams[i] = in.s
+	}
+	s := b.add(name, "merge", nil, streams...)
+	s.validate = func() []error {
+		if len(ins) == 0 {
+			return []error{errors.New("merge has no input")}
+		}
+		return nil
+	}
+	s.newEdge = edgeOf[T]
+	s.newRunner = func(nr *nodeRun) runner {
+		call := func(_ context.Context, v T) (T, error) { return v, nil }
+		return newProc(nr, nil, call, func(ctx context.Context, w *writer[T], _ *tally, env envelope[T], _ T) error {
+			return w.push(ctx, env)
+		})
+	}
+	return Stream[T]{b.output(s)}
+}
+
+func edgeOf[T any](buffer, batch int) any { return newEdge[T](buffer, batch) }
+
+func notNil(isNil bool, msg string) func() []error {
+	return func() []error {
+		if isNil {
+			return []error{errors.New(msg)}
+		}
+		return nil
+	}
+}
+
+func parallelRefused(s *spec) []error {
+	if s.cfg.parallel > 1 {
+		return []error{errParallelNotSupported}
+	}
+	return nil
+}

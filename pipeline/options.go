@@ -1,0 +1,156 @@
+package pipeline
+
+import (
+	"math/rand/v2"
+	"sync"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// DefaultBuffer is the capacity of the channel in front of each node,
+// in items, unless WithBuffer or Buffer says otherwise.
+const DefaultBuffer = 64
+
+// HighThroughputBuffer is the channel capacity under
+// [resilience.ProfileHighThroughput].
+const HighThroughputBuffer = 1024
+
+// DefaultHandOverBatch is how many items a stage gathers before it hands
+// them over under [resilience.ProfileHighThroughput].
+const DefaultHandOverBatch = 256
+
+// An Option configures a pipeline.
+type Option func(*config)
+
+type config struct {
+	profile    resilience.Profile
+	resilience []func(*resilience.Options)
+	observer   observer.Observer
+	deadLetter deadletter.Sink
+	dlRetry    deadLetterRetry
+	clock      clockwork.Clock
+	rand       resilience.Rand
+	buffer     int // 0: the profile's
+	handOver   int // -1: the profile's
+}
+
+// WithProfile starts the pipeline from a profile: its resilience options
+// and, for [resilience.ProfileHighThroughput], larger buffers and batched
+// hand-over between stages. The default is [resilience.ProfileDefault].
+func WithProfile(p resilience.Profile) Option {
+	return func(c *config) { c.profile = p }
+}
+
+// WithResilience changes the resilience options every node starts from.
+// Functions given by several WithResilience options run in order, after
+// the profile's options are set.
+func WithResilience(f func(*resilience.Options)) Option {
+	return func(c *config) { c.resilience = append(c.resilience, f) }
+}
+
+// WithObserver sends the pipeline's events to obs. Use [observer.Multi] for
+// several observers.
+func WithObserver(obs observer.Observer) Option {
+	return func(c *config) { c.observer = obs }
+}
+
+// WithDeadLetter sets the sink of items whose node says
+// [resilience.DeadLetter]. Without one, a node with that action fails Build.
+func WithDeadLetter(s deadletter.Sink) Option {
+	return func(c *config) { c.deadLetter = s }
+}
+
+// WithDeadLetterRetry sets how often and with which backoff a failing write
+// to the dead-letter sink is retried before the run fails. The default is 5
+// retries, exponential from 100 ms up to 5 s.
+func WithDeadLetterRetry(maxRetries int, b resilience.Backoff) Option {
+	return func(c *config) { c.dlRetry = deadLetterRetry{maxRetries: maxRetries, backoff: b, set: true} }
+}
+
+type deadLetterRetry struct {
+	maxRetries int
+	backoff    resilience.Backoff
+	set        bool
+}
+
+// WithClock sets the clock every wait of the pipeline uses: backoffs,
+// batch linger, breaker timing and event times. Tests give a
+// [clockwork.FakeClock]. The default is the real clock.
+func WithClock(c clockwork.Clock) Option {
+	return func(cfg *config) { cfg.clock = c }
+}
+
+// WithRand sets the source of the jitter of every backoff, so that runs can
+// be repeated exactly. The pipeline serialises its calls to r.
+func WithRand(r resilience.Rand) Option {
+	return func(c *config) { c.rand = r }
+}
+
+// WithBuffer sets the capacity of the channel in front of each node, in
+// items. 0 makes every hand-over synchronous.
+func WithBuffer(n int) Option {
+	return func(c *config) { c.buffer = n }
+}
+
+// WithHandOverBatch sets how many items a stage gathers before handing them
+// to the next: 1 hands over each item alone, which is the default; more
+// trades a little latency under load for much less per-item cost. A stage
+// hands over early whenever the next stage is idle or the item is tracked,
+// so light load keeps its latency low.
+func WithHandOverBatch(n int) Option {
+	return func(c *config) { c.handOver = n }
+}
+
+// A NodeOption configures one node.
+type NodeOption func(*nodeConfig)
+
+type nodeConfig struct {
+	parallel   int
+	unordered  bool
+	buffer     int // -1: the pipeline's
+	resilience []func(*resilience.Options)
+}
+
+// Parallel runs the node's work on n goroutines. Output keeps the input's
+// order unless [Unordered] is given as well. n must be at least 1.
+func Parallel(n int) NodeOption {
+	return func(c *nodeConfig) { c.parallel = n }
+}
+
+// Unordered lets a parallel node hand over each output as soon as it is
+// ready, instead of in input order.
+func Unordered() NodeOption {
+	return func(c *nodeConfig) { c.unordered = true }
+}
+
+// Buffer sets the capacity of the channel in front of this node, in items.
+func Buffer(n int) NodeOption {
+	return func(c *nodeConfig) { c.buffer = n }
+}
+
+// NodeResilience changes this node's resilience options, after the
+// pipeline's.
+func NodeResilience(f func(*resilience.Options)) NodeOption {
+	return func(c *nodeConfig) { c.resilience = append(c.resilience, f) }
+}
+
+// lockedRand serialises a Rand that is not safe for concurrent use.
+type lockedRand struct {
+	mu sync.Mutex
+	r  resilience.Rand
+}
+
+func (l *lockedRand) Int64N(n int64) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.r.Int64N(n)
+}
+
+// globalRand draws from math/rand/v2's top-level source.
+type globalRand struct{}
+
+func (globalRand) Int64N(n int64) int64 { return rand.Int64N(n) }

@@ -1,0 +1,349 @@
+// Package pipeline builds and runs Sluice pipelines: typed graphs of
+// sources, transforms and sinks, each run as goroutine stages joined by
+// bounded channels, with the resilience layers of package resilience
+// applied around every node.
+//
+// A [Builder] collects nodes; each node function returns a typed [Stream]
+// that the next node takes as input:
+//
+//	b := pipeline.New("orders")
+//	orders := pipeline.Source(b, "read", src)
+//	priced := pipeline.Transform(b, "price", orders, pricer, pipeline.Parallel(8))
+//	pipeline.Sink(b, "store", priced, store)
+//	p, err := b.Build()
+//	res, err := p.Run(ctx)
+//
+// Build validates the whole graph and every node's options and returns all
+// problems at once. Run blocks until every goroutine it started has
+// returned. The first failure cancels the run, and Run returns it as a
+// [*NodeError] naming the node.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// A Builder collects the nodes of one pipeline. Its methods and the node
+// functions are not safe for concurrent use; build a pipeline from one
+// goroutine.
+type Builder struct {
+	name  string
+	cfg   config
+	nodes []*spec
+	errs  []error
+}
+
+// New returns a Builder for a pipeline called name.
+func New(name string, opts ...Option) *Builder {
+	b := &Builder{name: name, cfg: config{handOver: -1}}
+	for _, o := range opts {
+		o(&b.cfg)
+	}
+	return b
+}
+
+// A Stream is the typed output of a node. Give it as the input of another
+// node; giving one Stream to several nodes broadcasts every item to each.
+// The zero Stream belongs to no builder and is refused by Build.
+type Stream[T any] struct {
+	s *stream
+}
+
+type stream struct {
+	b         *Builder
+	producer  *spec
+	consumers []*spec
+}
+
+// A spec is one node of a built graph, with the typed hooks that create its
+// runtime for each run.
+type spec struct {
+	id       int
+	name     string
+	kind     string
+	cfg      nodeConfig
+	inputs   []*stream // the streams this node reads; one edge carries them all
+	output   *stream   // nil for a sink
+	consumes bool      // false for a source
+
+	res     resilience.Options
+	breaker *resilience.Breaker
+	stats   *counters
+
+	// validate reports problems of the node's own settings.
+	validate func() []error
+	// newEdge makes the node's input edge for one run.
+	newEdge func(buffer, batch int) any
+	// newRunner makes the node's runtime for one run.
+	newRunner func(n *nodeRun) runner
+}
+
+// add records a node; in are the streams it reads.
+func (b *Builder) add(name, kind string, opts []NodeOption, in ...*stream) *spec {
+	s := &spec{id: len(b.nodes), name: name, kind: kind, inputs: in, consumes: len(in) > 0,
+		cfg: nodeConfig{parallel: 1, buffer: -1}, stats: &counters{}}
+	for _, o := range opts {
+		o(&s.cfg)
+	}
+	for _, st := range in {
+		switch {
+		case st == nil:
+			b.errs = append(b.errs, &BuildError{Node: name, Err: errors.New("input is a zero Stream, not the output of a node")})
+		case st.b != b:
+			b.errs = append(b.errs, &BuildError{Node: name, Err: fmt.Errorf("input comes from another builder (pipeline %q)", st.b.name)})
+		default:
+			st.consumers = append(st.consumers, s)
+		}
+	}
+	b.nodes = append(b.nodes, s)
+	return s
+}
+
+func (b *Builder) output(s *spec) *stream {
+	s.output = &stream{b: b, producer: s}
+	return s.output
+}
+
+// ErrInvalid is matched by every [*BuildError] with [errors.Is].
+var ErrInvalid = errors.New("pipeline: invalid pipeline")
+
+// A BuildError is one problem Build found. Node is empty for a problem of
+// the whole pipeline.
+type BuildError struct {
+	Pipeline string
+	Node     string
+	Err      error
+}
+
+// Error names the pipeline, the node and the problem.
+func (e *BuildError) Error() string {
+	if e.Node == "" {
+		return fmt.Sprintf("pipeline %q: %v", e.Pipeline, e.Err)
+	}
+	return fmt.Sprintf("pipeline %q: node %q: %v", e.Pipeline, e.Node, e.Err)
+}
+
+// Is reports whether target is [ErrInvalid].
+func (e *BuildError) Is(target error) bool { return target == ErrInvalid }
+
+// Unwrap returns the problem.
+func (e *BuildError) Unwrap() error { return e.Err }
+
+// A NodeError is the failure of one node, as Run returns it.
+type NodeError struct {
+	Node string
+	Err  error
+}
+
+// Error names the node and its failure.
+func (e *NodeError) Error() string { return fmt.Sprintf("pipeline: node %q: %v", e.Node, e.Err) }
+
+// Unwrap returns the node's failure.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// ErrRunning is returned by Run while the same Pipeline is already running.
+var ErrRunning = errors.New("pipeline: already running")
+
+// Build checks the graph and every node's options and returns a Pipeline
+// that can be run, or every problem found, joined; each is a
+// [*BuildError] naming the node.
+func (b *Builder) Build() (*Pipeline, error) {
+	cfg := b.cfg
+	errs := make([]error, 0, len(b.errs))
+	for _, e := range b.errs {
+		var be *BuildError
+		if errors.As(e, &be) {
+			be.Pipeline = b.name
+		}
+		errs = append(errs, e)
+	}
+	fail := func(node string, err error) {
+		errs = append(errs, &BuildError{Pipeline: b.name, Node: node, Err: err})
+	}
+	if b.name == "" {
+		fail("", errors.New("the pipeline has no name"))
+	}
+	if cfg.buffer < 0 {
+		fail("", fmt.Errorf("WithBuffer(%d): must not be negative", cfg.buffer))
+	}
+	if cfg.handOver == 0 || cfg.handOver < -1 {
+		fail("", fmt.Errorf("WithHandOverBatch(%d): must be at least 1", cfg.handOver))
+	}
+	if cfg.dlRetry.set {
+		if cfg.dlRetry.maxRetries < 0 || cfg.dlRetry.maxRetries > resilience.MaxRepeats {
+			fail("", fmt.Errorf("WithDeadLetterRetry(%d, ...): must be in [0, %d]", cfg.dlRetry.maxRetries, resilience.MaxRepeats))
+		}
+		if err := cfg.dlRetry.backoff.Validate(); err != nil {
+			fail("", fmt.Errorf("WithDeadLetterRetry backoff: %w", err))
+		}
+	}
+
+	var sources, sinks int
+	seen := make(map[string]bool, len(b.nodes))
+	for _, n := range b.nodes {
+		switch {
+		case n.name == "":
+			fail("", fmt.Errorf("node %d (%s) has no name", n.id+1, n.kind))
+		case seen[n.name]:
+			fail(n.name, errors.New("name used by another node"))
+		}
+		seen[n.name] = true
+		if !n.consumes {
+			sources++
+		}
+		if n.output == nil {
+			sinks++
+		} else if len(n.output.consumers) == 0 {
+			fail(n.name, errors.New("output stream is consumed by no node: every stream needs a consumer, such as a sink"))
+		}
+		if n.cfg.parallel < 1 {
+			fail(n.name, fmt.Errorf("Parallel(%d): must be at least 1", n.cfg.parallel))
+		}
+		if n.cfg.buffer < -1 {
+			fail(n.name, fmt.Errorf("Buffer(%d): must not be negative", n.cfg.buffer))
+		}
+		if n.validate != nil {
+			for _, e := range n.validate() {
+				fail(n.name, e)
+			}
+		}
+		n.res = resilience.ForProfile(cfg.profile)
+		for _, f := range cfg.resilience {
+			f(&n.res)
+		}
+		for _, f := range n.cfg.resilience {
+			f(&n.res)
+		}
+		if err := n.res.Validate(); err != nil {
+			for _, e := range unjoin(err) {
+				fail(n.name, e)
+			}
+		}
+		if n.res.OnItemFailure == resilience.DeadLetter && cfg.deadLetter == nil {
+			fail(n.name, errors.New("resilience: OnItemFailure = dead_letter: the pipeline has no dead-letter sink (WithDeadLetter)"))
+		}
+	}
+	if len(b.nodes) > 0 && sources == 0 {
+		fail("", errors.New("the pipeline has no source"))
+	}
+	if sinks == 0 {
+		fail("", errors.New("the pipeline has no sink"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+
+	if cfg.clock == nil {
+		cfg.clock = clockwork.NewRealClock()
+	}
+	if cfg.rand == nil {
+		cfg.rand = globalRand{}
+	} else {
+		cfg.rand = &lockedRand{r: cfg.rand}
+	}
+	if cfg.observer == nil {
+		cfg.observer = observer.Nop{}
+	}
+	if !cfg.dlRetry.set {
+		cfg.dlRetry = deadLetterRetry{maxRetries: 5, backoff: resilience.Exponential(100 * time.Millisecond).WithMaxDelay(5 * time.Second)}
+	}
+	if cfg.buffer == 0 && cfg.profile == resilience.ProfileHighThroughput {
+		cfg.buffer = HighThroughputBuffer
+	} else if cfg.buffer == 0 {
+		cfg.buffer = DefaultBuffer
+	}
+	if cfg.handOver == -1 {
+		cfg.handOver = 1
+		if cfg.profile == resilience.ProfileHighThroughput {
+			cfg.handOver = DefaultHandOverBatch
+		}
+	}
+	p := &Pipeline{name: b.name, cfg: cfg, nodes: b.nodes}
+	for _, n := range b.nodes {
+		if n.res.CircuitBreaker.Enabled {
+			n.breaker = resilience.NewBreaker(n.name, n.res.CircuitBreaker, cfg.clock, p.circuitChanged(n))
+		}
+	}
+	return p, nil
+}
+
+// unjoin returns the errors joined in err, or err alone.
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
+
+// A Pipeline is a built graph, ready to run. It can be run again after a
+// run returns; circuit breakers keep their state between runs, and the
+// counters of [Pipeline.Stats] add up over every run.
+type Pipeline struct {
+	name    string
+	cfg     config
+	nodes   []*spec
+	running atomic.Bool
+	current atomic.Pointer[runState] // the running or last run
+}
+
+// Name returns the pipeline's name.
+func (p *Pipeline) Name() string { return p.name }
+
+// Stats returns a snapshot of every node's counters. It takes no lock and
+// may be called at any time, also while the pipeline runs.
+func (p *Pipeline) Stats() Stats {
+	s := Stats{Pipeline: p.name, Running: p.running.Load(), Nodes: make([]NodeStats, len(p.nodes))}
+	if rs := p.current.Load(); rs != nil {
+		s.RunID = rs.id
+	}
+	for i, n := range p.nodes {
+		s.Nodes[i] = n.stats.snapshot(n.name, n.kind)
+		if n.breaker != nil {
+			s.Nodes[i].Circuit = n.breaker.State()
+		}
+	}
+	return s
+}
+
+// Run runs the pipeline until every source is exhausted and every item has
+// reached an outcome, or until the first failure, or until ctx is done.
+// It returns only after every goroutine it started has returned.
+//
+// The first node that fails for good cancels the run; Run returns its
+// error as a [*NodeError]. When ctx is done first, Run returns ctx's error
+// (its cause, if it has one). The Result holds this run's counts either
+// way.
+func (p *Pipeline) Run(ctx context.Context) (Result, error) {
+	if !p.running.CompareAndSwap(false, true) {
+		return Result{Pipeline: p.name}, ErrRunning
+	}
+	defer p.running.Store(false)
+	return p.run(ctx)
+}
+
+func (p *Pipeline) circuitChanged(n *spec) func(resilience.Transition) {
+	return func(t resilience.Transition) {
+		rs := p.current.Load()
+		ev := observer.CircuitEvent{
+			Event: observer.Event{Pipeline: p.name, Node: n.name, Time: t.Time},
+			From:  t.From, To: t.To, Generation: t.Generation,
+		}
+		if rs != nil {
+			ev.RunID = rs.id
+		}
+		if rs != nil {
+			rs.notify(n, func(o observer.Observer) { o.OnCircuitStateChanged(ev) })
+		} else {
+			p.cfg.observer.OnCircuitStateChanged(ev)
+		}
+	}
+}

@@ -1,0 +1,332 @@
+package pipeline
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// runState is one run of a Pipeline.
+type runState struct {
+	p      *Pipeline
+	id     string
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	stop   atomic.Bool // ctx is done
+	start  time.Time
+	edges  []any // each node's input edge, by node id
+	reg    *registry
+}
+
+func (p *Pipeline) run(parent context.Context) (Result, error) {
+	ctx, cancel := context.WithCancelCause(parent)
+	defer cancel(nil)
+	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, start: p.cfg.clock.Now()}
+	stopWatch := context.AfterFunc(ctx, func() { rs.stop.Store(true) })
+	defer stopWatch()
+	rs.reg = newRegistry(func(src string, v any) {
+		rs.fail(src, fmt.Errorf("pipeline: EmitTracked done callback panicked: %w",
+			&resilience.PanicError{Value: v, Stack: debug.Stack()}))
+	})
+	p.current.Store(rs)
+
+	before := make([]NodeStats, len(p.nodes))
+	for i, n := range p.nodes {
+		before[i] = n.stats.snapshot(n.name, n.kind)
+	}
+
+	rs.edges = make([]any, len(p.nodes))
+	for _, n := range p.nodes {
+		if n.newEdge != nil {
+			buffer := p.cfg.buffer
+			if n.cfg.buffer >= 0 {
+				buffer = n.cfg.buffer
+			}
+			rs.edges[n.id] = n.newEdge(buffer, p.cfg.handOver)
+		}
+	}
+	// Every runner, and so every writer, exists before any goroutine
+	// starts: an edge must know all its writers before the first of them
+	// can finish and close it.
+	nodes := make([]*nodeRun, len(p.nodes))
+	for i, n := range p.nodes {
+		nctx, ncancel := context.WithCancel(ctx)
+		defer ncancel()
+		nodes[i] = &nodeRun{rs: rs, spec: n, ctx: nctx}
+		nodes[i].r = n.newRunner(nodes[i])
+	}
+	var (
+		wg     sync.WaitGroup
+		failed atomic.Bool
+	)
+	for _, nr := range nodes {
+		wg.Go(func() {
+			if err := nr.run(); err != nil {
+				failed.Store(true)
+				rs.fail(nr.spec.name, err)
+			}
+		})
+	}
+	wg.Wait()
+	rs.reg.failAll()
+
+	res := Result{Pipeline: p.name, RunID: rs.id, Start: rs.start, Duration: p.cfg.clock.Since(rs.start),
+		Nodes: make([]NodeStats, len(p.nodes))}
+	for i, n := range p.nodes {
+		res.Nodes[i] = n.stats.snapshot(n.name, n.kind).minus(before[i])
+		if n.breaker != nil {
+			res.Nodes[i].Circuit = n.breaker.State()
+		}
+	}
+	// Only a node failure, a panicking done callback or the caller cancels
+	// ctx before Run returns, so its cause is the run's error. A caller who
+	// cancels after every node finished gets the success it had.
+	err := context.Cause(ctx)
+	var ne *NodeError
+	if !failed.Load() && !errors.As(err, &ne) {
+		err = nil
+	}
+	return res, err
+}
+
+// fail cancels the run with the failure of the node called name; the first
+// failure wins, later ones are echoes of it.
+func (rs *runState) fail(name string, err error) {
+	rs.cancel(&NodeError{Node: name, Err: err})
+}
+
+// isCancellation reports whether err is only the echo of ctx ending.
+func isCancellation(ctx context.Context, err error) bool {
+	if ctx.Err() == nil {
+		return false
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, context.Cause(ctx))
+}
+
+func (p *Pipeline) newRunID() string {
+	var b [8]byte
+	for i := range b {
+		b[i] = byte(p.cfg.rand.Int64N(256))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// notify calls f with the pipeline's observer; a panic in the observer
+// fails the run, naming the node the event was about.
+func (rs *runState) notify(n *spec, f func(observer.Observer)) {
+	defer func() {
+		if v := recover(); v != nil {
+			rs.fail(n.name, fmt.Errorf("pipeline: observer panicked: %w", &resilience.PanicError{Value: v, Stack: debug.Stack()}))
+		}
+	}()
+	f(rs.p.cfg.observer)
+}
+
+func (rs *runState) event(n *spec) observer.Event {
+	return observer.Event{Pipeline: rs.p.name, RunID: rs.id, Node: n.name, Time: rs.p.cfg.clock.Now()}
+}
+
+// wait waits d on the pipeline's clock, or until ctx is done.
+func (rs *runState) wait(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return context.Cause(ctx)
+	}
+	t := rs.p.cfg.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		// Re-check: the timer and the cancellation may have raced.
+		return context.Cause(ctx)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+// A runner is one node's runtime for one run. The driver in nodeRun calls
+// open, then body until it succeeds or the layers give up, then finish on
+// success, and close for every open that succeeded.
+type runner interface {
+	// open calls the node's Open, if it has one.
+	open(ctx context.Context) error
+	// body processes input until it ends. After a restart it is called
+	// again and resumes from the checkpoint.
+	body(ctx context.Context) error
+	// finish runs after body succeeded: it flushes a sink and hands over
+	// and closes the node's output.
+	finish(ctx context.Context) error
+	// close calls the node's Close, if it has one.
+	close(ctx context.Context) error
+	// consumed reports whether the node took any input (a source: emitted
+	// any item) in this run.
+	consumed() bool
+	// progress returns how many items the node completed in this run.
+	progress() int64
+	// restarting prepares the input to be replayed from the checkpoint.
+	restarting()
+}
+
+// nodeRun drives one node through a run: lifecycle, node restart (layer 2)
+// inside node retry (layer 3).
+type nodeRun struct {
+	rs *runState
+	// ctx is the node's own child of the run's context: each node waits on
+	// a done channel of its own, so that nodes blocking and waking do not
+	// contend for one channel's lock.
+	ctx    context.Context
+	spec   *spec
+	r      runner
+	opened bool // open succeeded and close has not run since
+}
+
+func (nr *nodeRun) run() error {
+	rs, n := nr.rs, nr.spec
+	rs.notify(n, func(o observer.Observer) { o.OnNodeStarted(observer.NodeEvent{Event: rs.event(n)}) })
+	err := nr.retry()
+	if isCancellation(rs.ctx, err) {
+		err = context.Cause(rs.ctx)
+	}
+	rs.notify(n, func(o observer.Observer) { o.OnNodeCompleted(observer.NodeEvent{Event: rs.event(n), Err: err}) })
+	return err
+}
+
+// retry is layer 3: it runs the node again from the start when it failed
+// before consuming any input and the failure is transient.
+func (nr *nodeRun) retry() error {
+	rs, n := nr.rs, nr.spec
+	o := n.res.NodeRetry
+	for retry := 0; ; retry++ {
+		err := nr.restart()
+		if err == nil || nr.r.consumed() || rs.ctx.Err() != nil || !o.Classifier.IsTransientContext(rs.ctx, err) {
+			return err
+		}
+		if retry >= o.MaxRetries {
+			if retry == 0 {
+				return err
+			}
+			return nr.exhausted(resilience.NodeRetry, retry+1, err)
+		}
+		if err := nr.backoff(resilience.NodeRetry, o.Backoff, retry+1, err); err != nil {
+			return err
+		}
+	}
+}
+
+// restart is layer 2: when the node fails after consuming input, it closes
+// the node, waits, opens it again and resumes from the checkpoint.
+func (nr *nodeRun) restart() error {
+	rs, n := nr.rs, nr.spec
+	o := n.res.NodeRestart
+	ctx := nr.ctx
+	if err := nr.open(); err != nil {
+		return err
+	}
+	restarts := 0
+	mark := int64(0)
+	for {
+		err := nr.r.body(ctx)
+		if err == nil {
+			err = nr.r.finish(ctx)
+			return errors.Join(err, nr.close())
+		}
+		if rs.ctx.Err() != nil || !nr.r.consumed() || !restartable(err) {
+			return errors.Join(err, nr.close())
+		}
+		if o.ResetAfterItems > 0 && nr.r.progress()-mark >= int64(o.ResetAfterItems) {
+			restarts = 0
+		}
+		for {
+			if restarts >= o.MaxRestarts {
+				cerr := nr.close()
+				if restarts == 0 {
+					return errors.Join(err, cerr)
+				}
+				return errors.Join(nr.exhausted(resilience.NodeRestart, restarts+1, err), cerr)
+			}
+			restarts++
+			if cerr := nr.close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+			if werr := nr.backoff(resilience.NodeRestart, o.Backoff, restarts, err); werr != nil {
+				return werr
+			}
+			if err = nr.open(); err == nil {
+				break
+			}
+			if rs.ctx.Err() != nil {
+				return err
+			}
+		}
+		mark = nr.r.progress()
+		nr.r.restarting()
+	}
+}
+
+func (nr *nodeRun) open() error {
+	if err := nr.r.open(nr.ctx); err != nil {
+		return err
+	}
+	nr.opened = true
+	return nil
+}
+
+// close closes the node if it is open, with a context the run's end does
+// not cancel, so that it can release what it holds.
+func (nr *nodeRun) close() error {
+	if !nr.opened {
+		return nil
+	}
+	nr.opened = false
+	return nr.r.close(context.WithoutCancel(nr.rs.ctx))
+}
+
+// backoff counts a retry of layer k, reports it, and waits its delay.
+func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry int, cause error) error {
+	rs, n := nr.rs, nr.spec
+	d := b.DelayForRand(retry, rs.p.cfg.rand)
+	n.stats.retry(k)
+	rs.notify(n, func(o observer.Observer) {
+		o.OnRetry(observer.RetryEvent{Event: rs.event(n), Kind: k, Attempt: retry, Delay: d, Err: cause})
+	})
+	return rs.wait(nr.ctx, d)
+}
+
+func (nr *nodeRun) exhausted(k resilience.RetryKind, attempts int, err error) error {
+	rs, n := nr.rs, nr.spec
+	rs.notify(n, func(o observer.Observer) {
+		o.OnRetryExhausted(observer.RetryExhaustedEvent{Event: rs.event(n), Kind: k, Attempts: attempts, Err: err})
+	})
+	return &resilience.RetryExhaustedError{Node: n.name, Kind: k, Attempts: attempts, Err: err}
+}
+
+// errNotRestartable marks failures that node restart must not repeat.
+type notRestartable struct{ err error }
+
+func (e *notRestartable) Error() string { return e.err.Error() }
+func (e *notRestartable) Unwrap() error { return e.err }
+
+func restartable(err error) bool {
+	var nr *notRestartable
+	var co *resilience.CircuitOpenError
+	return !errors.As(err, &nr) && !errors.As(err, &co)
+}
+
+// outcomeOf is the outcome a failure action gives an item.
+func outcomeOf(a resilience.FailureAction) node.Outcome {
+	switch a {
+	case resilience.Skip:
+		return node.Skipped
+	case resilience.DeadLetter:
+		return node.DeadLettered
+	}
+	return node.Failed
+}

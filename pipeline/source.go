@@ -1,0 +1,139 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"runtime/debug"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// Source adds a node that runs src and returns the stream of what it emits.
+func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOption) Stream[T] {
+	s := b.add(name, "source", opts)
+	s.validate = func() []error {
+		var errs []error
+		if src == nil {
+			errs = append(errs, errors.New("source is nil"))
+		}
+		if s.cfg.parallel > 1 {
+			errs = append(errs, errParallelNotSupported)
+		}
+		return errs
+	}
+	s.newRunner = func(nr *nodeRun) runner {
+		return &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
+	}
+	return Stream[T]{b.output(s)}
+}
+
+var errParallelNotSupported = errors.New("Parallel: only transforms, sinks, filters and flat maps run in parallel")
+
+// outEdges returns the input edges of every consumer of nr's output.
+func outEdges[T any](nr *nodeRun) []*edge[T] {
+	out := nr.spec.output
+	edges := make([]*edge[T], len(out.consumers))
+	for i, c := range out.consumers {
+		edges[i] = nr.rs.edges[c.id].(*edge[T])
+	}
+	return edges
+}
+
+type sourceRunner[T any] struct {
+	nr      *nodeRun
+	src     node.Source[T]
+	w       *writer[T]
+	emitted bool
+	count   int64
+}
+
+func (s *sourceRunner[T]) open(ctx context.Context) error   { return openNode(ctx, s.src) }
+func (s *sourceRunner[T]) close(ctx context.Context) error  { return closeNode(ctx, s.src) }
+func (s *sourceRunner[T]) consumed() bool                   { return s.emitted }
+func (s *sourceRunner[T]) progress() int64                  { return s.count }
+func (s *sourceRunner[T]) restarting()                      {}
+func (s *sourceRunner[T]) finish(ctx context.Context) error { return s.w.close(ctx) }
+
+func (s *sourceRunner[T]) body(ctx context.Context) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &resilience.PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return s.src.Run(ctx, (*emitter[T])(s))
+}
+
+// emitter is the Emitter a source writes to: the source runner itself.
+type emitter[T any] sourceRunner[T]
+
+func (e *emitter[T]) Emit(ctx context.Context, item T) error {
+	s := (*sourceRunner[T])(e)
+	if s.nr.ctx.Err() != nil {
+		return context.Cause(s.nr.ctx)
+	}
+	s.emitted = true
+	s.count++
+	return s.w.push(s.nr.ctx, envelope[T]{val: item})
+}
+
+func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
+	s := (*sourceRunner[T])(e)
+	if done == nil {
+		return e.Emit(ctx, item)
+	}
+	if s.nr.ctx.Err() != nil {
+		s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
+		return context.Cause(s.nr.ctx)
+	}
+	tr := s.nr.rs.reg.root(s.nr.spec.name, done)
+	s.emitted = true
+	s.count++
+	if err := s.w.push(s.nr.ctx, envelope[T]{val: item, tr: tr}); err != nil {
+		tr.fire(node.Failed)
+		return err
+	}
+	return nil
+}
+
+// openNode calls v's Open if it has one, turning a panic into an error.
+func openNode(ctx context.Context, v any) (err error) {
+	o, ok := v.(node.Opener)
+	if !ok {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &resilience.PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return o.Open(ctx)
+}
+
+// closeNode calls v's Close if it has one, turning a panic into an error.
+func closeNode(ctx context.Context, v any) (err error) {
+	c, ok := v.(node.Closer)
+	if !ok {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &resilience.PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return c.Close(ctx)
+}
+
+// flushNode calls v's Flush if it has one, turning a panic into an error.
+func flushNode(ctx context.Context, v any) (err error) {
+	f, ok := v.(node.Flusher)
+	if !ok {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = &resilience.PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return f.Flush(ctx)
+}

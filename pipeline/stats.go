@@ -1,0 +1,141 @@
+package pipeline
+
+import (
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// counters are one node's live counts. Each is written with atomic adds by
+// the node's goroutines and read by Stats without a lock. The padding keeps
+// two nodes' counters off one cache line, so that nodes on different cores
+// do not slow each other down.
+type counters struct {
+	in, out, failed, skipped, deadLettered, filtered atomic.Int64
+	retries                                          [3]atomic.Int64 // by RetryKind - 1
+	_                                                [40]byte
+}
+
+func (c *counters) retry(k resilience.RetryKind) { c.retries[k-1].Add(1) }
+
+func (c *counters) snapshot(name, kind string) NodeStats {
+	return NodeStats{
+		Node:         name,
+		Kind:         kind,
+		In:           c.in.Load(),
+		Out:          c.out.Load(),
+		Failed:       c.failed.Load(),
+		Skipped:      c.skipped.Load(),
+		DeadLettered: c.deadLettered.Load(),
+		Filtered:     c.filtered.Load(),
+		ItemRetries:  c.retries[resilience.ItemRetry-1].Load(),
+		NodeRestarts: c.retries[resilience.NodeRestart-1].Load(),
+		NodeRetries:  c.retries[resilience.NodeRetry-1].Load(),
+	}
+}
+
+// NodeStats are the counts of one node.
+//
+// In counts the items the node took in (for a source: none); Out the items
+// it handed downstream (for a sink: the items written). Failed counts items
+// whose processing failed after item retries, whatever happened next;
+// Skipped and DeadLettered count those the failure action dropped or
+// dead-lettered, Filtered those a Filter dropped or a FlatMap or Unbatch
+// turned into nothing. The retry counts are the retries each layer made.
+type NodeStats struct {
+	Node         string
+	Kind         string // "source", "transform", "sink", "filter", "flatmap", "batch", "unbatch", "merge"
+	In, Out      int64
+	Failed       int64
+	Skipped      int64
+	DeadLettered int64
+	Filtered     int64
+	ItemRetries  int64
+	NodeRestarts int64
+	NodeRetries  int64
+	// Circuit is the node's breaker state; CircuitClosed when it has none.
+	Circuit resilience.CircuitState
+}
+
+// Retries returns the retries of layer k.
+func (s NodeStats) Retries(k resilience.RetryKind) int64 {
+	switch k {
+	case resilience.ItemRetry:
+		return s.ItemRetries
+	case resilience.NodeRestart:
+		return s.NodeRestarts
+	case resilience.NodeRetry:
+		return s.NodeRetries
+	}
+	return 0
+}
+
+func (s NodeStats) minus(o NodeStats) NodeStats {
+	s.In -= o.In
+	s.Out -= o.Out
+	s.Failed -= o.Failed
+	s.Skipped -= o.Skipped
+	s.DeadLettered -= o.DeadLettered
+	s.Filtered -= o.Filtered
+	s.ItemRetries -= o.ItemRetries
+	s.NodeRestarts -= o.NodeRestarts
+	s.NodeRetries -= o.NodeRetries
+	return s
+}
+
+// Stats is a snapshot of a pipeline's counters. The counts add up every run
+// of the Pipeline, as metrics counters do; a run's own counts are in its
+// [Result].
+type Stats struct {
+	Pipeline string
+	RunID    string // the running or last run; empty before the first
+	Running  bool
+	Nodes    []NodeStats // in the order the nodes were added
+}
+
+// Node returns the stats of the node called name.
+func (s Stats) Node(name string) (NodeStats, bool) {
+	for _, n := range s.Nodes {
+		if n.Node == name {
+			return n, true
+		}
+	}
+	return NodeStats{}, false
+}
+
+// Result is what one run did.
+type Result struct {
+	Pipeline string
+	RunID    string
+	Start    time.Time // from the pipeline's clock
+	Duration time.Duration
+	Nodes    []NodeStats // this run's counts, in the order the nodes were added
+}
+
+// Node returns the counts of the node called name, zero if there is none.
+func (r Result) Node(name string) NodeStats {
+	for _, n := range r.Nodes {
+		if n.Node == name {
+			return n
+		}
+	}
+	return NodeStats{}
+}
+
+// String returns the per-node counts as a table.
+func (r Result) String() string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "pipeline %s run %s in %s\n", r.Pipeline, r.RunID, r.Duration)
+	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "node\tkind\tin\tout\tfailed\tskipped\tdead-lettered\tfiltered\tretries\trestarts\tnode retries\t")
+	for _, n := range r.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", n.Node, n.Kind, n.In, n.Out, n.Failed,
+			n.Skipped, n.DeadLettered, n.Filtered, n.ItemRetries, n.NodeRestarts, n.NodeRetries)
+	}
+	tw.Flush()
+	return sb.String()
+}

@@ -1,0 +1,123 @@
+package pipeline
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/node"
+)
+
+// A tracker follows one tracked item and everything derived from it. refs
+// counts the parts still on their way (broadcast branches, FlatMap and
+// Unbatch children); each part that reaches a terminal outcome calls finish
+// once, and the last one fires the tracker with the combined outcome.
+//
+// A root tracker belongs to an item given to EmitTracked and calls the
+// user's done. A group tracker belongs to a batch built from tracked items
+// and finishes each of its parents with the batch's outcome.
+type tracker struct {
+	refs    atomic.Int64
+	outcome atomic.Int32
+	fired   atomic.Bool
+	done    func(node.Outcome) // root only
+	src     string             // root only: the source that emitted it
+	parents []*tracker         // group only
+	reg     *registry
+}
+
+func (t *tracker) add(n int) { t.refs.Add(int64(n)) }
+
+// finish records that one part ended in o.
+func (t *tracker) finish(o node.Outcome) {
+	for {
+		cur := node.Outcome(t.outcome.Load())
+		next := cur.Combine(o)
+		if next == cur || t.outcome.CompareAndSwap(int32(cur), int32(next)) {
+			break
+		}
+	}
+	if t.refs.Add(-1) == 0 {
+		t.fire(node.Outcome(t.outcome.Load()))
+	}
+}
+
+// fire ends the tracker with o, once, whatever its parts still do.
+func (t *tracker) fire(o node.Outcome) {
+	if !t.fired.CompareAndSwap(false, true) {
+		return
+	}
+	if t.done != nil {
+		t.reg.remove(t)
+		t.reg.call(t.src, t.done, o)
+		return
+	}
+	for _, p := range t.parents {
+		p.finish(o)
+	}
+}
+
+// A registry holds the live root trackers of a run, so that the run can
+// fire every one it did not finish with Failed when it ends.
+type registry struct {
+	mu    sync.Mutex
+	live  map[*tracker]struct{}
+	panic func(src string, v any) // reports a panic of a user's done callback
+}
+
+func newRegistry(onPanic func(src string, v any)) *registry {
+	return &registry{live: make(map[*tracker]struct{}), panic: onPanic}
+}
+
+func (r *registry) root(src string, done func(node.Outcome)) *tracker {
+	t := &tracker{done: done, src: src, reg: r}
+	t.refs.Store(1)
+	r.mu.Lock()
+	r.live[t] = struct{}{}
+	r.mu.Unlock()
+	return t
+}
+
+// group returns a tracker for a batch of items, or nil when none of them is
+// tracked.
+func group[T any](items []envelope[T]) *tracker {
+	var parents []*tracker
+	for _, it := range items {
+		if it.tr != nil {
+			parents = append(parents, it.tr)
+		}
+	}
+	if parents == nil {
+		return nil
+	}
+	t := &tracker{parents: parents}
+	t.refs.Store(1)
+	return t
+}
+
+func (r *registry) remove(t *tracker) {
+	r.mu.Lock()
+	delete(r.live, t)
+	r.mu.Unlock()
+}
+
+func (r *registry) call(src string, done func(node.Outcome), o node.Outcome) {
+	defer func() {
+		if v := recover(); v != nil {
+			r.panic(src, v)
+		}
+	}()
+	done(o)
+}
+
+// failAll fires every live root tracker with Failed.
+func (r *registry) failAll() {
+	r.mu.Lock()
+	live := make([]*tracker, 0, len(r.live))
+	for t := range r.live {
+		live = append(live, t)
+	}
+	r.mu.Unlock()
+	for _, t := range live {
+		t.fire(node.Failed)
+	}
+}
