@@ -144,3 +144,50 @@ func BenchmarkEngineBatchedDefaultProfile(b *testing.B) {
 }
 
 func BenchmarkEngineParallel2(b *testing.B) { runEngine(b, nil, pipeline.Parallel(2)) }
+
+// BenchmarkBaselineOrderedFanOut is a hand-written ordered fan-out over two
+// workers: the source deals items round robin to the workers' channels and
+// a collector reads their results in the same round, so order is kept.
+func BenchmarkBaselineOrderedFanOut(b *testing.B) {
+	b.ReportAllocs()
+	const workers = 2
+	n := b.N
+	b.ResetTimer()
+	var in, out [workers]chan int
+	for w := range workers {
+		in[w] = make(chan int, 32)
+		out[w] = make(chan int, 32)
+	}
+	go func() {
+		for i := range n {
+			in[i%workers] <- i
+		}
+		for w := range workers {
+			close(in[w])
+		}
+	}()
+	for w := range workers {
+		go func() {
+			for v := range in[w] {
+				out[w] <- v * 2
+			}
+			close(out[w])
+		}()
+	}
+	sorted := make(chan int, 64)
+	go func() {
+		for i := 0; ; i++ {
+			v, ok := <-out[i%workers]
+			if !ok {
+				break
+			}
+			sorted <- v
+		}
+		close(sorted)
+	}()
+	s := 0
+	for v := range sorted {
+		s += v
+	}
+	sinkSum = s
+}

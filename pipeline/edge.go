@@ -117,6 +117,16 @@ func newWriter[T any](edges []*edge[T], out *atomic.Int64) *writer[T] {
 // when the item is tracked, whose completion someone waits for; the node
 // also flushes whenever its own input runs dry (see reader.idle).
 func (w *writer[T]) push(ctx context.Context, env envelope[T]) error {
+	// The common case, small enough to be inlined: batch mode without
+	// broadcast, an untracked item, and room left in the batch.
+	if w.single != nil && env.tr == nil && len(w.buf)+1 < w.single.batch {
+		w.buf = append(w.buf, env)
+		return nil
+	}
+	return w.pushSlow(ctx, env)
+}
+
+func (w *writer[T]) pushSlow(ctx context.Context, env envelope[T]) error {
 	if e := w.single; e != nil {
 		w.buf = append(w.buf, env)
 		if len(w.buf) >= e.batch || env.tr != nil {
@@ -201,6 +211,48 @@ func (w *writer[T]) send(ctx context.Context, i int) error {
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
+}
+
+// hasPending reports whether items wait in a batch not yet sent.
+func (w *writer[T]) hasPending() bool {
+	if w.single != nil {
+		return len(w.buf) > 0
+	}
+	for _, p := range w.pending {
+		if len(p) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// tryFlush sends what is pending to every edge that has room, without
+// blocking.
+func (w *writer[T]) tryFlush() {
+	if e := w.single; e != nil {
+		if len(w.buf) == 0 {
+			return
+		}
+		select {
+		case e.batches <- w.buf:
+			w.out.n += int64(len(w.buf))
+			w.out.flush()
+			w.buf = e.take()
+		default:
+		}
+		return
+	}
+	for i, p := range w.pending {
+		if len(p) == 0 {
+			continue
+		}
+		select {
+		case w.edges[i].batches <- p:
+			w.pending[i] = nil
+		default:
+		}
+	}
+	w.out.flush()
 }
 
 // flush sends every pending batch and publishes the count.
@@ -345,9 +397,11 @@ func (r *reader[T]) receive(ctx context.Context, expired <-chan time.Time) (item
 		}
 	}
 	if r.cur != nil {
-		// Clear the slots so that the recycled slice does not keep the
-		// items alive for the collector.
-		clear(r.cur)
+		// The slice goes back without being cleared: clearing would pull
+		// its cache lines to this core just before the writer fills them
+		// again on another, which costs more than the rest of the hand-over.
+		// The items it still points to are overwritten by the next batch;
+		// at most the free list's few batches are kept alive meanwhile.
 		select {
 		case r.e.free <- r.cur[:0]:
 		default:

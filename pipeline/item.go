@@ -42,38 +42,53 @@ func safeCall[In, R any](ctx context.Context, f func(context.Context, In) (R, er
 // the context of the node's current body.
 func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int) (R, *failure) {
 	n := nr.spec
-	o := &n.res.ItemRetry
-	if o.MaxRetries == 0 && n.breaker == nil && prior == 0 {
+	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == 0 {
 		r, err := safeCall(ctx, f, in)
 		if err != nil {
 			return r, nr.oneFailure(err)
 		}
 		return r, nil
 	}
+	return retry(ctx, nr, f, in, prior, nil)
+}
+
+// retry runs layer 1's loop. When first is not nil, the first call was
+// already made, without a breaker, and failed with first.
+func retry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, first error) (R, *failure) {
+	n := nr.spec
+	o := &n.res.ItemRetry
 	var fl *failure
+	var zero R
 	for retry := 0; ; retry++ {
-		var zero R
-		if prior+retry > resilience.MaxRepeats {
-			err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, prior+retry, resilience.MaxRepeats)}
-			return zero, nr.failed(fl, err, retry, 0)
-		}
-		var permit resilience.Permit
-		if n.breaker != nil {
-			p, err := nr.allow(ctx)
-			if err != nil {
+		var (
+			r      R
+			err    error
+			permit resilience.Permit
+		)
+		if retry == 0 && first != nil {
+			err = first
+		} else {
+			if prior+retry > resilience.MaxRepeats {
+				err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, prior+retry, resilience.MaxRepeats)}
 				return zero, nr.failed(fl, err, retry, 0)
 			}
-			permit = p
-		}
-		r, err := safeCall(ctx, f, in)
-		if err == nil {
 			if n.breaker != nil {
-				n.breaker.Record(permit, resilience.CallSuccess)
+				p, err := nr.allow(ctx)
+				if err != nil {
+					return zero, nr.failed(fl, err, retry, 0)
+				}
+				permit = p
 			}
-			return r, nil
+			r, err = safeCall(ctx, f, in)
+			if err == nil {
+				if n.breaker != nil {
+					n.breaker.Record(permit, resilience.CallSuccess)
+				}
+				return r, nil
+			}
 		}
 		transient := o.Classifier.IsTransientContext(ctx, err)
-		if n.breaker != nil {
+		if n.breaker != nil && !(retry == 0 && first != nil) {
 			res := resilience.CallIgnored
 			if transient {
 				res = resilience.CallFailure

@@ -13,15 +13,15 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// modes are the two ways stages hand items over; most behaviour must be the
-// same in both. The batched mode uses tiny batches so that batch edges are
-// crossed often.
+// modes are the ways stages hand items over; behaviour must be the same in
+// each. The small-batch mode crosses batch edges often.
 var modes = []struct {
 	name string
 	opts []pipeline.Option
 }{
-	{"per-item", nil},
-	{"batched", []pipeline.Option{pipeline.WithHandOverBatch(4), pipeline.WithBuffer(8)}},
+	{"default", nil},
+	{"per-item", []pipeline.Option{pipeline.WithHandOverBatch(1)}},
+	{"small-batches", []pipeline.Option{pipeline.WithHandOverBatch(4), pipeline.WithBuffer(8)}},
 }
 
 func ints(n int) []int {

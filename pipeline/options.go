@@ -19,9 +19,13 @@ const DefaultBuffer = 64
 // [resilience.ProfileHighThroughput].
 const HighThroughputBuffer = 1024
 
-// DefaultHandOverBatch is how many items a stage gathers before it hands
-// them over under [resilience.ProfileHighThroughput].
-const DefaultHandOverBatch = 256
+// DefaultHandOverBatch is the most items a stage gathers before it hands
+// them over, unless WithHandOverBatch says otherwise.
+const DefaultHandOverBatch = 64
+
+// HighThroughputHandOverBatch is the hand-over batch under
+// [resilience.ProfileHighThroughput].
+const HighThroughputHandOverBatch = 256
 
 // An Option configures a pipeline.
 type Option func(*config)

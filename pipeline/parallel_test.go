@@ -105,8 +105,9 @@ func TestParallelSinkAndFilter(t *testing.T) {
 	}
 }
 
-// TestSlowSinkBoundsWhatIsInFlight checks backpressure: with buffers of 2,
-// the source can be at most a fixed number of items ahead of a blocked sink.
+// TestSlowSinkBoundsWhatIsInFlight checks backpressure: handing over item
+// by item with buffers of 2, the source can be at most a fixed number of
+// items ahead of a blocked sink.
 func TestSlowSinkBoundsWhatIsInFlight(t *testing.T) {
 	t.Parallel()
 	// Held at once: 1 by the sink, 2 in its buffer, 1 by the transform, 2
@@ -115,7 +116,7 @@ func TestSlowSinkBoundsWhatIsInFlight(t *testing.T) {
 	var emitted, written atomic.Int64
 	emits := make(chan struct{}, 1000)
 	release := make(chan struct{})
-	b := pipeline.New("backpressure", pipeline.WithBuffer(2))
+	b := pipeline.New("backpressure", pipeline.WithBuffer(2), pipeline.WithHandOverBatch(1))
 	src := pipeline.Source(b, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
 		for i := range 1000 {
 			if err := out.Emit(ctx, i); err != nil {
@@ -150,4 +151,35 @@ func TestSlowSinkBoundsWhatIsInFlight(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(1000), written.Load())
 	assert.LessOrEqual(t, maxAhead.Load(), int64(bound), "the source never ran further ahead of the sink")
+}
+
+// TestSlowSinkBoundsWhatIsInFlightInBatches is the same with batches of 4
+// and buffers of 8 items (2 batches): each stage holds at most a batch it
+// reads, a batch it gathers and two batches in front of the next.
+func TestSlowSinkBoundsWhatIsInFlightInBatches(t *testing.T) {
+	t.Parallel()
+	const bound = 4 + 8 + 4 + 4 + 8 + 4
+	var emitted, written, maxAhead atomic.Int64
+	b := pipeline.New("backpressure", pipeline.WithBuffer(8), pipeline.WithHandOverBatch(4))
+	src := pipeline.Source(b, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+		for i := range 5000 {
+			if err := out.Emit(ctx, i); err != nil {
+				return err
+			}
+			emitted.Add(1)
+		}
+		return nil
+	}))
+	sink := node.SinkFunc[int](func(ctx context.Context, x int) error {
+		ahead := emitted.Load() - written.Add(1)
+		if ahead > maxAhead.Load() {
+			maxAhead.Store(ahead)
+		}
+		return nil
+	})
+	pipeline.Sink(b, "sink", pipeline.Transform(b, "double", src, double()), sink)
+	_, err := build(t, b).Run(t.Context())
+	require.NoError(t, err)
+	assert.Equal(t, int64(5000), written.Load())
+	assert.LessOrEqual(t, maxAhead.Load(), int64(bound))
 }

@@ -262,9 +262,9 @@ func (b *Builder) Build() (*Pipeline, error) {
 		cfg.buffer = DefaultBuffer
 	}
 	if cfg.handOver == -1 {
-		cfg.handOver = 1
+		cfg.handOver = DefaultHandOverBatch
 		if cfg.profile == resilience.ProfileHighThroughput {
-			cfg.handOver = DefaultHandOverBatch
+			cfg.handOver = HighThroughputHandOverBatch
 		}
 	}
 	p := &Pipeline{name: b.name, cfg: cfg, nodes: b.nodes}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"runtime/debug"
 
-	"golang.org/x/sync/errgroup"
-
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -23,12 +21,14 @@ type proc[In, R, Out any] struct {
 	in      *inbox[In]
 	writers []*writer[Out] // one, or one per worker when unordered; none for a sink
 	sink    bool
-	// fast is set when layer 1 has nothing to do (no retries, no breaker)
-	// and there is no replay window: the node then calls its function on
-	// whole runs of input with one panic guard per run, through loop when
-	// the node kind has one.
+	// fast is set when there is no breaker to ask before each call and no
+	// replay window: the node then calls its function on whole runs of
+	// input with one panic guard per run, through loop when the node kind
+	// has one, and enters layer 1's retry loop only for an item whose first
+	// call failed.
 	fast bool
 	loop loopFunc[In, Out]
+	cur  int // the item loop is at, for the panic guard
 }
 
 // A loopFunc calls the node's function on items[*j:], advancing *j, and
@@ -50,7 +50,7 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 		window = n.res.NodeRestart.MaxReplayWindow
 	}
 	p.in = newInbox(r, window)
-	p.fast = window == 0 && n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil
+	p.fast = window == 0 && n.breaker == nil
 	if !p.sink {
 		writers := 1
 		if n.cfg.parallel > 1 && n.cfg.unordered {
@@ -155,14 +155,20 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 		}
 		p.in.took = true
 		for i := 0; i < len(items); {
-			j, fl, err := p.run(ctx, w, &done, items, i)
+			j, ferr, err := p.run(ctx, w, &done, items, i)
 			if err != nil {
 				return err
 			}
-			if fl == nil {
+			if ferr == nil {
 				break
 			}
-			if err := p.nr.itemFailed(ctx, items[j].val, items[j].tr, fl); err != nil {
+			it := items[j]
+			r, fl := retry(ctx, p.nr, p.call, it.val, 0, ferr)
+			if fl == nil {
+				if err := p.deliver(ctx, w, &done, it, r); err != nil {
+					return err
+				}
+			} else if err := p.nr.itemFailed(ctx, it.val, it.tr, fl); err != nil {
 				return err
 			}
 			i = j + 1
@@ -171,153 +177,30 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 }
 
 // run processes items[i:] until one fails; it returns the failed item's
-// index and failure, or an error that ends the node.
-func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], i int) (j int, fl *failure, err error) {
-	j = i
+// index and the error of its call (a panic included), or an error that
+// ends the node.
+func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], i int) (j int, itemErr, err error) {
+	p.cur = i
 	defer func() {
 		if v := recover(); v != nil {
-			fl = p.nr.oneFailure(&resilience.PanicError{Value: v, Stack: debug.Stack()})
+			j, itemErr = p.cur, &resilience.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
 	if p.loop != nil {
-		ierr, err := p.loop(ctx, w, done, items, &j)
-		if ierr != nil {
-			return j, p.nr.oneFailure(ierr), nil
-		}
-		return j, nil, err
+		itemErr, err = p.loop(ctx, w, done, items, &p.cur)
+		return p.cur, itemErr, err
 	}
-	for ; j < len(items); j++ {
-		r, cerr := p.call(ctx, items[j].val)
+	for ; p.cur < len(items); p.cur++ {
+		it := &items[p.cur]
+		r, cerr := p.call(ctx, it.val)
 		if cerr != nil {
-			return j, p.nr.oneFailure(cerr), nil
+			return p.cur, cerr, nil
 		}
-		if err := p.deliver(ctx, w, done, items[j], r); err != nil {
-			return j, nil, err
+		if err := p.deliver(ctx, w, done, *it, r); err != nil {
+			return p.cur, nil, err
 		}
 	}
-	return j, nil, nil
-}
-
-type job[In any] struct {
-	env envelope[In]
-	t   ticket
-}
-
-type result[In, R any] struct {
-	job[In]
-	r       R
-	deliver bool
-}
-
-// ordered runs n workers fed round robin by a dispatcher; a collector reads
-// the workers' results in the same round, which restores the input order
-// without sequence numbers or allocation. A slow item holds back only the
-// items after it in the output; the other workers keep going until their
-// queues are full.
-func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
-	n := p.nr.spec.cfg.parallel
-	depth := max(p.nr.rs.p.cfg.buffer/n, 1)
-	g, gctx := errgroup.WithContext(ctx)
-	jobs := make([]chan job[In], n)
-	results := make([]chan result[In, R], n)
-	for i := range n {
-		jobs[i] = make(chan job[In], depth)
-		results[i] = make(chan result[In, R], depth)
-	}
-	g.Go(func() error {
-		defer func() {
-			for _, c := range jobs {
-				close(c)
-			}
-		}()
-		for i := 0; ; i++ {
-			env, t, ok, err := p.in.next(gctx)
-			if err != nil || !ok {
-				return err
-			}
-			if err := send(gctx, jobs[i%n], job[In]{env, t}); err != nil {
-				return err
-			}
-		}
-	})
-	for w := range n {
-		g.Go(func() error {
-			defer close(results[w])
-			for j := range jobs[w] {
-				r, deliver, err := p.handle(gctx, j.env, j.t)
-				if err != nil {
-					return err
-				}
-				if err := send(gctx, results[w], result[In, R]{j, r, deliver}); err != nil {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	g.Go(func() error {
-		out := p.writer(0)
-		done := tally{dst: &p.nr.spec.stats.out}
-		defer done.flush()
-		for i := 0; ; i++ {
-			res, ok, err := recv(gctx, results[i%n], out)
-			if err != nil || !ok {
-				return err
-			}
-			if !res.deliver {
-				continue
-			}
-			if err := p.deliver(gctx, out, &done, res.env, res.r); err != nil {
-				return err
-			}
-			p.in.ack(res.t)
-		}
-	})
-	return g.Wait()
-}
-
-// unordered runs n workers on one shared queue; each hands its results over
-// through a writer of its own as soon as they are ready.
-func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
-	n := p.nr.spec.cfg.parallel
-	g, gctx := errgroup.WithContext(ctx)
-	jobs := make(chan job[In], max(p.nr.rs.p.cfg.buffer, n))
-	g.Go(func() error {
-		defer close(jobs)
-		for {
-			env, t, ok, err := p.in.next(gctx)
-			if err != nil || !ok {
-				return err
-			}
-			if err := send(gctx, jobs, job[In]{env, t}); err != nil {
-				return err
-			}
-		}
-	})
-	for w := range n {
-		g.Go(func() error {
-			out := p.writer(w)
-			done := tally{dst: &p.nr.spec.stats.out}
-			defer done.flush()
-			for {
-				j, ok, err := recv(gctx, jobs, out)
-				if err != nil || !ok {
-					return err
-				}
-				r, deliver, err := p.handle(gctx, j.env, j.t)
-				if err != nil {
-					return err
-				}
-				if deliver {
-					if err := p.deliver(gctx, out, &done, j.env, r); err != nil {
-						return err
-					}
-					p.in.ack(j.t)
-				}
-			}
-		})
-	}
-	return g.Wait()
+	return p.cur, nil, nil
 }
 
 // send sends v on ch unless ctx is done first.

@@ -25,6 +25,9 @@ type runState struct {
 	start  time.Time
 	edges  []any // each node's input edge, by node id
 	reg    *registry
+	// flusher hands over what idle sources leave in a batch; nil in
+	// per-item mode.
+	flusher *flusher
 }
 
 func (p *Pipeline) run(parent context.Context) (Result, error) {
@@ -54,6 +57,9 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 			rs.edges[n.id] = n.newEdge(buffer, p.cfg.handOver)
 		}
 	}
+	if p.cfg.handOver > 1 {
+		rs.flusher = newFlusher()
+	}
 	// Every runner, and so every writer, exists before any goroutine
 	// starts: an edge must know all its writers before the first of them
 	// can finish and close it.
@@ -77,6 +83,9 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 		})
 	}
 	wg.Wait()
+	if rs.flusher != nil {
+		rs.flusher.close()
+	}
 	rs.reg.failAll()
 
 	res := Result{Pipeline: p.name, RunID: rs.id, Start: rs.start, Duration: p.cfg.clock.Since(rs.start),

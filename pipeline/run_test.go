@@ -364,3 +364,34 @@ func indexOf(s []string, v string) int {
 	}
 	return -1
 }
+
+// TestIdleSourceItemsAreHandedOver checks that items a source leaves in a
+// partly filled batch reach the sink while the source waits: the source
+// below returns only after the sink saw its items, so without the
+// flusher the run would never end.
+func TestIdleSourceItemsAreHandedOver(t *testing.T) {
+	t.Parallel()
+	seen := make(chan int, 3)
+	b := pipeline.New("idle")
+	src := pipeline.Source(b, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+		for i := range 3 {
+			if err := out.Emit(ctx, i); err != nil {
+				return err
+			}
+		}
+		for range 3 {
+			select {
+			case <-seen:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		return nil
+	}))
+	pipeline.Sink(b, "sink", pipeline.Transform(b, "double", src, double()), node.SinkFunc[int](func(_ context.Context, x int) error {
+		seen <- x
+		return nil
+	}))
+	_, err := build(t, b).Run(t.Context())
+	require.NoError(t, err)
+}

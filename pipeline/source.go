@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"runtime/debug"
+	"sync"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
@@ -23,7 +25,11 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		return errs
 	}
 	s.newRunner = func(nr *nodeRun) runner {
-		return &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
+		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out), stop: &nr.rs.stop}
+		if nr.rs.p.cfg.handOver > 1 {
+			s.fl = nr.rs.flusher
+		}
+		return s
 	}
 	return Stream[T]{b.output(s)}
 }
@@ -41,19 +47,64 @@ func outEdges[T any](nr *nodeRun) []*edge[T] {
 }
 
 type sourceRunner[T any] struct {
-	nr      *nodeRun
-	src     node.Source[T]
-	w       *writer[T]
-	emitted bool
-	count   int64
+	nr    *nodeRun
+	src   node.Source[T]
+	w     *writer[T]
+	stop  *atomic.Bool
+	count int64 // items emitted in this run
+
+	// In batch mode the run's flusher may hand over what the source left
+	// pending while the source is idle; mu guards the writer against that.
+	fl     *flusher
+	mu     sync.Mutex
+	armed  bool // queued at the flusher
+	closed bool
 }
 
-func (s *sourceRunner[T]) open(ctx context.Context) error   { return openNode(ctx, s.src) }
-func (s *sourceRunner[T]) close(ctx context.Context) error  { return closeNode(ctx, s.src) }
-func (s *sourceRunner[T]) consumed() bool                   { return s.emitted }
-func (s *sourceRunner[T]) progress() int64                  { return s.count }
-func (s *sourceRunner[T]) restarting()                      {}
-func (s *sourceRunner[T]) finish(ctx context.Context) error { return s.w.close(ctx) }
+func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
+func (s *sourceRunner[T]) close(ctx context.Context) error { return closeNode(ctx, s.src) }
+func (s *sourceRunner[T]) consumed() bool                  { return s.count > 0 }
+func (s *sourceRunner[T]) progress() int64                 { return s.count }
+func (s *sourceRunner[T]) restarting()                     {}
+func (s *sourceRunner[T]) finish(ctx context.Context) error {
+	if s.fl == nil {
+		return s.w.close(ctx)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return s.w.close(ctx)
+}
+
+// push hands env to the writer; in batch mode it holds mu and asks the
+// flusher to look after a batch it leaves pending.
+func (s *sourceRunner[T]) push(env envelope[T]) error {
+	if s.fl == nil {
+		return s.w.push(s.nr.ctx, env)
+	}
+	s.mu.Lock()
+	err := s.w.push(s.nr.ctx, env)
+	if err == nil && !s.armed && s.w.hasPending() {
+		s.armed = true
+		s.fl.arm(s)
+	}
+	s.mu.Unlock()
+	return err
+}
+
+func (s *sourceRunner[T]) tryFlush() bool {
+	if !s.mu.TryLock() {
+		return true // emitting right now: look again later
+	}
+	defer s.mu.Unlock()
+	if s.closed {
+		s.armed = false
+		return false
+	}
+	s.w.tryFlush()
+	s.armed = s.w.hasPending()
+	return s.armed
+}
 
 func (s *sourceRunner[T]) body(ctx context.Context) (err error) {
 	defer func() {
@@ -69,12 +120,11 @@ type emitter[T any] sourceRunner[T]
 
 func (e *emitter[T]) Emit(ctx context.Context, item T) error {
 	s := (*sourceRunner[T])(e)
-	if s.nr.ctx.Err() != nil {
+	if s.stop.Load() {
 		return context.Cause(s.nr.ctx)
 	}
-	s.emitted = true
 	s.count++
-	return s.w.push(s.nr.ctx, envelope[T]{val: item})
+	return s.push(envelope[T]{val: item})
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
@@ -87,9 +137,8 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 		return context.Cause(s.nr.ctx)
 	}
 	tr := s.nr.rs.reg.root(s.nr.spec.name, done)
-	s.emitted = true
 	s.count++
-	if err := s.w.push(s.nr.ctx, envelope[T]{val: item, tr: tr}); err != nil {
+	if err := s.push(envelope[T]{val: item, tr: tr}); err != nil {
 		tr.fire(node.Failed)
 		return err
 	}

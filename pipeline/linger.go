@@ -1,0 +1,102 @@
+package pipeline
+
+import (
+	"sync"
+	"time"
+)
+
+// Linger bounds how long an item a source emitted waits in a partly filled
+// hand-over batch when the source stops emitting for a while.
+//
+// Engine stages hand their gathered output over as soon as their own input
+// runs dry, but a source's input is your code: the engine cannot see that
+// it went idle (waiting for a broker, sleeping between polls). So each run
+// has one flusher goroutine that hands over, after Linger, whatever a source
+// left in a batch. It measures Linger on the real clock: it bounds latency,
+// it decides nothing a test could observe but timing.
+const Linger = 500 * time.Microsecond
+
+// A lingerer is a source's output that the flusher may hand over.
+type lingerer interface {
+	// tryFlush hands over what is pending without blocking, unless the
+	// source is emitting right now; it reports whether something is still
+	// pending and should be tried again later.
+	tryFlush() (again bool)
+}
+
+// A flusher hands over what idle sources left pending, Linger after it was
+// gathered. It runs on one goroutine owned by the run.
+type flusher struct {
+	mu    sync.Mutex
+	queue []lingering
+	wake  chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+}
+
+type lingering struct {
+	l        lingerer
+	deadline time.Time
+}
+
+func newFlusher() *flusher {
+	f := &flusher{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go f.loop()
+	return f
+}
+
+// arm asks the flusher to look at l after Linger.
+func (f *flusher) arm(l lingerer) {
+	f.mu.Lock()
+	f.queue = append(f.queue, lingering{l: l, deadline: time.Now().Add(Linger)})
+	first := len(f.queue) == 1
+	f.mu.Unlock()
+	if first {
+		select {
+		case f.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// close stops the flusher and waits for its goroutine to return.
+func (f *flusher) close() {
+	close(f.stop)
+	<-f.done
+}
+
+func (f *flusher) loop() {
+	defer close(f.done)
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case <-f.wake:
+		case <-timer.C:
+		}
+		now := time.Now()
+		f.mu.Lock()
+		due := 0
+		for due < len(f.queue) && !f.queue[due].deadline.After(now) {
+			due++
+		}
+		ready := append([]lingering(nil), f.queue[:due]...)
+		f.queue = append(f.queue[:0], f.queue[due:]...)
+		f.mu.Unlock()
+
+		for _, it := range ready {
+			if it.l.tryFlush() {
+				f.arm(it.l)
+			}
+		}
+
+		f.mu.Lock()
+		if len(f.queue) > 0 {
+			timer.Reset(time.Until(f.queue[0].deadline))
+		}
+		f.mu.Unlock()
+	}
+}
