@@ -16,9 +16,11 @@ test:
 demo:
 	$(GO) run ./samples/retrydelay
 
-## bench: every benchmark, with its hand-written baseline in the same run.
+## bench: every benchmark beside its hand-written baseline, summarised by benchstat.
+BENCHSTAT = golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 bench:
-	$(GO) test -run='^$$' -bench=. -benchmem -count=6 ./... | tee bench.out
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1000000x -count=6 ./bench/ | tee bench.out
+	$(GO) run $(BENCHSTAT) -table .name -col /impl bench.out
 
 ## fuzz: a short run of every fuzz target (FUZZTIME each).
 fuzz:

@@ -1,5 +1,6 @@
-// Package bench measures the engine beside hand-written baselines that do
-// the same work, in the same run, so that ratios are fair.
+// Package bench_test measures the engine beside hand-written baselines
+// that do the same work, in the same run, so that ratios are fair. Run it
+// with make bench.
 package bench_test
 
 import (
@@ -13,9 +14,33 @@ import (
 
 var sinkSum int
 
-// BenchmarkBaselineChannels is a source, a transform and a sink written by
-// hand as three goroutines joined by channels of 64 items.
-func BenchmarkBaselineChannels(b *testing.B) {
+// Each benchmark moves b.N ints through source → transform(x*2) → sink, so
+// ns/op is ns per item. Sub-benchmarks named impl=handwritten are the
+// baselines; benchstat -col /impl puts every engine variant beside them.
+
+func BenchmarkPerItem(b *testing.B) {
+	b.Run("impl=handwritten", handChannels)
+	b.Run("impl=sluice-default", func(b *testing.B) { runEngine(b, nil) })
+	b.Run("impl=sluice-per-item", func(b *testing.B) {
+		runEngine(b, []pipeline.Option{pipeline.WithHandOverBatch(1)})
+	})
+}
+
+func BenchmarkBatched(b *testing.B) {
+	b.Run("impl=handwritten", handBatches)
+	b.Run("impl=sluice-high-throughput", func(b *testing.B) {
+		runEngine(b, []pipeline.Option{pipeline.WithProfile(resilience.ProfileHighThroughput)})
+	})
+}
+
+func BenchmarkOrdered2(b *testing.B) {
+	b.Run("impl=handwritten", handOrderedFanOut)
+	b.Run("impl=sluice-parallel2", func(b *testing.B) { runEngine(b, nil, pipeline.Parallel(2)) })
+}
+
+// handChannels is a source, a transform and a sink written by hand as three
+// goroutines joined by channels of 64 items.
+func handChannels(b *testing.B) {
 	b.ReportAllocs()
 	n := b.N
 	b.ResetTimer()
@@ -44,8 +69,8 @@ func BenchmarkBaselineChannels(b *testing.B) {
 	sinkSum = <-done
 }
 
-// BenchmarkBaselineBatches is the same, handing over slices of 256 items.
-func BenchmarkBaselineBatches(b *testing.B) {
+// handBatches is the same, handing over slices of 256 items.
+func handBatches(b *testing.B) {
 	b.ReportAllocs()
 	const size = 256
 	n := b.N
@@ -133,22 +158,10 @@ func runEngine(b *testing.B, opts []pipeline.Option, nopts ...pipeline.NodeOptio
 	sinkSum = s
 }
 
-func BenchmarkEngineDefault(b *testing.B) { runEngine(b, nil) }
-
-func BenchmarkEngineBatched(b *testing.B) {
-	runEngine(b, []pipeline.Option{pipeline.WithProfile(resilience.ProfileHighThroughput)})
-}
-
-func BenchmarkEngineBatchedDefaultProfile(b *testing.B) {
-	runEngine(b, []pipeline.Option{pipeline.WithHandOverBatch(256), pipeline.WithBuffer(1024)})
-}
-
-func BenchmarkEngineParallel2(b *testing.B) { runEngine(b, nil, pipeline.Parallel(2)) }
-
-// BenchmarkBaselineOrderedFanOut is a hand-written ordered fan-out over two
-// workers: the source deals items round robin to the workers' channels and
-// a collector reads their results in the same round, so order is kept.
-func BenchmarkBaselineOrderedFanOut(b *testing.B) {
+// handOrderedFanOut is a hand-written ordered fan-out over two workers: the
+// source deals items round robin to the workers' channels and a collector
+// reads their results in the same round, so order is kept.
+func handOrderedFanOut(b *testing.B) {
 	b.ReportAllocs()
 	const workers = 2
 	n := b.N

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -204,6 +205,7 @@ type Breaker struct {
 
 	mu          sync.Mutex
 	state       CircuitState
+	shown       atomic.Int32 // state, readable without the lock
 	generation  uint64
 	consecutive int
 	openedAt    time.Time
@@ -229,12 +231,11 @@ func NewBreaker(name string, opts CircuitBreakerOptions, clock clockwork.Clock, 
 	return &Breaker{name: name, opts: opts, clock: clock, onTransition: onTransition, changed: make(chan struct{})}
 }
 
-// State returns the current state. An open breaker whose OpenDuration has
-// passed still reports open until a permit is asked for.
+// State returns the current state without taking a lock. An open breaker
+// whose OpenDuration has passed still reports open until a permit is asked
+// for.
 func (b *Breaker) State() CircuitState {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.state
+	return CircuitState(b.shown.Load())
 }
 
 // Generation returns the number of transitions so far.
@@ -366,6 +367,7 @@ func (b *Breaker) count(now time.Time, failed bool) (calls, failures int) {
 func (b *Breaker) transition(to CircuitState, now time.Time) Transition {
 	t := Transition{From: b.state, To: to, Time: now}
 	b.state = to
+	b.shown.Store(int32(to))
 	b.generation++
 	t.Generation = b.generation
 	b.inFlight, b.successes = 0, 0
