@@ -1,0 +1,208 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+func breaker(when resilience.OpenAction, action resilience.FailureAction) func(*resilience.Options) {
+	return func(o *resilience.Options) {
+		o.ItemRetry.MaxRetries = 0
+		o.NodeRetry.MaxRetries = 0
+		o.OnItemFailure = action
+		o.CircuitBreaker.Enabled = true
+		o.CircuitBreaker.ConsecutiveFailures = 3
+		o.CircuitBreaker.OpenDuration = 10 * time.Second
+		o.CircuitBreaker.WhenOpen = when
+		o.CircuitBreaker.MaxPause = time.Minute
+	}
+}
+
+func transitions(rec *pipelinetest.Recorder) [][2]resilience.CircuitState {
+	var out [][2]resilience.CircuitState
+	for _, e := range pipelinetest.Of[observer.CircuitEvent](rec) {
+		out = append(out, [2]resilience.CircuitState{e.From, e.To})
+	}
+	return out
+}
+
+var (
+	closedOpen = [2]resilience.CircuitState{resilience.CircuitClosed, resilience.CircuitOpen}
+	openHalf   = [2]resilience.CircuitState{resilience.CircuitOpen, resilience.CircuitHalfOpen}
+	halfClosed = [2]resilience.CircuitState{resilience.CircuitHalfOpen, resilience.CircuitClosed}
+	halfOpen   = [2]resilience.CircuitState{resilience.CircuitHalfOpen, resilience.CircuitOpen}
+)
+
+func TestOpenBreakerFailsTheNodeEvenWhenSkipping(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	rec := &pipelinetest.Recorder{}
+	var calls atomic.Int32
+	down := node.TransformFunc[int, int](func(context.Context, int) (int, error) {
+		calls.Add(1)
+		return 0, errFlaky
+	})
+	b := pipeline.New("open-fail", pipeline.WithClock(clock), pipeline.WithObserver(rec),
+		pipeline.WithResilience(breaker(resilience.OpenFail, resilience.Skip)))
+	out := pipeline.Transform(b, "call", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(10)...)), down)
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+	p := build(t, b)
+	res, err := p.Run(t.Context())
+
+	var coe *resilience.CircuitOpenError
+	require.ErrorAs(t, err, &coe)
+	assert.Equal(t, "call", coe.Node)
+	assert.Equal(t, clock.Now().Add(10*time.Second), coe.Until)
+	assert.Equal(t, int32(3), calls.Load(), "three failures trip it; the fourth item is refused without a call")
+	assert.Equal(t, int64(3), res.Node("call").Skipped)
+	assert.Equal(t, [][2]resilience.CircuitState{closedOpen}, transitions(rec))
+	assert.Equal(t, resilience.CircuitOpen, res.Node("call").Circuit)
+
+	// The breaker keeps its state between runs: the next run is refused at
+	// once, until the open duration has passed.
+	_, err = p.Run(t.Context())
+	require.ErrorIs(t, err, resilience.ErrCircuitOpen)
+	assert.Equal(t, int32(3), calls.Load())
+	s, _ := p.Stats().Node("call")
+	assert.Equal(t, resilience.CircuitOpen, s.Circuit)
+}
+
+func TestOpenPauseResumesAfterTheOpenDuration(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			clock := clockwork.NewFakeClock()
+			rec := &pipelinetest.Recorder{}
+			var healthy atomic.Bool
+			var calls atomic.Int32
+			dep := node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) {
+				calls.Add(1)
+				if !healthy.Load() {
+					return 0, errFlaky
+				}
+				return x, nil
+			})
+			b := pipeline.New("open-pause", append(m.opts, pipeline.WithClock(clock), pipeline.WithObserver(rec),
+				pipeline.WithResilience(breaker(resilience.OpenPause, resilience.Skip)))...)
+			src := pipelinetest.NewTrackedSource(ints(10)...)
+			out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", src), dep)
+			sink := &pipelinetest.Collector[int]{}
+			pipeline.Sink(b, "sink", out, sink)
+			run := pipelinetest.Start(t.Context(), build(t, b))
+
+			// Items 0, 1, 2 fail and are skipped; the breaker opens and the
+			// node pauses on the clock instead of calling.
+			_, err := pipelinetest.WaitFor[observer.CircuitEvent](t.Context(), rec, 1)
+			require.NoError(t, err)
+			require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+			assert.Equal(t, int32(3), calls.Load())
+			healthy.Store(true)
+			clock.Advance(10*time.Second - time.Nanosecond)
+			assert.Equal(t, int32(3), calls.Load(), "no probe before the open duration passed")
+			clock.Advance(time.Nanosecond)
+			res, err := run.Wait()
+			require.NoError(t, err)
+
+			assert.Equal(t, []int{3, 4, 5, 6, 7, 8, 9}, sink.Items())
+			assert.Equal(t, int64(3), res.Node("call").Skipped)
+			assert.Equal(t, [][2]resilience.CircuitState{closedOpen, openHalf, halfClosed}, transitions(rec))
+			outcomes := once(t, src, 10)
+			assert.Equal(t, repeat(node.Skipped, 3), outcomes[:3])
+			assert.Equal(t, repeat(node.Delivered, 7), outcomes[3:])
+		})
+	}
+}
+
+func TestOpenPauseProbesOncePerOpenDuration(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	start := clock.Now()
+	rec := &pipelinetest.Recorder{}
+	down := pipelinetest.FailAlways(errFlaky, ints(6)...)
+	b := pipeline.New("probes", pipeline.WithClock(clock), pipeline.WithObserver(rec),
+		pipeline.WithResilience(breaker(resilience.OpenPause, resilience.Skip)))
+	out := pipeline.Transform[int, int](b, "call", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(6)...)), down)
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+	run := pipelinetest.Start(t.Context(), build(t, b))
+	res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second)
+	require.NoError(t, err)
+	// Three failures trip the breaker; each later item waits for the next
+	// probe, fails it, and is skipped: one call per open period.
+	for i := range 6 {
+		assert.Equal(t, 1, down.Calls(i), "item %d", i)
+	}
+	assert.Equal(t, int64(6), res.Node("call").Skipped)
+	assert.Equal(t, 30*time.Second, clock.Since(start))
+	assert.Equal(t, [][2]resilience.CircuitState{closedOpen,
+		openHalf, halfOpen, openHalf, halfOpen, openHalf, halfOpen}, transitions(rec))
+}
+
+func TestOpenPauseEndsAtMaxPause(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	probing := make(chan struct{})
+	var n atomic.Int32
+	// Calls 1-3 fail and trip the breaker; call 4, the probe, hangs on the
+	// clock far longer than MaxPause, so the other worker's pause runs out.
+	dep := node.TransformFunc[int, int](func(ctx context.Context, x int) (int, error) {
+		if n.Add(1) <= 3 {
+			return 0, errFlaky
+		}
+		close(probing)
+		select {
+		case <-clock.After(time.Hour):
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		return x, nil
+	})
+	b := pipeline.New("max-pause", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			breaker(resilience.OpenPause, resilience.Skip)(o)
+			o.CircuitBreaker.MaxPause = 15 * time.Second
+		}))
+	out := pipeline.Transform(b, "call", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(20)...)), dep,
+		pipeline.Parallel(2), pipeline.Unordered())
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+	run := pipelinetest.Start(t.Context(), build(t, b))
+	// Both workers pause on the clock once the breaker opened.
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 2))
+	clock.Advance(10 * time.Second)
+	<-probing
+	// The probe waits an hour; the other worker waits for the probe or its
+	// deadline, 5s later.
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 2))
+	clock.Advance(5 * time.Second)
+	_, err := run.Wait()
+	var coe *resilience.CircuitOpenError
+	require.ErrorAs(t, err, &coe)
+	assert.Equal(t, "call", coe.Node)
+}
+
+func TestBreakerCountsOnlyTransientFailures(t *testing.T) {
+	t.Parallel()
+	errBad := errors.New("bad input")
+	b := pipeline.New("permanent", pipeline.WithResilience(breaker(resilience.OpenFail, resilience.Skip)))
+	out := pipeline.Transform[int, int](b, "call", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(10)...)),
+		pipelinetest.FailAlways(errBad, 0, 1, 2, 3, 4, 5))
+	sink := &pipelinetest.Collector[int]{}
+	pipeline.Sink(b, "sink", out, sink)
+	res, err := build(t, b).Run(t.Context())
+	require.NoError(t, err, "permanent errors say nothing of the dependency's health")
+	assert.Equal(t, int64(6), res.Node("call").Skipped)
+	assert.Equal(t, resilience.CircuitClosed, res.Node("call").Circuit)
+}
