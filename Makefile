@@ -20,6 +20,7 @@ demo:
 BENCHSTAT = golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1000000x -count=6 ./bench/ | tee bench.out
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s -count=6 ./deadletter/ | tee -a bench.out
 	$(GO) run $(BENCHSTAT) -table .name -col /impl bench.out
 
 ## fuzz: a short run of every fuzz target (FUZZTIME each).
