@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 10s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test demo bench fuzz lint
+.PHONY: all test demo tour bench fuzz lint
 
 all: lint test
 
@@ -12,8 +12,12 @@ test:
 	$(GO) vet ./...
 	$(GO) test -race -count=1 ./...
 
-## demo: the tour of backoff curves and jitter.
+## demo: the ETL job on embedded defaults (SQLite and a dead-letter file in ./sluice-demo).
 demo:
+	$(GO) run ./samples/etl
+
+## tour: the retry curves and jitter, printed.
+tour:
 	$(GO) run ./samples/retrydelay
 
 ## bench: every benchmark beside its hand-written baseline, summarised by benchstat.

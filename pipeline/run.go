@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -122,10 +123,14 @@ func isCancellation(ctx context.Context, err error) bool {
 		errors.Is(err, context.Cause(ctx))
 }
 
+// newRunID returns 16 random hex digits. They come from crypto/rand, not
+// from WithRand's source: a seeded source would give every process that
+// uses the same seed the same run ids, and dead letters of different runs
+// could no longer be told apart.
 func (p *Pipeline) newRunID() string {
 	var b [8]byte
-	for i := range b {
-		b[i] = byte(p.cfg.rand.Int64N(256))
+	if _, err := cryptorand.Read(b[:]); err != nil {
+		panic("sluice: crypto/rand failed: " + err.Error())
 	}
 	return hex.EncodeToString(b[:])
 }

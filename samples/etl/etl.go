@@ -1,0 +1,186 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// build returns the job's pipeline and what it loads into.
+func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.Observer) (*pipeline.Pipeline, *store, error) {
+	rates := newRateService(clock, cfg.seed, cfg.latency, cfg.failRate, cfg.outageAfter, cfg.outage)
+	st := &store{path: cfg.db}
+
+	b := pipeline.New("orders-etl",
+		pipeline.WithClock(clock),
+		pipeline.WithRand(rand.New(rand.NewPCG(cfg.seed, 7))),
+		pipeline.WithObserver(obs),
+		pipeline.WithDeadLetter(dlq),
+		// Whatever fails for good is dead-lettered, never lost and never
+		// stopping the job.
+		pipeline.WithResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))
+
+	lines := pipeline.Source(b, "read", generate(cfg.rows, cfg.seed))
+	orders := pipeline.Transform(b, "parse", lines, node.TransformFunc[string, Order](parse))
+	priced := pipeline.Transform(b, "enrich", orders, node.TransformFunc[Order, Order](rates.enrich),
+		// Order does not matter to a database, and ordered output would hold
+		// every result back behind each item that waits for a retry.
+		pipeline.Parallel(cfg.workers), pipeline.Unordered(),
+		pipeline.NodeResilience(func(o *resilience.Options) {
+			// A flaky dependency: a few quick retries with full jitter...
+			o.ItemRetry.MaxRetries = 4
+			o.ItemRetry.Backoff = resilience.Exponential(20 * time.Millisecond).WithMaxDelay(500 * time.Millisecond)
+			// ...and a breaker that stops calling it while it is down, and
+			// holds the input back instead of dead-lettering everything.
+			o.CircuitBreaker.Enabled = true
+			o.CircuitBreaker.ConsecutiveFailures = 8
+			o.CircuitBreaker.OpenDuration = 500 * time.Millisecond
+			o.CircuitBreaker.WhenOpen = resilience.OpenPause
+			o.CircuitBreaker.MaxPause = time.Minute
+		}))
+	valid := pipeline.Transform(b, "validate", priced, node.TransformFunc[Order, Order](validate))
+	batches := pipeline.Batch(b, "batch", valid, 500, 250*time.Millisecond)
+	pipeline.Sink[[]Order](b, "load", batches, st, pipeline.NodeResilience(func(o *resilience.Options) {
+		// A locked database file is worth a retry; a batch that cannot load
+		// fails the job rather than dead-lettering 500 orders at once.
+		o.OnItemFailure = resilience.Fail
+		o.NodeRestart.MaxRestarts = 2
+	}))
+	p, err := b.Build()
+	return p, st, err
+}
+
+// runETL runs the job once and returns its summary.
+func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.Writer) (summary, error) {
+	if err := os.MkdirAll(filepath.Dir(cfg.db), 0o755); err != nil {
+		return summary{}, err
+	}
+	if err := os.MkdirAll(filepath.Dir(cfg.dlq), 0o755); err != nil {
+		return summary{}, err
+	}
+	dlq, err := deadletter.OpenFile(cfg.dlq)
+	if err != nil {
+		return summary{}, err
+	}
+	obs := &tracker{reasons: map[reason]int{}}
+	observers := []observer.Observer{obs}
+	stopMetrics, err := serveMetrics(cfg.metricsAddr, progress, &observers)
+	if err != nil {
+		return summary{}, errors.Join(err, dlq.Close())
+	}
+	defer stopMetrics()
+	p, st, err := build(cfg, clock, dlq, observer.Multi(observers...))
+	if err != nil {
+		return summary{}, errors.Join(err, dlq.Close())
+	}
+	bindMetrics(p)
+
+	start := clock.Now()
+	stopProgress := showProgress(p, clock, cfg, progress)
+	res, runErr := p.Run(ctx)
+	stopProgress()
+	err = errors.Join(runErr, dlq.Close())
+	if err != nil {
+		return summary{}, err
+	}
+	inTable, err := count(ctx, cfg.db)
+	if err != nil {
+		return summary{}, fmt.Errorf("etl: count rows: %w", err)
+	}
+	return summary{
+		cfg: cfg, res: res, elapsed: clock.Since(start),
+		changed: st.changed.Load(), inTable: inTable,
+		reasons: obs.snapshot(), trips: obs.trips(),
+	}, nil
+}
+
+// A reason groups dead letters: the node where they failed and why.
+type reason struct {
+	node, why string
+}
+
+// tracker is an observer that groups dead letters by reason and counts
+// breaker trips.
+type tracker struct {
+	observer.Nop
+	mu      sync.Mutex
+	reasons map[reason]int
+	opened  int
+}
+
+func (t *tracker) OnDeadLetter(e observer.DeadLetterEvent) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.reasons[reason{e.OriginNode, why(e.Err)}]++
+}
+
+func (t *tracker) OnCircuitStateChanged(e observer.CircuitEvent) {
+	if e.To == resilience.CircuitOpen {
+		t.mu.Lock()
+		t.opened++
+		t.mu.Unlock()
+	}
+}
+
+func (t *tracker) snapshot() []reasonCount {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]reasonCount, 0, len(t.reasons))
+	for r, n := range t.reasons {
+		out = append(out, reasonCount{r, n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].n != out[j].n {
+			return out[i].n > out[j].n
+		}
+		return out[i].why < out[j].why
+	})
+	return out
+}
+
+func (t *tracker) trips() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.opened
+}
+
+type reasonCount struct {
+	reason
+	n int
+}
+
+// why names the kind of a dead letter's error.
+func why(err error) string {
+	var row *rowError
+	var rule *ruleError
+	var exhausted *resilience.RetryExhaustedError
+	switch {
+	case errors.As(err, &row):
+		return "malformed row: " + row.field
+	case errors.As(err, &rule):
+		return "rule: " + rule.rule
+	case errors.Is(err, errUnknownCurrency):
+		return "unknown currency"
+	case errors.As(err, &exhausted):
+		return "exchange rates unavailable, retries exhausted"
+	case errors.Is(err, resilience.ErrCircuitOpen):
+		return "exchange rates unavailable, breaker open"
+	default:
+		return err.Error()
+	}
+}

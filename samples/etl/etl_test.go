@@ -1,0 +1,168 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/deadletter"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// runOnFakeClock runs the job with cfg on a fake clock, moving it forward
+// a millisecond each time the job waits on it.
+func runOnFakeClock(t *testing.T, cfg config) summary {
+	t.Helper()
+	clock := clockwork.NewFakeClock()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	type result struct {
+		s   summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := runETL(ctx, cfg, clock, &bytes.Buffer{})
+		done <- result{s, err}
+	}()
+	for {
+		select {
+		case r := <-done:
+			require.NoError(t, r.err)
+			return r.s
+		default:
+		}
+		wctx, wcancel := context.WithCancel(ctx)
+		go func() {
+			select {
+			case r := <-done:
+				done <- r
+				wcancel()
+			case <-wctx.Done():
+			}
+		}()
+		if clock.BlockUntilContext(wctx, 1) == nil {
+			clock.Advance(time.Millisecond)
+		}
+		wcancel()
+	}
+}
+
+func testConfig(t *testing.T) config {
+	dir := t.TempDir()
+	return config{
+		rows: 3000, failRate: 0.1, outage: 300 * time.Millisecond, outageAfter: 50 * time.Millisecond,
+		latency: time.Millisecond, workers: 8, seed: 42,
+		db: filepath.Join(dir, "orders.db"), dlq: filepath.Join(dir, "dead-letters.jsonl"),
+	}
+}
+
+func TestETLEndToEnd(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	s := runOnFakeClock(t, cfg)
+
+	read := s.res.Node("read").Out
+	loaded := s.res.Node("validate").Out
+	assert.Equal(t, int64(cfg.rows), read)
+	assert.Equal(t, read, loaded+s.deadLettered(), "every row is loaded or dead-lettered")
+	assert.Equal(t, loaded, s.inTable, "the table holds every valid order")
+	assert.Equal(t, loaded, s.changed, "a fresh database gets every row")
+
+	// The data set's own failures are fixed by its seed.
+	byWhy := map[string]int{}
+	total := 0
+	for _, r := range s.reasons {
+		byWhy[r.why] += r.n
+		total += r.n
+	}
+	assert.Equal(t, int(s.deadLettered()), total, "every dead letter has a reason")
+	assert.Positive(t, byWhy["malformed row: fields"])
+	assert.Positive(t, byWhy["malformed row: amount"])
+	assert.Positive(t, byWhy["rule: amount must be positive"])
+	assert.Positive(t, byWhy["unknown currency"])
+	assert.Positive(t, s.retries(1), "the flaky service made items retry")
+	assert.Positive(t, s.trips, "the outage opened the breaker")
+
+	// The dead-letter file holds exactly this run's dead letters.
+	var envs []deadletter.Envelope
+	for env, err := range deadletter.ReadFile(cfg.dlq) {
+		require.NoError(t, err)
+		envs = append(envs, env)
+	}
+	assert.Len(t, envs, int(s.deadLettered()))
+	for _, env := range envs {
+		assert.Equal(t, s.res.RunID, env.RunID)
+		if env.OriginNode == "parse" {
+			assert.Contains(t, env.ErrText, "malformed row", "a row that did not parse is kept as its line")
+		} else {
+			assert.Regexp(t, `^ord-\d{7}$`, env.CorrelationID, "an order names itself")
+		}
+	}
+
+	// The summary says all of it.
+	var out bytes.Buffer
+	s.print(&out)
+	text := out.String()
+	assert.Contains(t, text, "Sluice ETL demo: 3000 rows")
+	assert.Regexp(t, regexp.MustCompile(`dead-lettered\s+`+strconv.FormatInt(s.deadLettered(), 10)), text)
+	assert.Contains(t, text, "go run ./cmd/sluice dlq stats "+cfg.dlq)
+
+	// A second run on the same database loads nothing twice.
+	again := runOnFakeClock(t, cfg)
+	assert.Zero(t, again.changed)
+	assert.Equal(t, s.inTable, again.inTable)
+}
+
+func TestFlags(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	assert.Equal(t, 0, run(t.Context(), []string{"-help"}, &bytes.Buffer{}, &stderr))
+	for _, flag := range []string{"-rows", "-fail-rate", "-outage", "-db", "-dlq", "-metrics-addr", "-seed"} {
+		assert.Contains(t, stderr.String(), flag)
+	}
+	stderr.Reset()
+	assert.Equal(t, 2, run(t.Context(), []string{"-fail-rate", "2"}, &bytes.Buffer{}, &stderr))
+	assert.Contains(t, stderr.String(), "-fail-rate 2: must be in [0, 1]")
+	stderr.Reset()
+	assert.Equal(t, 2, run(t.Context(), []string{"extra"}, &bytes.Buffer{}, &stderr))
+	assert.Contains(t, stderr.String(), `unexpected argument "extra"`)
+}
+
+// TestDemoCommand builds the program and runs it as make demo does, with
+// no flags, in an empty folder: it must succeed and print its summary.
+func TestDemoCommand(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("runs the whole demo; skipped with -short")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "etl")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	cmd := exec.Command(bin)
+	cmd.Dir = dir
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	assert.Contains(t, stdout.String(), "Sluice ETL demo: 100000 rows")
+	assert.Contains(t, stdout.String(), "Inspect the dead letters")
+	for _, f := range []string{"sluice-demo/orders.db", "sluice-demo/dead-letters.jsonl"} {
+		_, err := os.Stat(filepath.Join(dir, f))
+		assert.NoError(t, err, f)
+	}
+}

@@ -1,0 +1,130 @@
+// Command etl is Sluice's demo: an ETL job on embedded defaults, with no
+// server to install. It generates an orders data set (with some malformed
+// rows) from a fixed seed, parses each row, converts its amount to euro
+// through a simulated exchange-rate service that is slow, fails now and then
+// and goes down for a few seconds, checks business rules, and loads the
+// orders into a SQLite file in batches with upserts. What fails for good
+// lands in a dead-letter file next to the database.
+//
+//	go run ./samples/etl            # what make demo runs
+//	go run ./samples/etl -help
+//
+// Run it twice: the second run loads nothing twice.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// config is what the flags set.
+type config struct {
+	rows        int
+	failRate    float64
+	outage      time.Duration
+	outageAfter time.Duration
+	latency     time.Duration
+	workers     int
+	db, dlq     string
+	metricsAddr string
+	seed        uint64
+	progress    time.Duration // 0: no progress lines
+	tty         bool          // redraw one progress line instead of printing lines
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run runs the command with args and returns its exit status: 0 when the
+// job ran (dead letters included), 1 when it failed, 2 for bad flags.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg, err := parseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "etl:", err)
+		return 2
+	}
+	cfg.tty = isTerminal(stdout)
+	sum, err := runETL(ctx, cfg, clockwork.NewRealClock(), stdout)
+	if err != nil {
+		fmt.Fprintln(stderr, "etl:", err)
+		return 1
+	}
+	sum.print(stdout)
+	return 0
+}
+
+func parseFlags(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	fs := flag.NewFlagSet("etl", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.IntVar(&cfg.rows, "rows", 100_000, "how many order rows to generate")
+	fs.Float64Var(&cfg.failRate, "fail-rate", 0.05, "share of exchange-rate calls that fail with HTTP 503 (transient)")
+	fs.DurationVar(&cfg.outage, "outage", 3*time.Second, "how long the exchange-rate service is down (0: no outage)")
+	fs.DurationVar(&cfg.outageAfter, "outage-after", time.Second, "when the outage starts, from the start of the run")
+	fs.DurationVar(&cfg.latency, "latency", time.Millisecond, "mean latency of an exchange-rate call")
+	fs.IntVar(&cfg.workers, "workers", 64, "exchange-rate calls in flight at once (Parallel of the enrich step)")
+	fs.StringVar(&cfg.db, "db", filepath.Join("sluice-demo", "orders.db"), "SQLite database file to load into (created if missing)")
+	fs.StringVar(&cfg.dlq, "dlq", "", "dead-letter file (default: dead-letters.jsonl next to the database)")
+	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, such as 127.0.0.1:9464")
+	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the data set, the failures and the jitter")
+	fs.DurationVar(&cfg.progress, "progress", 200*time.Millisecond, "how often to show progress (0: never)")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), `Usage: etl [flags]
+
+Sluice's demo ETL job: generate orders, parse, convert to euro through a flaky
+exchange-rate service (item retries with jittered backoff, a circuit breaker
+that pauses through its outage), validate, and load into SQLite with upserts.
+Rows that fail for good go to a dead-letter file; inspect it with
+go run ./cmd/sluice dlq stats FILE.
+
+Flags:
+`)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		return cfg, fmt.Errorf("unexpected argument %q (see -help)", fs.Arg(0))
+	}
+	switch {
+	case cfg.rows < 0:
+		return cfg, fmt.Errorf("-rows %d: must not be negative", cfg.rows)
+	case cfg.workers < 1:
+		return cfg, fmt.Errorf("-workers %d: must be at least 1", cfg.workers)
+	case cfg.failRate < 0 || cfg.failRate > 1:
+		return cfg, fmt.Errorf("-fail-rate %g: must be in [0, 1]", cfg.failRate)
+	case cfg.outage < 0 || cfg.outageAfter < 0 || cfg.latency < 0 || cfg.progress < 0:
+		return cfg, errors.New("durations must not be negative")
+	case cfg.db == "":
+		return cfg, errors.New("-db: a database file is needed")
+	}
+	if cfg.dlq == "" {
+		cfg.dlq = filepath.Join(filepath.Dir(cfg.db), "dead-letters.jsonl")
+	}
+	return cfg, nil
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// today is the fixed "now" of the data set, so that runs repeat exactly.
+var today = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+
+var currencies = []string{"EUR", "USD", "GBP", "CHF", "JPY"}
+
+// An Order is one row of the data set, parsed.
+type Order struct {
+	ID       string    `json:"id"`
+	Customer string    `json:"customer"`
+	Cents    int64     `json:"cents"`
+	Currency string    `json:"currency"`
+	Date     time.Time `json:"date"`
+	// EURCents is filled in by the enrich step.
+	EURCents int64 `json:"eur_cents,omitempty"`
+}
+
+// CorrelationID names the order in its dead-letter envelope.
+func (o Order) CorrelationID() string { return o.ID }
+
+// generate returns a source of rows CSV lines (id,customer,amount,currency,
+// date), drawn from seed. About 0.5 % of the rows are malformed and about
+// 0.5 % break a business rule, so that every kind of failure shows.
+func generate(rows int, seed uint64) node.Source[string] {
+	return node.SourceFunc[string](func(ctx context.Context, out node.Emitter[string]) error {
+		r := rand.New(rand.NewPCG(seed, seed^0x5eed))
+		for i := range rows {
+			if err := out.Emit(ctx, row(r, i)); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+func row(r *rand.Rand, i int) string {
+	id := fmt.Sprintf("ord-%07d", i)
+	customer := fmt.Sprintf("cust-%05d", r.IntN(20_000))
+	amount := fmt.Sprintf("%d.%02d", 1+r.IntN(2_000), r.IntN(100))
+	currency := currencies[r.IntN(len(currencies))]
+	date := today.AddDate(0, 0, -r.IntN(30)).Format(time.DateOnly)
+	switch p := r.IntN(1000); {
+	case p < 2: // a field is missing
+		return strings.Join([]string{id, customer, amount, currency}, ",")
+	case p < 4:
+		amount = "12.5O" // a letter O for a zero
+	case p < 5:
+		date = "31/02/2026"
+	case p < 7:
+		amount = "-" + amount // rule: amounts are positive
+	case p < 8:
+		amount = "2500000.00" // rule: at most 1 000 000 per order
+	case p < 9:
+		date = today.AddDate(0, 0, 3).Format(time.DateOnly) // rule: not in the future
+	case p < 10:
+		currency = "XAU" // the rate service does not know it
+	}
+	return strings.Join([]string{id, customer, amount, currency, date}, ",")
+}
+
+// A rowError is a malformed row; it is permanent: parsing again cannot fix
+// it.
+type rowError struct {
+	row, field, why string
+}
+
+func (e *rowError) Error() string {
+	return fmt.Sprintf("malformed row %q: %s: %s", e.row, e.field, e.why)
+}
+
+// parse turns a CSV line into an Order. Malformed rows fail permanently, so
+// that they are dead-lettered at once.
+func parse(_ context.Context, line string) (Order, error) {
+	f := strings.Split(line, ",")
+	if len(f) != 5 {
+		return Order{}, resilience.MarkPermanent(&rowError{line, "fields", fmt.Sprintf("want 5, got %d", len(f))})
+	}
+	cents, err := parseCents(f[2])
+	if err != nil {
+		return Order{}, resilience.MarkPermanent(&rowError{line, "amount", err.Error()})
+	}
+	date, err := time.Parse(time.DateOnly, f[4])
+	if err != nil {
+		return Order{}, resilience.MarkPermanent(&rowError{line, "date", err.Error()})
+	}
+	return Order{ID: f[0], Customer: f[1], Cents: cents, Currency: f[3], Date: date}, nil
+}
+
+func parseCents(s string) (int64, error) {
+	whole, frac, ok := strings.Cut(s, ".")
+	if !ok || len(frac) != 2 {
+		return 0, errors.New("want a decimal with two places")
+	}
+	w, err := strconv.ParseInt(whole, 10, 64)
+	if err != nil {
+		return 0, err
+	}
+	c, err := strconv.ParseInt(frac, 10, 64)
+	if err != nil || c < 0 {
+		return 0, errors.New("bad cents")
+	}
+	if strings.HasPrefix(whole, "-") {
+		return w*100 - c, nil
+	}
+	return w*100 + c, nil
+}
+
+// A ruleError is an order that breaks a business rule.
+type ruleError struct {
+	rule string
+	id   string
+}
+
+func (e *ruleError) Error() string { return fmt.Sprintf("order %s breaks rule: %s", e.id, e.rule) }
+
+// maxEURCents is the largest order accepted, in euro cents.
+const maxEURCents = 1_000_000 * 100
+
+// validate applies the business rules; a broken rule is permanent.
+func validate(_ context.Context, o Order) (Order, error) {
+	var rule string
+	switch {
+	case o.Cents <= 0:
+		rule = "amount must be positive"
+	case o.EURCents > maxEURCents:
+		rule = "amount must be at most 1 000 000 EUR"
+	case o.Date.After(today):
+		rule = "date must not be in the future"
+	default:
+		return o, nil
+	}
+	return o, resilience.MarkPermanent(&ruleError{rule: rule, id: o.ID})
+}

@@ -1,0 +1,134 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// summary is what the job reports when it ends.
+type summary struct {
+	cfg     config
+	res     pipeline.Result
+	elapsed time.Duration
+	changed int64 // rows inserted or changed by this run
+	inTable int64
+	reasons []reasonCount
+	trips   int
+}
+
+func (s summary) deadLettered() int64 {
+	var n int64
+	for _, r := range s.res.Nodes {
+		n += r.DeadLettered
+	}
+	return n
+}
+
+func (s summary) retries(k resilience.RetryKind) int64 {
+	var n int64
+	for _, r := range s.res.Nodes {
+		n += r.Retries(k)
+	}
+	return n
+}
+
+func (s summary) print(w io.Writer) {
+	read := s.res.Node("read").Out
+	rate := 0.0
+	if s.elapsed > 0 {
+		rate = float64(read) / s.elapsed.Seconds()
+	}
+	fmt.Fprintf(w, "\nSluice ETL demo: %d rows in %s (%s rows/s), run %s\n\n", read, s.elapsed.Round(10*time.Millisecond), human(rate), s.res.RunID)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "  read\t%d\trows generated\n", read)
+	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.res.Node("validate").Out)
+	fmt.Fprintf(tw, "  changed\t%d\trows this run inserted or changed (%d in the table; run again: 0)\n", s.changed, s.inTable)
+	fmt.Fprintf(tw, "  dead-lettered\t%d\t\n", s.deadLettered())
+	for _, r := range s.reasons {
+		fmt.Fprintf(tw, "  \t%d\t  %s (%s)\n", r.n, r.why, r.node)
+	}
+	fmt.Fprintf(tw, "  retries\t%d\titem retries; %d node restarts, %d node retries\n",
+		s.retries(resilience.ItemRetry), s.retries(resilience.NodeRestart), s.retries(resilience.NodeRetry))
+	fmt.Fprintf(tw, "  breaker\t%d\ttimes the enrich breaker opened and paused the job (now %s)\n", s.trips, s.res.Node("enrich").Circuit)
+	tw.Flush()
+	fmt.Fprintf(w, "\nOutputs\n  database      %s\n  dead letters  %s\n", s.cfg.db, s.cfg.dlq)
+	fmt.Fprintf(w, "\nInspect the dead letters:\n  go run ./cmd/sluice dlq stats %s\n  go run ./cmd/sluice dlq ls %s\n", s.cfg.dlq, s.cfg.dlq)
+}
+
+// showProgress reports the run's progress from p.Stats() every
+// cfg.progress: one line redrawn in place on a terminal, a line every few
+// seconds otherwise. It returns a function that stops it.
+func showProgress(p *pipeline.Pipeline, clock clockwork.Clock, cfg config, w io.Writer) (stop func()) {
+	if cfg.progress <= 0 {
+		return func() {}
+	}
+	every := cfg.progress
+	if !cfg.tty {
+		every = max(every, 2*time.Second)
+	}
+	done := make(chan struct{})
+	finished := make(chan struct{})
+	start := clock.Now()
+	go func() {
+		defer close(finished)
+		t := clock.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				if cfg.tty {
+					fmt.Fprint(w, "\r"+strings.Repeat(" ", 100)+"\r")
+				}
+				return
+			case <-t.Chan():
+				line := progressLine(p.Stats(), clock.Since(start))
+				if cfg.tty {
+					fmt.Fprintf(w, "\r%-100s", line)
+				} else {
+					fmt.Fprintln(w, line)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
+}
+
+func progressLine(st pipeline.Stats, elapsed time.Duration) string {
+	read, _ := st.Node("read")
+	load, _ := st.Node("validate")
+	enrich, _ := st.Node("enrich")
+	var dead, retries int64
+	for _, n := range st.Nodes {
+		dead += n.DeadLettered
+		retries += n.ItemRetries
+	}
+	rate := 0.0
+	if elapsed > 0 {
+		rate = float64(read.Out) / elapsed.Seconds()
+	}
+	return fmt.Sprintf("%6.1fs  read %d  loaded %d  %s rows/s  retries %d  dead letters %d  breaker %s",
+		elapsed.Seconds(), read.Out, load.Out, human(rate), retries, dead, enrich.Circuit)
+}
+
+// human formats a rate with a k or M suffix.
+func human(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	default:
+		return fmt.Sprintf("%.0f", v)
+	}
+}
