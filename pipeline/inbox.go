@@ -148,10 +148,3 @@ func (in *inbox[T]) progress() int64 {
 	defer in.mu.Unlock()
 	return in.acked
 }
-
-// pending returns how many items the window holds.
-func (in *inbox[T]) pending() int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return len(in.entries)
-}
