@@ -95,7 +95,9 @@ func WithRand(r resilience.Rand) Option {
 }
 
 // WithBuffer sets the capacity of the channel in front of each node, in
-// items. 0 makes every hand-over synchronous.
+// items. With batched hand-over the channel holds buffer / batch batches,
+// at least two; with WithHandOverBatch(1), 0 makes every hand-over
+// synchronous.
 func WithBuffer(n int) Option {
 	return func(c *config) { c.buffer = n }
 }
