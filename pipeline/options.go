@@ -38,7 +38,8 @@ type config struct {
 	dlRetry    deadLetterRetry
 	clock      clockwork.Clock
 	rand       resilience.Rand
-	buffer     int // 0: the profile's
+	buffer     int
+	bufferSet  bool // else the profile's
 	handOver   int // -1: the profile's
 }
 
@@ -99,7 +100,7 @@ func WithRand(r resilience.Rand) Option {
 // at least two; with WithHandOverBatch(1), 0 makes every hand-over
 // synchronous.
 func WithBuffer(n int) Option {
-	return func(c *config) { c.buffer = n }
+	return func(c *config) { c.buffer, c.bufferSet = n, true }
 }
 
 // WithHandOverBatch sets how many items a stage gathers before handing them

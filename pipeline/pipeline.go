@@ -256,10 +256,11 @@ func (b *Builder) Build() (*Pipeline, error) {
 	if !cfg.dlRetry.set {
 		cfg.dlRetry = deadLetterRetry{maxRetries: 5, backoff: resilience.Exponential(100 * time.Millisecond).WithMaxDelay(5 * time.Second)}
 	}
-	if cfg.buffer == 0 && cfg.profile == resilience.ProfileHighThroughput {
-		cfg.buffer = HighThroughputBuffer
-	} else if cfg.buffer == 0 {
+	if !cfg.bufferSet {
 		cfg.buffer = DefaultBuffer
+		if cfg.profile == resilience.ProfileHighThroughput {
+			cfg.buffer = HighThroughputBuffer
+		}
 	}
 	if cfg.handOver == -1 {
 		cfg.handOver = DefaultHandOverBatch

@@ -395,3 +395,13 @@ func TestIdleSourceItemsAreHandedOver(t *testing.T) {
 	_, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 }
+
+func TestUnbufferedHandOver(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("sync", pipeline.WithBuffer(0), pipeline.WithHandOverBatch(1))
+	sink := &pipelinetest.Collector[int]{}
+	pipeline.Sink(b, "sink", pipeline.Transform(b, "double", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(100)...)), double()), sink)
+	_, err := build(t, b).Run(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, sink.Items(), 100)
+}
