@@ -1,0 +1,230 @@
+// Package prometheus exports what Sluice pipelines do as Prometheus
+// metrics: items in and out of every node, retries by layer, exhausted
+// retries, dead letters, drops, the delays retries chose, circuit breaker
+// state and the items in flight.
+//
+// A [Collector] is both a [prometheus.Collector], to register on any
+// registry, and an [observer.Observer], to give to [pipeline.WithObserver].
+// Per-item counts live in the engine as atomic counters: the Collector reads
+// them with [pipeline.Pipeline.Stats] when it is scraped, so a pipeline that
+// fails nothing pays nothing per item for being measured. Only the figures
+// that the counters do not hold (exhausted retries and the retry delay
+// histogram) are taken from events.
+//
+//	c := prometheus.New()
+//	b := pipeline.New("orders", pipeline.WithObserver(c))
+//	// ... add nodes ...
+//	p, err := b.Build()
+//	err = c.Observe(p)
+//	registry.MustRegister(c)
+//
+// The metric names, types and labels are listed in docs/observability.md.
+package prometheus
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	promclient "github.com/prometheus/client_golang/prometheus"
+
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// The names of the metrics a Collector exports.
+const (
+	ItemsIn          = "sluice_items_in_total"
+	ItemsOut         = "sluice_items_out_total"
+	ItemsFailed      = "sluice_items_failed_total"
+	ItemsFiltered    = "sluice_items_filtered_total"
+	DeadLetters      = "sluice_dead_letters_total"
+	Drops            = "sluice_drops_total"
+	Retries          = "sluice_retries_total"
+	RetriesExhausted = "sluice_retries_exhausted_total"
+	RetryDelay       = "sluice_retry_delay_seconds"
+	CircuitState     = "sluice_circuit_state"
+	ItemsInFlight    = "sluice_items_in_flight"
+)
+
+// defaultDelayBuckets are the upper bounds, in seconds, of the retry delay
+// histogram: from a millisecond up to the five minutes of the longest
+// pause a breaker allows by default.
+var defaultDelayBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// An Option configures a Collector.
+type Option func(*config)
+
+type config struct {
+	buckets []float64
+}
+
+// WithDelayBuckets sets the upper bounds, in seconds and strictly
+// increasing, of the buckets of the retry delay histogram. The default is
+// 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 and 300.
+func WithDelayBuckets(bounds ...float64) Option {
+	return func(c *config) { c.buckets = slices.Clone(bounds) }
+}
+
+// A Collector exports the metrics of the pipelines it observes. Give it to
+// [pipeline.WithObserver] when building each pipeline, then to
+// [Collector.Observe] with the built pipeline, and register it on a
+// registry. Several pipelines may share one Collector; their series differ
+// by the pipeline label.
+//
+// A Collector is safe for concurrent use. Create one with [New].
+type Collector struct {
+	mu        sync.RWMutex
+	watched   []*watched
+	byName    map[string]*watched
+	exhausted *promclient.CounterVec
+	delay     *promclient.HistogramVec
+
+	in, out, failed, filtered, deadLetters, drops, retries, circuit, inFlight *promclient.Desc
+}
+
+// New returns a Collector that observes no pipeline yet.
+func New(opts ...Option) *Collector {
+	cfg := config{buckets: defaultDelayBuckets}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	node := []string{"pipeline", "node"}
+	kind := []string{"pipeline", "node", "kind"}
+	return &Collector{
+		byName: make(map[string]*watched),
+		exhausted: promclient.NewCounterVec(promclient.CounterOpts{
+			Name: RetriesExhausted,
+			Help: "Times a resilience layer of a node ran out of retries, by layer (kind).",
+		}, kind),
+		delay: promclient.NewHistogramVec(promclient.HistogramOpts{
+			Name:    RetryDelay,
+			Help:    "Delays chosen before retries, jitter included, in seconds, by layer (kind).",
+			Buckets: cfg.buckets,
+		}, kind),
+		in:          promclient.NewDesc(ItemsIn, "Items a node took in from its input.", node, nil),
+		out:         promclient.NewDesc(ItemsOut, "Items a node handed downstream; for a sink, items written.", node, nil),
+		failed:      promclient.NewDesc(ItemsFailed, "Items whose processing failed after item retries, whatever happened to them next.", node, nil),
+		filtered:    promclient.NewDesc(ItemsFiltered, "Items a filter dropped, or a flat map or unbatch turned into nothing.", node, nil),
+		deadLetters: promclient.NewDesc(DeadLetters, "Items a node sent to the dead-letter sink.", node, nil),
+		drops:       promclient.NewDesc(Drops, "Items a node dropped because its failure action is skip.", node, nil),
+		retries:     promclient.NewDesc(Retries, "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.", kind, nil),
+		circuit:     promclient.NewDesc(CircuitState, "State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open.", node, nil),
+		inFlight: promclient.NewDesc(ItemsInFlight,
+			"Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped or dead-lettered; 0 while the pipeline is not running.", node, nil),
+	}
+}
+
+// Observe makes the Collector report p's counters at every scrape. Call it
+// once the pipeline is built and before it runs, so that items in flight
+// are counted from the start. Observing the same pipeline again does
+// nothing; observing another pipeline of the same name is an error, since
+// their series could not be told apart.
+func (c *Collector) Observe(p *pipeline.Pipeline) error {
+	if p == nil {
+		return errors.New("prometheus: Observe: nil pipeline")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w, ok := c.byName[p.Name()]; ok {
+		if w.p == p {
+			return nil
+		}
+		return fmt.Errorf("prometheus: Observe: a pipeline named %q is already observed", p.Name())
+	}
+	w := watch(p)
+	c.watched = append(c.watched, w)
+	c.byName[p.Name()] = w
+	// Exhaustion counters start at zero, so that the first exhaustion is
+	// an increase that rate() can see.
+	for _, n := range p.Stats().Nodes {
+		for _, k := range kinds {
+			c.exhausted.WithLabelValues(p.Name(), n.Node, k.String())
+		}
+	}
+	return nil
+}
+
+var kinds = []resilience.RetryKind{resilience.ItemRetry, resilience.NodeRestart, resilience.NodeRetry}
+
+// Describe sends the descriptions of every metric the Collector exports.
+func (c *Collector) Describe(ch chan<- *promclient.Desc) {
+	for _, d := range []*promclient.Desc{c.in, c.out, c.failed, c.filtered, c.deadLetters, c.drops, c.retries, c.circuit, c.inFlight} {
+		ch <- d
+	}
+	c.exhausted.Describe(ch)
+	c.delay.Describe(ch)
+}
+
+// Collect reads the counters of every observed pipeline and sends them,
+// with the figures gathered from events.
+func (c *Collector) Collect(ch chan<- promclient.Metric) {
+	c.mu.RLock()
+	ws := slices.Clone(c.watched)
+	c.mu.RUnlock()
+	for _, w := range ws {
+		s := w.p.Stats()
+		for i, n := range s.Nodes {
+			pl, nd := s.Pipeline, n.Node
+			counter := func(d *promclient.Desc, v int64) {
+				ch <- promclient.MustNewConstMetric(d, promclient.CounterValue, float64(v), pl, nd)
+			}
+			counter(c.in, n.In)
+			counter(c.out, n.Out)
+			counter(c.failed, n.Failed)
+			counter(c.filtered, n.Filtered)
+			counter(c.deadLetters, n.DeadLettered)
+			counter(c.drops, n.Skipped)
+			for _, k := range kinds {
+				ch <- promclient.MustNewConstMetric(c.retries, promclient.CounterValue, float64(n.Retries(k)), pl, nd, k.String())
+			}
+			ch <- promclient.MustNewConstMetric(c.circuit, promclient.GaugeValue, float64(n.Circuit), pl, nd)
+			if v, ok := w.inFlight(s, i); ok {
+				ch <- promclient.MustNewConstMetric(c.inFlight, promclient.GaugeValue, float64(v), pl, nd)
+			}
+		}
+	}
+	c.exhausted.Collect(ch)
+	c.delay.Collect(ch)
+}
+
+// OnNodeStarted notes where the node's counters stand, from which its
+// items in flight are counted during this run.
+func (c *Collector) OnNodeStarted(e observer.NodeEvent) {
+	c.mu.RLock()
+	w := c.byName[e.Pipeline]
+	c.mu.RUnlock()
+	if w != nil {
+		w.started(e.Node)
+	}
+}
+
+// OnNodeCompleted does nothing: a node's counts are in its counters.
+func (c *Collector) OnNodeCompleted(observer.NodeEvent) {}
+
+// OnRetry records the delay chosen in the retry delay histogram. The
+// retry itself is counted by the engine.
+func (c *Collector) OnRetry(e observer.RetryEvent) {
+	c.delay.WithLabelValues(e.Pipeline, e.Node, e.Kind.String()).Observe(e.Delay.Seconds())
+}
+
+// OnRetryExhausted counts the exhaustion.
+func (c *Collector) OnRetryExhausted(e observer.RetryExhaustedEvent) {
+	c.exhausted.WithLabelValues(e.Pipeline, e.Node, e.Kind.String()).Inc()
+}
+
+// OnDeadLetter does nothing: dead letters are counted by the engine.
+func (c *Collector) OnDeadLetter(observer.DeadLetterEvent) {}
+
+// OnDrop does nothing: drops are counted by the engine.
+func (c *Collector) OnDrop(observer.DropEvent) {}
+
+// OnCircuitStateChanged does nothing: the state is read at scrape time.
+func (c *Collector) OnCircuitStateChanged(observer.CircuitEvent) {}
+
+var (
+	_ promclient.Collector = (*Collector)(nil)
+	_ observer.Observer    = (*Collector)(nil)
+)
