@@ -1,0 +1,143 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// DeadLetter returns the dead-letter sink to give the pipeline
+// (pipeline.WithDeadLetter) so that the retry topology can work: it is
+// how the source learns that an item failed transiently after the
+// in-process layers gave up, which an item's outcome alone cannot say.
+//
+// For an envelope of an item that came from this source (a [Message], a
+// []Message from a Batch, or an item whose [deadletter.Correlated] id is a
+// Message's), with the retry topology enabled, the sink:
+//
+//   - records "reject for broker retry" on the delivery and writes nothing,
+//     when the Classifier of [RetryTopology] judges the failure transient
+//     and the message went through the retry queue fewer than MaxRetry
+//     times: the source then rejects the message instead of acking it, and
+//     the broker delivers it again after Delay;
+//   - writes nothing when the delivery's channel is already gone: the
+//     broker has put the message back in the queue, and its next delivery
+//     is judged again;
+//   - otherwise writes the envelope to next, and the message is acked.
+//
+// Every other envelope goes to next unchanged. A batch goes to the broker
+// only when each of its messages may still be retried. next must not be
+// nil.
+func (s *Source) DeadLetter(next deadletter.Sink) deadletter.Sink {
+	if next == nil {
+		panic("sluice: rabbitmq: Source.DeadLetter: next sink is nil")
+	}
+	return &retrySink{src: s, next: next}
+}
+
+type retrySink struct {
+	src  *Source
+	next deadletter.Sink
+}
+
+func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
+	ds := r.deliveries(env)
+	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
+		return r.next.Write(ctx, env)
+	}
+	gone := true
+	for _, d := range ds {
+		gone = gone && d.sess.isGone()
+	}
+	if gone {
+		return nil
+	}
+	if !r.retryable(env.Err) {
+		return r.next.Write(ctx, env)
+	}
+	for _, d := range ds {
+		if d.retries >= r.src.cfg.Retry.MaxRetry {
+			return r.next.Write(ctx, env)
+		}
+	}
+	for _, d := range ds {
+		d.brokerRetry.Store(true)
+	}
+	return nil
+}
+
+// deliveries returns the deliveries of this source that env's item came
+// from, or nil when it came from elsewhere.
+func (r *retrySink) deliveries(env deadletter.Envelope) []*delivery {
+	var ds []*delivery
+	add := func(m Message) bool {
+		if m.d == nil || m.d.src != r.src {
+			return false
+		}
+		ds = append(ds, m.d)
+		return true
+	}
+	switch it := env.Item.(type) {
+	case Message:
+		add(it)
+	case *Message:
+		if it != nil {
+			add(*it)
+		}
+	case []Message:
+		for _, m := range it {
+			if !add(m) {
+				return nil
+			}
+		}
+	default:
+		if env.CorrelationID != "" {
+			if d := r.src.lookup(env.CorrelationID); d != nil {
+				ds = append(ds, d)
+			}
+		}
+	}
+	return ds
+}
+
+// retryable judges err as the broker's layer sees it: under the marks
+// that only keep the in-process layers from multiplying their retries.
+func (r *retrySink) retryable(err error) bool {
+	return r.src.cfg.Retry.Classifier.IsTransient(unmark(err))
+}
+
+// unmark peels off what made err permanent only for the in-process layers:
+// a *resilience.RetryExhaustedError becomes the error of its last attempt,
+// and an error marked by resilience.MarkRetried becomes the error it wraps.
+func unmark(err error) error {
+	for range 8 {
+		var re *resilience.RetryExhaustedError
+		if errors.As(err, &re) && re.Err != nil {
+			err = re.Err
+			continue
+		}
+		if inner, ok := retriedInner(err); ok {
+			err = inner
+			continue
+		}
+		break
+	}
+	return err
+}
+
+// retriedInner finds the error wrapped by resilience.MarkRetried in err's
+// chain: the mark is the last error of the chain that still carries it.
+func retriedInner(err error) (error, bool) {
+	if _, ok := resilience.RetriedAttempts(err); !ok {
+		return nil, false
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		inner := errors.Unwrap(e)
+		if _, ok := resilience.RetriedAttempts(inner); !ok {
+			return inner, inner != nil
+		}
+	}
+	return nil, false
+}

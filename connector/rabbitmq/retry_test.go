@@ -1,0 +1,216 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/connector/rabbitmq"
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+var (
+	errFlaky = errors.New("flaky dependency")
+	errBad   = errors.New("bad input")
+)
+
+// A handler fails by script, per message and per delivery, and records
+// when each message was delivered.
+type handler struct {
+	mu         sync.Mutex
+	calls      map[string]int
+	deliveries map[string][]time.Time // first call of each delivery
+}
+
+func (h *handler) Process(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
+	h.mu.Lock()
+	h.calls[m.MessageID]++
+	if d := h.deliveries[m.MessageID]; len(d) == m.Retries {
+		h.deliveries[m.MessageID] = append(d, time.Now())
+	}
+	h.mu.Unlock()
+	switch {
+	case m.MessageID == "flaky" && m.Retries < 2:
+		return m, resilience.MarkTransient(errFlaky)
+	case m.MessageID == "poison":
+		return m, resilience.MarkTransient(errFlaky)
+	case m.MessageID == "bad":
+		return m, resilience.MarkPermanent(errBad)
+	}
+	return m, nil
+}
+
+// TestRetryTopology runs three messages through the broker's retry
+// topology: one failing (transiently) on its first two deliveries, one
+// always failing, one failing permanently. Each delivery also gets one
+// in-process item retry first, so the topology is the outer layer.
+func TestRetryTopology(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.cleanupTopology(q)
+	const delay = 100 * time.Millisecond
+	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{
+		URL: a.url, Queue: q, Declare: &rabbitmq.QueueDeclaration{},
+		Retry: rabbitmq.RetryTopology{Enabled: true, MaxRetry: 3, Delay: delay},
+	})
+	require.NoError(t, err)
+	// The source declares the topology when it opens; publish after that.
+	require.NoError(t, src.Open(ctx))
+	require.NoError(t, src.Close(ctx))
+	a.publish(q, "flaky", "poison", "bad")
+
+	var (
+		mu        sync.Mutex
+		delivered []rabbitmq.Message
+	)
+	dlq := deadletter.NewMemory(10)
+	check := func() {
+		if len(delivered) == 1 && dlq.Len() == 2 {
+			src.Stop()
+		}
+	}
+	store := node.SinkFunc[rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		delivered = append(delivered, m)
+		check()
+		return nil
+	})
+	dead := deadletter.Func(func(ctx context.Context, env deadletter.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		err := dlq.Write(ctx, env)
+		check()
+		return err
+	})
+	h := &handler{calls: map[string]int{}, deliveries: map[string][]time.Time{}}
+	rec := &pipelinetest.Recorder{}
+	b := pipeline.New("retry",
+		pipeline.WithObserver(rec),
+		pipeline.WithDeadLetter(src.DeadLetter(dead)),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.OnItemFailure = resilience.DeadLetter
+			o.ItemRetry.MaxRetries = 1
+			o.ItemRetry.Backoff = resilience.NoBackoff()
+		}))
+	handled := pipeline.Transform(b, "handle", pipeline.Source(b, "consume", src), node.Transform[rabbitmq.Message, rabbitmq.Message](h))
+	pipeline.Sink(b, "store", handled, store)
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(ctx)
+	require.NoError(t, err)
+
+	// flaky: two deliveries of two calls each, then a third delivery that
+	// worked, each delivery at least the TTL after the one before.
+	require.Len(t, delivered, 1)
+	assert.Equal(t, "flaky", delivered[0].MessageID)
+	assert.Equal(t, 2, delivered[0].Retries, "the count comes from x-death")
+	assert.Equal(t, q+"_retry", delivered[0].Exchange, "redelivered through the retry exchange")
+	h.mu.Lock()
+	assert.Equal(t, 5, h.calls["flaky"])
+	assert.Equal(t, 8, h.calls["poison"], "1 + MaxRetry deliveries, 2 calls each")
+	assert.Equal(t, 1, h.calls["bad"], "a permanent failure is retried by no layer")
+	times := h.deliveries["flaky"]
+	h.mu.Unlock()
+	require.Len(t, times, 3)
+	for i := 1; i < len(times); i++ {
+		assert.GreaterOrEqual(t, times[i].Sub(times[i-1]), delay, "delivery %d waited in the retry queue", i)
+	}
+
+	// poison: in the dead-letter sink after MaxRetry trips; bad: at once.
+	envs := dlq.Envelopes()
+	require.Len(t, envs, 2)
+	byID := map[string]deadletter.Envelope{}
+	for _, env := range envs {
+		byID[env.Item.(rabbitmq.Message).MessageID] = env
+	}
+	poison := byID["poison"]
+	assert.Equal(t, 3, poison.Item.(rabbitmq.Message).Retries)
+	assert.ErrorIs(t, poison.Err, resilience.ErrRetryExhausted)
+	assert.ErrorIs(t, poison.Err, errFlaky)
+	assert.Contains(t, poison.CorrelationID, q+"/")
+	bad := byID["bad"]
+	assert.Equal(t, 0, bad.Item.(rabbitmq.Message).Retries)
+	assert.ErrorIs(t, bad.Err, errBad)
+
+	// The engine dead-lettered every failed delivery (2 of flaky, 4 of
+	// poison, 1 of bad); the source's sink turned 5 of them into broker
+	// retries and let 2 through. Every queue is empty: what was not
+	// retried was acked.
+	assert.Len(t, pipelinetest.Of[observer.DeadLetterEvent](rec), 7)
+	for _, name := range []string{q, q + "_retry"} {
+		ready, _ := a.depth(name)
+		assert.Zero(t, ready, "queue %s is empty", name)
+	}
+	assertTopology(t, a, q, delay, "classic", false)
+}
+
+// assertTopology checks the declared topology with the broker: declaring
+// an existing queue or exchange with the same settings succeeds, and with
+// other settings fails with PRECONDITION_FAILED (a passive declare would
+// not compare arguments).
+func assertTopology(t *testing.T, a *admin, q string, delay time.Duration, queueType string, durable bool) {
+	t.Helper()
+	retryArgs := amqp.Table{
+		"x-message-ttl":          delay.Milliseconds(),
+		"x-dead-letter-exchange": q + "_retry",
+		"x-queue-type":           queueType,
+	}
+	_, err := a.channel().QueueDeclare(q+"_retry", durable, false, false, false, retryArgs)
+	assert.NoError(t, err, "the retry queue has the expected arguments")
+	wrong := amqp.Table{"x-message-ttl": delay.Milliseconds() + 1, "x-dead-letter-exchange": q + "_retry", "x-queue-type": queueType}
+	_, err = a.channel().QueueDeclare(q+"_retry", durable, false, false, false, wrong)
+	assertPrecondition(t, err)
+
+	mainArgs := amqp.Table{"x-dead-letter-exchange": q + "_dlx"}
+	if queueType != "classic" {
+		mainArgs["x-queue-type"] = queueType
+	}
+	_, err = a.channel().QueueDeclare(q, durable, false, false, false, mainArgs)
+	assert.NoError(t, err, "the queue dead-letters into q_dlx")
+
+	for _, ex := range []string{q + "_dlx", q + "_retry"} {
+		assert.NoError(t, a.channel().ExchangeDeclare(ex, amqp.ExchangeFanout, durable, false, false, false, nil), "exchange %s is a fanout", ex)
+		assertPrecondition(t, a.channel().ExchangeDeclare(ex, amqp.ExchangeDirect, durable, false, false, false, nil))
+	}
+}
+
+func assertPrecondition(t *testing.T, err error) {
+	t.Helper()
+	var ae *amqp.Error
+	if assert.ErrorAs(t, err, &ae) {
+		assert.Equal(t, amqp.PreconditionFailed, ae.Code, "%v", ae)
+	}
+}
+
+// TestRetryTopologyQuorum checks that the retry queue copies the type of a
+// quorum queue.
+func TestRetryTopologyQuorum(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.cleanupTopology(q)
+	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{
+		URL: a.url, Queue: q,
+		Declare: &rabbitmq.QueueDeclaration{Durable: true, Args: amqp.Table{"x-queue-type": "quorum"}},
+		Retry:   rabbitmq.RetryTopology{Enabled: true, MaxRetry: 1, Delay: time.Second, Durable: true},
+	})
+	require.NoError(t, err)
+	require.NoError(t, src.Open(ctx))
+	require.NoError(t, src.Close(ctx))
+	assertTopology(t, a, q, time.Second, "quorum", true)
+}
