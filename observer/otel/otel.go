@@ -1,0 +1,286 @@
+// Package otel reports what Sluice pipelines do as OpenTelemetry metrics,
+// through the API of go.opentelemetry.io/otel/metric: the same figures as
+// package observer/prometheus, for any OpenTelemetry SDK and exporter.
+//
+// An [Observer] is an [observer.Observer] to give to
+// [pipeline.WithObserver]. Per-item counts are observable instruments: a
+// callback reads them with [pipeline.Pipeline.Stats] when the SDK collects,
+// so a pipeline that fails nothing pays nothing per item for being
+// measured. Exhausted retries and the retry delay histogram, which no
+// counter holds, are recorded from events.
+//
+//	o, err := otel.New(meterProvider)
+//	b := pipeline.New("orders", pipeline.WithObserver(o))
+//	// ... add nodes ...
+//	p, err := b.Build()
+//	err = o.Observe(p)
+//
+// Instrument names and units are chosen so that the OpenTelemetry
+// Prometheus exporter produces the names of package observer/prometheus:
+// sluice.items.in becomes sluice_items_in_total. Attributes are pipeline,
+// node and kind, as the Prometheus labels. docs/observability.md lists
+// every instrument.
+package otel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	otelglobal "go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// ScopeName is the instrumentation scope of the Observer's meter.
+const ScopeName = "github.com/sluicehq/sluice/observer/otel"
+
+// The names of the instruments an Observer creates.
+const (
+	ItemsIn          = "sluice.items.in"          // Int64ObservableCounter, {item}
+	ItemsOut         = "sluice.items.out"         // Int64ObservableCounter, {item}
+	ItemsFailed      = "sluice.items.failed"      // Int64ObservableCounter, {item}
+	ItemsFiltered    = "sluice.items.filtered"    // Int64ObservableCounter, {item}
+	DeadLetters      = "sluice.dead_letters"      // Int64ObservableCounter, {item}
+	Drops            = "sluice.drops"             // Int64ObservableCounter, {item}
+	Retries          = "sluice.retries"           // Int64ObservableCounter, {retry}
+	RetriesExhausted = "sluice.retries.exhausted" // Int64Counter, {exhaustion}
+	RetryDelay       = "sluice.retry.delay"       // Float64Histogram, s
+	CircuitState     = "sluice.circuit.state"     // Int64ObservableGauge, {state}
+	ItemsInFlight    = "sluice.items.in_flight"   // Int64ObservableUpDownCounter, {item}
+)
+
+// The attribute keys of every measurement.
+const (
+	AttrPipeline = attribute.Key("pipeline")
+	AttrNode     = attribute.Key("node")
+	AttrKind     = attribute.Key("kind") // the retry layer: item_retry, node_restart, node_retry
+)
+
+// defaultDelayBuckets are the bounds, in seconds, of the retry delay
+// histogram: from a millisecond up to the five minutes of the longest
+// pause a breaker allows by default.
+var defaultDelayBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+
+// An Option configures an Observer.
+type Option func(*config)
+
+type config struct {
+	buckets []float64
+}
+
+// WithDelayBuckets sets the bounds, in seconds and strictly increasing, of
+// the buckets of the retry delay histogram. The default is 0.001, 0.005,
+// 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 and 300. The bounds
+// are advice to the SDK, which views may override.
+func WithDelayBuckets(bounds ...float64) Option {
+	return func(c *config) { c.buckets = slices.Clone(bounds) }
+}
+
+// An Observer records the metrics of the pipelines it observes. Give it to
+// [pipeline.WithObserver] when building each pipeline, then to
+// [Observer.Observe] with the built pipeline. Several pipelines may share
+// one Observer; their measurements differ by the pipeline attribute.
+//
+// An Observer is safe for concurrent use. Create one with [New].
+type Observer struct {
+	mu      sync.RWMutex
+	targets []*target
+	byName  map[string]*target
+	reg     metric.Registration
+
+	exhausted metric.Int64Counter
+	delay     metric.Float64Histogram
+	// kindAttrs caches the attributes of event measurements, by
+	// pipeline, node and kind, so that an event allocates them once.
+	kindAttrs sync.Map // kindKey → metric.MeasurementOption
+
+	in, out, failed, filtered, deadLetters, drops, retries metric.Int64ObservableCounter
+	circuit                                                metric.Int64ObservableGauge
+	inFlight                                               metric.Int64ObservableUpDownCounter
+}
+
+// A target is an observed pipeline with the attributes of its nodes.
+type target struct {
+	w     *watched
+	nodes []metric.MeasurementOption   // pipeline, node
+	kinds [][]metric.MeasurementOption // pipeline, node, kind; by node, then RetryKind - 1
+}
+
+type kindKey struct {
+	pipeline, node string
+	kind           resilience.RetryKind
+}
+
+var kinds = []resilience.RetryKind{resilience.ItemRetry, resilience.NodeRestart, resilience.NodeRetry}
+
+// New returns an Observer whose instruments come from a meter of mp named
+// [ScopeName]. A nil mp is the global MeterProvider. It fails when an
+// instrument or the callback cannot be created.
+func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
+	cfg := config{buckets: defaultDelayBuckets}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if mp == nil {
+		mp = otelglobal.GetMeterProvider()
+	}
+	m := mp.Meter(ScopeName)
+	o := &Observer{byName: make(map[string]*target)}
+	var errs []error
+	counter := func(name, unit, desc string) metric.Int64ObservableCounter {
+		c, err := m.Int64ObservableCounter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+		errs = append(errs, err)
+		return c
+	}
+	o.in = counter(ItemsIn, "{item}", "Items a node took in from its input.")
+	o.out = counter(ItemsOut, "{item}", "Items a node handed downstream; for a sink, items written.")
+	o.failed = counter(ItemsFailed, "{item}", "Items whose processing failed after item retries, whatever happened to them next.")
+	o.filtered = counter(ItemsFiltered, "{item}", "Items a filter dropped, or a flat map or unbatch turned into nothing.")
+	o.deadLetters = counter(DeadLetters, "{item}", "Items a node sent to the dead-letter sink.")
+	o.drops = counter(Drops, "{item}", "Items a node dropped because its failure action is skip.")
+	o.retries = counter(Retries, "{retry}", "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.")
+	var err error
+	o.circuit, err = m.Int64ObservableGauge(CircuitState, metric.WithUnit("{state}"),
+		metric.WithDescription("State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open."))
+	errs = append(errs, err)
+	o.inFlight, err = m.Int64ObservableUpDownCounter(ItemsInFlight, metric.WithUnit("{item}"),
+		metric.WithDescription("Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped or dead-lettered; 0 while the pipeline is not running."))
+	errs = append(errs, err)
+	o.exhausted, err = m.Int64Counter(RetriesExhausted, metric.WithUnit("{exhaustion}"),
+		metric.WithDescription("Times a resilience layer of a node ran out of retries, by layer (kind)."))
+	errs = append(errs, err)
+	o.delay, err = m.Float64Histogram(RetryDelay, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(cfg.buckets...),
+		metric.WithDescription("Delays chosen before retries, jitter included, in seconds, by layer (kind)."))
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("otel: creating instruments: %w", err)
+	}
+	o.reg, err = m.RegisterCallback(o.observe, o.in, o.out, o.failed, o.filtered, o.deadLetters, o.drops, o.retries, o.circuit, o.inFlight)
+	if err != nil {
+		return nil, fmt.Errorf("otel: registering the callback: %w", err)
+	}
+	return o, nil
+}
+
+// Observe makes the Observer report p's counters at every collection. Call
+// it once the pipeline is built and before it runs, so that items in flight
+// are counted from the start. Observing the same pipeline again does
+// nothing; observing another pipeline of the same name is an error, since
+// their measurements could not be told apart.
+func (o *Observer) Observe(p *pipeline.Pipeline) error {
+	if p == nil {
+		return errors.New("otel: Observe: nil pipeline")
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if t, ok := o.byName[p.Name()]; ok {
+		if t.w.p == p {
+			return nil
+		}
+		return fmt.Errorf("otel: Observe: a pipeline named %q is already observed", p.Name())
+	}
+	t := &target{w: watch(p)}
+	for _, n := range p.Stats().Nodes {
+		t.nodes = append(t.nodes, metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(p.Name()), AttrNode.String(n.Node))))
+		byKind := make([]metric.MeasurementOption, len(kinds))
+		for i, k := range kinds {
+			byKind[i] = o.attrs(p.Name(), n.Node, k)
+			// Exhaustion counters start at zero, as the Prometheus ones do.
+			o.exhausted.Add(context.Background(), 0, byKind[i])
+		}
+		t.kinds = append(t.kinds, byKind)
+	}
+	o.targets = append(o.targets, t)
+	o.byName[p.Name()] = t
+	return nil
+}
+
+// Close unregisters the callback that reads the observed pipelines'
+// counters. Events are still recorded.
+func (o *Observer) Close() error {
+	if err := o.reg.Unregister(); err != nil {
+		return fmt.Errorf("otel: unregistering the callback: %w", err)
+	}
+	return nil
+}
+
+// attrs returns the attributes of a measurement about layer k of a node.
+func (o *Observer) attrs(pl, node string, k resilience.RetryKind) metric.MeasurementOption {
+	key := kindKey{pl, node, k}
+	if v, ok := o.kindAttrs.Load(key); ok {
+		return v.(metric.MeasurementOption)
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(pl), AttrNode.String(node), AttrKind.String(k.String())))
+	v, _ := o.kindAttrs.LoadOrStore(key, opt)
+	return v.(metric.MeasurementOption)
+}
+
+// observe is the callback: it reads every observed pipeline's counters.
+func (o *Observer) observe(_ context.Context, ob metric.Observer) error {
+	o.mu.RLock()
+	ts := slices.Clone(o.targets)
+	o.mu.RUnlock()
+	for _, t := range ts {
+		s := t.w.p.Stats()
+		for i, n := range s.Nodes {
+			at := t.nodes[i]
+			ob.ObserveInt64(o.in, n.In, at)
+			ob.ObserveInt64(o.out, n.Out, at)
+			ob.ObserveInt64(o.failed, n.Failed, at)
+			ob.ObserveInt64(o.filtered, n.Filtered, at)
+			ob.ObserveInt64(o.deadLetters, n.DeadLettered, at)
+			ob.ObserveInt64(o.drops, n.Skipped, at)
+			for j, k := range kinds {
+				ob.ObserveInt64(o.retries, n.Retries(k), t.kinds[i][j])
+			}
+			ob.ObserveInt64(o.circuit, int64(n.Circuit), at)
+			if v, ok := t.w.inFlight(s, i); ok {
+				ob.ObserveInt64(o.inFlight, v, at)
+			}
+		}
+	}
+	return nil
+}
+
+// OnNodeStarted notes where the node's counters stand, from which its
+// items in flight are counted during this run.
+func (o *Observer) OnNodeStarted(e observer.NodeEvent) {
+	o.mu.RLock()
+	t := o.byName[e.Pipeline]
+	o.mu.RUnlock()
+	if t != nil {
+		t.w.started(e.Node)
+	}
+}
+
+// OnNodeCompleted does nothing: a node's counts are in its counters.
+func (o *Observer) OnNodeCompleted(observer.NodeEvent) {}
+
+// OnRetry records the delay chosen in the retry delay histogram. The
+// retry itself is counted by the engine.
+func (o *Observer) OnRetry(e observer.RetryEvent) {
+	o.delay.Record(context.Background(), e.Delay.Seconds(), o.attrs(e.Pipeline, e.Node, e.Kind))
+}
+
+// OnRetryExhausted counts the exhaustion.
+func (o *Observer) OnRetryExhausted(e observer.RetryExhaustedEvent) {
+	o.exhausted.Add(context.Background(), 1, o.attrs(e.Pipeline, e.Node, e.Kind))
+}
+
+// OnDeadLetter does nothing: dead letters are counted by the engine.
+func (o *Observer) OnDeadLetter(observer.DeadLetterEvent) {}
+
+// OnDrop does nothing: drops are counted by the engine.
+func (o *Observer) OnDrop(observer.DropEvent) {}
+
+// OnCircuitStateChanged does nothing: the state is read at collection time.
+func (o *Observer) OnCircuitStateChanged(observer.CircuitEvent) {}
+
+var _ observer.Observer = (*Observer)(nil)
