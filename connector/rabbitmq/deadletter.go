@@ -1,0 +1,127 @@
+package rabbitmq
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/deadletter"
+)
+
+// EnvelopeType is the type property of the messages a
+// [DeadLetterPublisher] publishes.
+const EnvelopeType = "sluice.deadletter.v1"
+
+// A DeadLetterConfig configures a [DeadLetterPublisher]. URL and Exchange
+// are required.
+type DeadLetterConfig struct {
+	// URL is the broker's AMQP URI. Required.
+	URL string
+	// Exchange receives the envelopes; it must exist, with a queue bound
+	// for RoutingKey. Required.
+	Exchange   string
+	RoutingKey string
+	// ConfirmTimeout bounds the wait for the broker's confirm of one
+	// envelope. Default [DefaultConfirmTimeout].
+	ConfirmTimeout time.Duration
+	// PubRetry retries a publish that failed before the broker took it.
+	PubRetry     PubRetry
+	DialTimeout  time.Duration
+	CloseTimeout time.Duration
+	Clock        clockwork.Clock
+}
+
+// A DeadLetterPublisher is a [deadletter.Sink] that publishes each
+// envelope as a JSON message to an exchange, persistent, mandatory and
+// confirmed: Write returns only once the broker has the envelope, and an
+// envelope no queue takes fails the write, so that the engine retries it
+// and then fails the run rather than lose an item.
+//
+// It connects at its first Write (the engine neither opens nor closes a
+// dead-letter sink); call Close when the pipeline is done. It is safe for
+// concurrent use. Read the messages back with [DecodeEnvelope].
+type DeadLetterPublisher struct {
+	cfg  DeadLetterConfig
+	core *pubCore
+}
+
+// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
+// problem of cfg joined.
+func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
+	confirms := Confirms{Enabled: true, WaitFor: true, Timeout: cfg.ConfirmTimeout}
+	core, err := newCore(cfg.URL, cfg.Exchange, true, confirms, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
+	if cfg.Exchange == "" {
+		return nil, &ConfigError{Field: "Exchange", Value: `""`, Reason: "required: the exchange that receives the envelopes"}
+	}
+	if err != nil {
+		return nil, err
+	}
+	core.name = "sluice dead letters " + cfg.Exchange
+	return &DeadLetterPublisher{cfg: cfg, core: core}, nil
+}
+
+// Write publishes env and waits for the broker's confirm.
+func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope) error {
+	body, err := EncodeEnvelope(env)
+	if err != nil {
+		return err
+	}
+	msg := amqp.Publishing{
+		ContentType:   "application/json",
+		DeliveryMode:  amqp.Persistent,
+		Type:          EnvelopeType,
+		CorrelationId: env.CorrelationID,
+		Timestamp:     d.core.clock.Now(),
+		Headers: amqp.Table{
+			"x-sluice-pipeline":    env.Pipeline,
+			"x-sluice-origin-node": env.OriginNode,
+			"x-sluice-run-id":      env.RunID,
+		},
+		Body: body,
+	}
+	return d.core.publish(ctx, d.cfg.Exchange, d.cfg.RoutingKey, msg)
+}
+
+// Close closes the connection, if one is open.
+func (d *DeadLetterPublisher) Close() error { return d.core.close() }
+
+// EncodeEnvelope returns env as JSON, with its error's text. An item that
+// cannot be encoded does not fail the envelope: the item is left out, and
+// ItemError and ItemText say why and what it was.
+func EncodeEnvelope(env deadletter.Envelope) ([]byte, error) {
+	if env.ErrText == "" && env.Err != nil {
+		env.ErrText = env.Err.Error()
+	}
+	b, err := json.Marshal(env)
+	if err == nil {
+		return b, nil
+	}
+	env.ItemError = err.Error()
+	env.ItemText = fmt.Sprintf("%+v", env.Item)
+	env.Item = nil
+	b, err = json.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("rabbitmq: encode envelope: %w", err)
+	}
+	return b, nil
+}
+
+// DecodeEnvelope reads an envelope published by a [DeadLetterPublisher].
+// Its Item is the item's JSON, a [json.RawMessage], to decode into the
+// item's type; its Err is nil and ErrText holds the error's text.
+func DecodeEnvelope(body []byte) (deadletter.Envelope, error) {
+	var w struct {
+		deadletter.Envelope
+		Item json.RawMessage `json:"item"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return deadletter.Envelope{}, fmt.Errorf("rabbitmq: decode envelope: %w", err)
+	}
+	env := w.Envelope
+	env.Item = w.Item
+	return env, nil
+}

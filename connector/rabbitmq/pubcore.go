@@ -1,0 +1,260 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// pubCore publishes messages on one connection, reconnecting when it is
+// lost; it is the untyped heart of [Publisher] and [DeadLetterPublisher].
+type pubCore struct {
+	url, name    string
+	exchange     string // checked to exist at connect; "" is the default exchange
+	mandatory    bool
+	confirms     Confirms
+	retry        PubRetry
+	dialTimeout  time.Duration
+	closeTimeout time.Duration
+	clock        clockwork.Clock
+
+	mu   sync.Mutex // guards sess; serialises publishing on its channel
+	sess *pubSession
+
+	amu    sync.Mutex // publishes sent without waiting for their confirm
+	async  []*publish
+	failed []error
+}
+
+// connect opens a connection and a channel in confirm mode when confirms
+// are on, and checks that the exchange exists, so that a missing exchange
+// fails at Open rather than at the first message.
+func (c *pubCore) connect(ctx context.Context) (*pubSession, error) {
+	conn, err := dial(ctx, c.url, c.name, c.dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	ch, err := conn.Channel()
+	if err == nil && c.exchange != "" {
+		if err = ch.ExchangeDeclarePassive(c.exchange, amqp.ExchangeDirect, false, false, false, false, nil); err != nil {
+			err = fmt.Errorf("rabbitmq: exchange %q: %w", c.exchange, err)
+		}
+	}
+	if err == nil && c.confirms.Enabled {
+		// Listen before confirm mode starts, so that no confirm is missed.
+		s := newPubSession(conn, ch, true)
+		if err = ch.Confirm(false); err == nil {
+			return s, nil
+		}
+		_ = s.close(c.closeTimeout)
+		return nil, classify(fmt.Errorf("rabbitmq: confirm mode: %w", err))
+	}
+	if err != nil {
+		_ = closeConn(conn, c.closeTimeout)
+		return nil, classify(err)
+	}
+	return newPubSession(conn, ch, false), nil
+}
+
+// open connects unless a working session is there already.
+func (c *pubCore) open(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.session(ctx)
+	return err
+}
+
+// session returns a working session, replacing a broken one. c.mu is held.
+func (c *pubCore) session(ctx context.Context) (*pubSession, error) {
+	if c.sess != nil && !c.sess.broken() {
+		return c.sess, nil
+	}
+	if c.sess != nil {
+		_ = c.sess.close(c.closeTimeout)
+		c.sess = nil
+	}
+	s, err := c.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.sess = s
+	return s, nil
+}
+
+// publish sends msg and, when confirms are on with WaitFor, waits for its
+// confirm. A publish that fails before the broker took it (no connection,
+// a lost channel) is retried under PubRetry; the broker's answers (a nack,
+// a return, a refusal) and a confirm timeout are returned as they are.
+func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	for attempt := 1; ; attempt++ {
+		p, err := c.send(ctx, exchange, key, msg)
+		if err == nil {
+			switch {
+			case p == nil:
+				return nil
+			case !c.confirms.WaitFor:
+				c.track(p)
+				return nil
+			}
+			if err = c.await(ctx, p, c.confirms.Timeout); err == nil || !connectionLost(err) {
+				return err
+			}
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if !connectionLost(err) {
+			return classify(err)
+		}
+		if !c.retry.Enabled {
+			return resilience.MarkTransient(err)
+		}
+		if attempt > c.retry.MaxRetry {
+			return resilience.MarkRetried(fmt.Errorf("rabbitmq: publish gave up after %d attempts: %w", attempt, err), attempt)
+		}
+		if err := wait(ctx, c.clock, c.retry.Delay); err != nil {
+			return err
+		}
+	}
+}
+
+// send publishes msg on the current session, connecting first if needed,
+// and returns the publish to wait for when confirms are on.
+func (c *pubCore) send(ctx context.Context, exchange, key string, msg amqp.Publishing) (*publish, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s, err := c.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var p *publish
+	if c.confirms.Enabled {
+		p = &publish{sess: s, seq: s.ch.GetNextPublishSeqNo(), exchange: exchange, routingKey: key, sent: c.clock.Now(), done: make(chan struct{})}
+		if c.mandatory {
+			msg.Headers = maps.Clone(msg.Headers)
+			if msg.Headers == nil {
+				msg.Headers = amqp.Table{}
+			}
+			msg.Headers[SeqHeader] = int64(p.seq)
+		}
+		if err := s.register(p); err != nil {
+			return nil, err
+		}
+	}
+	if err := s.ch.PublishWithContext(ctx, exchange, key, c.mandatory, false, msg); err != nil {
+		if p != nil {
+			s.forget(p)
+		}
+		return nil, fmt.Errorf("rabbitmq: publish to exchange %q with key %q: %w", exchange, key, err)
+	}
+	return p, nil
+}
+
+// await waits for p's confirm, for at most timeout.
+func (c *pubCore) await(ctx context.Context, p *publish, timeout time.Duration) error {
+	expired := make(chan time.Time, 1)
+	var timer <-chan time.Time = expired
+	if timeout > 0 {
+		t := c.clock.NewTimer(timeout)
+		defer t.Stop()
+		timer = t.Chan()
+	} else {
+		expired <- time.Time{}
+	}
+	select {
+	case <-p.done:
+		return p.err
+	default:
+	}
+	select {
+	case <-p.done:
+		return p.err
+	case <-timer:
+		if p.sess.forget(p) {
+			return resilience.MarkTransient(&ConfirmError{Exchange: p.exchange, RoutingKey: p.routingKey, Timeout: c.confirms.Timeout})
+		}
+	case <-ctx.Done():
+		if p.sess.forget(p) {
+			return context.Cause(ctx)
+		}
+	}
+	<-p.done // answered while we gave up: take the answer
+	return p.err
+}
+
+// track keeps p, sent without waiting, for flush; it also settles the
+// oldest publishes already answered, so that the list stays short.
+func (c *pubCore) track(p *publish) {
+	c.amu.Lock()
+	defer c.amu.Unlock()
+	c.async = append(c.async, p)
+	n := 0
+	for _, q := range c.async {
+		select {
+		case <-q.done:
+			if q.err != nil {
+				c.failed = append(c.failed, q.err)
+			}
+			n++
+			continue
+		default:
+		}
+		break
+	}
+	c.async = c.async[n:]
+}
+
+// flush waits for the confirm of every publish sent without waiting, each
+// for at most the confirm timeout from when it was sent, and reports the
+// ones that failed.
+func (c *pubCore) flush(ctx context.Context) error {
+	c.amu.Lock()
+	async, failed := c.async, c.failed
+	c.async, c.failed = nil, nil
+	c.amu.Unlock()
+	for _, p := range async {
+		if err := c.await(ctx, p, c.confirms.Timeout-c.clock.Since(p.sent)); err != nil {
+			failed = append(failed, err)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	return resilience.MarkPermanent(fmt.Errorf("rabbitmq: %d publishes not confirmed (sent without waiting, so they cannot be retried one by one): %w",
+		len(failed), errors.Join(failed...)))
+}
+
+// close closes the session, if any.
+func (c *pubCore) close() error {
+	c.mu.Lock()
+	s := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	return s.close(c.closeTimeout)
+}
+
+// wait waits d on clock, or until ctx is done.
+func wait(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
+	if d <= 0 {
+		return context.Cause(ctx)
+	}
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return context.Cause(ctx)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

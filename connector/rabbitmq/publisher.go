@@ -1,0 +1,189 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// Confirms configures publisher confirms: the broker acks each message
+// once it has taken responsibility for it (routed it, and written it to
+// disk for a durable queue), or nacks it.
+type Confirms struct {
+	Enabled bool
+	// WaitFor makes Write wait for the message's confirm before it returns,
+	// so that an item is delivered only once the broker has it, and a nack
+	// or a timeout fails that item (transiently, for item retry). Without
+	// it Write returns once the message is sent; Flush, at the end of a
+	// successful run, waits for the confirms still missing and fails the run
+	// if any publish was nacked, returned or not confirmed in time: faster,
+	// but a failure can no longer be retried item by item.
+	WaitFor bool
+	// Timeout bounds the wait for one confirm. Default
+	// [DefaultConfirmTimeout].
+	Timeout time.Duration
+}
+
+// PubRetry configures the publisher's own retry of a publish that failed
+// before the broker took it: no connection, or a connection or channel lost
+// before the confirm. Each retry reconnects. When the retries run out the
+// error is marked with [resilience.MarkRetried], so that the pipeline's
+// layers do not multiply them; with PubRetry off such an error is
+// transient, for the pipeline's item retry.
+type PubRetry struct {
+	Enabled bool
+	// MaxRetry is the number of retries; MaxRetry = 3 allows 4 attempts.
+	// Default [DefaultPubRetries].
+	MaxRetry int
+	// Delay is the wait before each retry. Default [DefaultPubRetryDelay].
+	Delay time.Duration
+}
+
+// A PublisherConfig configures a [Publisher] of items of type T. URL and
+// Publishing are required.
+type PublisherConfig[T any] struct {
+	// URL is the broker's AMQP URI. Required.
+	URL string
+	// Exchange is where messages go; "" is the default exchange, which
+	// routes by queue name. A named exchange must exist: Open checks it.
+	Exchange string
+	// RoutingKey is the key of every message, unless Route is set.
+	RoutingKey string
+	// Route, when set, gives each item's routing key.
+	Route func(item T) string
+	// Publishing turns an item into a message. An error fails the item
+	// permanently. Required.
+	Publishing func(item T) (amqp.Publishing, error)
+	// Mandatory asks the broker to return a message that no queue takes;
+	// the Write fails with a permanent error matching [ErrReturned].
+	// Requires Confirms.Enabled, which is how a return is tied to its
+	// publish (see [SeqHeader]).
+	Mandatory bool
+	Confirms  Confirms
+	PubRetry  PubRetry
+	// DialTimeout bounds connecting; CloseTimeout the closing handshake.
+	// Defaults [DefaultDialTimeout] and [DefaultCloseTimeout].
+	DialTimeout  time.Duration
+	CloseTimeout time.Duration
+	// Clock is what the publisher's waits use; default the real clock.
+	Clock clockwork.Clock
+}
+
+// A Publisher is a [node.Sink] that publishes each item to an exchange. It
+// implements Open, Close and Flush for the pipeline's lifecycle, and is
+// safe for concurrent use, so it can run under Parallel: publishes share one
+// channel, and each waits for its own confirm.
+//
+// Delivery is at least once: a retried publish whose first attempt reached
+// the broker after all (a late confirm, a connection lost after the broker
+// took the message) is published twice, so consumers must be idempotent.
+type Publisher[T any] struct {
+	cfg  PublisherConfig[T]
+	core *pubCore
+}
+
+// NewPublisher returns a Publisher for cfg, or every problem of cfg
+// joined, each a [*ConfigError].
+func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
+	var errs []error
+	add := func(field string, value any, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	if cfg.Publishing == nil {
+		add("Publishing", "nil", "required: it turns an item into a message")
+	}
+	core, err := newCore(cfg.URL, cfg.Exchange, cfg.Mandatory, cfg.Confirms, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	core.name = "sluice publisher " + cfg.Exchange
+	return &Publisher[T]{cfg: cfg, core: core}, nil
+}
+
+// newCore validates the settings shared by every publisher and returns a
+// core with defaults applied.
+func newCore(url, exchange string, mandatory bool, confirms Confirms, retry PubRetry, dialTimeout, closeTimeout time.Duration, clock clockwork.Clock) (*pubCore, error) {
+	var errs []error
+	add := func(field string, value any, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	if url == "" {
+		add("URL", `""`, "required: the broker's AMQP URI, such as amqp://user:password@host:5672/")
+	} else if _, err := amqp.ParseURI(url); err != nil {
+		add("URL", "(hidden)", err.Error())
+	}
+	if mandatory && !confirms.Enabled {
+		add("Mandatory", true, "requires Confirms.Enabled: a returned message is matched to its publish by its confirm")
+	}
+	if confirms.Timeout < 0 {
+		add("Confirms.Timeout", confirms.Timeout, "must not be negative")
+	}
+	if retry.MaxRetry < 0 || retry.MaxRetry > resilience.MaxRepeats {
+		add("PubRetry.MaxRetry", retry.MaxRetry, "must be in [0, 100]; 0 takes the default")
+	}
+	if retry.Delay < 0 {
+		add("PubRetry.Delay", retry.Delay, "must not be negative")
+	}
+	if dialTimeout < 0 {
+		add("DialTimeout", dialTimeout, "must not be negative")
+	}
+	if closeTimeout < 0 {
+		add("CloseTimeout", closeTimeout, "must not be negative")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	if confirms.Timeout == 0 {
+		confirms.Timeout = DefaultConfirmTimeout
+	}
+	if retry.MaxRetry == 0 {
+		retry.MaxRetry = DefaultPubRetries
+	}
+	if retry.Delay == 0 {
+		retry.Delay = DefaultPubRetryDelay
+	}
+	if dialTimeout == 0 {
+		dialTimeout = DefaultDialTimeout
+	}
+	if closeTimeout == 0 {
+		closeTimeout = DefaultCloseTimeout
+	}
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
+	return &pubCore{url: url, exchange: exchange, mandatory: mandatory, confirms: confirms, retry: retry,
+		dialTimeout: dialTimeout, closeTimeout: closeTimeout, clock: clock}, nil
+}
+
+// Open connects, puts the channel in confirm mode when confirms are on,
+// and checks that the exchange exists. A refused connection is transient;
+// a missing exchange is permanent.
+func (p *Publisher[T]) Open(ctx context.Context) error { return p.core.open(ctx) }
+
+// Write publishes item. See [Confirms] for when it returns, and
+// [PubRetry] for what it retries by itself.
+func (p *Publisher[T]) Write(ctx context.Context, item T) error {
+	msg, err := p.cfg.Publishing(item)
+	if err != nil {
+		return resilience.MarkPermanent(err)
+	}
+	key := p.cfg.RoutingKey
+	if p.cfg.Route != nil {
+		key = p.cfg.Route(item)
+	}
+	return p.core.publish(ctx, p.cfg.Exchange, key, msg)
+}
+
+// Flush waits for the confirms of the messages sent without waiting (see
+// [Confirms.WaitFor]), and fails if any was not confirmed.
+func (p *Publisher[T]) Flush(ctx context.Context) error { return p.core.flush(ctx) }
+
+// Close closes the connection. Messages whose confirms were not waited
+// for and not flushed may be lost.
+func (p *Publisher[T]) Close(context.Context) error { return p.core.close() }

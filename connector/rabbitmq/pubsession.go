@@ -1,0 +1,176 @@
+package rabbitmq
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// SeqHeader is the header a publisher adds to each mandatory message: the
+// message's publish sequence number on its channel, by which a message the
+// broker returns is matched to its publish. Consumers see it; it means
+// nothing outside the publishing channel.
+const SeqHeader = "x-sluice-publish-seq"
+
+// A publish is one message sent on a session, waiting for its confirm.
+type publish struct {
+	sess       *pubSession
+	seq        uint64
+	exchange   string
+	routingKey string
+	sent       time.Time
+	done       chan struct{} // closed when err is final
+	err        error         // nil: confirmed
+	returned   *ReturnError
+}
+
+// A pubSession is one connection and channel of a publisher. Its
+// dispatcher goroutine takes the broker's returns and confirms, both from
+// unbuffered channels, in the order the broker sent them: a return arrives
+// before the confirm of the same message, so when the confirm comes the
+// return is already recorded, and the publish fails as returned.
+type pubSession struct {
+	conn *amqp.Connection
+	ch   *amqp.Channel
+
+	mu      sync.Mutex
+	pending map[uint64]*publish
+	err     error // why the channel closed, once it did
+	end     chan struct{}
+}
+
+func newPubSession(conn *amqp.Connection, ch *amqp.Channel, confirming bool) *pubSession {
+	s := &pubSession{conn: conn, ch: ch, pending: make(map[uint64]*publish), end: make(chan struct{})}
+	closed := ch.NotifyClose(make(chan *amqp.Error, 1))
+	var confirms chan amqp.Confirmation
+	var returns chan amqp.Return
+	if confirming {
+		confirms = ch.NotifyPublish(make(chan amqp.Confirmation))
+		returns = ch.NotifyReturn(make(chan amqp.Return))
+	}
+	go s.dispatch(closed, confirms, returns)
+	return s
+}
+
+// dispatch runs until the library closes every notification channel, which
+// it does when the channel closes.
+func (s *pubSession) dispatch(closed chan *amqp.Error, confirms chan amqp.Confirmation, returns chan amqp.Return) {
+	defer close(s.end)
+	var reason error = amqp.ErrClosed
+	for closed != nil || confirms != nil || returns != nil {
+		select {
+		case e, ok := <-closed:
+			if !ok {
+				closed = nil
+				continue
+			}
+			if e != nil {
+				reason = e
+			}
+		case r, ok := <-returns:
+			if !ok {
+				returns = nil
+				continue
+			}
+			s.onReturn(r)
+		case c, ok := <-confirms:
+			if !ok {
+				confirms = nil
+				continue
+			}
+			s.onConfirm(c)
+		}
+	}
+	s.fail(reason)
+}
+
+func (s *pubSession) onReturn(r amqp.Return) {
+	seq, ok := r.Headers[SeqHeader].(int64)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	if p := s.pending[uint64(seq)]; p != nil {
+		p.returned = &ReturnError{Exchange: r.Exchange, RoutingKey: r.RoutingKey, ReplyCode: r.ReplyCode, ReplyText: r.ReplyText}
+	}
+	s.mu.Unlock()
+}
+
+func (s *pubSession) onConfirm(c amqp.Confirmation) {
+	s.mu.Lock()
+	p := s.pending[c.DeliveryTag]
+	delete(s.pending, c.DeliveryTag)
+	s.mu.Unlock()
+	if p == nil {
+		return // it timed out, or its Write gave up
+	}
+	switch {
+	case !c.Ack:
+		p.err = resilience.MarkTransient(&ConfirmError{Exchange: p.exchange, RoutingKey: p.routingKey})
+	case p.returned != nil:
+		p.err = resilience.MarkPermanent(p.returned)
+	}
+	close(p.done)
+}
+
+// fail ends every publish still waiting with the channel's close reason.
+// A connection that went away makes them transient; a channel the broker
+// closed over a refusal (an unknown exchange) makes them permanent.
+func (s *pubSession) fail(reason error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if connectionLost(reason) {
+		s.err = fmt.Errorf("%w: %w", ErrConnectionLost, reason)
+	} else {
+		s.err = reason
+	}
+	for seq, p := range s.pending {
+		p.err = fmt.Errorf("rabbitmq: publish to exchange %q with key %q: channel closed before the confirm: %w", p.exchange, p.routingKey, s.err)
+		close(p.done)
+		delete(s.pending, seq)
+	}
+}
+
+// register adds p to the publishes waiting for a confirm, unless the
+// channel already closed.
+func (s *pubSession) register(p *publish) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.err != nil {
+		return s.err
+	}
+	s.pending[p.seq] = p
+	return nil
+}
+
+// forget removes p from the publishes waiting for a confirm, and reports
+// whether it was still waiting; when it was not, p.done is closed or about
+// to be.
+func (s *pubSession) forget(p *publish) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pending[p.seq] != p {
+		return false
+	}
+	delete(s.pending, p.seq)
+	return true
+}
+
+// broken reports whether the session can no longer publish.
+func (s *pubSession) broken() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.err != nil || s.ch.IsClosed()
+}
+
+// close closes the connection and waits for the dispatcher, which ends
+// once the library has closed the notification channels.
+func (s *pubSession) close(timeout time.Duration) error {
+	err := closeConn(s.conn, timeout)
+	<-s.end
+	return err
+}
