@@ -29,10 +29,15 @@ type pubCore struct {
 	mu   sync.Mutex // guards sess; serialises publishing on its channel
 	sess *pubSession
 
-	amu    sync.Mutex // publishes sent without waiting for their confirm
-	async  []*publish
-	failed []error
+	amu     sync.Mutex // publishes sent without waiting for their confirm
+	async   []*publish
+	failed  []error // the first maxKept failures since the last flush
+	nFailed int
 }
+
+// maxKept is how many failures of publishes sent without waiting a
+// publisher keeps to report; it counts the rest.
+const maxKept = 10
 
 // connect opens a connection and a channel in confirm mode when confirms
 // are on, and checks that the exchange exists, so that a missing exchange
@@ -200,9 +205,7 @@ func (c *pubCore) track(p *publish) {
 	for _, q := range c.async {
 		select {
 		case <-q.done:
-			if q.err != nil {
-				c.failed = append(c.failed, q.err)
-			}
+			c.keep(q.err)
 			n++
 			continue
 		default:
@@ -217,19 +220,36 @@ func (c *pubCore) track(p *publish) {
 // ones that failed.
 func (c *pubCore) flush(ctx context.Context) error {
 	c.amu.Lock()
-	async, failed := c.async, c.failed
-	c.async, c.failed = nil, nil
+	async := c.async
+	c.async = nil
 	c.amu.Unlock()
 	for _, p := range async {
-		if err := c.await(ctx, p, c.confirms.Timeout-c.clock.Since(p.sent)); err != nil {
-			failed = append(failed, err)
-		}
+		err := c.await(ctx, p, c.confirms.Timeout-c.clock.Since(p.sent))
+		c.amu.Lock()
+		c.keep(err)
+		c.amu.Unlock()
 	}
-	if len(failed) == 0 {
+	c.amu.Lock()
+	failed, n := c.failed, c.nFailed
+	c.failed, c.nFailed = nil, 0
+	c.amu.Unlock()
+	if n == 0 {
 		return nil
 	}
 	return resilience.MarkPermanent(fmt.Errorf("rabbitmq: %d publishes not confirmed (sent without waiting, so they cannot be retried one by one): %w",
-		len(failed), errors.Join(failed...)))
+		n, errors.Join(failed...)))
+}
+
+// keep records the failure of a publish sent without waiting. c.amu is
+// held.
+func (c *pubCore) keep(err error) {
+	if err == nil {
+		return
+	}
+	c.nFailed++
+	if len(c.failed) < maxKept {
+		c.failed = append(c.failed, err)
+	}
 }
 
 // close closes the session, if any.

@@ -89,9 +89,13 @@ func (s *Source) Open(ctx context.Context) error {
 			return err
 		}
 		s.mu.Lock()
+		old := s.sess
 		s.sess = newSession(id, conn, ch)
 		s.drain = false
 		s.mu.Unlock()
+		if old != nil { // opened twice without a Close: do not leak the first
+			_ = old.close(s.cfg.Clock, s.cfg.CloseTimeout)
+		}
 		return nil
 	}()
 	if err != nil {
@@ -120,6 +124,9 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 	tag := s.cfg.ConsumerTag
 	if tag == "" {
 		tag = "sluice-" + s.cfg.Queue + "-" + sess.id
+		if len(tag) > 255 { // the protocol's limit
+			tag = "sluice-" + sess.id
+		}
 	}
 	deliveries, err := sess.ch.Consume(s.cfg.Queue, tag, false, false, false, false, nil)
 	if err != nil {

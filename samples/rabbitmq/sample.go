@@ -1,0 +1,187 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/connector/rabbitmq"
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// summary is what a run did.
+type summary struct {
+	published, delivered, deadLettered int
+	brokerRetries                      int // trips through the retry queue of the delivered messages
+	itemRetries                        int64
+	publish, consume                   time.Duration
+	consumeResult                      pipeline.Result
+}
+
+func (s summary) print(w io.Writer) {
+	fmt.Fprintf(w, "published      %6d messages in %s (confirmed one by one)\n", s.published, s.publish.Round(time.Millisecond))
+	fmt.Fprintf(w, "delivered      %6d messages in %s\n", s.delivered, s.consume.Round(time.Millisecond))
+	fmt.Fprintf(w, "dead-lettered  %6d messages, after their last trip through the retry queue\n", s.deadLettered)
+	fmt.Fprintf(w, "item retries   %6d (in-process, layer 1)\n", s.itemRetries)
+	fmt.Fprintf(w, "broker retries %6d trips through the retry queue by delivered messages\n\n", s.brokerRetries)
+	fmt.Fprint(w, s.consumeResult.String())
+}
+
+// errFlaky is the transient failure the handler simulates.
+var errFlaky = errors.New("downstream service unavailable")
+
+func run(ctx context.Context, cfg config) (summary, error) {
+	var s summary
+	if err := cfg.validate(); err != nil {
+		return s, err
+	}
+	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{
+		URL: cfg.url, Queue: cfg.queue, Prefetch: 128,
+		Declare: &rabbitmq.QueueDeclaration{Durable: true},
+		Retry:   rabbitmq.RetryTopology{Enabled: true, MaxRetry: cfg.maxRetry, Delay: cfg.delay, Durable: true},
+	})
+	if err != nil {
+		return s, err
+	}
+	// Opening the source declares the queue and its retry topology, so
+	// that the messages published next have a queue to go to.
+	if err := src.Open(ctx); err != nil {
+		return s, err
+	}
+	if err := src.Close(ctx); err != nil {
+		return s, err
+	}
+	if !cfg.keep {
+		defer deleteTopology(cfg.url, cfg.queue)
+	}
+
+	start := time.Now()
+	if err := publish(ctx, cfg); err != nil {
+		return s, err
+	}
+	s.published, s.publish = cfg.n, time.Since(start)
+
+	start = time.Now()
+	res, err := consume(ctx, cfg, src, &s)
+	s.consume, s.consumeResult = time.Since(start), res
+	s.itemRetries = res.Node("handle").ItemRetries
+	return s, err
+}
+
+// publish sends messages "msg-0" to "msg-<n-1>" with a Publisher, waiting
+// for each confirm, several at once.
+func publish(ctx context.Context, cfg config) error {
+	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig[int]{
+		URL: cfg.url, RoutingKey: cfg.queue,
+		Publishing: func(i int) (amqp.Publishing, error) {
+			id := "msg-" + strconv.Itoa(i)
+			return amqp.Publishing{MessageId: id, Body: []byte(id), DeliveryMode: amqp.Persistent, ContentType: "text/plain"}, nil
+		},
+		Confirms: rabbitmq.Confirms{Enabled: true, WaitFor: true},
+		PubRetry: rabbitmq.PubRetry{Enabled: true},
+	})
+	if err != nil {
+		return err
+	}
+	b := pipeline.New("publish")
+	numbers := pipeline.Source(b, "numbers", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+		for i := range cfg.n {
+			if err := out.Emit(ctx, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	pipeline.Sink(b, "publish", numbers, pub, pipeline.Parallel(cfg.publishers))
+	p, err := b.Build()
+	if err != nil {
+		return err
+	}
+	_, err = p.Run(ctx)
+	return err
+}
+
+// consume runs the messages through a failing handler until each one is
+// delivered or dead-lettered, then stops the source, which lets the
+// pipeline drain.
+func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) (pipeline.Result, error) {
+	var mu sync.Mutex
+	finished := func() {
+		if s.delivered+s.deadLettered == cfg.n {
+			src.Stop()
+		}
+	}
+	dlq := deadletter.Func(func(_ context.Context, env deadletter.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		s.deadLettered++
+		finished()
+		return nil
+	})
+	store := node.SinkFunc[rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		s.delivered++
+		s.brokerRetries += m.Retries
+		finished()
+		return nil
+	})
+	handle := node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
+		i, _ := strconv.Atoi(strings.TrimPrefix(m.MessageID, "msg-"))
+		switch {
+		case cfg.poison > 0 && i%cfg.poison == cfg.poison-1:
+			return m, resilience.MarkTransient(errFlaky)
+		case cfg.flaky > 0 && i%cfg.flaky == cfg.flaky-1 && m.Retries < 2:
+			return m, resilience.MarkTransient(errFlaky)
+		}
+		return m, nil
+	})
+
+	b := pipeline.New("consume",
+		// The source's dead-letter sink turns a transient failure into a
+		// broker retry while the message has trips left, and hands the rest
+		// to dlq.
+		pipeline.WithDeadLetter(src.DeadLetter(dlq)),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.OnItemFailure = resilience.DeadLetter
+			o.ItemRetry.MaxRetries = 2
+			o.ItemRetry.Backoff = resilience.Exponential(5 * time.Millisecond)
+		}))
+	msgs := pipeline.Source(b, "consume", src, pipeline.NodeResilience(func(o *resilience.Options) {
+		o.NodeRestart.MaxRestarts = 10 // reconnect when the connection is lost
+	}))
+	handled := pipeline.Transform(b, "handle", msgs, handle, pipeline.Parallel(8))
+	pipeline.Sink(b, "store", handled, store)
+	p, err := b.Build()
+	if err != nil {
+		return pipeline.Result{}, err
+	}
+	return p.Run(ctx)
+}
+
+// deleteTopology deletes the queue and what the retry topology declared.
+func deleteTopology(url, queue string) {
+	conn, err := amqp.Dial(url)
+	if err != nil {
+		return
+	}
+	defer conn.Close()
+	ch, err := conn.Channel()
+	if err != nil {
+		return
+	}
+	_, _ = ch.QueueDelete(queue, false, false, false)
+	_, _ = ch.QueueDelete(queue+"_retry", false, false, false)
+	_ = ch.ExchangeDelete(queue+"_dlx", false, false)
+	_ = ch.ExchangeDelete(queue+"_retry", false, false)
+}
