@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/observer/otel"
@@ -13,6 +14,10 @@ import (
 	"github.com/sluicehq/sluice/observer/slogobserver"
 	"github.com/sluicehq/sluice/pipeline"
 )
+
+// TestMain checks that no benchmark leaves a goroutine behind: every
+// engine run and every hand-written baseline must end all it started.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // BenchmarkObserver measures what attaching each observer plug-in costs a
 // pipeline that fails nothing, beside the same pipeline without one
