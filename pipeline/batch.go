@@ -55,6 +55,8 @@ func (b *batcher[T]) restarting()                      {}
 func (b *batcher[T]) finish(ctx context.Context) error { return b.w.close(ctx) }
 
 func (b *batcher[T]) body(ctx context.Context) error {
+	defer b.in.in.flush()
+	defer b.w.out.flush()
 	var timer clockwork.Timer
 	stopTimer := func() {
 		if timer != nil {

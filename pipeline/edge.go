@@ -134,7 +134,6 @@ func (w *writer[T]) pushSlow(ctx context.Context, env envelope[T]) error {
 		}
 		return nil
 	}
-	w.out.add(1)
 	if len(w.edges) > 1 && env.tr != nil {
 		env.tr.add(len(w.edges) - 1)
 	}
@@ -152,8 +151,10 @@ func (w *writer[T]) pushSlow(ctx context.Context, env envelope[T]) error {
 				return context.Cause(ctx)
 			}
 		}
+		w.out.add(1)
 		return nil
 	}
+	w.out.add(1)
 	for i, e := range w.edges {
 		p := w.pending[i]
 		if p == nil {

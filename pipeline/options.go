@@ -40,7 +40,7 @@ type config struct {
 	rand       resilience.Rand
 	buffer     int
 	bufferSet  bool // else the profile's
-	handOver   int // -1: the profile's
+	handOver   int  // -1: the profile's
 }
 
 // WithProfile starts the pipeline from a profile: its resilience options

@@ -93,6 +93,9 @@ func (p *proc[In, R, Out]) writer(i int) *writer[Out] {
 }
 
 func (p *proc[In, R, Out]) body(ctx context.Context) error {
+	// Whatever way the body ends, its counts are published, so that a
+	// failed or cancelled run reports what it did.
+	defer p.flushCounts()
 	switch {
 	case p.nr.spec.cfg.parallel > 1 && (p.nr.spec.cfg.unordered || p.sink):
 		return p.unordered(ctx)
@@ -102,6 +105,13 @@ func (p *proc[In, R, Out]) body(ctx context.Context) error {
 		return p.runs(ctx)
 	default:
 		return p.sequential(ctx)
+	}
+}
+
+func (p *proc[In, R, Out]) flushCounts() {
+	p.in.r.in.flush()
+	for _, w := range p.writers {
+		w.out.flush()
 	}
 }
 

@@ -247,6 +247,15 @@ func TestFirstFailureCancelsTheRest(t *testing.T) {
 			assert.Equal(t, `pipeline: node "check": bad item`, err.Error())
 			assert.Equal(t, int64(1), res.Node("check").Failed)
 			assert.LessOrEqual(t, res.Node("sink").Out, int64(500), "nothing after the bad item gets through")
+			// Counts are published however the run ends, and agree along
+			// the graph: what a node handed over, the next took in or still
+			// had queued.
+			read, check, write := res.Node("src"), res.Node("check"), res.Node("sink")
+			assert.GreaterOrEqual(t, read.Out, check.In)
+			assert.GreaterOrEqual(t, check.In, check.Out+check.Failed)
+			assert.GreaterOrEqual(t, check.Out, write.In)
+			assert.GreaterOrEqual(t, write.In, write.Out)
+			assert.GreaterOrEqual(t, check.In, int64(501), "the bad item and those before it were read")
 		})
 	}
 }

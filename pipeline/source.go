@@ -107,12 +107,23 @@ func (s *sourceRunner[T]) tryFlush() bool {
 }
 
 func (s *sourceRunner[T]) body(ctx context.Context) (err error) {
+	defer s.flushCount()
 	defer func() {
 		if v := recover(); v != nil {
 			err = &resilience.PanicError{Value: v, Stack: debug.Stack()}
 		}
 	}()
 	return s.src.Run(ctx, (*emitter[T])(s))
+}
+
+// flushCount publishes the writer's count when Run returns, however it
+// ends.
+func (s *sourceRunner[T]) flushCount() {
+	if s.fl != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+	}
+	s.w.out.flush()
 }
 
 // emitter is the Emitter a source writes to: the source runner itself.
