@@ -42,6 +42,7 @@ type retrySink struct {
 	next deadletter.Sink
 }
 
+// Write decides env's fate as DeadLetter describes.
 func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 	ds := r.deliveries(env)
 	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {

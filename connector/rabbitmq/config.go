@@ -12,13 +12,22 @@ import (
 
 // Defaults of the settings left at zero.
 const (
-	DefaultPrefetch       = 64
-	DefaultDialTimeout    = 10 * time.Second
-	DefaultCloseTimeout   = 5 * time.Second
-	DefaultDrainTimeout   = 30 * time.Second
+	// DefaultPrefetch is the unacked messages a source lets the broker send.
+	DefaultPrefetch = 64
+	// DefaultDialTimeout bounds connecting and the AMQP handshake.
+	DefaultDialTimeout = 10 * time.Second
+	// DefaultCloseTimeout bounds the closing handshake.
+	DefaultCloseTimeout = 5 * time.Second
+	// DefaultDrainTimeout bounds a source's wait for its items in flight
+	// after Stop.
+	DefaultDrainTimeout = 30 * time.Second
+	// DefaultConfirmTimeout bounds the wait for one publisher confirm.
 	DefaultConfirmTimeout = 30 * time.Second
-	DefaultPubRetries     = 3
-	DefaultPubRetryDelay  = 500 * time.Millisecond
+	// DefaultPubRetries is the retries of a publish that did not reach the
+	// broker.
+	DefaultPubRetries = 3
+	// DefaultPubRetryDelay is the wait before each of those retries.
+	DefaultPubRetryDelay = 500 * time.Millisecond
 )
 
 // A SourceConfig configures a [Source]. URL and Queue are required; every

@@ -51,7 +51,10 @@ var ErrNotOpen = errors.New("rabbitmq: not open")
 // publish the broker refused (a basic.nack), or did not confirm within
 // [Confirms.Timeout].
 var (
-	ErrNacked         = errors.New("rabbitmq: publish nacked by the broker")
+	// ErrNacked is matched by a publish the broker nacked.
+	ErrNacked = errors.New("rabbitmq: publish nacked by the broker")
+	// ErrConfirmTimeout is matched by a publish whose confirm did not come
+	// within the timeout.
 	ErrConfirmTimeout = errors.New("rabbitmq: publish not confirmed in time")
 )
 
