@@ -65,6 +65,7 @@ func missing(t testing.TB, msg string) {
 	t.Helper()
 	if Required() {
 		t.Fatal(msg)
+		return
 	}
 	t.Skip(msg)
 }

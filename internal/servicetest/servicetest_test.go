@@ -1,0 +1,53 @@
+package servicetest_test
+
+import (
+	"fmt"
+	"net"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/servicetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// A fakeT records what RabbitMQ asks of its test instead of ending it.
+type fakeT struct {
+	testing.TB
+	skipped, fatal string
+}
+
+func (f *fakeT) Helper()             {}
+func (f *fakeT) Skip(args ...any)    { f.skipped = fmt.Sprint(args...) }
+func (f *fakeT) Fatal(args ...any)   { f.fatal = fmt.Sprint(args...) }
+func (f *fakeT) Name() string        { return "fake" }
+func (f *fakeT) Logf(string, ...any) {}
+
+// TestMissingBroker points the helper at a port nobody listens on: it
+// skips, saying how to provide a broker, or fails when services are
+// required. (The probe runs once per binary, so this is the only test
+// that may call RabbitMQ.)
+func TestMissingBroker(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	t.Setenv(servicetest.RabbitMQEnv, "amqp://guest:secret@"+addr+"/")
+
+	t.Setenv(servicetest.RequireEnv, "")
+	ft := &fakeT{TB: t}
+	servicetest.RabbitMQ(ft)
+	assert.Empty(t, ft.fatal)
+	assert.Contains(t, ft.skipped, "RabbitMQ not reachable at amqp://guest:xxxxx@"+addr+"/")
+	assert.Contains(t, ft.skipped, "set SLUICE_RABBITMQ_URL or start one")
+	assert.NotContains(t, ft.skipped, "secret", "the password is not logged")
+
+	t.Setenv(servicetest.RequireEnv, "1")
+	ft = &fakeT{TB: t}
+	servicetest.RabbitMQ(ft)
+	assert.Empty(t, ft.skipped)
+	assert.Contains(t, ft.fatal, "CI sets SLUICE_REQUIRE_SERVICES=1 to make this a failure")
+}
