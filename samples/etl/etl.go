@@ -78,23 +78,23 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 		return summary{}, err
 	}
 	obs := &tracker{reasons: map[reason]int{}}
-	observers := []observer.Observer{obs}
-	stopMetrics, err := serveMetrics(cfg.metricsAddr, progress, &observers)
+	m, err := startMetrics(cfg.metricsAddr, progress)
 	if err != nil {
 		return summary{}, errors.Join(err, dlq.Close())
 	}
-	defer stopMetrics()
-	p, st, err := build(cfg, clock, dlq, observer.Multi(observers...))
-	if err != nil {
-		return summary{}, errors.Join(err, dlq.Close())
+	p, st, err := build(cfg, clock, dlq, observer.Multi(obs, m.observer()))
+	if err == nil {
+		err = m.observe(p)
 	}
-	bindMetrics(p)
+	if err != nil {
+		return summary{}, errors.Join(err, m.stop(), dlq.Close())
+	}
 
 	start := clock.Now()
 	stopProgress := showProgress(p, clock, cfg, progress)
 	res, runErr := p.Run(ctx)
 	stopProgress()
-	err = errors.Join(runErr, dlq.Close())
+	err = errors.Join(runErr, dlq.Close(), m.stop())
 	if err != nil {
 		return summary{}, err
 	}

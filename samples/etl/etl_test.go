@@ -3,6 +3,10 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,6 +29,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // a millisecond each time the job waits on it.
 func runOnFakeClock(t *testing.T, cfg config) summary {
 	t.Helper()
+	return runOnFakeClockWith(t, cfg, &bytes.Buffer{}, nil)
+}
+
+// runOnFakeClockWith is runOnFakeClock writing progress to w and calling
+// paused, if not nil, once, the first time the job waits on the clock.
+func runOnFakeClockWith(t *testing.T, cfg config, w io.Writer, paused func()) summary {
+	t.Helper()
 	clock := clockwork.NewFakeClock()
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -34,7 +45,7 @@ func runOnFakeClock(t *testing.T, cfg config) summary {
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := runETL(ctx, cfg, clock, &bytes.Buffer{})
+		s, err := runETL(ctx, cfg, clock, w)
 		done <- result{s, err}
 	}()
 	for {
@@ -54,6 +65,10 @@ func runOnFakeClock(t *testing.T, cfg config) summary {
 			}
 		}()
 		if clock.BlockUntilContext(wctx, 1) == nil {
+			if paused != nil {
+				paused()
+				paused = nil
+			}
 			clock.Advance(time.Millisecond)
 		}
 		wcancel()
@@ -165,4 +180,45 @@ func TestDemoCommand(t *testing.T) {
 		_, err := os.Stat(filepath.Join(dir, f))
 		assert.NoError(t, err, f)
 	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for the job and the test at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+func TestMetricsWhileRunning(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.rows = 500
+	cfg.metricsAddr = "127.0.0.1:0"
+	out := &lockedBuffer{}
+	var scraped string
+	runOnFakeClockWith(t, cfg, out, func() {
+		// The job is running and waits on the clock: scrape it over HTTP.
+		addr := regexp.MustCompile(`metrics on (http://\S+/metrics)`).FindStringSubmatch(out.String())
+		require.Len(t, addr, 2, out.String())
+		resp, err := http.Get(addr[1])
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		scraped = string(body)
+	})
+	assert.Contains(t, scraped, `sluice_items_in_total{node="parse",pipeline="orders-etl"}`)
+	assert.Contains(t, scraped, `sluice_circuit_state{node="enrich",pipeline="orders-etl"}`)
+	assert.True(t, strings.HasPrefix(out.String(), "metrics on http://127.0.0.1:"))
 }

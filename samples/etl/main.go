@@ -80,7 +80,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.IntVar(&cfg.workers, "workers", 64, "exchange-rate calls in flight at once (Parallel of the enrich step)")
 	fs.StringVar(&cfg.db, "db", filepath.Join("sluice-demo", "orders.db"), "SQLite database file to load into (created if missing)")
 	fs.StringVar(&cfg.dlq, "dlq", "", "dead-letter file (default: dead-letters.jsonl next to the database)")
-	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address, such as 127.0.0.1:9464")
+	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address while the job runs, such as 127.0.0.1:9464")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the data set, the failures and the jitter")
 	fs.DurationVar(&cfg.progress, "progress", 200*time.Millisecond, "how often to show progress (0: never)")
 	fs.Usage = func() {
