@@ -110,7 +110,7 @@ func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 				return nil
 			}
 			if err = c.await(ctx, p, c.confirms.Timeout); err == nil || !connectionLost(err) {
-				return err
+				return classify(err)
 			}
 		}
 		if ctx.Err() != nil {

@@ -220,8 +220,8 @@ func (s *Source) Close(context.Context) error {
 	return sess.close(s.cfg.Clock, s.cfg.CloseTimeout)
 }
 
-// lookup returns the delivery an item came from: the item's own for a
-// Message, else the one named by a correlation id, else nil.
+// lookup returns the delivery in flight that a correlation id names, or
+// nil.
 func (s *Source) lookup(id string) *delivery {
 	if v, ok := s.byID.Load(id); ok {
 		return v.(*delivery)
