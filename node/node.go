@@ -58,7 +58,10 @@ type Opener interface {
 
 // A Closer is a node that releases resources. Close runs once for every Open
 // that succeeded (and once at the end for nodes without Open), on success
-// and on failure, with a context that is not cancelled by the run's end.
+// and on failure, with a context that is not cancelled by the run's end. A
+// source that emitted items is closed only after the run ended and every
+// EmitTracked callback ran, so that the callbacks can still use what Close
+// releases.
 type Closer interface {
 	Close(ctx context.Context) error
 }

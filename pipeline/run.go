@@ -87,7 +87,17 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	if rs.flusher != nil {
 		rs.flusher.close()
 	}
+	// Items still tracked fail now, while their sources are open to hear
+	// it; then the sources close.
 	rs.reg.failAll()
+	for _, nr := range nodes {
+		if nr.closeLater {
+			if err := nr.close(); err != nil {
+				failed.Store(true)
+				rs.fail(nr.spec.name, err)
+			}
+		}
+	}
 
 	res := Result{Pipeline: p.name, RunID: rs.id, Start: rs.start, Duration: p.cfg.clock.Since(rs.start),
 		Nodes: make([]NodeStats, len(p.nodes))}
@@ -200,6 +210,8 @@ type nodeRun struct {
 	spec   *spec
 	r      runner
 	opened bool // open succeeded and close has not run since
+	// closeLater is set for a source whose Close waits for the run's end.
+	closeLater bool
 }
 
 func (nr *nodeRun) run() error {
@@ -250,17 +262,17 @@ func (nr *nodeRun) restart() error {
 		err := nr.r.body(ctx)
 		if err == nil {
 			err = nr.r.finish(ctx)
-			return errors.Join(err, nr.close())
+			return errors.Join(err, nr.closeLast())
 		}
 		if rs.ctx.Err() != nil || !nr.r.consumed() || !restartable(err) {
-			return errors.Join(err, nr.close())
+			return errors.Join(err, nr.closeLast())
 		}
 		if o.ResetAfterItems > 0 && nr.r.progress()-mark >= int64(o.ResetAfterItems) {
 			restarts = 0
 		}
 		for {
 			if restarts >= o.MaxRestarts {
-				cerr := nr.close()
+				cerr := nr.closeLast()
 				if restarts == 0 {
 					return errors.Join(err, cerr)
 				}
@@ -291,6 +303,18 @@ func (nr *nodeRun) open() error {
 	}
 	nr.opened = true
 	return nil
+}
+
+// closeLast closes the node when it is done for this run. A source that
+// emitted items is closed only when the whole run has ended (see
+// closeSources): the items it emitted may still be on their way, and their
+// completion callbacks (a broker's acks) need it open.
+func (nr *nodeRun) closeLast() error {
+	if !nr.spec.consumes && nr.r.consumed() && nr.opened {
+		nr.closeLater = true
+		return nil
+	}
+	return nr.close()
 }
 
 // close closes the node if it is open, with a context the run's end does

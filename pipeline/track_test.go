@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -173,4 +175,65 @@ func TestEmitTrackedAfterTheRunStopped(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	require.Error(t, emitErr)
 	assert.Equal(t, node.Failed, outcome, "done has run with Failed when EmitTracked returns an error")
+}
+
+// ackingSource records its outcomes and fails the test if one arrives
+// after Close, the way a broker source would lose an ack.
+type ackingSource struct {
+	mu       sync.Mutex
+	closed   bool
+	late     int
+	outcomes []node.Outcome
+	n        int
+}
+
+func (s *ackingSource) Run(ctx context.Context, out node.Emitter[int]) error {
+	for i := range s.n {
+		err := out.EmitTracked(ctx, i, func(o node.Outcome) {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			if s.closed {
+				s.late++
+			}
+			s.outcomes = append(s.outcomes, o)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *ackingSource) Close(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.closed = true
+	return nil
+}
+
+func TestSourceClosesAfterItsItemsCompleted(t *testing.T) {
+	t.Parallel()
+	for _, fail := range []bool{false, true} {
+		t.Run(fmt.Sprint("fail=", fail), func(t *testing.T) {
+			t.Parallel()
+			src := &ackingSource{n: 200}
+			b := pipeline.New("acks", pipeline.WithResilience(noRetries))
+			var bad []int
+			if fail {
+				bad = []int{150}
+			}
+			tr := pipeline.Transform[int, int](b, "check", pipeline.Source[int](b, "src", src),
+				pipelinetest.FailAlways(errors.New("bad"), bad...))
+			pipeline.Sink(b, "sink", tr, &pipelinetest.Collector[int]{})
+			_, err := build(t, b).Run(t.Context())
+			assert.Equal(t, fail, err != nil)
+			src.mu.Lock()
+			defer src.mu.Unlock()
+			assert.True(t, src.closed)
+			assert.Zero(t, src.late, "every outcome reached the source before it closed")
+			if !fail {
+				assert.Equal(t, repeat(node.Delivered, 200), src.outcomes)
+			}
+		})
+	}
 }
