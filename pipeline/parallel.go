@@ -145,7 +145,10 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 				if !res.deliver {
 					continue
 				}
-				if err := p.deliver(gctx, out, &done, res.env, res.r); err != nil {
+				// Handing over watches the node's context, not the group's:
+				// a delivery cut short by a sibling's failure would leave
+				// part of an item downstream and replay it whole.
+				if err := p.deliver(ctx, out, &done, res.env, res.r); err != nil {
 					return err
 				}
 				p.in.ack(res.t)
@@ -180,7 +183,7 @@ func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 						return err
 					}
 					if deliver {
-						if err := p.deliver(gctx, out, &done, j.env, r); err != nil {
+						if err := p.deliver(ctx, out, &done, j.env, r); err != nil { // see ordered
 							return err
 						}
 						p.in.ack(j.t)
