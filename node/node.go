@@ -26,8 +26,9 @@ type Source[T any] interface {
 // concurrent use.
 type Emitter[T any] interface {
 	// Emit sends item downstream. It blocks while the pipeline is full
-	// (backpressure) and returns an error once the run is stopping; the
-	// source should then return.
+	// (backpressure) and returns an error once the run is stopping or ctx
+	// is done; the source should then return. Called after Run returned,
+	// it fails with pipeline.ErrEmitAfterReturn.
 	Emit(ctx context.Context, item T) error
 	// EmitTracked is Emit with end-to-end completion: done runs exactly
 	// once, when the item and every item derived from it reached a terminal
@@ -58,10 +59,12 @@ type Opener interface {
 
 // A Closer is a node that releases resources. Close runs once for every Open
 // that succeeded (and once at the end for nodes without Open), on success
-// and on failure, with a context that is not cancelled by the run's end. A
-// source that emitted items is closed only after the run ended and every
-// EmitTracked callback ran, so that the callbacks can still use what Close
-// releases.
+// and on failure, with a context that is not cancelled by the run's end.
+// The final Close of a source that emitted items runs only after the run
+// ended and every EmitTracked callback ran, so that the callbacks can still
+// use what Close releases; a node restart, though, closes and opens a node
+// that has an Open while the run goes on. A node without Open is never
+// closed before the end of the run.
 type Closer interface {
 	Close(ctx context.Context) error
 }

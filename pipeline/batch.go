@@ -52,6 +52,7 @@ func (b *batcher[T]) close(context.Context) error      { return nil }
 func (b *batcher[T]) consumed() bool                   { return b.took }
 func (b *batcher[T]) progress() int64                  { return b.batches }
 func (b *batcher[T]) restarting()                      {}
+func (b *batcher[T]) reopens() bool                    { return false }
 func (b *batcher[T]) finish(ctx context.Context) error { return b.w.close(ctx) }
 
 func (b *batcher[T]) body(ctx context.Context) error {

@@ -143,3 +143,15 @@ func TestBuildAcceptsDeadLetterWithASink(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, errors.Is(err, pipeline.ErrInvalid))
 }
+
+func TestBuildRefusesMeaninglessOptions(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("meaningless")
+	src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), pipeline.Buffer(10))
+	pipeline.Sink(b, "sink", pipeline.Merge(b, "twice", src, src), &pipelinetest.Collector[int]{})
+	_, err := b.Build()
+	assert.ElementsMatch(t, []string{
+		"src: Buffer: a source has no input channel; set Buffer on the nodes that read it",
+		`twice: merge takes the output of "src" twice: every item would arrive twice`,
+	}, problems(t, err))
+}

@@ -95,6 +95,18 @@ type writer[T any] struct {
 	buf     []envelope[T]
 	pending [][]envelope[T] // batch mode with broadcast: each edge's pending batch
 	out     tally           // the node's Out counter
+	// user is the context a source passed to Emit when it is not the
+	// node's own; blocking sends watch it too.
+	user context.Context
+}
+
+// userDone returns the Done channel of the context a source passed to Emit,
+// or nil, which never fires.
+func (w *writer[T]) userDone() <-chan struct{} {
+	if w.user == nil {
+		return nil
+	}
+	return w.user.Done()
 }
 
 func newWriter[T any](edges []*edge[T], out *atomic.Int64) *writer[T] {
@@ -149,6 +161,8 @@ func (w *writer[T]) pushSlow(ctx context.Context, env envelope[T]) error {
 			case e.items <- env:
 			case <-ctx.Done():
 				return context.Cause(ctx)
+			case <-w.userDone():
+				return w.user.Err()
 			}
 		}
 		w.out.add(1)
@@ -186,6 +200,9 @@ func (w *writer[T]) sendSingle(ctx context.Context) error {
 		case <-ctx.Done():
 			w.out.n -= int64(len(w.buf))
 			return context.Cause(ctx)
+		case <-w.userDone():
+			w.out.n -= int64(len(w.buf))
+			return w.user.Err()
 		}
 	}
 	w.buf = e.take()
@@ -211,6 +228,8 @@ func (w *writer[T]) send(ctx context.Context, i int) error {
 		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
+	case <-w.userDone():
+		return w.user.Err()
 	}
 }
 

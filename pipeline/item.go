@@ -87,7 +87,10 @@ func retry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, 
 				return r, nil
 			}
 		}
-		transient := o.Classifier.IsTransientContext(ctx, err)
+		transient, perr := classify(ctx, o.Classifier, err)
+		if perr != nil {
+			return zero, nr.failed(fl, perr, retry+1, 0)
+		}
 		if n.breaker != nil && !(retry == 0 && first != nil) {
 			res := resilience.CallIgnored
 			if transient {
@@ -105,7 +108,10 @@ func retry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, 
 			}
 			return zero, fl
 		}
-		d := o.Backoff.DelayForRand(retry+1, nr.rs.p.cfg.rand)
+		d, perr := delay(o.Backoff, retry+1, nr.rs.p.cfg.rand)
+		if perr != nil {
+			return zero, nr.failed(fl, perr, retry+1, 0)
+		}
 		fl = nr.failed(fl, err, retry+1, d)
 		n.stats.retry(resilience.ItemRetry)
 		nr.rs.notify(n, func(ob observer.Observer) {
@@ -236,7 +242,11 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error 
 		Attempts: fl.calls, History: fl.history, FirstFailure: fl.first, LastFailure: fl.last,
 	}
 	if c, ok := item.(deadletter.Correlated); ok {
-		env.CorrelationID = c.CorrelationID()
+		id, err := correlationID(c)
+		if err != nil {
+			return err
+		}
+		env.CorrelationID = id
 	}
 	o := rs.p.cfg.dlRetry
 	var err error
@@ -248,7 +258,11 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error 
 		if isCancellation(ctx, err) || retry >= o.maxRetries {
 			break
 		}
-		if werr := rs.wait(ctx, o.backoff.DelayForRand(retry+1, rs.p.cfg.rand)); werr != nil {
+		d, perr := delay(o.backoff, retry+1, rs.p.cfg.rand)
+		if perr != nil {
+			return perr
+		}
+		if werr := rs.wait(ctx, d); werr != nil {
 			return werr
 		}
 	}
@@ -265,4 +279,37 @@ func safeWrite(ctx context.Context, s deadletter.Sink, env deadletter.Envelope) 
 		}
 	}()
 	return s.Write(ctx, env)
+}
+
+// classify asks c whether err is transient for work under ctx. A panic in
+// one of the user's rules fails the node: it is a bug in the policy, not in
+// the item.
+func classify(ctx context.Context, c resilience.Classifier, err error) (transient bool, perr error) {
+	defer func() {
+		if v := recover(); v != nil {
+			perr = &notRestartable{fmt.Errorf("pipeline: classifier rule panicked: %w", &resilience.PanicError{Value: v, Stack: debug.Stack()})}
+		}
+	}()
+	return c.IsTransientContext(ctx, err), nil
+}
+
+// delay returns the backoff's delay before retry n. A panic in a custom
+// backoff fails the node.
+func delay(b resilience.Backoff, n int, r resilience.Rand) (d time.Duration, perr error) {
+	defer func() {
+		if v := recover(); v != nil {
+			perr = &notRestartable{fmt.Errorf("pipeline: custom backoff panicked: %w", &resilience.PanicError{Value: v, Stack: debug.Stack()})}
+		}
+	}()
+	return b.DelayForRand(n, r), nil
+}
+
+// correlationID asks an item for its correlation id; a panic fails the node.
+func correlationID(c deadletter.Correlated) (id string, perr error) {
+	defer func() {
+		if v := recover(); v != nil {
+			perr = &notRestartable{fmt.Errorf("pipeline: CorrelationID panicked: %w", &resilience.PanicError{Value: v, Stack: debug.Stack()})}
+		}
+	}()
+	return c.CorrelationID(), nil
 }

@@ -19,10 +19,17 @@ const Linger = 500 * time.Microsecond
 // A lingerer is a source's output that the flusher may hand over.
 type lingerer interface {
 	// tryFlush hands over what is pending without blocking, unless the
-	// source is emitting right now; it reports whether something is still
-	// pending and should be tried again later.
-	tryFlush() (again bool)
+	// source is emitting right now, and says what is left.
+	tryFlush() flushResult
 }
+
+type flushResult int
+
+const (
+	flushDone    flushResult = iota // nothing left pending
+	flushPending                    // the next stage was full: try again
+	flushBusy                       // the source was emitting: try again later
+)
 
 // A flusher hands over what idle sources left pending, Linger after it was
 // gathered. It runs on one goroutine owned by the run.
@@ -37,6 +44,7 @@ type flusher struct {
 type lingering struct {
 	l        lingerer
 	deadline time.Time
+	busy     int // times in a row the source was emitting when looked at
 }
 
 func newFlusher() *flusher {
@@ -46,9 +54,15 @@ func newFlusher() *flusher {
 }
 
 // arm asks the flusher to look at l after Linger.
-func (f *flusher) arm(l lingerer) {
+func (f *flusher) arm(l lingerer) { f.rearm(lingering{l: l}) }
+
+// rearm queues it to be looked at after Linger, or longer when its source
+// was busy the last times: a source blocked by backpressure holds its lock,
+// and has nothing pending that its own send will not hand over.
+func (f *flusher) rearm(it lingering) {
+	it.deadline = time.Now().Add(Linger << min(it.busy, 4))
 	f.mu.Lock()
-	f.queue = append(f.queue, lingering{l: l, deadline: time.Now().Add(Linger)})
+	f.queue = append(f.queue, it)
 	first := len(f.queue) == 1
 	f.mu.Unlock()
 	if first {
@@ -88,8 +102,13 @@ func (f *flusher) loop() {
 		f.mu.Unlock()
 
 		for _, it := range ready {
-			if it.l.tryFlush() {
-				f.arm(it.l)
+			switch it.l.tryFlush() {
+			case flushBusy:
+				it.busy++
+				f.rearm(it)
+			case flushPending:
+				it.busy = 0
+				f.rearm(it)
 			}
 		}
 

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/sluicehq/sluice/node"
 )
@@ -150,6 +151,13 @@ func Merge[T any](b *Builder, name string, ins ...Stream[T]) Stream[T] {
 	s.validate = func() []error {
 		if len(ins) == 0 {
 			return []error{errors.New("merge has no input")}
+		}
+		for i, a := range streams {
+			for _, b := range streams[:i] {
+				if a != nil && a == b {
+					return []error{fmt.Errorf("merge takes the output of %q twice: every item would arrive twice", a.producer.name)}
+				}
+			}
 		}
 		return nil
 	}

@@ -103,11 +103,13 @@ func WithBuffer(n int) Option {
 	return func(c *config) { c.buffer, c.bufferSet = n, true }
 }
 
-// WithHandOverBatch sets how many items a stage gathers before handing them
-// to the next: 1 hands over each item alone, which is the default; more
-// trades a little latency under load for much less per-item cost. A stage
-// hands over early whenever the next stage is idle or the item is tracked,
-// so light load keeps its latency low.
+// WithHandOverBatch sets the most items a stage gathers before handing them
+// to the next in one channel operation: [DefaultHandOverBatch] by default,
+// [HighThroughputHandOverBatch] under the high-throughput profile. A stage
+// hands over early when its own input runs dry and when an item is tracked,
+// and the run's flusher hands over what an idle source left after [Linger],
+// so light load keeps its latency low. 1 hands every item over alone, which
+// costs about four times more per item (see docs/performance.md).
 func WithHandOverBatch(n int) Option {
 	return func(c *config) { c.handOver = n }
 }

@@ -72,6 +72,7 @@ func (p *proc[In, R, Out]) close(ctx context.Context) error { return closeNode(c
 func (p *proc[In, R, Out]) consumed() bool                  { return p.in.took }
 func (p *proc[In, R, Out]) progress() int64                 { return p.in.progress() }
 func (p *proc[In, R, Out]) restarting()                     { p.in.rewind() }
+func (p *proc[In, R, Out]) reopens() bool                   { return hasOpen(p.user) }
 
 func (p *proc[In, R, Out]) finish(ctx context.Context) error {
 	if p.sink {

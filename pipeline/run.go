@@ -197,6 +197,10 @@ type runner interface {
 	progress() int64
 	// restarting prepares the input to be replayed from the checkpoint.
 	restarting()
+	// reopens reports whether the node has an Open, so that a restart
+	// closes and opens it again; a node without one is closed only at the
+	// end of the run.
+	reopens() bool
 }
 
 // nodeRun drives one node through a run: lifecycle, node restart (layer 2)
@@ -218,6 +222,7 @@ func (nr *nodeRun) run() error {
 	rs, n := nr.rs, nr.spec
 	rs.notify(n, func(o observer.Observer) { o.OnNodeStarted(observer.NodeEvent{Event: rs.event(n)}) })
 	err := nr.retry()
+	err = errors.Join(err, nr.closeLast())
 	if isCancellation(rs.ctx, err) {
 		err = context.Cause(rs.ctx)
 	}
@@ -226,13 +231,21 @@ func (nr *nodeRun) run() error {
 }
 
 // retry is layer 3: it runs the node again from the start when it failed
-// before consuming any input and the failure is transient.
+// before consuming any input and the failure is transient. A node with an
+// Open is closed before it is opened again; one without keeps its state.
 func (nr *nodeRun) retry() error {
 	rs, n := nr.rs, nr.spec
 	o := n.res.NodeRetry
 	for retry := 0; ; retry++ {
 		err := nr.restart()
-		if err == nil || nr.r.consumed() || rs.ctx.Err() != nil || !o.Classifier.IsTransientContext(rs.ctx, err) {
+		if err == nil || nr.r.consumed() || rs.ctx.Err() != nil {
+			return err
+		}
+		transient, perr := classify(rs.ctx, o.Classifier, err)
+		if perr != nil {
+			return perr
+		}
+		if !transient {
 			return err
 		}
 		if retry >= o.MaxRetries {
@@ -241,14 +254,20 @@ func (nr *nodeRun) retry() error {
 			}
 			return nr.exhausted(resilience.NodeRetry, retry+1, err)
 		}
+		if nr.r.reopens() {
+			if cerr := nr.close(); cerr != nil {
+				return errors.Join(err, cerr)
+			}
+		}
 		if err := nr.backoff(resilience.NodeRetry, o.Backoff, retry+1, err); err != nil {
 			return err
 		}
 	}
 }
 
-// restart is layer 2: when the node fails after consuming input, it closes
-// the node, waits, opens it again and resumes from the checkpoint.
+// restart is layer 2: when the node fails after consuming input, it waits
+// and resumes from the checkpoint; a node with an Open is closed before the
+// wait and opened again after it.
 func (nr *nodeRun) restart() error {
 	rs, n := nr.rs, nr.spec
 	o := n.res.NodeRestart
@@ -261,29 +280,33 @@ func (nr *nodeRun) restart() error {
 	for {
 		err := nr.r.body(ctx)
 		if err == nil {
-			err = nr.r.finish(ctx)
-			return errors.Join(err, nr.closeLast())
+			return nr.r.finish(ctx)
 		}
 		if rs.ctx.Err() != nil || !nr.r.consumed() || !restartable(err) {
-			return errors.Join(err, nr.closeLast())
+			return err
 		}
 		if o.ResetAfterItems > 0 && nr.r.progress()-mark >= int64(o.ResetAfterItems) {
 			restarts = 0
 		}
 		for {
 			if restarts >= o.MaxRestarts {
-				cerr := nr.closeLast()
 				if restarts == 0 {
-					return errors.Join(err, cerr)
+					return err
 				}
-				return errors.Join(nr.exhausted(resilience.NodeRestart, restarts+1, err), cerr)
+				return nr.exhausted(resilience.NodeRestart, restarts+1, err)
 			}
 			restarts++
-			if cerr := nr.close(); cerr != nil {
-				err = errors.Join(err, cerr)
+			reopen := nr.r.reopens()
+			if reopen {
+				if cerr := nr.close(); cerr != nil {
+					err = errors.Join(err, cerr)
+				}
 			}
 			if werr := nr.backoff(resilience.NodeRestart, o.Backoff, restarts, err); werr != nil {
 				return werr
+			}
+			if !reopen {
+				break
 			}
 			if err = nr.open(); err == nil {
 				break
@@ -297,7 +320,11 @@ func (nr *nodeRun) restart() error {
 	}
 }
 
+// open opens the node unless it is open.
 func (nr *nodeRun) open() error {
+	if nr.opened {
+		return nil
+	}
 	if err := nr.r.open(nr.ctx); err != nil {
 		return err
 	}
@@ -330,7 +357,10 @@ func (nr *nodeRun) close() error {
 // backoff counts a retry of layer k, reports it, and waits its delay.
 func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry int, cause error) error {
 	rs, n := nr.rs, nr.spec
-	d := b.DelayForRand(retry, rs.p.cfg.rand)
+	d, perr := delay(b, retry, rs.p.cfg.rand)
+	if perr != nil {
+		return perr
+	}
 	n.stats.retry(k)
 	rs.notify(n, func(o observer.Observer) {
 		o.OnRetry(observer.RetryEvent{Event: rs.event(n), Kind: k, Attempt: retry, Delay: d, Err: cause})

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,9 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		}
 		if s.cfg.parallel > 1 {
 			errs = append(errs, errParallelNotSupported)
+		}
+		if s.cfg.buffer != -1 {
+			errs = append(errs, errors.New("Buffer: a source has no input channel; set Buffer on the nodes that read it"))
 		}
 		return errs
 	}
@@ -52,6 +56,8 @@ type sourceRunner[T any] struct {
 	w     *writer[T]
 	stop  *atomic.Bool
 	count int64 // items emitted in this run
+	// returned is set once Run returned for good: a later Emit fails.
+	returned atomic.Bool
 
 	// In batch mode the run's flusher may hand over what the source left
 	// pending while the source is idle; mu guards the writer against that.
@@ -66,7 +72,9 @@ func (s *sourceRunner[T]) close(ctx context.Context) error { return closeNode(ct
 func (s *sourceRunner[T]) consumed() bool                  { return s.count > 0 }
 func (s *sourceRunner[T]) progress() int64                 { return s.count }
 func (s *sourceRunner[T]) restarting()                     {}
+func (s *sourceRunner[T]) reopens() bool                   { return hasOpen(s.src) }
 func (s *sourceRunner[T]) finish(ctx context.Context) error {
+	s.returned.Store(true)
 	if s.fl == nil {
 		return s.w.close(ctx)
 	}
@@ -77,12 +85,15 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 }
 
 // push hands env to the writer; in batch mode it holds mu and asks the
-// flusher to look after a batch it leaves pending.
-func (s *sourceRunner[T]) push(env envelope[T]) error {
+// flusher to look after a batch it leaves pending. user is the context the
+// source passed to Emit.
+func (s *sourceRunner[T]) push(user context.Context, env envelope[T]) error {
 	if s.fl == nil {
+		s.watch(user)
 		return s.w.push(s.nr.ctx, env)
 	}
 	s.mu.Lock()
+	s.watch(user)
 	err := s.w.push(s.nr.ctx, env)
 	if err == nil && !s.armed && s.w.hasPending() {
 		s.armed = true
@@ -92,18 +103,31 @@ func (s *sourceRunner[T]) push(env envelope[T]) error {
 	return err
 }
 
-func (s *sourceRunner[T]) tryFlush() bool {
+// watch makes blocking sends also watch user, when it is not the node's
+// own context.
+func (s *sourceRunner[T]) watch(user context.Context) {
+	if user == s.nr.ctx {
+		s.w.user = nil
+	} else {
+		s.w.user = user
+	}
+}
+
+func (s *sourceRunner[T]) tryFlush() flushResult {
 	if !s.mu.TryLock() {
-		return true // emitting right now: look again later
+		return flushBusy
 	}
 	defer s.mu.Unlock()
 	if s.closed {
 		s.armed = false
-		return false
+		return flushDone
 	}
 	s.w.tryFlush()
 	s.armed = s.w.hasPending()
-	return s.armed
+	if s.armed {
+		return flushPending
+	}
+	return flushDone
 }
 
 func (s *sourceRunner[T]) body(ctx context.Context) (err error) {
@@ -131,11 +155,11 @@ type emitter[T any] sourceRunner[T]
 
 func (e *emitter[T]) Emit(ctx context.Context, item T) error {
 	s := (*sourceRunner[T])(e)
-	if s.stop.Load() {
-		return context.Cause(s.nr.ctx)
+	if err := s.check(ctx); err != nil {
+		return err
 	}
 	s.count++
-	return s.push(envelope[T]{val: item})
+	return s.push(ctx, envelope[T]{val: item})
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
@@ -143,15 +167,46 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 	if done == nil {
 		return e.Emit(ctx, item)
 	}
-	if s.nr.ctx.Err() != nil {
+	if err := s.check(ctx); err != nil {
+		s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
+		return err
+	}
+	if err := s.nr.ctx.Err(); err != nil {
 		s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
 		return context.Cause(s.nr.ctx)
 	}
 	tr := s.nr.rs.reg.root(s.nr.spec.name, done)
 	s.count++
-	if err := s.push(envelope[T]{val: item, tr: tr}); err != nil {
+	if err := s.push(ctx, envelope[T]{val: item, tr: tr}); err != nil {
 		tr.fire(node.Failed)
 		return err
+	}
+	return nil
+}
+
+// hasOpen reports whether v has an Open.
+func hasOpen(v any) bool {
+	_, ok := v.(node.Opener)
+	return ok
+}
+
+// ErrEmitAfterReturn is returned by Emit and EmitTracked when they are
+// called after the source's Run returned: the item would be lost.
+var ErrEmitAfterReturn = errors.New("pipeline: Emit after the source's Run returned")
+
+// check reports why an item cannot be emitted now: the run is stopping,
+// the caller's ctx is done, or Run already returned.
+func (s *sourceRunner[T]) check(ctx context.Context) error {
+	if s.returned.Load() {
+		return fmt.Errorf("%w (source %q)", ErrEmitAfterReturn, s.nr.spec.name)
+	}
+	if s.stop.Load() {
+		return context.Cause(s.nr.ctx)
+	}
+	if ctx != s.nr.ctx {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 	}
 	return nil
 }

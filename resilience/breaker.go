@@ -346,7 +346,7 @@ func (b *Breaker) count(now time.Time, failed bool) (calls, failures int) {
 	}
 	width := max(int64(b.opts.Window)/breakerBuckets, 1)
 	epoch := now.UnixNano() / width
-	cur := &b.buckets[epoch%breakerBuckets]
+	cur := &b.buckets[((epoch%breakerBuckets)+breakerBuckets)%breakerBuckets] // epochs before 1970 are negative
 	if cur.epoch != epoch {
 		*cur = bucket{epoch: epoch}
 	}

@@ -297,3 +297,17 @@ func TestBreakerConcurrentUse(t *testing.T) {
 	}
 	assert.Equal(t, state, r.b.State())
 }
+
+func TestBreakerBeforeTheEpoch(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClockAt(time.Date(1960, 1, 1, 0, 0, 4, 0, time.UTC))
+	o := resilience.DefaultCircuitBreaker()
+	o.Enabled, o.ConsecutiveFailures, o.FailureRate, o.MinimumCalls = true, 0, 0.5, 4
+	b := resilience.NewBreaker("old", o, clock, nil)
+	for range 4 {
+		p, err := b.Allow()
+		require.NoError(t, err)
+		b.Record(p, resilience.CallFailure)
+	}
+	assert.Equal(t, resilience.CircuitOpen, b.State())
+}
