@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -62,8 +63,14 @@ func (f *flusher) arm(l lingerer) { f.rearm(lingering{l: l}) }
 func (f *flusher) rearm(it lingering) {
 	it.deadline = time.Now().Add(Linger << min(it.busy, 4))
 	f.mu.Lock()
-	f.queue = append(f.queue, it)
-	first := len(f.queue) == 1
+	// Keep the queue in deadline order: a busy source waits longer than the
+	// others queued after it.
+	i := len(f.queue)
+	for i > 0 && f.queue[i-1].deadline.After(it.deadline) {
+		i--
+	}
+	f.queue = slices.Insert(f.queue, i, it)
+	first := i == 0
 	f.mu.Unlock()
 	if first {
 		select {
