@@ -303,13 +303,20 @@ func (p *Pipeline) Name() string { return p.name }
 // may be called at any time, also while the pipeline runs.
 func (p *Pipeline) Stats() Stats {
 	s := Stats{Pipeline: p.name, Running: p.running.Load(), Nodes: make([]NodeStats, len(p.nodes))}
-	if rs := p.current.Load(); rs != nil {
+	rs := p.current.Load()
+	if rs != nil {
 		s.RunID = rs.id
 	}
+	live := rs != nil && !rs.ended.Load()
 	for i, n := range p.nodes {
 		s.Nodes[i] = n.stats.snapshot(n.name, n.kind)
 		if n.breaker != nil {
 			s.Nodes[i].Circuit = n.breaker.State()
+		}
+		if live && s.Nodes[i].HasInFlight() {
+			// Stages publish their counts in small tallies, so the
+			// difference can briefly dip below zero: it is an estimate.
+			s.Nodes[i].InFlight = max(0, s.Nodes[i].held()-rs.before[i].held())
 		}
 	}
 	return s

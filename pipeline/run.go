@@ -29,6 +29,10 @@ type runState struct {
 	// flusher hands over what idle sources leave in a batch; nil in
 	// per-item mode.
 	flusher *flusher
+	// before holds every node's counters at the start of the run; it does
+	// not change once the run is published in Pipeline.current.
+	before []NodeStats
+	ended  atomic.Bool
 }
 
 func (p *Pipeline) run(parent context.Context) (Result, error) {
@@ -41,12 +45,13 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 		rs.fail(src, fmt.Errorf("pipeline: EmitTracked done callback panicked: %w",
 			&resilience.PanicError{Value: v, Stack: debug.Stack()}))
 	})
-	p.current.Store(rs)
-
 	before := make([]NodeStats, len(p.nodes))
 	for i, n := range p.nodes {
 		before[i] = n.stats.snapshot(n.name, n.kind)
 	}
+	rs.before = before
+	p.current.Store(rs)
+	defer rs.ended.Store(true)
 
 	rs.edges = make([]any, len(p.nodes))
 	for _, n := range p.nodes {

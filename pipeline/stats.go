@@ -59,6 +59,28 @@ type NodeStats struct {
 	NodeRetries  int64
 	// Circuit is the node's breaker state; CircuitClosed when it has none.
 	Circuit resilience.CircuitState
+	// InFlight is, for a node that hands on at most one item per item it
+	// takes in (see HasInFlight), the items it took in during the current
+	// run and has not yet handed on, written, filtered, skipped or
+	// dead-lettered: an estimate, since stages publish their counts every
+	// 64 items and whenever they wait. It is 0 between runs and for other
+	// kinds, and in a Result.
+	InFlight int64
+}
+
+// HasInFlight reports whether InFlight means something for the node's
+// kind: transforms, sinks, filters and merges.
+func (s NodeStats) HasInFlight() bool {
+	switch s.Kind {
+	case "transform", "sink", "filter", "merge":
+		return true
+	}
+	return false
+}
+
+// held is what the node has taken in and not yet let go of, over every run.
+func (s NodeStats) held() int64 {
+	return s.In - s.Out - s.Filtered - s.Skipped - s.DeadLettered
 }
 
 // Retries returns the retries of layer k.

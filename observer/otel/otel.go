@@ -108,7 +108,7 @@ type Observer struct {
 
 // A target is an observed pipeline with the attributes of its nodes.
 type target struct {
-	w     *watched
+	p     *pipeline.Pipeline
 	nodes []metric.MeasurementOption   // pipeline, node
 	kinds [][]metric.MeasurementOption // pipeline, node, kind; by node, then RetryKind - 1
 }
@@ -181,12 +181,12 @@ func (o *Observer) Observe(p *pipeline.Pipeline) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if t, ok := o.byName[p.Name()]; ok {
-		if t.w.p == p {
+		if t.p == p {
 			return nil
 		}
 		return fmt.Errorf("otel: Observe: a pipeline named %q is already observed", p.Name())
 	}
-	t := &target{w: watch(p)}
+	t := &target{p: p}
 	for _, n := range p.Stats().Nodes {
 		t.nodes = append(t.nodes, metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(p.Name()), AttrNode.String(n.Node))))
 		byKind := make([]metric.MeasurementOption, len(kinds))
@@ -228,7 +228,7 @@ func (o *Observer) observe(_ context.Context, ob metric.Observer) error {
 	ts := slices.Clone(o.targets)
 	o.mu.RUnlock()
 	for _, t := range ts {
-		s := t.w.p.Stats()
+		s := t.p.Stats()
 		for i, n := range s.Nodes {
 			at := t.nodes[i]
 			ob.ObserveInt64(o.in, n.In, at)
@@ -241,24 +241,17 @@ func (o *Observer) observe(_ context.Context, ob metric.Observer) error {
 				ob.ObserveInt64(o.retries, n.Retries(k), t.kinds[i][j])
 			}
 			ob.ObserveInt64(o.circuit, int64(n.Circuit), at)
-			if v, ok := t.w.inFlight(s, i); ok {
-				ob.ObserveInt64(o.inFlight, v, at)
+			if n.HasInFlight() {
+				ob.ObserveInt64(o.inFlight, n.InFlight, at)
 			}
 		}
 	}
 	return nil
 }
 
-// OnNodeStarted notes where the node's counters stand, from which its
-// items in flight are counted during this run.
-func (o *Observer) OnNodeStarted(e observer.NodeEvent) {
-	o.mu.RLock()
-	t := o.byName[e.Pipeline]
-	o.mu.RUnlock()
-	if t != nil {
-		t.w.started(e.Node)
-	}
-}
+// OnNodeStarted does nothing: the items in flight are in the pipeline's
+// Stats.
+func (o *Observer) OnNodeStarted(observer.NodeEvent) {}
 
 // OnNodeCompleted does nothing: a node's counts are in its counters.
 func (o *Observer) OnNodeCompleted(observer.NodeEvent) {}

@@ -77,8 +77,8 @@ func WithDelayBuckets(bounds ...float64) Option {
 // A Collector is safe for concurrent use. Create one with [New].
 type Collector struct {
 	mu        sync.RWMutex
-	watched   []*watched
-	byName    map[string]*watched
+	observed  []*pipeline.Pipeline
+	byName    map[string]*pipeline.Pipeline
 	exhausted *promclient.CounterVec
 	delay     *promclient.HistogramVec
 
@@ -94,7 +94,7 @@ func New(opts ...Option) *Collector {
 	node := []string{"pipeline", "node"}
 	kind := []string{"pipeline", "node", "kind"}
 	return &Collector{
-		byName: make(map[string]*watched),
+		byName: make(map[string]*pipeline.Pipeline),
 		exhausted: promclient.NewCounterVec(promclient.CounterOpts{
 			Name: RetriesExhausted,
 			Help: "Times a resilience layer of a node ran out of retries, by layer (kind).",
@@ -118,8 +118,7 @@ func New(opts ...Option) *Collector {
 }
 
 // Observe makes the Collector report p's counters at every scrape. Call it
-// once the pipeline is built and before it runs, so that items in flight
-// are counted from the start. Observing the same pipeline again does
+// once the pipeline is built. Observing the same pipeline again does
 // nothing; observing another pipeline of the same name is an error, since
 // their series could not be told apart.
 func (c *Collector) Observe(p *pipeline.Pipeline) error {
@@ -128,15 +127,14 @@ func (c *Collector) Observe(p *pipeline.Pipeline) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if w, ok := c.byName[p.Name()]; ok {
-		if w.p == p {
+	if q, ok := c.byName[p.Name()]; ok {
+		if q == p {
 			return nil
 		}
 		return fmt.Errorf("prometheus: Observe: a pipeline named %q is already observed", p.Name())
 	}
-	w := watch(p)
-	c.watched = append(c.watched, w)
-	c.byName[p.Name()] = w
+	c.observed = append(c.observed, p)
+	c.byName[p.Name()] = p
 	// Exhaustion counters start at zero, so that the first exhaustion is
 	// an increase that rate() can see.
 	for _, n := range p.Stats().Nodes {
@@ -162,11 +160,11 @@ func (c *Collector) Describe(ch chan<- *promclient.Desc) {
 // with the figures gathered from events.
 func (c *Collector) Collect(ch chan<- promclient.Metric) {
 	c.mu.RLock()
-	ws := slices.Clone(c.watched)
+	ps := slices.Clone(c.observed)
 	c.mu.RUnlock()
-	for _, w := range ws {
-		s := w.p.Stats()
-		for i, n := range s.Nodes {
+	for _, p := range ps {
+		s := p.Stats()
+		for _, n := range s.Nodes {
 			pl, nd := s.Pipeline, n.Node
 			counter := func(d *promclient.Desc, v int64) {
 				ch <- promclient.MustNewConstMetric(d, promclient.CounterValue, float64(v), pl, nd)
@@ -181,8 +179,8 @@ func (c *Collector) Collect(ch chan<- promclient.Metric) {
 				ch <- promclient.MustNewConstMetric(c.retries, promclient.CounterValue, float64(n.Retries(k)), pl, nd, k.String())
 			}
 			ch <- promclient.MustNewConstMetric(c.circuit, promclient.GaugeValue, float64(n.Circuit), pl, nd)
-			if v, ok := w.inFlight(s, i); ok {
-				ch <- promclient.MustNewConstMetric(c.inFlight, promclient.GaugeValue, float64(v), pl, nd)
+			if n.HasInFlight() {
+				ch <- promclient.MustNewConstMetric(c.inFlight, promclient.GaugeValue, float64(n.InFlight), pl, nd)
 			}
 		}
 	}
@@ -190,16 +188,9 @@ func (c *Collector) Collect(ch chan<- promclient.Metric) {
 	c.delay.Collect(ch)
 }
 
-// OnNodeStarted notes where the node's counters stand, from which its
-// items in flight are counted during this run.
-func (c *Collector) OnNodeStarted(e observer.NodeEvent) {
-	c.mu.RLock()
-	w := c.byName[e.Pipeline]
-	c.mu.RUnlock()
-	if w != nil {
-		w.started(e.Node)
-	}
-}
+// OnNodeStarted does nothing: the items in flight are in the pipeline's
+// Stats.
+func (c *Collector) OnNodeStarted(observer.NodeEvent) {}
 
 // OnNodeCompleted does nothing: a node's counts are in its counters.
 func (c *Collector) OnNodeCompleted(observer.NodeEvent) {}
