@@ -170,8 +170,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 }
 
 // Observe makes the Observer report p's counters at every collection. Call
-// it once the pipeline is built and before it runs, so that items in flight
-// are counted from the start. Observing the same pipeline again does
+// it once the pipeline is built. Observing the same pipeline again does
 // nothing; observing another pipeline of the same name is an error, since
 // their measurements could not be told apart.
 func (o *Observer) Observe(p *pipeline.Pipeline) error {
