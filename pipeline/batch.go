@@ -28,7 +28,7 @@ func Batch[T any](b *Builder, name string, in Stream[T], size int, linger time.D
 	s.newEdge = edgeOf[T]
 	s.newRunner = func(nr *nodeRun) runner {
 		n := nr.spec
-		r := newReader(nr.rs.edges[n.id].(*edge[T]), &n.stats.in, &nr.rs.stop)
+		r := newReader(nr.rs.edges[n.id].(edge[T]), &n.stats.in)
 		br := &batcher[T]{nr: nr, in: r, w: newWriter(outEdges[[]T](nr), &n.stats.out), size: size, linger: linger}
 		r.idle = br.w.flush
 		return br
@@ -56,7 +56,7 @@ func (b *batcher[T]) reopens() bool                    { return false }
 func (b *batcher[T]) finish(ctx context.Context) error { return b.w.close(ctx) }
 
 func (b *batcher[T]) body(ctx context.Context) error {
-	defer b.in.in.flush()
+	defer b.in.n.flush()
 	defer b.w.out.flush()
 	var timer clockwork.Timer
 	stopTimer := func() {

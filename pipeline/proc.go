@@ -44,7 +44,7 @@ type deliverFunc[In, R, Out any] func(ctx context.Context, w *writer[Out], done 
 func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, In) (R, error), deliver deliverFunc[In, R, Out]) *proc[In, R, Out] {
 	n := nr.spec
 	p := &proc[In, R, Out]{nr: nr, user: user, call: call, deliver: deliver, sink: n.output == nil}
-	r := newReader(nr.rs.edges[n.id].(*edge[In]), &n.stats.in, &nr.rs.stop)
+	r := newReader(nr.rs.edges[n.id].(edge[In]), &n.stats.in)
 	window := 0
 	if n.res.NodeRestart.MaxRestarts > 0 {
 		window = n.res.NodeRestart.MaxReplayWindow
@@ -110,7 +110,7 @@ func (p *proc[In, R, Out]) body(ctx context.Context) error {
 }
 
 func (p *proc[In, R, Out]) flushCounts() {
-	p.in.r.in.flush()
+	p.in.r.n.flush()
 	for _, w := range p.writers {
 		w.out.flush()
 	}

@@ -22,7 +22,6 @@ type runState struct {
 	id     string
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stop   atomic.Bool // ctx is done
 	start  time.Time
 	edges  []any // each node's input edge, by node id
 	reg    *registry
@@ -39,8 +38,6 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, start: p.cfg.clock.Now()}
-	stopWatch := context.AfterFunc(ctx, func() { rs.stop.Store(true) })
-	defer stopWatch()
 	rs.reg = newRegistry(func(src string, v any) {
 		rs.fail(src, fmt.Errorf("pipeline: EmitTracked done callback panicked: %w",
 			&resilience.PanicError{Value: v, Stack: debug.Stack()}))
@@ -284,6 +281,12 @@ func (nr *nodeRun) restart() error {
 	mark := int64(0)
 	for {
 		err := nr.r.body(ctx)
+		if err == nil && ctx.Err() != nil {
+			// The input ended, but the run is stopping: a node completes
+			// only in a run that goes on, so a cancelled run never
+			// flushes a sink as if its input had ended.
+			err = context.Cause(ctx)
+		}
 		if err == nil {
 			return nr.r.finish(ctx)
 		}

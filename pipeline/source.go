@@ -29,7 +29,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		return errs
 	}
 	s.newRunner = func(nr *nodeRun) runner {
-		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out), stop: &nr.rs.stop}
+		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
 		if nr.rs.p.cfg.handOver > 1 {
 			s.fl = nr.rs.flusher
 		}
@@ -41,11 +41,11 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 var errParallelNotSupported = errors.New("Parallel: only transforms, sinks, filters and flat maps run in parallel")
 
 // outEdges returns the input edges of every consumer of nr's output.
-func outEdges[T any](nr *nodeRun) []*edge[T] {
+func outEdges[T any](nr *nodeRun) []edge[T] {
 	out := nr.spec.output
-	edges := make([]*edge[T], len(out.consumers))
+	edges := make([]edge[T], len(out.consumers))
 	for i, c := range out.consumers {
-		edges[i] = nr.rs.edges[c.id].(*edge[T])
+		edges[i] = nr.rs.edges[c.id].(edge[T])
 	}
 	return edges
 }
@@ -54,7 +54,6 @@ type sourceRunner[T any] struct {
 	nr    *nodeRun
 	src   node.Source[T]
 	w     *writer[T]
-	stop  *atomic.Bool
 	count int64 // items emitted in this run
 	// returned is set once Run returned for good: a later Emit fails.
 	returned atomic.Bool
@@ -85,32 +84,23 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 }
 
 // push hands env to the writer; in batch mode it holds mu and asks the
-// flusher to look after a batch it leaves pending. user is the context the
-// source passed to Emit.
-func (s *sourceRunner[T]) push(user context.Context, env envelope[T]) error {
+// flusher to look after a batch it leaves pending. call is the context the
+// source passed to Emit: it governs this call alone.
+func (s *sourceRunner[T]) push(call context.Context, env envelope[T]) error {
+	if call == s.nr.ctx {
+		call = nil // the node's own: watched anyway
+	}
 	if s.fl == nil {
-		s.watch(user)
-		return s.w.push(s.nr.ctx, env)
+		return s.w.add(s.nr.ctx, call, env)
 	}
 	s.mu.Lock()
-	s.watch(user)
-	err := s.w.push(s.nr.ctx, env)
-	if err == nil && !s.armed && s.w.hasPending() {
+	err := s.w.add(s.nr.ctx, call, env)
+	if !s.armed && s.w.pending() {
 		s.armed = true
 		s.fl.arm(s)
 	}
 	s.mu.Unlock()
 	return err
-}
-
-// watch makes blocking sends also watch user, when it is not the node's
-// own context.
-func (s *sourceRunner[T]) watch(user context.Context) {
-	if user == s.nr.ctx {
-		s.w.user = nil
-	} else {
-		s.w.user = user
-	}
 }
 
 func (s *sourceRunner[T]) tryFlush() flushResult {
@@ -122,8 +112,7 @@ func (s *sourceRunner[T]) tryFlush() flushResult {
 		s.armed = false
 		return flushDone
 	}
-	s.w.tryFlush()
-	s.armed = s.w.hasPending()
+	s.armed = s.w.tryFlush()
 	if s.armed {
 		return flushPending
 	}
@@ -158,8 +147,11 @@ func (e *emitter[T]) Emit(ctx context.Context, item T) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
+	if err := s.push(ctx, envelope[T]{val: item}); err != nil {
+		return err
+	}
 	s.count++
-	return s.push(ctx, envelope[T]{val: item})
+	return nil
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
@@ -171,16 +163,12 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 		s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
 		return err
 	}
-	if err := s.nr.ctx.Err(); err != nil {
-		s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
-		return context.Cause(s.nr.ctx)
-	}
 	tr := s.nr.rs.reg.root(s.nr.spec.name, done)
-	s.count++
 	if err := s.push(ctx, envelope[T]{val: item, tr: tr}); err != nil {
 		tr.fire(node.Failed)
 		return err
 	}
+	s.count++
 	return nil
 }
 
@@ -200,7 +188,7 @@ func (s *sourceRunner[T]) check(ctx context.Context) error {
 	if s.returned.Load() {
 		return fmt.Errorf("%w (source %q)", ErrEmitAfterReturn, s.nr.spec.name)
 	}
-	if s.stop.Load() {
+	if s.nr.ctx.Err() != nil {
 		return context.Cause(s.nr.ctx)
 	}
 	if ctx != s.nr.ctx {

@@ -1,0 +1,119 @@
+package pipeline
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// A reader takes one node's input items from its edge and hands them out
+// one at a time or in runs. It belongs to one goroutine at a time.
+//
+// The run's context is its only stop signal: once ctx is done, the reader
+// returns its cause, whatever is still buffered, and it reports the end of
+// the input (ok false, no error) only when every writer of the edge closed
+// it cleanly.
+type reader[T any] struct {
+	in  inlet[T]
+	cur []envelope[T] // the items received last
+	i   int           // the next item of cur
+	n   tally         // the node's In counter
+	// idle runs before the reader waits on an empty edge: the node sends
+	// what it gathered, so that items never wait behind an idle input.
+	idle func(ctx context.Context) error
+}
+
+func newReader[T any](e edge[T], in *atomic.Int64) *reader[T] {
+	return &reader[T]{in: e.inlet(), n: tally{dst: in}}
+}
+
+// next returns the next item; ok is false once the input ended. It returns
+// an error once ctx is done.
+func (r *reader[T]) next(ctx context.Context) (envelope[T], bool, error) {
+	if r.i < len(r.cur) && ctx.Err() == nil {
+		env := r.cur[r.i]
+		r.i++
+		r.n.add(1)
+		return env, true, nil
+	}
+	items, ok, _, err := r.more(ctx, nil)
+	if !ok {
+		return envelope[T]{}, false, err
+	}
+	r.cur, r.i = items, 1
+	r.n.add(1)
+	return items[0], true, nil
+}
+
+// nextRun returns the items left of the current run, at least one, or the
+// next run received; in per-item hand-over a run is one item. The caller
+// is done with the slice when it calls the reader again. ok is false once
+// the input ended.
+func (r *reader[T]) nextRun(ctx context.Context) ([]envelope[T], bool, error) {
+	if r.i < len(r.cur) && ctx.Err() == nil {
+		s := r.cur[r.i:]
+		r.i = len(r.cur)
+		r.n.add(int64(len(s)))
+		return s, true, nil
+	}
+	items, ok, _, err := r.more(ctx, nil)
+	if !ok {
+		return nil, false, err
+	}
+	r.cur, r.i = items, len(items)
+	r.n.add(int64(len(items)))
+	return items, true, nil
+}
+
+// nextOr is next that also returns, with timedOut set, when expired fires
+// before an item arrives. A nil expired never fires.
+func (r *reader[T]) nextOr(ctx context.Context, expired <-chan time.Time) (env envelope[T], ok, timedOut bool, err error) {
+	select {
+	case <-expired:
+		return env, false, true, nil
+	default:
+	}
+	if r.i < len(r.cur) {
+		env, ok, err = r.next(ctx)
+		return env, ok, false, err
+	}
+	items, ok, timedOut, err := r.more(ctx, expired)
+	if !ok {
+		return env, false, timedOut, err
+	}
+	r.cur, r.i = items, 1
+	r.n.add(1)
+	return items[0], true, false, nil
+}
+
+// more receives the next items once cur is used up: ok is false at the end of the input, when
+// ctx is done (err says why) and when expired fired (timedOut). Before it
+// waits it publishes the count and runs idle.
+func (r *reader[T]) more(ctx context.Context, expired <-chan time.Time) (items []envelope[T], ok, timedOut bool, err error) {
+	if ctx.Err() != nil {
+		// What is left of cur stays: a node restarted on the same input
+		// reads it next.
+		r.n.flush()
+		return nil, false, false, context.Cause(ctx)
+	}
+	r.cur, r.i = nil, 0
+	items, ended := r.in.poll()
+	switch {
+	case ended:
+		r.n.flush()
+		return nil, false, false, nil
+	case items != nil:
+		return items, true, false, nil
+	}
+	r.n.flush()
+	if r.idle != nil {
+		if err := r.idle(ctx); err != nil {
+			return nil, false, false, err
+		}
+	}
+	items, ok, timedOut, err = r.in.receive(ctx, expired)
+	if !ok && !timedOut {
+		r.n.flush()
+	}
+	return items, ok, timedOut, err
+}

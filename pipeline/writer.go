@@ -1,0 +1,271 @@
+package pipeline
+
+import (
+	"context"
+	"sync/atomic"
+)
+
+// A writer sends one producer's items to every edge of its output stream:
+// one edge normally, several when the stream is broadcast. It gathers up to
+// one batch of the edges' size and sends it whole; a tracked item is sent
+// at once, with what was gathered before it, because someone waits for its
+// completion; the node also flushes whenever its own input runs dry (see
+// reader.idle). Per-item edges have a batch of one, so every item is sent
+// as it comes. A writer belongs to one goroutine at a time.
+//
+// Every method that may wait takes the context of the node, which ends the
+// wait when the run stops. A source's Emit also gives the context of its
+// call: it governs that call alone and is never kept.
+type writer[T any] struct {
+	buf []envelope[T] // gathered, not yet sent
+	max int           // the edges' batch size
+	one edge[T]       // the only edge; nil when the stream is broadcast
+	fan *fanOut[T]    // the edges of a broadcast stream
+	out tally         // the node's Out counter
+}
+
+func newWriter[T any](edges []edge[T], out *atomic.Int64) *writer[T] {
+	w := &writer[T]{max: edges[0].batch(), out: tally{dst: out}}
+	for _, e := range edges {
+		e.join()
+	}
+	if len(edges) == 1 {
+		w.one = edges[0]
+		w.buf = w.one.take(nil)
+	} else {
+		w.fan = newFanOut(edges)
+	}
+	return w
+}
+
+// push hands env on: it joins the gathered items, which are sent when they
+// fill a batch or env is tracked. It fails only when ctx is done.
+func (w *writer[T]) push(ctx context.Context, env envelope[T]) error {
+	// The common case, small enough to be inlined: an untracked item and
+	// room left in the batch.
+	if env.tr == nil && len(w.buf)+1 < w.max {
+		w.buf = append(w.buf, env)
+		return nil
+	}
+	return w.add(ctx, nil, env)
+}
+
+// add is push for a source's Emit, whose call may end its wait. On error
+// env was not taken and is no longer gathered; what was gathered before it
+// stays, to be sent later.
+func (w *writer[T]) add(ctx, call context.Context, env envelope[T]) error {
+	w.buf = append(w.buf, env)
+	if len(w.buf) < w.max && env.tr == nil {
+		return nil
+	}
+	taken, err := w.send(ctx, call)
+	if !taken {
+		n := len(w.buf) - 1
+		w.buf[n] = envelope[T]{}
+		w.buf = w.buf[:n]
+	}
+	return err
+}
+
+// send hands over what is gathered, waiting while an edge is full. taken
+// reports whether the newest gathered item was taken; items are taken in
+// order, so when it was, everything was.
+func (w *writer[T]) send(ctx, call context.Context) (taken bool, err error) {
+	if w.fan != nil {
+		w.out.flush()
+		committed, err := w.fan.send(ctx, call, w.buf)
+		if committed {
+			w.out.add(int64(len(w.buf)))
+			clear(w.buf)
+			w.buf = w.buf[:0]
+		}
+		return committed, err
+	}
+	if len(w.buf) == 0 {
+		return true, nil
+	}
+	w.taken(w.one.trySend(w.buf))
+	if len(w.buf) > 0 {
+		// Publish the count before waiting, so that Stats shows what a
+		// blocked stage did.
+		w.out.flush()
+		var n int
+		n, err = w.one.send(ctx, call, w.buf)
+		w.taken(n)
+	}
+	return len(w.buf) == 0, err
+}
+
+// taken drops the first n gathered items, which an edge took.
+func (w *writer[T]) taken(n int) {
+	if n == 0 {
+		return
+	}
+	w.out.add(int64(n))
+	if n == len(w.buf) {
+		w.buf = w.one.take(w.buf)
+		return
+	}
+	// Only a per-item edge takes part of what it is given.
+	rest := copy(w.buf, w.buf[n:])
+	clear(w.buf[rest:])
+	w.buf = w.buf[:rest]
+}
+
+// flush sends everything gathered and publishes the count.
+func (w *writer[T]) flush(ctx context.Context) error {
+	_, err := w.send(ctx, nil)
+	w.out.flush()
+	return err
+}
+
+// tryFlush hands over what it can without waiting and reports whether
+// something is left.
+func (w *writer[T]) tryFlush() (pending bool) {
+	defer w.out.flush()
+	if w.fan != nil {
+		committed, pending := w.fan.trySend(w.buf)
+		if committed {
+			w.out.add(int64(len(w.buf)))
+			clear(w.buf)
+			w.buf = w.buf[:0]
+		}
+		return pending
+	}
+	if len(w.buf) == 0 {
+		return false
+	}
+	w.taken(w.one.trySend(w.buf))
+	return len(w.buf) > 0
+}
+
+// pending reports whether items wait to be handed over.
+func (w *writer[T]) pending() bool {
+	return len(w.buf) > 0 || (w.fan != nil && w.fan.owes())
+}
+
+// close flushes and gives up the writer's share of its edges; the last
+// writer of an edge closes it, which tells its reader the input ended.
+// close is called only when the producer finished cleanly.
+func (w *writer[T]) close(ctx context.Context) error {
+	if err := w.flush(ctx); err != nil {
+		return err
+	}
+	if w.fan != nil {
+		for _, e := range w.fan.edges {
+			e.release()
+		}
+	} else {
+		w.one.release()
+	}
+	w.one, w.fan = nil, nil
+	return nil
+}
+
+// A fanOut broadcasts a writer's items to several edges. Items are
+// committed to all edges at once, each edge getting its own copy, which it
+// is owed until it took it: an item is handed to every branch or, if the
+// call that sends it ends first, to none.
+type fanOut[T any] struct {
+	edges []edge[T]
+	owed  [][]envelope[T] // per edge: committed items it has not taken yet
+}
+
+func newFanOut[T any](edges []edge[T]) *fanOut[T] {
+	f := &fanOut[T]{edges: edges, owed: make([][]envelope[T], len(edges))}
+	for i, e := range edges {
+		f.owed[i] = e.take(nil)
+	}
+	return f
+}
+
+func (f *fanOut[T]) owes() bool {
+	for _, o := range f.owed {
+		if len(o) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// send hands over what earlier calls left owed, then commits items and
+// hands them over. Until everything owed was taken it commits nothing, so
+// that a call that ends early leaves its items untaken. Once committed,
+// items are the stream's: when call ends while an edge is still full,
+// committed is true, err is nil, and the rest is handed over by a later
+// send or flush.
+func (f *fanOut[T]) send(ctx, call context.Context, items []envelope[T]) (committed bool, err error) {
+	if err := f.drain(ctx, call); err != nil {
+		return false, err
+	}
+	if len(items) == 0 {
+		return false, nil
+	}
+	f.commit(items)
+	if err := f.drain(ctx, call); err != nil && ctx.Err() != nil {
+		return true, err
+	}
+	return true, nil
+}
+
+// trySend is send without waiting; pending reports whether something is
+// left, of items or of what was owed.
+func (f *fanOut[T]) trySend(items []envelope[T]) (committed, pending bool) {
+	if len(items) > 0 && !f.owes() {
+		f.commit(items)
+		committed = true
+	}
+	for i, e := range f.edges {
+		if len(f.owed[i]) > 0 {
+			f.took(i, e.trySend(f.owed[i]))
+		}
+	}
+	return committed, f.owes() || (!committed && len(items) > 0)
+}
+
+// commit makes every edge owed a copy of items. A tracked item now has a
+// part on every branch, each of which completes on its own.
+func (f *fanOut[T]) commit(items []envelope[T]) {
+	for _, it := range items {
+		if it.tr != nil {
+			it.tr.add(len(f.edges) - 1)
+		}
+	}
+	for i := range f.edges {
+		f.owed[i] = append(f.owed[i], items...)
+	}
+}
+
+func (f *fanOut[T]) drain(ctx, call context.Context) error {
+	for i, e := range f.edges {
+		o := f.owed[i]
+		if len(o) == 0 {
+			continue
+		}
+		n := e.trySend(o)
+		if n < len(o) {
+			m, err := e.send(ctx, call, o[n:])
+			n += m
+			if err != nil {
+				f.took(i, n)
+				return err
+			}
+		}
+		f.took(i, n)
+	}
+	return nil
+}
+
+// took drops the first n items owed to edge i.
+func (f *fanOut[T]) took(i, n int) {
+	o := f.owed[i]
+	switch {
+	case n == 0:
+	case n == len(o):
+		f.owed[i] = f.edges[i].take(o)
+	default:
+		rest := copy(o, o[n:])
+		clear(o[rest:])
+		f.owed[i] = o[:rest]
+	}
+}
