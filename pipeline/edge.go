@@ -110,9 +110,9 @@ func (e *itemEdge[T]) release() {
 	}
 }
 
-func (e *itemEdge[T]) batch() int                            { return 1 }
+func (e *itemEdge[T]) batch() int                           { return 1 }
 func (e *itemEdge[T]) take(old []envelope[T]) []envelope[T] { return old[:0] }
-func (e *itemEdge[T]) inlet() inlet[T]                       { return e }
+func (e *itemEdge[T]) inlet() inlet[T]                      { return e }
 
 func (e *itemEdge[T]) send(ctx, call context.Context, items []envelope[T]) (int, error) {
 	for i, env := range items {
