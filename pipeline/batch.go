@@ -14,7 +14,7 @@ import (
 // slice), and when the input ends. A tracked item completes when the batch
 // it is in does.
 func Batch[T any](b *Builder, name string, in Stream[T], size int, linger time.Duration, opts ...NodeOption) Stream[[]T] {
-	s := b.add(name, "batch", opts, in.s)
+	s := b.add(name, KindBatch, opts, in.s)
 	s.validate = func() []error {
 		errs := parallelRefused(s)
 		if size < 1 {

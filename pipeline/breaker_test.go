@@ -139,16 +139,25 @@ func TestOpenPauseProbesOncePerOpenDuration(t *testing.T) {
 	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 	run := pipelinetest.Start(t.Context(), build(t, b))
 	res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second)
-	require.NoError(t, err)
-	// Three failures trip the breaker; each later item waits for the next
-	// probe, fails it, and is skipped: one call per open period.
-	for i := range 6 {
+	// Three failures trip the breaker and their items are skipped. Item 3
+	// then waits for each probe and makes it, one call per open period; a
+	// failed probe spends none of its retries, so it is not skipped but
+	// waits on, until MaxPause (a minute) after its first refusal has
+	// passed: then the node fails, with items 4 and 5 never called.
+	var coe *resilience.CircuitOpenError
+	require.ErrorAs(t, err, &coe)
+	for i := range 3 {
 		assert.Equal(t, 1, down.Calls(i), "item %d", i)
 	}
-	assert.Equal(t, int64(6), res.Node("call").Skipped)
-	assert.Equal(t, 30*time.Second, clock.Since(start))
-	assert.Equal(t, [][2]resilience.CircuitState{closedOpen,
-		openHalf, halfOpen, openHalf, halfOpen, openHalf, halfOpen}, transitions(rec))
+	assert.Equal(t, 6, down.Calls(3), "a probe at 10, 20, 30, 40, 50 and 60 s")
+	assert.Zero(t, down.Calls(4))
+	assert.Equal(t, int64(3), res.Node("call").Skipped)
+	assert.Equal(t, time.Minute, clock.Since(start))
+	want := [][2]resilience.CircuitState{closedOpen}
+	for range 6 {
+		want = append(want, openHalf, halfOpen)
+	}
+	assert.Equal(t, want, transitions(rec))
 }
 
 func TestOpenPauseEndsAtMaxPause(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"time"
 
 	"github.com/sluicehq/sluice/deadletter"
@@ -26,13 +25,9 @@ type failure struct {
 // layers (item retries within node restarts).
 var ErrTooManyRepeats = errors.New("pipeline: item repeated too many times")
 
-// safeCall calls f, turning a panic into a *resilience.PanicError.
-func safeCall[In, R any](ctx context.Context, f func(context.Context, In) (R, error), in In) (r R, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &resilience.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
+// call calls f under the panic guard.
+func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error), in In) (r R, err error) {
+	defer recovered(&err)
 	return f(ctx, in)
 }
 
@@ -43,150 +38,172 @@ func safeCall[In, R any](ctx context.Context, f func(context.Context, In) (R, er
 func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int) (R, *failure) {
 	n := nr.spec
 	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == 0 {
-		r, err := safeCall(ctx, f, in)
+		r, err := call(ctx, f, in)
 		if err != nil {
-			return r, nr.oneFailure(err)
+			return r, nr.failed(nil, ctx, err, 1, 0)
 		}
 		return r, nil
 	}
-	return retry(ctx, nr, f, in, prior, nil)
+	return itemRetry(ctx, nr, f, in, prior, nil)
 }
 
-// retry runs layer 1's loop. When first is not nil, the first call was
+// itemRetry runs layer 1's loop. When first is not nil, the first call was
 // already made, without a breaker, and failed with first.
-func retry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, first error) (R, *failure) {
+//
+// A failure once ctx is done is only the echo of the cancellation: it is
+// neither classified, retried nor counted, and the failure returned holds
+// ctx's cause. Under OpenPause, a call the breaker refuses waits instead,
+// and a probe that fails while the breaker pauses does not spend one of
+// the item's retries: an outage becomes backpressure, bounded by MaxPause
+// from the item's first refusal.
+func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, first error) (R, *failure) {
 	n := nr.spec
 	o := &n.res.ItemRetry
-	var fl *failure
-	var zero R
-	for retry := 0; ; retry++ {
+	pausing := n.breaker != nil && n.res.CircuitBreaker.WhenOpen == resilience.OpenPause
+	var (
+		fl    *failure
+		zero  R
+		calls int       // calls made in this cycle
+		pause time.Time // under OpenPause: when the item's pause ends
+	)
+	for retry := 0; ; {
 		var (
-			r      R
-			err    error
-			permit resilience.Permit
+			err              error
+			transient, probe bool
 		)
-		if retry == 0 && first != nil {
-			err = first
+		if first != nil {
+			err, first = first, nil
+			calls++
+			if ctx.Err() == nil {
+				transient, err = classify(ctx, o.Classifier, err)
+			}
 		} else {
 			if prior+retry > resilience.MaxRepeats {
 				err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, prior+retry, resilience.MaxRepeats)}
-				return zero, nr.failed(fl, err, retry, 0)
+				return zero, nr.failed(fl, ctx, err, calls, 0)
 			}
-			if n.breaker != nil {
-				p, err := nr.allow(ctx)
-				if err != nil {
-					return zero, nr.failed(fl, err, retry, 0)
-				}
-				permit = p
+			var r R
+			var called bool
+			r, called, err, transient, probe = try(ctx, nr, f, in, &pause)
+			if called {
+				calls++
 			}
-			r, err = safeCall(ctx, f, in)
 			if err == nil {
-				if n.breaker != nil {
-					n.breaker.Record(permit, resilience.CallSuccess)
-				}
 				return r, nil
 			}
-		}
-		transient, perr := classify(ctx, o.Classifier, err)
-		if perr != nil {
-			return zero, nr.failed(fl, perr, retry+1, 0)
-		}
-		if n.breaker != nil && !(retry == 0 && first != nil) {
-			res := resilience.CallIgnored
-			if transient {
-				res = resilience.CallFailure
+			if !called {
+				// Refused by the breaker, or cancelled while paused.
+				return zero, nr.failed(fl, ctx, err, calls, 0)
 			}
-			n.breaker.Record(permit, res)
 		}
-		if !transient {
-			return zero, nr.failed(fl, err, retry+1, 0)
+		if ctx.Err() != nil || !transient {
+			return zero, nr.failed(fl, ctx, err, calls, 0)
+		}
+		if probe && pausing {
+			// The probe failed and opened the breaker again: the item
+			// waits for the next probe, its retries untouched.
+			fl = nr.failed(fl, ctx, err, calls, 0)
+			continue
 		}
 		if retry >= o.MaxRetries {
-			fl = nr.failed(fl, err, retry+1, 0)
+			fl = nr.failed(fl, ctx, err, calls, 0)
 			if retry > 0 {
-				fl.err = nr.exhausted(resilience.ItemRetry, retry+1, err)
+				fl.err = nr.exhausted(resilience.ItemRetry, calls, err)
 			}
 			return zero, fl
 		}
-		d, perr := delay(o.Backoff, retry+1, nr.rs.p.cfg.rand)
+		retry++
+		d, perr := delay(o.Backoff, retry, nr.rs.p.cfg.rand)
 		if perr != nil {
-			return zero, nr.failed(fl, perr, retry+1, 0)
+			return zero, nr.failed(fl, ctx, perr, calls, 0)
 		}
-		fl = nr.failed(fl, err, retry+1, d)
+		fl = nr.failed(fl, ctx, err, calls, d)
 		n.stats.retry(resilience.ItemRetry)
 		nr.rs.notify(n, func(ob observer.Observer) {
-			ob.OnRetry(observer.RetryEvent{Event: nr.rs.event(n), Kind: resilience.ItemRetry, Attempt: retry + 1, Delay: d, Err: err})
+			ob.OnRetry(observer.RetryEvent{Event: nr.rs.event(n), Kind: resilience.ItemRetry, Attempt: retry, Delay: d, Err: err})
 		})
 		if werr := nr.rs.wait(ctx, d); werr != nil {
-			fl.err = werr
-			return zero, fl
+			return zero, nr.failed(fl, ctx, werr, calls, 0)
 		}
 	}
 }
 
-// oneFailure is the failure of an item after its only call.
-func (nr *nodeRun) oneFailure(err error) *failure {
-	now := nr.rs.p.cfg.clock.Now()
-	return &failure{err: err, calls: 1, first: now, last: now, history: nr.history(nil, 0, 0, now, err)}
+// try makes one call of f under the node's breaker, if it has one, and
+// classifies its error. called is false when the breaker refused (or ctx
+// ended while paused) and f was not called. probe says the call was a
+// probe of a half-open breaker. The breaker hears of its permit however
+// the call ends: success, error, a panic in f or in a classifier rule, or
+// the echo of a cancellation, which says nothing of the dependency.
+//
+// pause is when the item's pause under OpenPause ends; try sets it at the
+// item's first refusal and clears it once a call gets through while the
+// breaker is closed.
+func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, pause *time.Time) (r R, called bool, err error, transient, probe bool) {
+	br := nr.spec.breaker
+	classifier := nr.spec.res.ItemRetry.Classifier
+	if br == nil {
+		r, err = call(ctx, f, in)
+		if err != nil && ctx.Err() == nil {
+			transient, err = classify(ctx, classifier, err)
+		}
+		return r, true, err, transient, false
+	}
+	permit, err := nr.permit(ctx, pause)
+	if err != nil {
+		return r, false, err, false, false
+	}
+	result := resilience.CallIgnored
+	defer func() { br.Record(permit, result) }()
+	r, err = call(ctx, f, in)
+	switch {
+	case err == nil:
+		result = resilience.CallSuccess
+	case ctx.Err() != nil:
+	default:
+		transient, err = classify(ctx, classifier, err)
+		if transient {
+			result = resilience.CallFailure
+		}
+	}
+	return r, true, err, transient, permit.Probe()
 }
 
-// failed adds one failed call to fl; delay is the wait chosen before the
-// next call, 0 for the last.
-func (nr *nodeRun) failed(fl *failure, err error, calls int, delay time.Duration) *failure {
+// permit asks the node's breaker for leave to call. Under OpenPause a
+// refusal waits, which stops the node reading, until the breaker lets a
+// call through or the item's pause ends, MaxPause after its first refusal.
+func (nr *nodeRun) permit(ctx context.Context, pause *time.Time) (resilience.Permit, error) {
+	br, o := nr.spec.breaker, &nr.spec.res.CircuitBreaker
+	p, err := br.Allow()
+	if err != nil && o.WhenOpen == resilience.OpenPause {
+		if pause.IsZero() {
+			*pause = nr.rs.p.cfg.clock.Now().Add(o.MaxPause)
+		}
+		p, err = br.Wait(ctx, *pause)
+	}
+	if err == nil && !p.Probe() {
+		*pause = time.Time{}
+	}
+	return p, err
+}
+
+// failed adds a failed call to fl, the item's failure so far, and returns
+// it; calls counts the calls made, delay is the wait chosen before the
+// next call (0 for none). When ctx is done, the failure is the echo of the
+// cancellation and holds ctx's cause.
+func (nr *nodeRun) failed(fl *failure, ctx context.Context, err error, calls int, delay time.Duration) *failure {
 	now := nr.rs.p.cfg.clock.Now()
 	if fl == nil {
 		fl = &failure{first: now}
 	}
+	if ctx.Err() != nil {
+		fl.err, fl.calls = context.Cause(ctx), calls
+		return fl
+	}
 	fl.err, fl.calls, fl.last = err, calls, now
-	if calls > 0 && nr.spec.res.OnItemFailure == resilience.DeadLetter {
-		fl.history = nr.history(fl.history, calls-1, delay, now, err)
+	if calls > len(fl.history) && nr.spec.res.OnItemFailure == resilience.DeadLetter {
+		fl.history = append(fl.history, deadletter.Attempt{Time: now, Layer: resilience.ItemRetry, Retry: calls - 1, Delay: delay, Err: err.Error()})
 	}
 	return fl
-}
-
-func (nr *nodeRun) history(h []deadletter.Attempt, retry int, delay time.Duration, now time.Time, err error) []deadletter.Attempt {
-	if nr.spec.res.OnItemFailure != resilience.DeadLetter {
-		return h
-	}
-	return append(h, deadletter.Attempt{Time: now, Layer: resilience.ItemRetry, Retry: retry, Delay: delay, Err: err.Error()})
-}
-
-// allow asks the node's breaker for a permit. Under OpenPause it waits,
-// which stops the node reading, until the breaker lets a call through or
-// MaxPause has passed.
-func (nr *nodeRun) allow(ctx context.Context) (resilience.Permit, error) {
-	br, o := nr.spec.breaker, &nr.spec.res.CircuitBreaker
-	clock := nr.rs.p.cfg.clock
-	var deadline time.Time
-	for {
-		changed := br.Changed()
-		p, err := br.Allow()
-		if err == nil || o.WhenOpen != resilience.OpenPause {
-			return p, err
-		}
-		var coe *resilience.CircuitOpenError
-		errors.As(err, &coe)
-		now := clock.Now()
-		if deadline.IsZero() {
-			deadline = now.Add(o.MaxPause)
-		}
-		if !now.Before(deadline) {
-			return p, err
-		}
-		until := deadline
-		if coe != nil && coe.Until.After(now) && coe.Until.Before(deadline) {
-			until = coe.Until
-		}
-		t := clock.NewTimer(until.Sub(now))
-		select {
-		case <-t.Chan():
-		case <-changed:
-		case <-ctx.Done():
-			t.Stop()
-			return p, context.Cause(ctx)
-		}
-		t.Stop()
-	}
 }
 
 // itemFailed applies the node's failure action to an item that layer 1
@@ -195,8 +212,10 @@ func (nr *nodeRun) allow(ctx context.Context) (resilience.Permit, error) {
 // node's current body: when it is done, the failure is only its echo and is
 // neither counted nor dead-lettered.
 func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *failure) error {
-	if isCancellation(ctx, fl.err) {
-		return fl.err
+	if ctx.Err() != nil {
+		// Whatever the call returned, the run is stopping: the item is not
+		// judged, and the run's end reports it Failed.
+		return context.Cause(ctx)
 	}
 	n, rs := nr.spec, nr.rs
 	n.stats.failed.Add(1)
@@ -273,43 +292,28 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error 
 }
 
 func safeWrite(ctx context.Context, s deadletter.Sink, env deadletter.Envelope) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = &resilience.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
+	defer recovered(&err)
 	return s.Write(ctx, env)
 }
 
-// classify asks c whether err is transient for work under ctx. A panic in
-// one of the user's rules fails the node: it is a bug in the policy, not in
-// the item.
-func classify(ctx context.Context, c resilience.Classifier, err error) (transient bool, perr error) {
-	defer func() {
-		if v := recover(); v != nil {
-			perr = &notRestartable{fmt.Errorf("pipeline: classifier rule panicked: %w", &resilience.PanicError{Value: v, Stack: debug.Stack()})}
-		}
-	}()
-	return c.IsTransientContext(ctx, err), nil
+// classify asks c whether err is transient for work under ctx and returns
+// err. A panic in one of the user's rules returns that panic instead,
+// which fails the node: it is a bug in the policy, not in the item.
+func classify(ctx context.Context, c resilience.Classifier, in error) (transient bool, err error) {
+	err = in
+	defer recoveredPolicy("classifier rule", &err)
+	return c.IsTransientContext(ctx, in), in
 }
 
 // delay returns the backoff's delay before retry n. A panic in a custom
 // backoff fails the node.
-func delay(b resilience.Backoff, n int, r resilience.Rand) (d time.Duration, perr error) {
-	defer func() {
-		if v := recover(); v != nil {
-			perr = &notRestartable{fmt.Errorf("pipeline: custom backoff panicked: %w", &resilience.PanicError{Value: v, Stack: debug.Stack()})}
-		}
-	}()
+func delay(b resilience.Backoff, n int, r resilience.Rand) (d time.Duration, err error) {
+	defer recoveredPolicy("custom backoff", &err)
 	return b.DelayForRand(n, r), nil
 }
 
 // correlationID asks an item for its correlation id; a panic fails the node.
-func correlationID(c deadletter.Correlated) (id string, perr error) {
-	defer func() {
-		if v := recover(); v != nil {
-			perr = &notRestartable{fmt.Errorf("pipeline: CorrelationID panicked: %w", &resilience.PanicError{Value: v, Stack: debug.Stack()})}
-		}
-	}()
+func correlationID(c deadletter.Correlated) (id string, err error) {
+	defer recoveredPolicy("CorrelationID", &err)
 	return c.CorrelationID(), nil
 }

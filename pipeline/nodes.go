@@ -11,7 +11,7 @@ import (
 // Transform adds a node that calls t on every item of in and returns the
 // stream of its results.
 func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Transform[In, Out], opts ...NodeOption) Stream[Out] {
-	s := b.add(name, "transform", opts, in.s)
+	s := b.add(name, KindTransform, opts, in.s)
 	s.validate = notNil(t == nil, "transform is nil")
 	s.newEdge = edgeOf[In]
 	s.newRunner = func(nr *nodeRun) runner {
@@ -40,7 +40,7 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 // delivered when Write returns nil; a sink that implements [node.Flusher]
 // is flushed after its last item when the run succeeds.
 func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...NodeOption) {
-	n := b.add(name, "sink", opts, in.s)
+	n := b.add(name, KindSink, opts, in.s)
 	n.validate = notNil(s == nil, "sink is nil")
 	n.newEdge = edgeOf[T]
 	n.newRunner = func(nr *nodeRun) runner {
@@ -73,7 +73,7 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 // true. A dropped item is Filtered. keep must be safe for concurrent use
 // under Parallel.
 func Filter[T any](b *Builder, name string, in Stream[T], keep func(T) bool, opts ...NodeOption) Stream[T] {
-	s := b.add(name, "filter", opts, in.s)
+	s := b.add(name, KindFilter, opts, in.s)
 	s.validate = notNil(keep == nil, "filter function is nil")
 	s.newEdge = edgeOf[T]
 	s.newRunner = func(nr *nodeRun) runner {
@@ -98,7 +98,7 @@ func Filter[T any](b *Builder, name string, in Stream[T], keep func(T) bool, opt
 // tracked item completes when all its children do. Layer 1 retries the
 // whole call: f should not have effects a retry would repeat.
 func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context.Context, In) ([]Out, error), opts ...NodeOption) Stream[Out] {
-	s := b.add(name, "flatmap", opts, in.s)
+	s := b.add(name, KindFlatMap, opts, in.s)
 	s.validate = notNil(f == nil, "flat map function is nil")
 	s.newEdge = edgeOf[In]
 	s.newRunner = func(nr *nodeRun) runner { return newProc(nr, nil, f, spread[In, Out](nr.spec.stats)) }
@@ -108,7 +108,7 @@ func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context
 // Unbatch adds a node that hands over the items of each slice of in one by
 // one.
 func Unbatch[T any](b *Builder, name string, in Stream[[]T], opts ...NodeOption) Stream[T] {
-	s := b.add(name, "unbatch", opts, in.s)
+	s := b.add(name, KindUnbatch, opts, in.s)
 	s.validate = func() []error { return parallelRefused(s) }
 	s.newEdge = edgeOf[[]T]
 	s.newRunner = func(nr *nodeRun) runner {
@@ -147,7 +147,7 @@ func Merge[T any](b *Builder, name string, ins ...Stream[T]) Stream[T] {
 	for i, in := range ins {
 		streams[i] = in.s
 	}
-	s := b.add(name, "merge", nil, streams...)
+	s := b.add(name, KindMerge, nil, streams...)
 	s.validate = func() []error {
 		if len(ins) == 0 {
 			return []error{errors.New("merge has no input")}

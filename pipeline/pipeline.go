@@ -42,10 +42,15 @@ type Builder struct {
 	errs  []error
 }
 
-// New returns a Builder for a pipeline called name.
+// New returns a Builder for a pipeline called name. A nil option is
+// reported by Build.
 func New(name string, opts ...Option) *Builder {
 	b := &Builder{name: name, cfg: config{handOver: -1}}
-	for _, o := range opts {
+	for i, o := range opts {
+		if o == nil {
+			b.errs = append(b.errs, &BuildError{Err: fmt.Errorf("pipeline.New: option %d is nil", i+1)})
+			continue
+		}
 		o(&b.cfg)
 	}
 	return b
@@ -64,17 +69,21 @@ type stream struct {
 	consumers []*spec
 }
 
-// A spec is one node of a built graph, with the typed hooks that create its
-// runtime for each run.
+// A spec is one node of a graph, with the typed hooks that create its
+// runtime for each run. A Builder holds the specs it was given; Build
+// copies them, so that each Pipeline holds specs of its own, with its own
+// resilience options, breaker and counters, and consumers that later
+// changes of the Builder do not reach.
 type spec struct {
 	id       int
 	name     string
-	kind     string
+	kind     NodeKind
 	cfg      nodeConfig
 	inputs   []*stream // the streams this node reads; one edge carries them all
 	output   *stream   // nil for a sink
 	consumes bool      // false for a source
 
+	// Set by Build on the Pipeline's copy.
 	res     resilience.Options
 	breaker *resilience.Breaker
 	stats   *counters
@@ -88,10 +97,14 @@ type spec struct {
 }
 
 // add records a node; in are the streams it reads.
-func (b *Builder) add(name, kind string, opts []NodeOption, in ...*stream) *spec {
-	s := &spec{id: len(b.nodes), name: name, kind: kind, inputs: in, consumes: len(in) > 0,
-		cfg: nodeConfig{parallel: 1, buffer: -1}, stats: &counters{}}
-	for _, o := range opts {
+func (b *Builder) add(name string, kind NodeKind, opts []NodeOption, in ...*stream) *spec {
+	s := &spec{id: len(b.nodes), name: name, kind: kind, inputs: in, consumes: kind.consumes(),
+		cfg: nodeConfig{parallel: 1, buffer: -1}}
+	for i, o := range opts {
+		if o == nil {
+			b.errs = append(b.errs, &BuildError{Node: name, Err: fmt.Errorf("NodeOption %d is nil", i+1)})
+			continue
+		}
 		o(&s.cfg)
 	}
 	for _, st := range in {
@@ -160,9 +173,10 @@ func (b *Builder) Build() (*Pipeline, error) {
 	cfg := b.cfg
 	errs := make([]error, 0, len(b.errs))
 	for _, e := range b.errs {
-		var be *BuildError
-		if errors.As(e, &be) {
-			be.Pipeline = b.name
+		if be, ok := e.(*BuildError); ok {
+			c := *be
+			c.Pipeline = b.name
+			e = &c
 		}
 		errs = append(errs, e)
 	}
@@ -187,9 +201,16 @@ func (b *Builder) Build() (*Pipeline, error) {
 		}
 	}
 
+	for i, f := range cfg.resilience {
+		if f == nil {
+			fail("", fmt.Errorf("WithResilience (option %d of its kind): function is nil", i+1))
+		}
+	}
+
+	nodes := b.snapshot()
 	var sources, sinks int
-	seen := make(map[string]bool, len(b.nodes))
-	for _, n := range b.nodes {
+	seen := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
 		switch {
 		case n.name == "":
 			fail("", fmt.Errorf("node %d (%s) has no name", n.id+1, n.kind))
@@ -216,13 +237,12 @@ func (b *Builder) Build() (*Pipeline, error) {
 				fail(n.name, e)
 			}
 		}
-		n.res = resilience.ForProfile(cfg.profile)
-		for _, f := range cfg.resilience {
-			f(&n.res)
+		res, err := nodeOptions(cfg, n)
+		if err != nil {
+			fail(n.name, err)
+			continue
 		}
-		for _, f := range n.cfg.resilience {
-			f(&n.res)
-		}
+		n.res = res
 		if err := n.res.Validate(); err != nil {
 			for _, e := range unjoin(err) {
 				fail(n.name, e)
@@ -232,7 +252,7 @@ func (b *Builder) Build() (*Pipeline, error) {
 			fail(n.name, errors.New("resilience: OnItemFailure = dead_letter: the pipeline has no dead-letter sink (WithDeadLetter)"))
 		}
 	}
-	if len(b.nodes) > 0 && sources == 0 {
+	if len(nodes) > 0 && sources == 0 {
 		fail("", errors.New("the pipeline has no source"))
 	}
 	if sinks == 0 {
@@ -268,13 +288,62 @@ func (b *Builder) Build() (*Pipeline, error) {
 			cfg.handOver = HighThroughputHandOverBatch
 		}
 	}
-	p := &Pipeline{name: b.name, cfg: cfg, nodes: b.nodes}
-	for _, n := range b.nodes {
+	p := &Pipeline{name: b.name, cfg: cfg, nodes: nodes}
+	for _, n := range nodes {
 		if n.res.CircuitBreaker.Enabled {
 			n.breaker = resilience.NewBreaker(n.name, n.res.CircuitBreaker, cfg.clock, p.circuitChanged(n))
 		}
 	}
 	return p, nil
+}
+
+// snapshot returns a copy of the Builder's graph: every spec copied, with
+// new counters, and every stream's consumers copied and pointing to the
+// copies.
+func (b *Builder) snapshot() []*spec {
+	nodes := make([]*spec, len(b.nodes))
+	for i, n := range b.nodes {
+		c := *n
+		c.inputs = nil
+		c.stats = newCounters()
+		nodes[i] = &c
+	}
+	for i, n := range b.nodes {
+		if n.output == nil {
+			continue
+		}
+		out := &stream{producer: nodes[i], consumers: make([]*spec, len(n.output.consumers))}
+		for j, c := range n.output.consumers {
+			out.consumers[j] = nodes[c.id]
+		}
+		nodes[i].output = out
+	}
+	return nodes
+}
+
+// nodeOptions returns the resilience options of node n: the profile's,
+// changed by every WithResilience and then every NodeResilience function.
+// A nil function or one that panics is reported, naming the option.
+func nodeOptions(cfg config, n *spec) (res resilience.Options, err error) {
+	res = resilience.ForProfile(cfg.profile)
+	apply := func(what string, fs []func(*resilience.Options)) error {
+		for i, f := range fs {
+			if f == nil {
+				if what == "NodeResilience" {
+					return fmt.Errorf("%s (option %d of its kind): function is nil", what, i+1)
+				}
+				continue // reported once for the pipeline
+			}
+			if _, err := guard(func() (struct{}, error) { f(&res); return struct{}{}, nil }); err != nil {
+				return fmt.Errorf("%s (option %d of its kind): %w", what, i+1, err)
+			}
+		}
+		return nil
+	}
+	if err := apply("WithResilience", cfg.resilience); err != nil {
+		return res, err
+	}
+	return res, apply("NodeResilience", n.cfg.resilience)
 }
 
 // unjoin returns the errors joined in err, or err alone.

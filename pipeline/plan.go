@@ -19,7 +19,7 @@ type Plan struct {
 // A NodePlan is the worst case of one node.
 type NodePlan struct {
 	Node string
-	Kind string
+	Kind NodeKind
 
 	// ItemCalls is the most calls one item can get: item retries within
 	// node restarts, (ItemRetry.MaxRetries + 1) × (NodeRestart.MaxRestarts
@@ -103,7 +103,7 @@ func (pl Plan) String() string {
 	fmt.Fprintln(tw, "node\tkind\tcalls/item\tstarts\tmultiplied\twait/item\twait to start\tpause/call\tthen")
 	for _, n := range pl.Nodes {
 		calls := "-"
-		if n.Kind != "source" {
+		if n.Kind != KindSource {
 			calls = fmt.Sprint(n.ItemCalls)
 		}
 		pause := "-"
@@ -111,7 +111,7 @@ func (pl Plan) String() string {
 			pause = n.Pause.String()
 		}
 		then := n.OnItemFailure.String()
-		if n.Kind == "source" {
+		if n.Kind == KindSource {
 			then = "fail"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.Node, n.Kind, calls, n.Starts, n.Multiplied,

@@ -174,7 +174,7 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 				break
 			}
 			it := items[j]
-			r, fl := retry(ctx, p.nr, p.call, it.val, 0, ferr)
+			r, fl := itemRetry(ctx, p.nr, p.call, it.val, 0, ferr)
 			if fl == nil {
 				if err := p.deliver(ctx, w, &done, it, r); err != nil {
 					return err

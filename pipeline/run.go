@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -38,9 +37,8 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, start: p.cfg.clock.Now()}
-	rs.reg = newRegistry(func(src string, v any) {
-		rs.fail(src, fmt.Errorf("pipeline: EmitTracked done callback panicked: %w",
-			&resilience.PanicError{Value: v, Stack: debug.Stack()}))
+	rs.reg = newRegistry(func(src string, err error) {
+		rs.fail(src, fmt.Errorf("pipeline: EmitTracked done callback panicked: %w", err))
 	})
 	before := make([]NodeStats, len(p.nodes))
 	for i, n := range p.nodes {
@@ -150,12 +148,9 @@ func (p *Pipeline) newRunID() string {
 // notify calls f with the pipeline's observer; a panic in the observer
 // fails the run, naming the node the event was about.
 func (rs *runState) notify(n *spec, f func(observer.Observer)) {
-	defer func() {
-		if v := recover(); v != nil {
-			rs.fail(n.name, fmt.Errorf("pipeline: observer panicked: %w", &resilience.PanicError{Value: v, Stack: debug.Stack()}))
-		}
-	}()
-	f(rs.p.cfg.observer)
+	if err := protect(func() { f(rs.p.cfg.observer) }); err != nil {
+		rs.fail(n.name, fmt.Errorf("pipeline: observer panicked: %w", err))
+	}
 }
 
 func (rs *runState) event(n *spec) observer.Event {
@@ -223,7 +218,7 @@ type nodeRun struct {
 func (nr *nodeRun) run() error {
 	rs, n := nr.rs, nr.spec
 	rs.notify(n, func(o observer.Observer) { o.OnNodeStarted(observer.NodeEvent{Event: rs.event(n)}) })
-	err := nr.retry()
+	err := nr.nodeRetry()
 	err = errors.Join(err, nr.closeLast())
 	if isCancellation(rs.ctx, err) {
 		err = context.Cause(rs.ctx)
@@ -232,21 +227,18 @@ func (nr *nodeRun) run() error {
 	return err
 }
 
-// retry is layer 3: it runs the node again from the start when it failed
+// nodeRetry is layer 3: it runs the node again from the start when it failed
 // before consuming any input and the failure is transient. A node with an
 // Open is closed before it is opened again; one without keeps its state.
-func (nr *nodeRun) retry() error {
+func (nr *nodeRun) nodeRetry() error {
 	rs, n := nr.rs, nr.spec
 	o := n.res.NodeRetry
 	for retry := 0; ; retry++ {
-		err := nr.restart()
+		err := nr.nodeRestart()
 		if err == nil || nr.r.consumed() || rs.ctx.Err() != nil {
 			return err
 		}
-		transient, perr := classify(rs.ctx, o.Classifier, err)
-		if perr != nil {
-			return perr
-		}
+		transient, err := classify(rs.ctx, o.Classifier, err)
 		if !transient {
 			return err
 		}
@@ -267,10 +259,10 @@ func (nr *nodeRun) retry() error {
 	}
 }
 
-// restart is layer 2: when the node fails after consuming input, it waits
+// nodeRestart is layer 2: when the node fails after consuming input, it waits
 // and resumes from the checkpoint; a node with an Open is closed before the
 // wait and opened again after it.
-func (nr *nodeRun) restart() error {
+func (nr *nodeRun) nodeRestart() error {
 	rs, n := nr.rs, nr.spec
 	o := n.res.NodeRestart
 	ctx := nr.ctx
@@ -384,7 +376,7 @@ func (nr *nodeRun) exhausted(k resilience.RetryKind, attempts int, err error) er
 	return &resilience.RetryExhaustedError{Node: n.name, Kind: k, Attempts: attempts, Err: err}
 }
 
-// errNotRestartable marks failures that node restart must not repeat.
+// notRestartable marks failures that node restart must not repeat.
 type notRestartable struct{ err error }
 
 func (e *notRestartable) Error() string { return e.err.Error() }

@@ -4,17 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"sync"
 	"sync/atomic"
 
 	"github.com/sluicehq/sluice/node"
-	"github.com/sluicehq/sluice/resilience"
 )
 
 // Source adds a node that runs src and returns the stream of what it emits.
 func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOption) Stream[T] {
-	s := b.add(name, "source", opts)
+	s := b.add(name, KindSource, opts)
 	s.validate = func() []error {
 		var errs []error
 		if src == nil {
@@ -121,11 +119,7 @@ func (s *sourceRunner[T]) tryFlush() flushResult {
 
 func (s *sourceRunner[T]) body(ctx context.Context) (err error) {
 	defer s.flushCount()
-	defer func() {
-		if v := recover(); v != nil {
-			err = &resilience.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
+	defer recovered(&err)
 	return s.src.Run(ctx, (*emitter[T])(s))
 }
 
@@ -199,44 +193,32 @@ func (s *sourceRunner[T]) check(ctx context.Context) error {
 	return nil
 }
 
-// openNode calls v's Open if it has one, turning a panic into an error.
+// openNode calls v's Open if it has one.
 func openNode(ctx context.Context, v any) (err error) {
 	o, ok := v.(node.Opener)
 	if !ok {
 		return nil
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = &resilience.PanicError{Value: r, Stack: debug.Stack()}
-		}
-	}()
+	defer recovered(&err)
 	return o.Open(ctx)
 }
 
-// closeNode calls v's Close if it has one, turning a panic into an error.
+// closeNode calls v's Close if it has one.
 func closeNode(ctx context.Context, v any) (err error) {
 	c, ok := v.(node.Closer)
 	if !ok {
 		return nil
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = &resilience.PanicError{Value: r, Stack: debug.Stack()}
-		}
-	}()
+	defer recovered(&err)
 	return c.Close(ctx)
 }
 
-// flushNode calls v's Flush if it has one, turning a panic into an error.
+// flushNode calls v's Flush if it has one.
 func flushNode(ctx context.Context, v any) (err error) {
 	f, ok := v.(node.Flusher)
 	if !ok {
 		return nil
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			err = &resilience.PanicError{Value: r, Stack: debug.Stack()}
-		}
-	}()
+	defer recovered(&err)
 	return f.Flush(ctx)
 }

@@ -16,13 +16,17 @@ import (
 // do not slow each other down.
 type counters struct {
 	in, out, failed, skipped, deadLettered, filtered atomic.Int64
-	retries                                          [3]atomic.Int64 // by RetryKind - 1
-	_                                                [40]byte
+	retries                                          []atomic.Int64 // by RetryKind - 1
+	_                                                [48]byte
+}
+
+func newCounters() *counters {
+	return &counters{retries: make([]atomic.Int64, len(resilience.RetryKinds()))}
 }
 
 func (c *counters) retry(k resilience.RetryKind) { c.retries[k-1].Add(1) }
 
-func (c *counters) snapshot(name, kind string) NodeStats {
+func (c *counters) snapshot(name string, kind NodeKind) NodeStats {
 	return NodeStats{
 		Node:         name,
 		Kind:         kind,
@@ -48,7 +52,7 @@ func (c *counters) snapshot(name, kind string) NodeStats {
 // turned into nothing. The retry counts are the retries each layer made.
 type NodeStats struct {
 	Node         string
-	Kind         string // "source", "transform", "sink", "filter", "flatmap", "batch", "unbatch", "merge"
+	Kind         NodeKind
 	In, Out      int64
 	Failed       int64
 	Skipped      int64
@@ -70,13 +74,7 @@ type NodeStats struct {
 
 // HasInFlight reports whether InFlight means something for the node's
 // kind: transforms, sinks, filters and merges.
-func (s NodeStats) HasInFlight() bool {
-	switch s.Kind {
-	case "transform", "sink", "filter", "merge":
-		return true
-	}
-	return false
-}
+func (s NodeStats) HasInFlight() bool { return s.Kind.inFlight() }
 
 // held is what the node has taken in and not yet let go of, over every run.
 func (s NodeStats) held() int64 {

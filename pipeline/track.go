@@ -61,10 +61,10 @@ func (t *tracker) fire(o node.Outcome) {
 type registry struct {
 	mu    sync.Mutex
 	live  map[*tracker]struct{}
-	panic func(src string, v any) // reports a panic of a user's done callback
+	panic func(src string, err error) // reports a panic of a user's done callback
 }
 
-func newRegistry(onPanic func(src string, v any)) *registry {
+func newRegistry(onPanic func(src string, err error)) *registry {
 	return &registry{live: make(map[*tracker]struct{}), panic: onPanic}
 }
 
@@ -101,12 +101,9 @@ func (r *registry) remove(t *tracker) {
 }
 
 func (r *registry) call(src string, done func(node.Outcome), o node.Outcome) {
-	defer func() {
-		if v := recover(); v != nil {
-			r.panic(src, v)
-		}
-	}()
-	done(o)
+	if err := protect(func() { done(o) }); err != nil {
+		r.panic(src, err)
+	}
 }
 
 // failAll fires every live root tracker with Failed.

@@ -1,6 +1,7 @@
 package resilience
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"sync"
@@ -180,11 +181,15 @@ const (
 )
 
 // A Permit is the breaker's leave for one call. Report its result with
-// [Breaker.Record] exactly once.
+// [Breaker.Record] exactly once, however the call ends: a probe permit that
+// is never reported keeps its probe slot taken.
 type Permit struct {
 	generation uint64
 	probe      bool
 }
+
+// Probe reports whether the permit is for a probe of a half-open breaker.
+func (p Permit) Probe() bool { return p.probe }
 
 // breakerBuckets is how many slices the rolling window is cut into.
 const breakerBuckets = 10
@@ -238,20 +243,46 @@ func (b *Breaker) State() CircuitState {
 	return CircuitState(b.shown.Load())
 }
 
-// Generation returns the number of transitions so far.
-func (b *Breaker) Generation() uint64 {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.generation
-}
-
-// Changed returns a channel that is closed at the next transition or when
-// a half-open probe slot is freed: a caller refused by Allow waits on it, or
-// on the clock until the refusal's Until, and asks again.
-func (b *Breaker) Changed() <-chan struct{} {
+// changedCh returns a channel that is closed at the next transition or
+// when a half-open probe slot is freed.
+func (b *Breaker) changedCh() <-chan struct{} {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.changed
+}
+
+// Wait asks leave for one call as Allow does and, while the breaker
+// refuses, waits and asks again: until the next transition or freed probe
+// slot, or until the refusal's Until on the breaker's clock, whichever
+// comes first. Past deadline it stops waiting and returns the last
+// refusal, a [*CircuitOpenError]; a zero deadline never waits. When ctx is
+// done first it returns ctx's cause. Wait is how a caller pauses through
+// an outage instead of failing; it starts no goroutine.
+func (b *Breaker) Wait(ctx context.Context, deadline time.Time) (Permit, error) {
+	for {
+		changed := b.changedCh()
+		p, err := b.Allow()
+		if err == nil {
+			return p, nil
+		}
+		now := b.clock.Now()
+		if !now.Before(deadline) {
+			return p, err
+		}
+		until := deadline
+		if coe, ok := err.(*CircuitOpenError); ok && coe.Until.After(now) && coe.Until.Before(deadline) {
+			until = coe.Until
+		}
+		t := b.clock.NewTimer(until.Sub(now))
+		select {
+		case <-t.Chan():
+		case <-changed:
+		case <-ctx.Done():
+			t.Stop()
+			return Permit{}, context.Cause(ctx)
+		}
+		t.Stop()
+	}
 }
 
 // Allow asks leave for one call. It returns a [*CircuitOpenError] while the

@@ -1,6 +1,8 @@
 package resilience_test
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -101,18 +103,26 @@ func TestBreakerHalfOpensAtFirstPermitAfterOpenDuration(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, resilience.CircuitHalfOpen, r.b.State())
 
-	// One probe slot by default: the next caller is refused and told to ask
-	// again now, and is woken when the slot frees or the state changes.
-	changed := r.b.Changed()
+	// One probe slot by default: the next caller is refused, and one that
+	// waits is let through when the probe's result closes the breaker.
 	_, err = r.b.Allow()
 	require.ErrorIs(t, err, resilience.ErrCircuitOpen)
+	waited := make(chan error, 1)
+	go func() {
+		p, err := r.b.Wait(t.Context(), r.clock.Now().Add(time.Minute))
+		if err == nil {
+			r.b.Record(p, resilience.CallSuccess)
+		}
+		waited <- err
+	}()
+	require.NoError(t, r.clock.BlockUntilContext(t.Context(), 1), "Wait waits on the clock")
 	select {
-	case <-changed:
-		t.Fatal("changed before anything happened")
+	case err := <-waited:
+		t.Fatalf("Wait returned before anything happened: %v", err)
 	default:
 	}
 	r.b.Record(probe, resilience.CallSuccess)
-	<-changed
+	require.NoError(t, <-waited)
 	assert.Equal(t, resilience.CircuitClosed, r.b.State())
 	assert.Equal(t, [][2]resilience.CircuitState{closedToOpen, openToHalf, halfToClosed}, r.transitions())
 }
@@ -167,10 +177,10 @@ func TestBreakerIgnoresStalePermits(t *testing.T) {
 	for range 3 {
 		r.call(t, resilience.CallFailure)
 	}
-	gen := r.b.Generation()
+	before := len(r.transitions())
 	r.b.Record(slow, resilience.CallSuccess)
 	assert.Equal(t, resilience.CircuitOpen, r.b.State(), "a success from before the trip must not close it")
-	assert.Equal(t, gen, r.b.Generation())
+	assert.Len(t, r.transitions(), before)
 
 	r.clock.Advance(10 * time.Second)
 	probe, err := r.b.Allow()
@@ -310,4 +320,46 @@ func TestBreakerBeforeTheEpoch(t *testing.T) {
 		b.Record(p, resilience.CallFailure)
 	}
 	assert.Equal(t, resilience.CircuitOpen, b.State())
+}
+
+func TestBreakerWaitPausesUntilDeadlineOrCancel(t *testing.T) {
+	t.Parallel()
+	r := newBreakerRig(t, nil)
+	for range 3 {
+		r.call(t, resilience.CallFailure)
+	}
+	// A deadline before the breaker half-opens: Wait gives up at it.
+	waited := make(chan error, 1)
+	go func() {
+		_, err := r.b.Wait(t.Context(), r.clock.Now().Add(4*time.Second))
+		waited <- err
+	}()
+	require.NoError(t, r.clock.BlockUntilContext(t.Context(), 1))
+	r.clock.Advance(4 * time.Second)
+	var coe *resilience.CircuitOpenError
+	require.ErrorAs(t, <-waited, &coe)
+
+	// A cancelled wait returns the cause and takes no permit.
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cause := errors.New("shutting down")
+	go func() {
+		_, err := r.b.Wait(ctx, r.clock.Now().Add(time.Hour))
+		waited <- err
+	}()
+	require.NoError(t, r.clock.BlockUntilContext(t.Context(), 1))
+	cancel(cause)
+	require.ErrorIs(t, <-waited, cause)
+
+	// Past OpenDuration the waiter gets the probe permit.
+	go func() {
+		p, err := r.b.Wait(t.Context(), r.clock.Now().Add(time.Hour))
+		if err == nil && !p.Probe() {
+			err = errors.New("expected a probe permit")
+		}
+		waited <- err
+	}()
+	require.NoError(t, r.clock.BlockUntilContext(t.Context(), 1))
+	r.clock.Advance(6 * time.Second)
+	require.NoError(t, <-waited)
+	assert.Equal(t, resilience.CircuitHalfOpen, r.b.State())
 }

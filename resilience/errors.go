@@ -18,6 +18,11 @@ const (
 	NodeRetry
 )
 
+// RetryKinds returns every layer, innermost first: ItemRetry, NodeRestart,
+// NodeRetry. Code that keeps a count per layer ranges over it, so that it
+// follows when a layer is added.
+func RetryKinds() []RetryKind { return []RetryKind{ItemRetry, NodeRestart, NodeRetry} }
+
 // String returns the layer's name in lower case words, as used in logs and
 // metric labels: "item_retry", "node_restart" or "node_retry".
 func (k RetryKind) String() string {
