@@ -64,7 +64,7 @@ func ExampleWithResilience_itemRetry() {
 	// api: item_retry 2 in 200ms after: 503 busy
 	// [a! b!] <nil>
 	// retries: 4 dead letters: 1
-	// c 3 resilience: node "api": item_retry exhausted after 3 attempts: 503 busy
+	// c 3 resilience: item_retry exhausted after 3 attempts: 503 busy
 }
 
 // Plan shows how the layers multiply before anything runs.

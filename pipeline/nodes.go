@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 
 	"github.com/sluicehq/sluice/node"
 )
@@ -12,7 +13,7 @@ import (
 // stream of its results.
 func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Transform[In, Out], opts ...NodeOption) Stream[Out] {
 	s := b.add(name, KindTransform, opts, in.s)
-	s.validate = notNil(t == nil, "transform is nil")
+	s.validate = notNil(isNil(t), "transform is nil")
 	s.newEdge = edgeOf[In]
 	s.newRunner = func(nr *nodeRun) runner {
 		p := newProc(nr, t, t.Process, func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r Out) error {
@@ -41,7 +42,7 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 // is flushed after its last item when the run succeeds.
 func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...NodeOption) {
 	n := b.add(name, KindSink, opts, in.s)
-	n.validate = notNil(s == nil, "sink is nil")
+	n.validate = notNil(isNil(s), "sink is nil")
 	n.newEdge = edgeOf[T]
 	n.newRunner = func(nr *nodeRun) runner {
 		write := func(ctx context.Context, v T) (struct{}, error) { return struct{}{}, s.Write(ctx, v) }
@@ -128,6 +129,20 @@ func spread[In, Out any](st *counters) deliverFunc[In, []Out, Out] {
 			}
 			return nil
 		}
+		if own := env.tr.ungroup(len(r)); own != nil {
+			// A batch handed on item by item: each item takes back its
+			// own tracker, so that its done reports its own fate.
+			for i, v := range r {
+				if own[i] != nil {
+					own[i].add(1)
+				}
+				if err := w.push(ctx, envelope[Out]{val: v, tr: own[i]}); err != nil {
+					return err
+				}
+			}
+			env.tr.release()
+			return nil
+		}
 		if env.tr != nil && len(r) > 1 {
 			env.tr.add(len(r) - 1)
 		}
@@ -173,9 +188,23 @@ func Merge[T any](b *Builder, name string, ins ...Stream[T]) Stream[T] {
 
 func edgeOf[T any](buffer, batch int) any { return newEdge[T](buffer, batch) }
 
-func notNil(isNil bool, msg string) func() []error {
+// isNil reports whether v is nil, or a nil func, pointer, map, channel or
+// slice in an interface, such as a nil node.TransformFunc: calling a
+// method of one would fail at run time.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch r := reflect.ValueOf(v); r.Kind() {
+	case reflect.Func, reflect.Pointer, reflect.Map, reflect.Chan, reflect.Slice, reflect.Interface:
+		return r.IsNil()
+	}
+	return false
+}
+
+func notNil(nilValue bool, msg string) func() []error {
 	return func() []error {
-		if isNil {
+		if nilValue {
 			return []error{errors.New(msg)}
 		}
 		return nil

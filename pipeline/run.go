@@ -89,7 +89,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	}
 	// Items still tracked fail now, while their sources are open to hear
 	// it; then the sources close.
-	rs.reg.failAll()
+	unsettled := rs.reg.failAll()
 	for _, nr := range nodes {
 		if nr.closeLater {
 			if err := nr.close(); err != nil {
@@ -115,8 +115,18 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	if !failed.Load() && !errors.As(err, &ne) {
 		err = nil
 	}
+	if err == nil && unsettled > 0 {
+		// Every node ended cleanly, yet items were left without an
+		// outcome: never report that as a success.
+		err = fmt.Errorf("%w: %d tracked items reached no outcome", errUnsettled, unsettled)
+	}
 	return res, err
 }
+
+// errUnsettled is the error of a run whose nodes all ended cleanly while
+// tracked items were left without an outcome. That would be a bug in the
+// engine; Run reports it rather than a success.
+var errUnsettled = errors.New("pipeline: items left unsettled")
 
 // fail cancels the run with the failure of the node called name; the first
 // failure wins, later ones are echoes of it.

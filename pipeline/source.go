@@ -15,7 +15,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	s := b.add(name, KindSource, opts)
 	s.validate = func() []error {
 		var errs []error
-		if src == nil {
+		if isNil(src) {
 			errs = append(errs, errors.New("source is nil"))
 		}
 		if s.cfg.parallel > 1 {

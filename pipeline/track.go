@@ -14,14 +14,17 @@ import (
 //
 // A root tracker belongs to an item given to EmitTracked and calls the
 // user's done. A group tracker belongs to a batch built from tracked items
-// and finishes each of its parents with the batch's outcome.
+// and finishes each of its parents with the batch's outcome; when the
+// batch is handed on item by item again (Unbatch, or a FlatMap that keeps
+// its length), each item gets back its own parent instead, so that its
+// done reports its own fate.
 type tracker struct {
 	refs    atomic.Int64
 	outcome atomic.Int32
 	fired   atomic.Bool
 	done    func(node.Outcome) // root only
 	src     string             // root only: the source that emitted it
-	parents []*tracker         // group only
+	parents []*tracker         // group only: by position in the batch, nil for an untracked item
 	reg     *registry
 }
 
@@ -41,12 +44,19 @@ func (t *tracker) finish(o node.Outcome) {
 	}
 }
 
+// release records that one part ended without an outcome of its own: a
+// batch whose items were handed on with their own trackers.
+func (t *tracker) release() { t.finish(0) }
+
 // fire ends the tracker with o, once, whatever its parts still do.
 func (t *tracker) fire(o node.Outcome) {
 	if !t.fired.CompareAndSwap(false, true) {
 		return
 	}
 	if t.done != nil {
+		if o == 0 {
+			o = node.Failed // no part reported an outcome: never claim one
+		}
 		t.reg.remove(t)
 		t.reg.call(t.src, t.done, o)
 		return
@@ -80,18 +90,30 @@ func (r *registry) root(src string, done func(node.Outcome)) *tracker {
 // group returns a tracker for a batch of items, or nil when none of them is
 // tracked.
 func group[T any](items []envelope[T]) *tracker {
-	var parents []*tracker
+	tracked := false
 	for _, it := range items {
-		if it.tr != nil {
-			parents = append(parents, it.tr)
-		}
+		tracked = tracked || it.tr != nil
 	}
-	if parents == nil {
+	if !tracked {
 		return nil
 	}
-	t := &tracker{parents: parents}
+	t := &tracker{parents: make([]*tracker, len(items))}
+	for i, it := range items {
+		t.parents[i] = it.tr
+	}
 	t.refs.Store(1)
 	return t
+}
+
+// ungroup returns the trackers of a batch's items, by position, when tr is
+// the tracker of a batch of n items; else nil. A caller that hands an item
+// on with its own tracker adds a part to it first, and releases tr once
+// every item was handed on.
+func (tr *tracker) ungroup(n int) []*tracker {
+	if tr == nil || tr.parents == nil || len(tr.parents) != n {
+		return nil
+	}
+	return tr.parents
 }
 
 func (r *registry) remove(t *tracker) {
@@ -106,8 +128,9 @@ func (r *registry) call(src string, done func(node.Outcome), o node.Outcome) {
 	}
 }
 
-// failAll fires every live root tracker with Failed.
-func (r *registry) failAll() {
+// failAll fires every live root tracker with Failed and returns how many
+// there were.
+func (r *registry) failAll() int {
 	r.mu.Lock()
 	live := make([]*tracker, 0, len(r.live))
 	for t := range r.live {
@@ -117,4 +140,5 @@ func (r *registry) failAll() {
 	for _, t := range live {
 		t.fire(node.Failed)
 	}
+	return len(live)
 }

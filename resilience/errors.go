@@ -53,9 +53,11 @@ type RetryExhaustedError struct {
 	Err      error     // the last attempt's error
 }
 
-// Error returns a message naming the node, the layer and the attempts.
+// Error returns a message naming the layer and the attempts. It leaves the
+// node to the error that wraps it, a pipeline.NodeError, so that a message
+// names the node once; the Node field holds it.
 func (e *RetryExhaustedError) Error() string {
-	return fmt.Sprintf("resilience: node %q: %s exhausted after %d attempts: %v", e.Node, e.Kind, e.Attempts, e.Err)
+	return fmt.Sprintf("resilience: %s exhausted after %d attempts: %v", e.Kind, e.Attempts, e.Err)
 }
 
 // Is reports whether target is [ErrRetryExhausted].
@@ -101,12 +103,10 @@ type CircuitOpenError struct {
 	Until time.Time // when the breaker lets a probe through
 }
 
-// Error names the node and when the breaker half-opens.
+// Error says when the breaker half-opens. Like [RetryExhaustedError] it
+// leaves the node to the error that wraps it; the Node field holds it.
 func (e *CircuitOpenError) Error() string {
-	if e.Node == "" {
-		return fmt.Sprintf("resilience: circuit open until %s", e.Until.Format(time.RFC3339Nano))
-	}
-	return fmt.Sprintf("resilience: node %q: circuit open until %s", e.Node, e.Until.Format(time.RFC3339Nano))
+	return fmt.Sprintf("resilience: circuit open until %s", e.Until.Format(time.RFC3339Nano))
 }
 
 // Is reports whether target is [ErrCircuitOpen].

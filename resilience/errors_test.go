@@ -21,7 +21,7 @@ func TestRetryExhaustedError(t *testing.T) {
 	var re *resilience.RetryExhaustedError
 	require.ErrorAs(t, err, &re)
 	assert.Equal(t, 4, re.Attempts)
-	assert.Equal(t, `run: resilience: node "price": item_retry exhausted after 4 attempts: unexpected EOF`, err.Error())
+	assert.Equal(t, `run: resilience: item_retry exhausted after 4 attempts: unexpected EOF`, err.Error())
 }
 
 func TestPanicError(t *testing.T) {
@@ -44,7 +44,7 @@ func TestCircuitOpenError(t *testing.T) {
 	err := &resilience.CircuitOpenError{Node: "enrich", Until: until}
 	assert.ErrorIs(t, err, resilience.ErrCircuitOpen)
 	assert.NotErrorIs(t, err, resilience.ErrRetryExhausted)
-	assert.Equal(t, `resilience: node "enrich": circuit open until 2026-01-02T03:04:05Z`, err.Error())
+	assert.Equal(t, `resilience: circuit open until 2026-01-02T03:04:05Z`, err.Error())
 }
 
 func TestRetryKindString(t *testing.T) {

@@ -139,7 +139,7 @@ func TestRecordsOfAScriptedRun(t *testing.T) {
 			map[string]any{"time": at(3 * time.Second), "level": "WARN", "msg": "retries exhausted", "pipeline": "orders", "node": "ship",
 				"kind": "item_retry", "attempts": 2.0, "error": "flaky"},
 			map[string]any{"time": at(3 * time.Second), "level": "WARN", "msg": "item dead-lettered", "pipeline": "orders", "node": "ship",
-				"origin_node": "ship", "attempts": 2.0, "error": "resilience: node \"ship\": item_retry exhausted after 2 attempts: flaky"}),
+				"origin_node": "ship", "attempts": 2.0, "error": "resilience: item_retry exhausted after 2 attempts: flaky"}),
 		"check": with("check",
 			map[string]any{"time": at(3 * time.Second), "level": "WARN", "msg": "item dropped", "pipeline": "orders", "node": "check",
 				"attempts": 1.0, "error": "bad item"}),
