@@ -6,16 +6,18 @@ import (
 	"time"
 )
 
-// Linger bounds how long an item a source emitted waits in a partly filled
-// hand-over batch when the source stops emitting for a while.
+// idleFlush bounds how long an item a source emitted waits in a partly
+// filled hand-over batch when the source stops emitting for a while.
 //
 // Engine stages hand their gathered output over as soon as their own input
 // runs dry, but a source's input is your code: the engine cannot see that
 // it went idle (waiting for a broker, sleeping between polls). So each run
-// has one flusher goroutine that hands over, after Linger, whatever a source
-// left in a batch. It measures Linger on the real clock: it bounds latency,
-// it decides nothing a test could observe but timing.
-const Linger = 500 * time.Microsecond
+// has one flusher goroutine that hands over, after idleFlush, whatever a
+// source left in a batch. It measures idleFlush on the real clock: it
+// bounds latency, it decides nothing a test could observe but timing. It
+// is not a setting: WithHandOverBatch(1) is the way to hand every item
+// over at once.
+const idleFlush = 500 * time.Microsecond
 
 // A lingerer is a source's output that the flusher may hand over.
 type lingerer interface {
@@ -32,7 +34,7 @@ const (
 	flushBusy                       // the source was emitting: try again later
 )
 
-// A flusher hands over what idle sources left pending, Linger after it was
+// A flusher hands over what idle sources left pending, idleFlush after it was
 // gathered. It runs on one goroutine owned by the run.
 type flusher struct {
 	mu    sync.Mutex
@@ -54,14 +56,14 @@ func newFlusher() *flusher {
 	return f
 }
 
-// arm asks the flusher to look at l after Linger.
+// arm asks the flusher to look at l after idleFlush.
 func (f *flusher) arm(l lingerer) { f.rearm(lingering{l: l}) }
 
-// rearm queues it to be looked at after Linger, or longer when its source
+// rearm queues it to be looked at after idleFlush, or longer when its source
 // was busy the last times: a source blocked by backpressure holds its lock,
 // and has nothing pending that its own send will not hand over.
 func (f *flusher) rearm(it lingering) {
-	it.deadline = time.Now().Add(Linger << min(it.busy, 4))
+	it.deadline = time.Now().Add(idleFlush << min(it.busy, 4))
 	f.mu.Lock()
 	// Keep the queue in deadline order: a busy source waits longer than the
 	// others queued after it.

@@ -11,21 +11,23 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-// DefaultBuffer is the capacity of the channel in front of each node,
-// in items, unless WithBuffer or Buffer says otherwise.
-const DefaultBuffer = 64
-
-// HighThroughputBuffer is the channel capacity under
-// [resilience.ProfileHighThroughput].
-const HighThroughputBuffer = 1024
-
-// DefaultHandOverBatch is the most items a stage gathers before it hands
-// them over, unless WithHandOverBatch says otherwise.
-const DefaultHandOverBatch = 64
-
-// HighThroughputHandOverBatch is the hand-over batch under
-// [resilience.ProfileHighThroughput].
-const HighThroughputHandOverBatch = 256
+// The defaults of the channel sizes. They document what a pipeline uses
+// when no option says otherwise; changing them is done per pipeline, with
+// [WithBuffer], [Buffer] and [WithHandOverBatch], not here.
+const (
+	// DefaultBuffer is the capacity of the channel in front of each node,
+	// in items; WithBuffer and Buffer set it.
+	DefaultBuffer = 64
+	// HighThroughputBuffer is DefaultBuffer under
+	// [resilience.ProfileHighThroughput].
+	HighThroughputBuffer = 1024
+	// DefaultHandOverBatch is the most items a stage gathers before it
+	// hands them over; WithHandOverBatch sets it.
+	DefaultHandOverBatch = 64
+	// HighThroughputHandOverBatch is DefaultHandOverBatch under
+	// [resilience.ProfileHighThroughput].
+	HighThroughputHandOverBatch = 256
+)
 
 // An Option configures a pipeline.
 type Option func(*config)
@@ -107,7 +109,7 @@ func WithBuffer(n int) Option {
 // to the next in one channel operation: [DefaultHandOverBatch] by default,
 // [HighThroughputHandOverBatch] under the high-throughput profile. A stage
 // hands over early when its own input runs dry and when an item is tracked,
-// and the run's flusher hands over what an idle source left after [Linger],
+// and the run's flusher hands over what an idle source left after 500 µs,
 // so light load keeps its latency low. 1 hands every item over alone, which
 // costs about four times more per item (see docs/performance.md).
 func WithHandOverBatch(n int) Option {
