@@ -38,6 +38,7 @@ const (
 // gathered. It runs on one goroutine owned by the run.
 type flusher struct {
 	mu    sync.Mutex
+	once  sync.Once
 	queue []lingering
 	wake  chan struct{}
 	stop  chan struct{}
@@ -82,9 +83,10 @@ func (f *flusher) rearm(it lingering) {
 	}
 }
 
-// close stops the flusher and waits for its goroutine to return.
+// close stops the flusher and waits for its goroutine to return. It may
+// be called more than once.
 func (f *flusher) close() {
-	close(f.stop)
+	f.once.Do(func() { close(f.stop) })
 	<-f.done
 }
 

@@ -24,8 +24,8 @@ type runState struct {
 	start  time.Time
 	edges  []any // each node's input edge, by node id
 	reg    *registry
-	// flusher hands over what idle sources leave in a batch; nil in
-	// per-item mode.
+	// flusher hands over what idle sources leave pending; nil when no
+	// source needs it (see needsFlusher).
 	flusher *flusher
 	// before holds every node's counters at the start of the run; it does
 	// not change once the run is published in Pipeline.current.
@@ -58,8 +58,12 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 			rs.edges[n.id] = n.newEdge(buffer, p.cfg.handOver)
 		}
 	}
-	if p.cfg.handOver > 1 {
-		rs.flusher = newFlusher()
+	for _, n := range p.nodes {
+		if !n.consumes && needsFlusher(p.cfg, n) {
+			rs.flusher = newFlusher()
+			defer rs.flusher.close()
+			break
+		}
 	}
 	// Every runner, and so every writer, exists before any goroutine
 	// starts: an edge must know all its writers before the first of them

@@ -28,12 +28,20 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	}
 	s.newRunner = func(nr *nodeRun) runner {
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
-		if nr.rs.p.cfg.handOver > 1 {
+		if needsFlusher(nr.rs.p.cfg, nr.spec) {
 			s.fl = nr.rs.flusher
 		}
 		return s
 	}
 	return Stream[T]{b.output(s)}
+}
+
+// needsFlusher reports whether the run's flusher looks after source n:
+// with batched hand-over it hands over what the source left in a batch,
+// and on a broadcast stream what a branch was still owed when an Emit's
+// context ended.
+func needsFlusher(cfg config, n *spec) bool {
+	return cfg.handOver > 1 || len(n.output.consumers) > 1
 }
 
 var errParallelNotSupported = errors.New("Parallel: only transforms, sinks, filters and flat maps run in parallel")
@@ -56,8 +64,9 @@ type sourceRunner[T any] struct {
 	// returned is set once Run returned for good: a later Emit fails.
 	returned atomic.Bool
 
-	// In batch mode the run's flusher may hand over what the source left
-	// pending while the source is idle; mu guards the writer against that.
+	// The run's flusher may hand over what the source left pending while
+	// the source is idle (see needsFlusher); mu guards the writer against
+	// that.
 	fl     *flusher
 	mu     sync.Mutex
 	armed  bool // queued at the flusher
@@ -81,8 +90,8 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 	return s.w.close(ctx)
 }
 
-// push hands env to the writer; in batch mode it holds mu and asks the
-// flusher to look after a batch it leaves pending. call is the context the
+// push hands env to the writer; when the flusher looks after the source,
+// it holds mu and asks the flusher to look after what it leaves pending. call is the context the
 // source passed to Emit: it governs this call alone.
 func (s *sourceRunner[T]) push(call context.Context, env envelope[T]) error {
 	if call == s.nr.ctx {
