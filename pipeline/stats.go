@@ -81,7 +81,7 @@ func (s NodeStats) held() int64 {
 	return s.In - s.Out - s.Filtered - s.Skipped - s.DeadLettered
 }
 
-// Retries returns the retries of layer k.
+// Retries returns the retries of layer k, one of [resilience.RetryKinds].
 func (s NodeStats) Retries(k resilience.RetryKind) int64 {
 	switch k {
 	case resilience.ItemRetry:

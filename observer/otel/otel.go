@@ -118,7 +118,7 @@ type kindKey struct {
 	kind           resilience.RetryKind
 }
 
-var kinds = []resilience.RetryKind{resilience.ItemRetry, resilience.NodeRestart, resilience.NodeRetry}
+var kinds = resilience.RetryKinds()
 
 // New returns an Observer whose instruments come from a meter of mp named
 // [ScopeName]. A nil mp is the global MeterProvider. It fails when an

@@ -145,7 +145,7 @@ func (c *Collector) Observe(p *pipeline.Pipeline) error {
 	return nil
 }
 
-var kinds = []resilience.RetryKind{resilience.ItemRetry, resilience.NodeRestart, resilience.NodeRetry}
+var kinds = resilience.RetryKinds()
 
 // Describe sends the descriptions of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *promclient.Desc) {
