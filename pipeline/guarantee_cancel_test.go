@@ -285,98 +285,104 @@ func TestEmitContextGovernsOnlyItsCall(t *testing.T) {
 	for _, tracked := range []bool{false, true} {
 		for _, returns := range []bool{false, true} {
 			for _, m := range modes {
-				then := map[bool]string{false: "goes-on", true: "returns"}[returns]
-				name := fmt.Sprintf("tracked=%t/%s/%s", tracked, then, m.name)
-				t.Run(name, func(t *testing.T) {
-					t.Parallel()
-					// The sink holds its first item until a call failed.
-					gate := make(chan struct{})
-					var opened sync.Once
-					open := func() { opened.Do(func() { close(gate) }) }
-					var ledger emitLedger
-					b := pipeline.New("emit-ctx", append([]pipeline.Option{pipeline.WithResilience(func(o *resilience.Options) {
-						o.NodeRetry.MaxRetries = 0
-					})}, m.opts...)...)
-					src := pipeline.Source(b, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
-						defer open()
-						failed := false
-						for i := range items {
-							// Until one fails, every call gets a context of
-							// its own, done if the call has to wait. Later
-							// calls use the source's context.
-							call := ctx
-							if !failed {
-								call = newDoneOnWait(ctx)
+				for _, sinks := range []int{1, 2} {
+					then := map[bool]string{false: "goes-on", true: "returns"}[returns]
+					name := fmt.Sprintf("tracked=%t/%s/%s/sinks=%d", tracked, then, m.name, sinks)
+					t.Run(name, func(t *testing.T) {
+						t.Parallel()
+						// The sink holds its first item until a call failed.
+						gate := make(chan struct{})
+						var opened sync.Once
+						open := func() { opened.Do(func() { close(gate) }) }
+						var ledger emitLedger
+						b := pipeline.New("emit-ctx", append([]pipeline.Option{pipeline.WithResilience(func(o *resilience.Options) {
+							o.NodeRetry.MaxRetries = 0
+						})}, m.opts...)...)
+						src := pipeline.Source(b, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+							defer open()
+							failed := false
+							for i := range items {
+								// Until one fails, every call gets a context of
+								// its own, done if the call has to wait. Later
+								// calls use the source's context.
+								call := ctx
+								if !failed {
+									call = newDoneOnWait(ctx)
+								}
+								var err error
+								if tracked {
+									err = out.EmitTracked(call, i, ledger.done(i))
+								} else {
+									err = out.Emit(call, i)
+								}
+								ledger.emitted(i, err)
+								if err == nil {
+									continue
+								}
+								if failed || ctx.Err() != nil {
+									return err // not the case under test
+								}
+								failed = true
+								open()
+								if returns {
+									return nil
+								}
 							}
-							var err error
-							if tracked {
-								err = out.EmitTracked(call, i, ledger.done(i))
-							} else {
-								err = out.Emit(call, i)
-							}
-							ledger.emitted(i, err)
-							if err == nil {
-								continue
-							}
-							if failed || ctx.Err() != nil {
-								return err // not the case under test
-							}
-							failed = true
-							open()
-							if returns {
+							return nil
+						}))
+						// With two sinks the stream is broadcast: an item goes
+						// to both branches or to neither.
+						var mu sync.Mutex
+						written := map[int]int{}
+						for k := range sinks {
+							var first sync.Once
+							pipeline.Sink(b, fmt.Sprintf("sink%d", k), src, node.SinkFunc[int](func(ctx context.Context, x int) error {
+								first.Do(func() {
+									select {
+									case <-gate:
+									case <-ctx.Done():
+									}
+								})
+								mu.Lock()
+								defer mu.Unlock()
+								written[x]++
 								return nil
-							}
+							}))
 						}
-						return nil
-					}))
-					var mu sync.Mutex
-					written := map[int]int{}
-					var first sync.Once
-					pipeline.Sink(b, "sink", src, node.SinkFunc[int](func(ctx context.Context, x int) error {
-						first.Do(func() {
-							select {
-							case <-gate:
-							case <-ctx.Done():
-							}
-						})
-						mu.Lock()
-						defer mu.Unlock()
-						written[x]++
-						return nil
-					}))
-					_, err := build(t, b).Run(t.Context())
-					ledger.mu.Lock()
-					defer ledger.mu.Unlock()
-					require.NotEmpty(t, ledger.failed, "no Emit had to wait: the test did not reach its case")
-					assert.NoError(t, err, "the source handled its failed Emit and returned nil")
-					var failedWritten, okLost []int
-					for _, i := range ledger.failed {
-						if written[i] != 0 {
-							failedWritten = append(failedWritten, i)
-						}
-					}
-					for _, i := range ledger.ok {
-						if written[i] != 1 {
-							okLost = append(okLost, i)
-						}
-					}
-					assert.Empty(t, failedWritten, "items whose Emit failed but that the sink wrote")
-					assert.Empty(t, okLost, "items whose Emit returned nil but that the sink did not write exactly once")
-					if tracked {
-						wrong := map[int][]node.Outcome{}
+						_, err := build(t, b).Run(t.Context())
+						ledger.mu.Lock()
+						defer ledger.mu.Unlock()
+						require.NotEmpty(t, ledger.failed, "no Emit had to wait: the test did not reach its case")
+						assert.NoError(t, err, "the source handled its failed Emit and returned nil")
+						var failedWritten, okLost []int
 						for _, i := range ledger.failed {
-							if o := ledger.outcomes[i]; !slices.Equal(o, []node.Outcome{node.Failed}) {
-								wrong[i] = o
+							if written[i] != 0 {
+								failedWritten = append(failedWritten, i)
 							}
 						}
 						for _, i := range ledger.ok {
-							if o := ledger.outcomes[i]; !slices.Equal(o, []node.Outcome{node.Delivered}) && written[i] == 1 {
-								wrong[i] = o
+							if written[i] != sinks {
+								okLost = append(okLost, i)
 							}
 						}
-						assert.Empty(t, wrong, "outcomes other than Failed once for a failed EmitTracked, Delivered once for a written item")
-					}
-				})
+						assert.Empty(t, failedWritten, "items whose Emit failed but that the sink wrote")
+						assert.Empty(t, okLost, "items whose Emit returned nil but that a sink did not write exactly once")
+						if tracked {
+							wrong := map[int][]node.Outcome{}
+							for _, i := range ledger.failed {
+								if o := ledger.outcomes[i]; !slices.Equal(o, []node.Outcome{node.Failed}) {
+									wrong[i] = o
+								}
+							}
+							for _, i := range ledger.ok {
+								if o := ledger.outcomes[i]; !slices.Equal(o, []node.Outcome{node.Delivered}) && written[i] == sinks {
+									wrong[i] = o
+								}
+							}
+							assert.Empty(t, wrong, "outcomes other than Failed once for a failed EmitTracked, Delivered once for a written item")
+						}
+					})
+				}
 			}
 		}
 	}
