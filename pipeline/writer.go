@@ -47,17 +47,23 @@ func (w *writer[T]) push(ctx context.Context, env envelope[T]) error {
 		w.buf = append(w.buf, env)
 		return nil
 	}
-	return w.add(ctx, nil, env)
+	return w.addSend(ctx, nil, env)
 }
 
 // add is push for a source's Emit, whose call may end its wait. On error
 // env was not taken and is no longer gathered; what was gathered before it
 // stays, to be sent later.
 func (w *writer[T]) add(ctx, call context.Context, env envelope[T]) error {
-	w.buf = append(w.buf, env)
-	if len(w.buf) < w.max && env.tr == nil {
+	if env.tr == nil && len(w.buf)+1 < w.max {
+		w.buf = append(w.buf, env)
 		return nil
 	}
+	return w.addSend(ctx, call, env)
+}
+
+// addSend gathers env and sends what is gathered.
+func (w *writer[T]) addSend(ctx, call context.Context, env envelope[T]) error {
+	w.buf = append(w.buf, env)
 	taken, err := w.send(ctx, call)
 	if !taken {
 		n := len(w.buf) - 1
