@@ -34,7 +34,8 @@ import (
 
 // A Builder collects the nodes of one pipeline. Its methods and the node
 // functions are not safe for concurrent use; build a pipeline from one
-// goroutine.
+// goroutine. A Pipeline it built shares nothing with it, so a Pipeline
+// may run while the Builder is changed or builds again.
 type Builder struct {
 	name  string
 	cfg   config
@@ -168,7 +169,9 @@ var ErrRunning = errors.New("pipeline: already running")
 
 // Build checks the graph and every node's options and returns a Pipeline
 // that can be run, or every problem found, joined; each is a
-// [*BuildError] naming the node.
+// [*BuildError] naming the node. The Pipeline is independent: it has its
+// own counters, circuit breakers and replay windows, and nodes added to
+// the Builder later change only later Builds.
 func (b *Builder) Build() (*Pipeline, error) {
 	cfg := b.cfg
 	errs := make([]error, 0, len(b.errs))
