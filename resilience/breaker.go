@@ -290,10 +290,17 @@ func (b *Breaker) Wait(ctx context.Context, deadline time.Time) (Permit, error) 
 // when an open breaker lets probes through.
 func (b *Breaker) Allow() (Permit, error) {
 	b.mu.Lock()
-	now := b.clock.Now()
-	var ts []Transition
-	if b.state == CircuitOpen && !now.Before(b.openedAt.Add(b.opts.OpenDuration)) {
-		ts = append(ts, b.transition(CircuitHalfOpen, now))
+	// A closed breaker lets the call through without reading the clock,
+	// which costs more than the rest of Allow on some machines.
+	var (
+		now time.Time
+		ts  []Transition
+	)
+	if b.state != CircuitClosed {
+		now = b.clock.Now()
+		if b.state == CircuitOpen && !now.Before(b.openedAt.Add(b.opts.OpenDuration)) {
+			ts = append(ts, b.transition(CircuitHalfOpen, now))
+		}
 	}
 	var (
 		p   Permit
@@ -325,11 +332,10 @@ func (b *Breaker) Record(p Permit, r CallResult) {
 		b.mu.Unlock()
 		return
 	}
-	now := b.clock.Now()
 	var ts []Transition
 	switch b.state {
 	case CircuitClosed:
-		ts = b.recordClosed(r, now)
+		ts = b.recordClosed(r)
 	case CircuitHalfOpen:
 		if !p.probe {
 			break
@@ -339,10 +345,10 @@ func (b *Breaker) Record(p Permit, r CallResult) {
 		case CallSuccess:
 			b.successes++
 			if b.successes >= b.opts.ProbeSuccesses {
-				ts = append(ts, b.transition(CircuitClosed, now))
+				ts = append(ts, b.transition(CircuitClosed, b.clock.Now()))
 			}
 		case CallFailure:
-			ts = append(ts, b.transition(CircuitOpen, now))
+			ts = append(ts, b.transition(CircuitOpen, b.clock.Now()))
 		}
 		if len(ts) == 0 {
 			b.wake()
@@ -352,7 +358,14 @@ func (b *Breaker) Record(p Permit, r CallResult) {
 	b.report(ts)
 }
 
-func (b *Breaker) recordClosed(r CallResult, now time.Time) []Transition {
+// recordClosed counts a result while closed. It reads the clock only for
+// the failure-rate window and for a transition: a breaker that trips on
+// consecutive failures alone counts a success without it.
+func (b *Breaker) recordClosed(r CallResult) []Transition {
+	var now time.Time
+	if b.opts.FailureRate > 0 && r != CallIgnored {
+		now = b.clock.Now()
+	}
 	switch r {
 	case CallSuccess:
 		b.consecutive = 0
@@ -364,6 +377,9 @@ func (b *Breaker) recordClosed(r CallResult, now time.Time) []Transition {
 		tripRate := b.opts.FailureRate > 0 && calls >= b.opts.MinimumCalls &&
 			float64(failures) >= b.opts.FailureRate*float64(calls)
 		if tripConsecutive || tripRate {
+			if now.IsZero() {
+				now = b.clock.Now()
+			}
 			return []Transition{b.transition(CircuitOpen, now)}
 		}
 	}
