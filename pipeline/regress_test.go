@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -138,4 +139,74 @@ func TestEmitAfterRunReturnedFails(t *testing.T) {
 	err = late.Emit(context.WithoutCancel(lateCtx), 2)
 	require.ErrorIs(t, err, pipeline.ErrEmitAfterReturn)
 	assert.Equal(t, []int{1}, sink.Items())
+}
+
+// An Emit that races with the end of its source's Run, from a goroutine the
+// source left behind, is either taken whole (it returns nil and the item is
+// written, its done says Delivered) or refused with ErrEmitAfterReturn (its
+// done says Failed): never accepted and lost, never a data race, and the
+// run stays a success. The goroutine emits until it is refused, so every
+// run crosses the end of Run.
+func TestEmitRacingTheEndOfRunIsTakenOrRefused(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes {
+		for _, tracked := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/tracked=%t", m.name, tracked), func(t *testing.T) {
+				t.Parallel()
+				for range 200 {
+					b := pipeline.New("late", m.opts...)
+					var (
+						mu       sync.Mutex
+						taken    []int
+						refusal  error
+						outcomes = map[int][]node.Outcome{}
+					)
+					lateDone := make(chan struct{})
+					src := pipeline.Source(b, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+						started := make(chan struct{})
+						go func() {
+							defer close(lateDone)
+							for i := 0; ; i++ {
+								var err error
+								if tracked {
+									err = out.EmitTracked(context.Background(), i, func(o node.Outcome) {
+										mu.Lock()
+										defer mu.Unlock()
+										outcomes[i] = append(outcomes[i], o)
+									})
+								} else {
+									err = out.Emit(context.Background(), i)
+								}
+								if i == 0 {
+									close(started)
+								}
+								if err != nil {
+									refusal = err
+									return
+								}
+								taken = append(taken, i)
+							}
+						}()
+						<-started
+						return nil
+					}))
+					sink := &pipelinetest.Collector[int]{}
+					pipeline.Sink(b, "sink", src, sink)
+					_, runErr := build(t, b).Run(t.Context())
+					<-lateDone
+					require.NoError(t, runErr)
+					require.ErrorIs(t, refusal, pipeline.ErrEmitAfterReturn)
+					require.Equal(t, taken, sink.Items(), "every Emit that returned nil was written, in order")
+					if tracked {
+						mu.Lock()
+						for _, i := range taken {
+							require.Equal(t, []node.Outcome{node.Delivered}, outcomes[i], "item %d", i)
+						}
+						require.Equal(t, []node.Outcome{node.Failed}, outcomes[len(taken)], "the refused item")
+						mu.Unlock()
+					}
+				}
+			})
+		}
+	}
 }

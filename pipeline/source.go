@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/sluicehq/sluice/node"
 )
@@ -57,57 +56,85 @@ func outEdges[T any](nr *nodeRun) []edge[T] {
 }
 
 type sourceRunner[T any] struct {
-	nr    *nodeRun
-	src   node.Source[T]
-	w     *writer[T]
-	count int64 // items emitted in this run
-	// returned is set once Run returned for good: a later Emit fails.
-	returned atomic.Bool
+	nr  *nodeRun
+	src node.Source[T]
 
-	// The run's flusher may hand over what the source left pending while
-	// the source is idle (see needsFlusher); mu guards the writer against
-	// that.
-	fl     *flusher
-	mu     sync.Mutex
-	armed  bool // queued at the flusher
-	closed bool
+	// mu guards what follows. Emit takes it for each item: the writer
+	// belongs to whichever goroutine holds it, so that the run's flusher
+	// can hand over what an idle source left pending (see needsFlusher),
+	// and an Emit that races with the end of Run is either taken whole
+	// or refused, never half done.
+	mu      sync.Mutex
+	w       *writer[T]
+	count   int64 // items emitted in this run
+	running bool  // the source's Run is running: Emit is accepted
+	fl      *flusher
+	armed   bool // queued at the flusher
+	closed  bool
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
 func (s *sourceRunner[T]) close(ctx context.Context) error { return closeNode(ctx, s.src) }
-func (s *sourceRunner[T]) consumed() bool                  { return s.count > 0 }
-func (s *sourceRunner[T]) progress() int64                 { return s.count }
 func (s *sourceRunner[T]) restarting()                     {}
 func (s *sourceRunner[T]) reopens() bool                   { return hasOpen(s.src) }
+
+func (s *sourceRunner[T]) consumed() bool { return s.progress() > 0 }
+
+func (s *sourceRunner[T]) progress() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.count
+}
+
 func (s *sourceRunner[T]) finish(ctx context.Context) error {
-	s.returned.Store(true)
-	if s.fl == nil {
-		return s.w.close(ctx)
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = true
 	return s.w.close(ctx)
 }
 
-// push hands env to the writer; when the flusher looks after the source,
-// it holds mu and asks the flusher to look after what it leaves pending. call is the context the
-// source passed to Emit: it governs this call alone.
-func (s *sourceRunner[T]) push(call context.Context, env envelope[T]) error {
+// emit hands item to the writer and, when the flusher looks after the
+// source, asks it to look after what is left pending. call is the context
+// the source passed to Emit: it governs this call alone. done, if not nil,
+// is told the item's outcome: Failed, before emit returns, when the item
+// is refused.
+func (s *sourceRunner[T]) emit(call context.Context, item T, done func(node.Outcome)) error {
 	if call == s.nr.ctx {
 		call = nil // the node's own: watched anyway
 	}
-	if s.fl == nil {
-		return s.w.add(s.nr.ctx, call, env)
+	tr, err := s.push(call, item, done)
+	if err != nil && done != nil {
+		// Outside the lock: done is the user's code.
+		if tr != nil {
+			tr.fire(node.Failed)
+		} else {
+			s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
+		}
 	}
+	return err
+}
+
+// push is emit under mu. It tracks a tracked item only once the item can
+// be taken, so that the run's end never counts a refused item as one left
+// on its way; tr is its tracker when the hand-over failed.
+func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome)) (tr *tracker, err error) {
 	s.mu.Lock()
-	err := s.w.add(s.nr.ctx, call, env)
-	if !s.armed && s.w.pending() {
+	defer s.mu.Unlock()
+	if err := s.check(call); err != nil {
+		return nil, err
+	}
+	if done != nil {
+		tr = s.nr.rs.reg.root(s.nr.spec.name, done)
+	}
+	if err := s.w.add(s.nr.ctx, call, envelope[T]{val: item, tr: tr}); err != nil {
+		return tr, err
+	}
+	s.count++
+	if s.fl != nil && !s.armed && s.w.pending() {
 		s.armed = true
 		s.fl.arm(s)
 	}
-	s.mu.Unlock()
-	return err
+	return nil, nil
 }
 
 func (s *sourceRunner[T]) tryFlush() flushResult {
@@ -127,52 +154,32 @@ func (s *sourceRunner[T]) tryFlush() flushResult {
 }
 
 func (s *sourceRunner[T]) body(ctx context.Context) (err error) {
-	defer s.flushCount()
+	s.setRunning(true)
+	defer s.setRunning(false)
 	defer recovered(&err)
 	return s.src.Run(ctx, (*emitter[T])(s))
 }
 
-// flushCount publishes the writer's count when Run returns, however it
-// ends.
-func (s *sourceRunner[T]) flushCount() {
-	if s.fl != nil {
-		s.mu.Lock()
-		defer s.mu.Unlock()
+// setRunning says whether the source's Run is running. When it returns,
+// the writer's count is published, however it ended.
+func (s *sourceRunner[T]) setRunning(on bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.running = on
+	if !on {
+		s.w.out.flush()
 	}
-	s.w.out.flush()
 }
 
 // emitter is the Emitter a source writes to: the source runner itself.
 type emitter[T any] sourceRunner[T]
 
 func (e *emitter[T]) Emit(ctx context.Context, item T) error {
-	s := (*sourceRunner[T])(e)
-	if err := s.check(ctx); err != nil {
-		return err
-	}
-	if err := s.push(ctx, envelope[T]{val: item}); err != nil {
-		return err
-	}
-	s.count++
-	return nil
+	return (*sourceRunner[T])(e).emit(ctx, item, nil)
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
-	s := (*sourceRunner[T])(e)
-	if done == nil {
-		return e.Emit(ctx, item)
-	}
-	if err := s.check(ctx); err != nil {
-		s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
-		return err
-	}
-	tr := s.nr.rs.reg.root(s.nr.spec.name, done)
-	if err := s.push(ctx, envelope[T]{val: item, tr: tr}); err != nil {
-		tr.fire(node.Failed)
-		return err
-	}
-	s.count++
-	return nil
+	return (*sourceRunner[T])(e).emit(ctx, item, done)
 }
 
 // hasOpen reports whether v has an Open.
@@ -185,19 +192,17 @@ func hasOpen(v any) bool {
 // called after the source's Run returned: the item would be lost.
 var ErrEmitAfterReturn = errors.New("pipeline: Emit after the source's Run returned")
 
-// check reports why an item cannot be emitted now: the run is stopping,
-// the caller's ctx is done, or Run already returned.
-func (s *sourceRunner[T]) check(ctx context.Context) error {
-	if s.returned.Load() {
+// check reports why an item cannot be emitted now: the source's Run
+// returned, the run is stopping, or the call's context (nil: the node's
+// own) is done. mu is held.
+func (s *sourceRunner[T]) check(call context.Context) error {
+	switch {
+	case !s.running:
 		return fmt.Errorf("%w (source %q)", ErrEmitAfterReturn, s.nr.spec.name)
-	}
-	if s.nr.ctx.Err() != nil {
+	case s.nr.ctx.Err() != nil:
 		return context.Cause(s.nr.ctx)
-	}
-	if ctx != s.nr.ctx {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
+	case call != nil && call.Err() != nil:
+		return call.Err()
 	}
 	return nil
 }
