@@ -215,3 +215,43 @@ func TestBreakerCountsOnlyTransientFailures(t *testing.T) {
 	assert.Equal(t, int64(6), res.Node("call").Skipped)
 	assert.Equal(t, resilience.CircuitClosed, res.Node("call").Circuit)
 }
+
+// A pausing breaker probes a paused item once per OpenDuration, and a
+// failed probe spends no retry; so Build refuses a MaxPause whose probes
+// would pass the repeat cap, Plan counts them in calls/item, and an item
+// is never called more often than Plan says.
+func TestPauseProbesStayWithinTheRepeatCapAndPlan(t *testing.T) {
+	t.Parallel()
+	pausing := func(maxPause time.Duration) func(*resilience.Options) {
+		return func(o *resilience.Options) {
+			breaker(resilience.OpenPause, resilience.Skip)(o)
+			o.CircuitBreaker.ConsecutiveFailures = 1
+			o.CircuitBreaker.OpenDuration = time.Second
+			o.CircuitBreaker.MaxPause = maxPause
+		}
+	}
+	b := pipeline.New("too-many-probes", pipeline.WithResilience(pausing(10*time.Minute)))
+	pipeline.Sink(b, "call", pipeline.Source(b, "src", pipelinetest.NewSliceSource(0)), &pipelinetest.Collector[int]{})
+	_, err := b.Build()
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	assert.ErrorContains(t, err, `node "call": resilience: CircuitBreaker.MaxPause = 10m0s`)
+	assert.ErrorContains(t, err, "probed 601 times")
+
+	clock := clockwork.NewFakeClock()
+	down := pipelinetest.FailAlways(errFlaky, 0, 1)
+	b = pipeline.New("probes", pipeline.WithClock(clock), pipeline.WithResilience(pausing(time.Minute)))
+	out := pipeline.Transform[int, int](b, "call", pipeline.Source(b, "src", pipelinetest.NewSliceSource(0, 1)), down)
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+	p := build(t, b)
+	plan := p.Plan().Nodes[1]
+	assert.Equal(t, 62, plan.ItemCalls, "1 call and 61 probes in a minute's pause")
+	_, err = pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), p), time.Second)
+	// Item 0 trips the breaker and is skipped; item 1 pauses, probing once
+	// a second, until a minute after its first refusal.
+	var coe *resilience.CircuitOpenError
+	require.ErrorAs(t, err, &coe)
+	assert.NotErrorIs(t, err, pipeline.ErrTooManyRepeats)
+	assert.Equal(t, 1, down.Calls(0))
+	assert.LessOrEqual(t, down.Calls(1), plan.ItemCalls)
+	assert.GreaterOrEqual(t, down.Calls(1), 60, "it probed through the pause")
+}

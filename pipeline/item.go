@@ -31,11 +31,24 @@ func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error)
 	return f(ctx, in)
 }
 
+// idleFunc hands over what the calling goroutine gathered and publishes
+// its counts; layer 1 calls it before it waits on the clock, so that
+// results already made do not wait behind a retry's backoff or a pause.
+type idleFunc func(ctx context.Context) error
+
+func (f idleFunc) run(ctx context.Context) error {
+	if f == nil {
+		return nil
+	}
+	return f(ctx)
+}
+
 // attempt is layer 1: it calls f on one item until it succeeds, fails
 // permanently or runs out of retries, asking the node's breaker before
 // every call. prior counts calls made on the item before a restart. ctx is
-// the context of the node's current body.
-func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int) (R, *failure) {
+// the context of the node's current body; idle, if not nil, runs before
+// each wait.
+func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, idle idleFunc) (R, *failure) {
 	n := nr.spec
 	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == 0 {
 		r, err := call(ctx, f, in)
@@ -44,7 +57,7 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 		}
 		return r, nil
 	}
-	return itemRetry(ctx, nr, f, in, prior, nil)
+	return itemRetry(ctx, nr, f, in, prior, nil, idle)
 }
 
 // itemRetry runs layer 1's loop. When first is not nil, the first call was
@@ -56,7 +69,7 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 // and a probe that fails while the breaker pauses does not spend one of
 // the item's retries: an outage becomes backpressure, bounded by MaxPause
 // from the item's first refusal.
-func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, first error) (R, *failure) {
+func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, first error, idle idleFunc) (R, *failure) {
 	n := nr.spec
 	o := &n.res.ItemRetry
 	pausing := n.breaker != nil && n.res.CircuitBreaker.WhenOpen == resilience.OpenPause
@@ -78,13 +91,15 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 				transient, err = classify(ctx, o.Classifier, err)
 			}
 		} else {
-			if prior+retry > resilience.MaxRepeats {
-				err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, prior+retry, resilience.MaxRepeats)}
+			// Every call counts, a probe's too: Validate keeps one pause's
+			// probes within the cap, restarts could multiply them.
+			if prior+calls > resilience.MaxRepeats {
+				err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, prior+calls, resilience.MaxRepeats)}
 				return zero, nr.failed(fl, ctx, err, calls, 0)
 			}
 			var r R
 			var called bool
-			r, called, err, transient, probe = try(ctx, nr, f, in, &pause)
+			r, called, err, transient, probe = try(ctx, nr, f, in, &pause, idle)
 			if called {
 				calls++
 			}
@@ -122,7 +137,11 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		nr.rs.notify(n, func(ob observer.Observer) {
 			ob.OnRetry(observer.RetryEvent{Event: nr.rs.event(n), Kind: resilience.ItemRetry, Attempt: retry, Delay: d, Err: err})
 		})
-		if werr := nr.rs.wait(ctx, d); werr != nil {
+		werr := idle.run(ctx)
+		if werr == nil {
+			werr = nr.rs.wait(ctx, d)
+		}
+		if werr != nil {
 			return zero, nr.failed(fl, ctx, werr, calls, 0)
 		}
 	}
@@ -138,7 +157,7 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 // pause is when the item's pause under OpenPause ends; try sets it at the
 // item's first refusal and clears it once a call gets through while the
 // breaker is closed.
-func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, pause *time.Time) (r R, called bool, err error, transient, probe bool) {
+func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, pause *time.Time, idle idleFunc) (r R, called bool, err error, transient, probe bool) {
 	br := nr.spec.breaker
 	classifier := nr.spec.res.ItemRetry.Classifier
 	if br == nil {
@@ -148,7 +167,7 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 		}
 		return r, true, err, transient, false
 	}
-	permit, err := nr.permit(ctx, pause)
+	permit, err := nr.permit(ctx, pause, idle)
 	if err != nil {
 		return r, false, err, false, false
 	}
@@ -171,12 +190,15 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 // permit asks the node's breaker for leave to call. Under OpenPause a
 // refusal waits, which stops the node reading, until the breaker lets a
 // call through or the item's pause ends, MaxPause after its first refusal.
-func (nr *nodeRun) permit(ctx context.Context, pause *time.Time) (resilience.Permit, error) {
+func (nr *nodeRun) permit(ctx context.Context, pause *time.Time, idle idleFunc) (resilience.Permit, error) {
 	br, o := nr.spec.breaker, &nr.spec.res.CircuitBreaker
 	p, err := br.Allow()
 	if err != nil && o.WhenOpen == resilience.OpenPause {
 		if pause.IsZero() {
 			*pause = nr.rs.p.cfg.clock.Now().Add(o.MaxPause)
+		}
+		if err := idle.run(ctx); err != nil {
+			return p, err
 		}
 		p, err = br.Wait(ctx, *pause)
 	}
@@ -274,7 +296,7 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error 
 		if err == nil {
 			return nil
 		}
-		if isCancellation(ctx, err) || retry >= o.maxRetries {
+		if ctx.Err() != nil || retry >= o.maxRetries {
 			break
 		}
 		d, perr := delay(o.backoff, retry+1, rs.p.cfg.rand)
@@ -285,8 +307,10 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error 
 			return werr
 		}
 	}
-	if isCancellation(ctx, err) {
-		return err
+	if ctx.Err() != nil {
+		// Whatever the sink said, the run is stopping: not the sink's
+		// failure, and the item is reported Failed at the run's end.
+		return context.Cause(ctx)
 	}
 	return &notRestartable{errors.Join(fl.err, fmt.Errorf("pipeline: dead-letter sink failed: %w", err))}
 }

@@ -21,6 +21,9 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 		})
 		p.loop = func(ctx context.Context, w *writer[Out], _ *tally, items []envelope[In], j *int) (error, error) {
 			for ; *j < len(items); *j++ {
+				if ctx.Err() != nil {
+					return nil, context.Cause(ctx)
+				}
 				it := &items[*j]
 				r, err := t.Process(ctx, it.val)
 				if err != nil {
@@ -55,6 +58,9 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 		})
 		p.loop = func(ctx context.Context, _ *writer[struct{}], done *tally, items []envelope[T], j *int) (error, error) {
 			for ; *j < len(items); *j++ {
+				if ctx.Err() != nil {
+					return nil, context.Cause(ctx)
+				}
 				it := &items[*j]
 				if err := s.Write(ctx, it.val); err != nil {
 					return err, nil

@@ -118,7 +118,9 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 			for c := range jobs[w] {
 				rs := take(resFree[w])
 				for _, j := range c {
-					r, deliver, err := p.handle(gctx, j.env, j.t)
+					// An ordered worker's results wait for the collector
+					// in input order anyway: nothing to hand over early.
+					r, deliver, err := p.handle(gctx, j.env, j.t, nil)
 					if err != nil {
 						return err
 					}
@@ -172,13 +174,14 @@ func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 			out := p.writer(w)
 			done := tally{dst: &p.nr.spec.stats.out}
 			defer done.flush()
+			idle := p.idle(out, &done, false)
 			for {
 				c, ok, err := recv(gctx, jobs, out)
 				if err != nil || !ok {
 					return err
 				}
 				for _, j := range c {
-					r, deliver, err := p.handle(gctx, j.env, j.t)
+					r, deliver, err := p.handle(gctx, j.env, j.t, idle)
 					if err != nil {
 						return err
 					}

@@ -209,6 +209,16 @@ func (b *Builder) Build() (*Pipeline, error) {
 			fail("", fmt.Errorf("WithResilience (option %d of its kind): function is nil", i+1))
 		}
 	}
+	// A nil interface means the default; a nil value inside one (a nil
+	// *FakeClock, a nil deadletter.Func) would fail only at Run.
+	for _, o := range []struct {
+		name string
+		v    any
+	}{{"WithClock", cfg.clock}, {"WithRand", cfg.rand}, {"WithObserver", cfg.observer}, {"WithDeadLetter", cfg.deadLetter}} {
+		if o.v != nil && isNil(o.v) {
+			fail("", fmt.Errorf("%s: the value is a nil %T", o.name, o.v))
+		}
+	}
 
 	nodes := b.snapshot()
 	var sources, sinks int

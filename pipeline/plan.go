@@ -21,10 +21,12 @@ type NodePlan struct {
 	Node string
 	Kind NodeKind
 
-	// ItemCalls is the most calls one item can get: item retries within
-	// node restarts, (ItemRetry.MaxRetries + 1) × (NodeRestart.MaxRestarts
-	// + 1), capped at resilience.MaxRepeats + 1, where the engine fails the
-	// node. 0 for a source, whose items are not called.
+	// ItemCalls is the most calls one item can get: item retries, and the
+	// probes of a pause under OpenPause (which spend no retry), within node
+	// restarts, (ItemRetry.MaxRetries + 1 + PauseProbes) ×
+	// (NodeRestart.MaxRestarts + 1), capped at resilience.MaxRepeats + 1,
+	// where the engine fails the node. 0 for a source, whose items are not
+	// called.
 	ItemCalls int
 	// Starts is how often the node can be started: node retry runs it
 	// again only while it has consumed nothing, so this multiplies starts,
@@ -40,8 +42,8 @@ type NodePlan struct {
 	ItemWait time.Duration
 	// StartWait is the most time node retry waits before the node runs.
 	StartWait time.Duration
-	// Pause is the longest a breaker under OpenPause can hold one call
-	// back; 0 when the node has no pausing breaker.
+	// Pause is the longest a breaker under OpenPause can hold one item
+	// back in one cycle, MaxPause; 0 when the node has no pausing breaker.
 	Pause time.Duration
 	// OnItemFailure is what happens to an item after all that.
 	OnItemFailure resilience.FailureAction
@@ -70,7 +72,8 @@ func planNode(n *spec) NodePlan {
 		np.ItemWait = o.NodeRestart.Backoff.TotalDelay(o.NodeRestart.MaxRestarts)
 		return np
 	}
-	perCycle := o.ItemRetry.MaxRetries + 1
+	probes := o.CircuitBreaker.PauseProbes()
+	perCycle := o.ItemRetry.MaxRetries + 1 + probes
 	np.Multiplied = perCycle * cycles * np.Starts
 	// Walk the cycles as the engine would, stopping at the repeat cap.
 	calls := 0
@@ -82,6 +85,7 @@ func planNode(n *spec) NodePlan {
 		retries := min(o.ItemRetry.MaxRetries, resilience.MaxRepeats-calls)
 		wait = addSat(wait, o.ItemRetry.Backoff.TotalDelay(retries))
 		calls += retries + 1
+		calls = min(calls+probes, resilience.MaxRepeats+1)
 	}
 	np.ItemCalls = calls
 	np.ItemWait = wait
@@ -100,7 +104,7 @@ func (pl Plan) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "resilience plan of pipeline %q (worst cases)\n", pl.Pipeline)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "node\tkind\tcalls/item\tstarts\tmultiplied\twait/item\twait to start\tpause/call\tthen")
+	fmt.Fprintln(tw, "node\tkind\tcalls/item\tstarts\tmultiplied\twait/item\twait to start\tpause/item\tthen")
 	for _, n := range pl.Nodes {
 		calls := "-"
 		if n.Kind != KindSource {

@@ -49,8 +49,9 @@ func TestPlanMultipliesTheLayers(t *testing.T) {
 	assert.Equal(t, 2*time.Second, read.StartWait)
 
 	call := plan.Nodes[1]
-	assert.Equal(t, 12, call.ItemCalls, "4 calls per cycle × 3 cycles")
-	assert.Equal(t, 36, call.Multiplied)
+	// A pause of 5 min probes every 30 s: 11 probes, which spend no retry.
+	assert.Equal(t, 45, call.ItemCalls, "(4 calls + 11 probes) per cycle × 3 cycles")
+	assert.Equal(t, 135, call.Multiplied)
 	// Each cycle waits 100+200+250 ms; restarts wait 1s then 2s.
 	assert.Equal(t, 3*550*time.Millisecond+3*time.Second, call.ItemWait)
 	assert.Equal(t, 5*time.Minute, call.Pause)
@@ -65,6 +66,6 @@ func TestPlanMultipliesTheLayers(t *testing.T) {
 
 	s := plan.String()
 	assert.Contains(t, s, `resilience plan of pipeline "plan" (worst cases)`)
-	assert.Regexp(t, `call\s+transform\s+12\s+3\s+36\s+4.7s\s+2s\s+5m0s\s+dead_letter`, s)
+	assert.Regexp(t, `call\s+transform\s+45\s+3\s+135\s+4.7s\s+2s\s+5m0s\s+dead_letter`, s)
 	assert.Regexp(t, `read\s+source\s+-\s+3\s+15\s+8s`, s)
 }

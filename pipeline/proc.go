@@ -34,7 +34,9 @@ type proc[In, R, Out any] struct {
 // A loopFunc calls the node's function on items[*j:], advancing *j, and
 // hands the results over through w (a sink counts them in done). It stops
 // at the first item whose call fails and returns that call's error as
-// itemErr, or returns err when handing over fails, which ends the node.
+// itemErr, or returns err when handing over fails or ctx is done, which
+// ends the node: it checks ctx before each item, so that a stopping run
+// calls no more of the user's code.
 type loopFunc[In, Out any] func(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j *int) (itemErr, err error)
 
 // A deliverFunc hands the result r of item env downstream through w, or,
@@ -116,10 +118,35 @@ func (p *proc[In, R, Out]) flushCounts() {
 	}
 }
 
+// idle returns what a goroutine of the node runs before layer 1 waits: it
+// hands over what w gathered and publishes the counts it keeps, the
+// input's too when it owns the reader.
+func (p *proc[In, R, Out]) idle(w *writer[Out], done *tally, reader bool) idleFunc {
+	return func(ctx context.Context) error {
+		done.flush()
+		if reader {
+			p.in.r.n.flush()
+		}
+		if w == nil {
+			return nil
+		}
+		return w.flush(ctx)
+	}
+}
+
 // handle runs one item through layer 1 and its failure action; it reports
 // whether there is a result to deliver.
-func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket) (R, bool, error) {
-	r, fl := attempt(ctx, p.nr, p.call, env.val, t.prior)
+func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket, idle idleFunc) (R, bool, error) {
+	// The node's worker group or the run is stopping: no more calls. The
+	// run's own context is done first when the caller cancels, a moment
+	// before its cancellation reaches the workers' contexts.
+	for _, c := range [...]context.Context{ctx, p.nr.rs.ctx} {
+		if c.Err() != nil {
+			var zero R
+			return zero, false, context.Cause(c)
+		}
+	}
+	r, fl := attempt(ctx, p.nr, p.call, env.val, t.prior, idle)
 	if fl == nil {
 		return r, true, nil
 	}
@@ -135,12 +162,13 @@ func (p *proc[In, R, Out]) sequential(ctx context.Context) error {
 	w := p.writer(0)
 	done := tally{dst: &p.nr.spec.stats.out}
 	defer done.flush()
+	idle := p.idle(w, &done, true)
 	for {
 		env, t, ok, err := p.in.next(ctx)
 		if err != nil || !ok {
 			return err
 		}
-		r, deliver, err := p.handle(ctx, env, t)
+		r, deliver, err := p.handle(ctx, env, t, idle)
 		if err != nil {
 			return err
 		}
@@ -159,6 +187,7 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 	w := p.writer(0)
 	done := tally{dst: &p.nr.spec.stats.out}
 	defer done.flush()
+	idle := p.idle(w, &done, true)
 	for {
 		items, ok, err := p.in.r.nextRun(ctx)
 		if err != nil || !ok {
@@ -174,7 +203,7 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 				break
 			}
 			it := items[j]
-			r, fl := itemRetry(ctx, p.nr, p.call, it.val, 0, ferr)
+			r, fl := itemRetry(ctx, p.nr, p.call, it.val, 0, ferr, idle)
 			if fl == nil {
 				if err := p.deliver(ctx, w, &done, it, r); err != nil {
 					return err
@@ -202,6 +231,9 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 		return p.cur, itemErr, err
 	}
 	for ; p.cur < len(items); p.cur++ {
+		if ctx.Err() != nil {
+			return p.cur, nil, context.Cause(ctx)
+		}
 		it := &items[p.cur]
 		r, cerr := p.call(ctx, it.val)
 		if cerr != nil {

@@ -81,6 +81,16 @@ func DefaultCircuitBreaker() CircuitBreakerOptions {
 	}
 }
 
+// PauseProbes returns the most probes one item can make while it pauses
+// under OpenPause: one each OpenDuration until MaxPause has passed, the
+// first at OpenDuration at the latest.
+func (o CircuitBreakerOptions) PauseProbes() int {
+	if !o.Enabled || o.WhenOpen != OpenPause || o.OpenDuration <= 0 {
+		return 0
+	}
+	return int(o.MaxPause/o.OpenDuration) + 1
+}
+
 // Validate reports every problem of o, joined. Disabled options are valid.
 func (o CircuitBreakerOptions) Validate() error {
 	errs := newOptionErrors()

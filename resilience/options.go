@@ -180,6 +180,16 @@ func (o Options) validate(errs optionErrors) {
 	o.NodeRetry.Backoff.validate(errs.at("NodeRetry.Backoff"))
 
 	o.CircuitBreaker.validate(errs.at("CircuitBreaker"))
+	if cb := o.CircuitBreaker; cb.Enabled && cb.WhenOpen == OpenPause && cb.OpenDuration > 0 {
+		// A paused item is probed once per OpenDuration, and a failed probe
+		// spends no retry: the probes of one pause, with the item's own
+		// calls, must stay within the repeat cap.
+		if probes := cb.PauseProbes(); probes+o.ItemRetry.MaxRetries+1 > MaxRepeats+1 {
+			errs.add("CircuitBreaker.MaxPause", cb.MaxPause, fmt.Sprintf(
+				"with OpenDuration %s a paused item can be probed %d times, which with ItemRetry.MaxRetries %d is more than %d calls of one item",
+				cb.OpenDuration, probes, o.ItemRetry.MaxRetries, MaxRepeats+1))
+		}
+	}
 
 	switch o.OnItemFailure {
 	case Fail, Skip, DeadLetter:

@@ -51,6 +51,14 @@ func (r *Running) Finished() bool {
 // returned. It suits tests that care about the outcome of a run with waits
 // in it, not about the exact waits; for those, watch the observer's events
 // and advance by their delays.
+//
+// It advances as soon as one goroutine waits, even while others are busy:
+// with parallel workers, fake time can run ahead of a worker that is
+// between two waits (making a call, say), by many steps. A test whose
+// outcome depends on how far time moves during such work (an outage
+// against MaxPause, a deadline) should leave a wide margin, or drive the
+// clock itself with clock.BlockUntilContext(ctx, n) for the n goroutines
+// it expects to wait.
 func AdvanceUntilDone(ctx context.Context, clock *clockwork.FakeClock, r *Running, step time.Duration) (pipeline.Result, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()

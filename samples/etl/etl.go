@@ -51,7 +51,7 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 			o.CircuitBreaker.ConsecutiveFailures = 8
 			o.CircuitBreaker.OpenDuration = 500 * time.Millisecond
 			o.CircuitBreaker.WhenOpen = resilience.OpenPause
-			o.CircuitBreaker.MaxPause = time.Minute
+			o.CircuitBreaker.MaxPause = 30 * time.Second
 		}))
 	valid := pipeline.Transform(b, "validate", priced, node.TransformFunc[Order, Order](validate))
 	batches := pipeline.Batch(b, "batch", valid, 500, 250*time.Millisecond)
