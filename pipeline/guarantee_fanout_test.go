@@ -65,7 +65,7 @@ func TestBroadcastWithRandomEmitContexts(t *testing.T) {
 	iters := 10
 	topologies := []string{"two-sinks", "three-sinks", "batch-unbatch+filter"}
 	for _, topo := range topologies {
-		for _, m := range reviewModes {
+		for _, m := range edgeModes {
 			for _, tracked := range []bool{true, false} {
 				t.Run(fmt.Sprintf("%s/%s/tracked=%t", topo, m.name, tracked), func(t *testing.T) {
 					t.Parallel()
@@ -162,7 +162,7 @@ func TestBroadcastWithRandomEmitContexts(t *testing.T) {
 	}
 }
 
-var reviewModes = append(append([]struct {
+var edgeModes = append(append([]struct {
 	name string
 	opts []pipeline.Option
 }{}, modes...), struct {
