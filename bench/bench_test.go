@@ -133,6 +133,11 @@ func handBatches(b *testing.B) {
 }
 
 func runEngine(b *testing.B, opts []pipeline.Option, nopts ...pipeline.NodeOption) {
+	runEngineWith(b, opts, node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) { return x * 2, nil }), nopts...)
+}
+
+// runEngineWith moves b.N ints through source → t → sink.
+func runEngineWith(b *testing.B, opts []pipeline.Option, t node.Transform[int, int], nopts ...pipeline.NodeOption) {
 	b.ReportAllocs()
 	n := b.N
 	bl := pipeline.New("bench", opts...)
@@ -144,7 +149,7 @@ func runEngine(b *testing.B, opts []pipeline.Option, nopts ...pipeline.NodeOptio
 		}
 		return nil
 	}))
-	dbl := pipeline.Transform(bl, "double", src, node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) { return x * 2, nil }), nopts...)
+	dbl := pipeline.Transform(bl, "double", src, t, nopts...)
 	s := 0
 	pipeline.Sink(bl, "sum", dbl, node.SinkFunc[int](func(_ context.Context, x int) error { s += x; return nil }))
 	p, err := bl.Build()
