@@ -53,7 +53,7 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == 0 {
 		r, err := call(ctx, f, in)
 		if err != nil {
-			return r, nr.failed(nil, ctx, err, 1, 0)
+			return r, nr.failed(ctx, err)
 		}
 		return r, nil
 	}
@@ -74,7 +74,9 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 	o := &n.res.ItemRetry
 	pausing := n.breaker != nil && n.res.CircuitBreaker.WhenOpen == resilience.OpenPause
 	var (
-		fl    *failure
+		// fl stays on the stack: only a failure for good copies it out,
+		// so that a retry that succeeds allocates nothing.
+		fl    failure
 		zero  R
 		calls int       // calls made in this cycle
 		pause time.Time // under OpenPause: when the item's pause ends
@@ -95,7 +97,8 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			// probes within the cap, restarts could multiply them.
 			if prior+calls > resilience.MaxRepeats {
 				err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, prior+calls, resilience.MaxRepeats)}
-				return zero, nr.failed(fl, ctx, err, calls, 0)
+				nr.record(&fl, ctx, err, calls, 0)
+				return zero, fl.out()
 			}
 			var r R
 			var called bool
@@ -108,41 +111,52 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			}
 			if !called {
 				// Refused by the breaker, or cancelled while paused.
-				return zero, nr.failed(fl, ctx, err, calls, 0)
+				nr.record(&fl, ctx, err, calls, 0)
+				return zero, fl.out()
 			}
 		}
 		if ctx.Err() != nil || !transient {
-			return zero, nr.failed(fl, ctx, err, calls, 0)
+			nr.record(&fl, ctx, err, calls, 0)
+			return zero, fl.out()
 		}
 		if probe && pausing {
 			// The probe failed and opened the breaker again: the item
 			// waits for the next probe, its retries untouched.
-			fl = nr.failed(fl, ctx, err, calls, 0)
+			nr.record(&fl, ctx, err, calls, 0)
 			continue
 		}
 		if retry >= o.MaxRetries {
-			fl = nr.failed(fl, ctx, err, calls, 0)
+			nr.record(&fl, ctx, err, calls, 0)
 			if retry > 0 {
 				fl.err = nr.exhausted(resilience.ItemRetry, calls, err)
 			}
-			return zero, fl
+			return zero, fl.out()
 		}
 		retry++
 		d, perr := delay(o.Backoff, retry, nr.rs.p.cfg.rand)
 		if perr != nil {
-			return zero, nr.failed(fl, ctx, perr, calls, 0)
+			nr.record(&fl, ctx, perr, calls, 0)
+			return zero, fl.out()
 		}
-		fl = nr.failed(fl, ctx, err, calls, d)
+		nr.record(&fl, ctx, err, calls, d)
 		n.stats.retry(resilience.ItemRetry)
-		nr.rs.notify(n, func(ob observer.Observer) {
-			ob.OnRetry(observer.RetryEvent{Event: nr.rs.event(n), Kind: resilience.ItemRetry, Attempt: retry, Delay: d, Err: err})
-		})
-		werr := idle.run(ctx)
-		if werr == nil {
-			werr = nr.rs.wait(ctx, d)
+		if nr.rs.observed {
+			// Building the event reads the clock: not for nobody.
+			notify(nr.rs, n, observer.Observer.OnRetry, observer.RetryEvent{
+				Event: nr.rs.event(n), Kind: resilience.ItemRetry, Attempt: retry, Delay: d, Err: err})
 		}
-		if werr != nil {
-			return zero, nr.failed(fl, ctx, werr, calls, 0)
+		if d > 0 {
+			werr := idle.run(ctx)
+			if werr == nil {
+				werr = nr.rs.wait(ctx, d)
+			}
+			if werr != nil {
+				nr.record(&fl, ctx, werr, calls, 0)
+				return zero, fl.out()
+			}
+		} else if ctx.Err() != nil {
+			nr.record(&fl, ctx, context.Cause(ctx), calls, 0)
+			return zero, fl.out()
 		}
 	}
 }
@@ -208,24 +222,42 @@ func (nr *nodeRun) permit(ctx context.Context, pause *time.Time, idle idleFunc) 
 	return p, err
 }
 
-// failed adds a failed call to fl, the item's failure so far, and returns
-// it; calls counts the calls made, delay is the wait chosen before the
-// next call (0 for none). When ctx is done, the failure is the echo of the
-// cancellation and holds ctx's cause.
-func (nr *nodeRun) failed(fl *failure, ctx context.Context, err error, calls int, delay time.Duration) *failure {
-	now := nr.rs.p.cfg.clock.Now()
-	if fl == nil {
-		fl = &failure{first: now}
-	}
+// failed returns the failure of an item after its only call.
+func (nr *nodeRun) failed(ctx context.Context, err error) *failure {
+	fl := &failure{}
+	nr.record(fl, ctx, err, 1, 0)
+	return fl
+}
+
+// record adds a failed call to fl, the item's failure so far: calls counts
+// the calls made, delay is the wait chosen before the next call (0 for
+// none). When ctx is done, the failure is the echo of the cancellation and
+// holds ctx's cause. The times and the history serve only the dead-letter
+// envelope, so the clock is read only when the node dead-letters.
+func (nr *nodeRun) record(fl *failure, ctx context.Context, err error, calls int, delay time.Duration) {
+	fl.calls = calls
 	if ctx.Err() != nil {
-		fl.err, fl.calls = context.Cause(ctx), calls
-		return fl
+		fl.err = context.Cause(ctx)
+		return
 	}
-	fl.err, fl.calls, fl.last = err, calls, now
-	if calls > len(fl.history) && nr.spec.res.OnItemFailure == resilience.DeadLetter {
+	fl.err = err
+	if nr.spec.res.OnItemFailure != resilience.DeadLetter {
+		return
+	}
+	now := nr.rs.p.cfg.clock.Now()
+	if fl.first.IsZero() {
+		fl.first = now
+	}
+	fl.last = now
+	if calls > len(fl.history) {
 		fl.history = append(fl.history, deadletter.Attempt{Time: now, Layer: resilience.ItemRetry, Retry: calls - 1, Delay: delay, Err: err.Error()})
 	}
-	return fl
+}
+
+// out returns a copy of fl that outlives the call that made it.
+func (fl *failure) out() *failure {
+	c := *fl
+	return &c
 }
 
 // itemFailed applies the node's failure action to an item that layer 1
@@ -248,9 +280,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 	switch n.res.OnItemFailure {
 	case resilience.Skip:
 		n.stats.skipped.Add(1)
-		rs.notify(n, func(o observer.Observer) {
-			o.OnDrop(observer.DropEvent{Event: rs.event(n), Attempts: fl.calls, Err: fl.err})
-		})
+		notify(rs, n, observer.Observer.OnDrop, observer.DropEvent{Event: rs.event(n), Attempts: fl.calls, Err: fl.err})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.Skip))
 		}
@@ -260,9 +290,8 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 			return err
 		}
 		n.stats.deadLettered.Add(1)
-		rs.notify(n, func(o observer.Observer) {
-			o.OnDeadLetter(observer.DeadLetterEvent{Event: rs.event(n), OriginNode: n.name, Attempts: fl.calls, Err: fl.err})
-		})
+		notify(rs, n, observer.Observer.OnDeadLetter,
+			observer.DeadLetterEvent{Event: rs.event(n), OriginNode: n.name, Attempts: fl.calls, Err: fl.err})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.DeadLetter))
 		}

@@ -621,7 +621,7 @@ func TestObserverPanicFailsTheRun(t *testing.T) {
 	var ne *pipeline.NodeError
 	require.ErrorAs(t, err, &ne)
 	assert.Equal(t, "call", ne.Node)
-	assert.Contains(t, err.Error(), "observer panicked")
+	assert.Contains(t, err.Error(), "observer panicked on observer.RetryEvent", "the error names the event")
 	var pe *resilience.PanicError
 	require.ErrorAs(t, err, &pe)
 	assert.Equal(t, "metrics exploded", pe.Value)

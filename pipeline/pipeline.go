@@ -431,7 +431,7 @@ func (p *Pipeline) circuitChanged(n *spec) func(resilience.Transition) {
 			ev.RunID = rs.id
 		}
 		if rs != nil {
-			rs.notify(n, func(o observer.Observer) { o.OnCircuitStateChanged(ev) })
+			notify(rs, n, observer.Observer.OnCircuitStateChanged, ev)
 		} else {
 			p.cfg.observer.OnCircuitStateChanged(ev)
 		}

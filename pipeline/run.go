@@ -31,12 +31,17 @@ type runState struct {
 	// not change once the run is published in Pipeline.current.
 	before []NodeStats
 	ended  atomic.Bool
+	// observed is false when the observer is observer.Nop: hot paths then
+	// build no event, which would read the clock.
+	observed bool
 }
 
 func (p *Pipeline) run(parent context.Context) (Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, start: p.cfg.clock.Now()}
+	_, nop := p.cfg.observer.(observer.Nop)
+	rs.observed = !nop
 	rs.reg = newRegistry(func(src string, err error) {
 		rs.fail(src, fmt.Errorf("pipeline: EmitTracked done callback panicked: %w", err))
 	})
@@ -159,12 +164,20 @@ func (p *Pipeline) newRunID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// notify calls f with the pipeline's observer; a panic in the observer
-// fails the run, naming the node the event was about.
-func (rs *runState) notify(n *spec, f func(observer.Observer)) {
-	if err := protect(func() { f(rs.p.cfg.observer) }); err != nil {
-		rs.fail(n.name, fmt.Errorf("pipeline: observer panicked: %w", err))
+// notify sends ev to the pipeline's observer through on, a method
+// expression such as observer.Observer.OnRetry, which needs no closure. A
+// panic in the observer fails the run, naming the node the event was about
+// and the event.
+func notify[E any](rs *runState, n *spec, on func(observer.Observer, E), ev E) {
+	if err := observe(rs.p.cfg.observer, on, ev); err != nil {
+		rs.fail(n.name, fmt.Errorf("pipeline: observer panicked on %T: %w", ev, err))
 	}
+}
+
+func observe[E any](o observer.Observer, on func(observer.Observer, E), ev E) (err error) {
+	defer recovered(&err)
+	on(o, ev)
+	return nil
 }
 
 func (rs *runState) event(n *spec) observer.Event {
@@ -231,13 +244,13 @@ type nodeRun struct {
 
 func (nr *nodeRun) run() error {
 	rs, n := nr.rs, nr.spec
-	rs.notify(n, func(o observer.Observer) { o.OnNodeStarted(observer.NodeEvent{Event: rs.event(n)}) })
+	notify(rs, n, observer.Observer.OnNodeStarted, observer.NodeEvent{Event: rs.event(n)})
 	err := nr.nodeRetry()
 	err = errors.Join(err, nr.closeLast())
 	if isCancellation(rs.ctx, err) {
 		err = context.Cause(rs.ctx)
 	}
-	rs.notify(n, func(o observer.Observer) { o.OnNodeCompleted(observer.NodeEvent{Event: rs.event(n), Err: err}) })
+	notify(rs, n, observer.Observer.OnNodeCompleted, observer.NodeEvent{Event: rs.event(n), Err: err})
 	return err
 }
 
@@ -376,17 +389,13 @@ func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry i
 		return perr
 	}
 	n.stats.retry(k)
-	rs.notify(n, func(o observer.Observer) {
-		o.OnRetry(observer.RetryEvent{Event: rs.event(n), Kind: k, Attempt: retry, Delay: d, Err: cause})
-	})
+	notify(rs, n, observer.Observer.OnRetry, observer.RetryEvent{Event: rs.event(n), Kind: k, Attempt: retry, Delay: d, Err: cause})
 	return rs.wait(nr.ctx, d)
 }
 
 func (nr *nodeRun) exhausted(k resilience.RetryKind, attempts int, err error) error {
 	rs, n := nr.rs, nr.spec
-	rs.notify(n, func(o observer.Observer) {
-		o.OnRetryExhausted(observer.RetryExhaustedEvent{Event: rs.event(n), Kind: k, Attempts: attempts, Err: err})
-	})
+	notify(rs, n, observer.Observer.OnRetryExhausted, observer.RetryExhaustedEvent{Event: rs.event(n), Kind: k, Attempts: attempts, Err: err})
 	return &resilience.RetryExhaustedError{Node: n.name, Kind: k, Attempts: attempts, Err: err}
 }
 
