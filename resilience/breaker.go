@@ -220,9 +220,10 @@ type Breaker struct {
 
 	mu          sync.Mutex
 	state       CircuitState
-	shown       atomic.Int32 // state, readable without the lock
+	shown       atomic.Int32  // state, readable without the lock
+	gen         atomic.Uint64 // generation, readable without the lock
 	generation  uint64
-	consecutive int
+	consecutive atomic.Int64 // written under mu, but reset by a success without it
 	openedAt    time.Time
 	inFlight    int // probes running while half open
 	successes   int // probes that succeeded while half open
@@ -298,10 +299,20 @@ func (b *Breaker) Wait(ctx context.Context, deadline time.Time) (Permit, error) 
 // Allow asks leave for one call. It returns a [*CircuitOpenError] while the
 // breaker is open, or half open with every probe slot taken; its Until says
 // when an open breaker lets probes through.
+//
+// A closed breaker grants a permit without a lock or a clock read: the
+// state and the generation are read atomically, and a permit that raced
+// with a transition belongs to an older generation, whose result is
+// ignored.
 func (b *Breaker) Allow() (Permit, error) {
+	if g := b.gen.Load(); CircuitState(b.shown.Load()) == CircuitClosed && b.gen.Load() == g {
+		return Permit{generation: g}, nil
+	}
+	return b.allow()
+}
+
+func (b *Breaker) allow() (Permit, error) {
 	b.mu.Lock()
-	// A closed breaker lets the call through without reading the clock,
-	// which costs more than the rest of Allow on some machines.
 	var (
 		now time.Time
 		ts  []Transition
@@ -336,7 +347,28 @@ func (b *Breaker) Allow() (Permit, error) {
 
 // Record reports the result of the call p allowed. A permit from an older
 // generation is ignored.
+//
+// A closed breaker that trips on consecutive failures alone counts a
+// success without a lock: a permit that is not a probe and belongs to the
+// current generation was granted while closed, and the breaker is closed
+// still. A failure, or a success counted in the failure-rate window, takes
+// the lock.
 func (b *Breaker) Record(p Permit, r CallResult) {
+	if !p.probe && p.generation == b.gen.Load() {
+		switch {
+		case r == CallIgnored:
+			return
+		case r == CallSuccess && b.opts.FailureRate <= 0:
+			if b.consecutive.Load() != 0 {
+				b.consecutive.Store(0)
+			}
+			return
+		}
+	}
+	b.record(p, r)
+}
+
+func (b *Breaker) record(p Permit, r CallResult) {
 	b.mu.Lock()
 	if p.generation != b.generation {
 		b.mu.Unlock()
@@ -378,12 +410,12 @@ func (b *Breaker) recordClosed(r CallResult) []Transition {
 	}
 	switch r {
 	case CallSuccess:
-		b.consecutive = 0
+		b.consecutive.Store(0)
 		b.count(now, false)
 	case CallFailure:
-		b.consecutive++
+		consecutive := b.consecutive.Add(1)
 		calls, failures := b.count(now, true)
-		tripConsecutive := b.opts.ConsecutiveFailures > 0 && b.consecutive >= b.opts.ConsecutiveFailures
+		tripConsecutive := b.opts.ConsecutiveFailures > 0 && consecutive >= int64(b.opts.ConsecutiveFailures)
 		tripRate := b.opts.FailureRate > 0 && calls >= b.opts.MinimumCalls &&
 			float64(failures) >= b.opts.FailureRate*float64(calls)
 		if tripConsecutive || tripRate {
@@ -426,13 +458,14 @@ func (b *Breaker) transition(to CircuitState, now time.Time) Transition {
 	b.state = to
 	b.shown.Store(int32(to))
 	b.generation++
+	b.gen.Store(b.generation)
 	t.Generation = b.generation
 	b.inFlight, b.successes = 0, 0
 	switch to {
 	case CircuitOpen:
 		b.openedAt = now
 	case CircuitClosed:
-		b.consecutive = 0
+		b.consecutive.Store(0)
 		b.buckets = [breakerBuckets]bucket{}
 	}
 	b.wake()

@@ -3,7 +3,9 @@ package resilience_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -362,4 +364,129 @@ func TestBreakerWaitPausesUntilDeadlineOrCancel(t *testing.T) {
 	r.clock.Advance(6 * time.Second)
 	require.NoError(t, <-waited)
 	assert.Equal(t, resilience.CircuitHalfOpen, r.b.State())
+}
+
+// countingClock counts the reads of its time.
+type countingClock struct {
+	*clockwork.FakeClock
+	reads atomic.Int64
+}
+
+func (c *countingClock) Now() time.Time {
+	c.reads.Add(1)
+	return c.FakeClock.Now()
+}
+
+// A closed breaker that trips on consecutive failures alone lets calls
+// through and counts their successes without reading the clock: a clock
+// read costs more than the rest of Allow and Record on some machines.
+func TestClosedBreakerReadsNoClockOnSuccess(t *testing.T) {
+	t.Parallel()
+	clock := &countingClock{FakeClock: clockwork.NewFakeClock()}
+	o := resilience.DefaultCircuitBreaker()
+	o.Enabled = true
+	b := resilience.NewBreaker("api", o, clock, nil)
+	for range 1000 {
+		p, err := b.Allow()
+		require.NoError(t, err)
+		b.Record(p, resilience.CallSuccess)
+	}
+	assert.Zero(t, clock.reads.Load())
+
+	// The failure-rate window needs the time of each call.
+	o.FailureRate = 0.5
+	b = resilience.NewBreaker("api", o, clock, nil)
+	p, err := b.Allow()
+	require.NoError(t, err)
+	b.Record(p, resilience.CallSuccess)
+	assert.Positive(t, clock.reads.Load())
+}
+
+// Many goroutines ask for permits and report results at once while the
+// clock moves: the breaker never has more probes running than
+// HalfOpenProbes, its transitions follow the state machine, and it ends
+// closed once the calls succeed again.
+func TestBreakerUnderConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	for _, rate := range []float64{0, 0.5} {
+		t.Run(fmt.Sprint("rate=", rate), func(t *testing.T) {
+			t.Parallel()
+			clock := clockwork.NewFakeClock()
+			o := resilience.DefaultCircuitBreaker()
+			o.Enabled = true
+			o.ConsecutiveFailures = 3
+			o.FailureRate = rate
+			o.MinimumCalls = 5
+			o.OpenDuration = time.Second
+			o.HalfOpenProbes = 2
+			var (
+				mu     sync.Mutex
+				ts     []resilience.Transition
+				probes atomic.Int32
+				most   atomic.Int32
+			)
+			b := resilience.NewBreaker("api", o, clock, func(tr resilience.Transition) {
+				mu.Lock()
+				defer mu.Unlock()
+				ts = append(ts, tr)
+			})
+			var healthy atomic.Bool
+			var wg sync.WaitGroup
+			for w := range 8 {
+				wg.Go(func() {
+					for i := range 2000 {
+						p, err := b.Allow()
+						if err != nil {
+							continue
+						}
+						if p.Probe() {
+							n := probes.Add(1)
+							for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+							}
+						}
+						result := resilience.CallSuccess
+						if !healthy.Load() && (i+w)%10 != 0 {
+							result = resilience.CallFailure
+						}
+						if p.Probe() {
+							probes.Add(-1)
+						}
+						b.Record(p, result)
+						if w == 0 && i%50 == 0 {
+							clock.Advance(300 * time.Millisecond)
+						}
+						if w == 0 && i == 1000 {
+							healthy.Store(true)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			// Past the open duration, successful probes close it.
+			for b.State() != resilience.CircuitClosed {
+				clock.Advance(time.Second)
+				p, err := b.Allow()
+				if err == nil {
+					b.Record(p, resilience.CallSuccess)
+				}
+			}
+			assert.LessOrEqual(t, most.Load(), int32(o.HalfOpenProbes))
+			mu.Lock()
+			defer mu.Unlock()
+			require.NotEmpty(t, ts, "the failures tripped it")
+			state := resilience.CircuitClosed
+			for i, tr := range ts {
+				require.Equal(t, state, tr.From, "transition %d starts where the last ended", i)
+				require.Equal(t, uint64(i+1), tr.Generation)
+				switch tr.From {
+				case resilience.CircuitClosed:
+					require.Equal(t, resilience.CircuitOpen, tr.To)
+				case resilience.CircuitOpen:
+					require.Equal(t, resilience.CircuitHalfOpen, tr.To)
+				}
+				state = tr.To
+			}
+			assert.Equal(t, resilience.CircuitClosed, state)
+		})
+	}
 }
