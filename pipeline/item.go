@@ -57,11 +57,12 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 		}
 		return r, nil
 	}
-	return itemRetry(ctx, nr, f, in, prior, nil, idle)
+	return itemRetry(ctx, nr, f, in, prior, nil, nil, idle)
 }
 
 // itemRetry runs layer 1's loop. When first is not nil, the first call was
-// already made, without a breaker, and failed with first.
+// already made and failed with first; held, if not nil, is the breaker
+// permit it was made under, which itemRetry reports.
 //
 // A failure once ctx is done is only the echo of the cancellation: it is
 // neither classified, retried nor counted, and the failure returned holds
@@ -69,7 +70,7 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 // and a probe that fails while the breaker pauses does not spend one of
 // the item's retries: an outage becomes backpressure, bounded by MaxPause
 // from the item's first refusal.
-func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, first error, idle idleFunc) (R, *failure) {
+func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, first error, held *resilience.Permit, idle idleFunc) (R, *failure) {
 	n := nr.spec
 	o := &n.res.ItemRetry
 	pausing := n.breaker != nil && n.res.CircuitBreaker.WhenOpen == resilience.OpenPause
@@ -91,6 +92,14 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			calls++
 			if ctx.Err() == nil {
 				transient, err = classify(ctx, o.Classifier, err)
+			}
+			if held != nil {
+				result := resilience.CallIgnored
+				if transient && ctx.Err() == nil {
+					result = resilience.CallFailure
+				}
+				n.breaker.Record(*held, result)
+				probe, held = held.Probe(), nil
 			}
 		} else {
 			// Every call counts, a probe's too: Validate keeps one pause's

@@ -2,7 +2,7 @@ package pipeline
 
 import (
 	"context"
-	"runtime/debug"
+	"errors"
 
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -21,14 +21,18 @@ type proc[In, R, Out any] struct {
 	in      *inbox[In]
 	writers []*writer[Out] // one, or one per worker when unordered; none for a sink
 	sink    bool
-	// fast is set when there is no breaker to ask before each call and no
-	// replay window: the node then calls its function on whole runs of
-	// input with one panic guard per run, through loop when the node kind
-	// has one, and enters layer 1's retry loop only for an item whose first
-	// call failed.
+	// fast is set when there is no replay window: the node then calls its
+	// function on whole runs of input with one panic guard per run,
+	// through loop when the node kind has one and no breaker, and enters
+	// layer 1's retry loop only for an item whose first call failed or was
+	// refused by the breaker.
 	fast bool
 	loop loopFunc[In, Out]
 	cur  int // the item loop is at, for the panic guard
+	// held is the breaker permit of the item at cur while its call runs
+	// in the fast loop; layer 1 reports it when the call fails.
+	held     resilience.Permit
+	holding  bool
 }
 
 // A loopFunc calls the node's function on items[*j:], advancing *j, and
@@ -52,7 +56,7 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 		window = n.res.NodeRestart.MaxReplayWindow
 	}
 	p.in = newInbox(r, window)
-	p.fast = window == 0 && n.breaker == nil
+	p.fast = window == 0
 	if !p.sink {
 		writers := 1
 		if n.cfg.parallel > 1 && n.cfg.unordered {
@@ -197,13 +201,21 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 		for i := 0; i < len(items); {
 			j, ferr, err := p.run(ctx, w, &done, items, i)
 			if err != nil {
+				p.release()
 				return err
 			}
 			if ferr == nil {
 				break
 			}
 			it := items[j]
-			r, fl := itemRetry(ctx, p.nr, p.call, it.val, 0, ferr, idle)
+			var held *resilience.Permit
+			if p.holding {
+				held, p.holding = &p.held, false
+			}
+			if ferr == errRefused {
+				ferr = nil // not called: layer 1 asks the breaker again
+			}
+			r, fl := itemRetry(ctx, p.nr, p.call, it.val, 0, ferr, held, idle)
 			if fl == nil {
 				if err := p.deliver(ctx, w, &done, it, r); err != nil {
 					return err
@@ -217,16 +229,15 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 }
 
 // run processes items[i:] until one fails; it returns the failed item's
-// index and the error of its call (a panic included), or an error that
-// ends the node.
+// index and the error of its call (a panic included), or errRefused when
+// the node's breaker refused the item's call, or an error that ends the
+// node.
 func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], i int) (j int, itemErr, err error) {
 	p.cur = i
-	defer func() {
-		if v := recover(); v != nil {
-			j, itemErr = p.cur, &resilience.PanicError{Value: v, Stack: debug.Stack()}
-		}
-	}()
-	if p.loop != nil {
+	defer func() { j = p.cur }()
+	defer recovered(&itemErr)
+	br := p.nr.spec.breaker
+	if p.loop != nil && br == nil {
 		itemErr, err = p.loop(ctx, w, done, items, &p.cur)
 		return p.cur, itemErr, err
 	}
@@ -235,15 +246,38 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 			return p.cur, nil, context.Cause(ctx)
 		}
 		it := &items[p.cur]
+		if br != nil {
+			permit, perr := br.Allow()
+			if perr != nil {
+				return p.cur, errRefused, nil
+			}
+			p.held, p.holding = permit, true
+		}
 		r, cerr := p.call(ctx, it.val)
 		if cerr != nil {
 			return p.cur, cerr, nil
+		}
+		if br != nil {
+			p.holding = false
+			br.Record(p.held, resilience.CallSuccess)
 		}
 		if err := p.deliver(ctx, w, done, *it, r); err != nil {
 			return p.cur, nil, err
 		}
 	}
 	return p.cur, nil, nil
+}
+
+// errRefused stands for a call the breaker refused in the fast loop.
+var errRefused = errors.New("pipeline: refused by the breaker")
+
+// release reports a permit the fast loop still holds, when the node ends
+// before layer 1 took it over: its call said nothing of the dependency.
+func (p *proc[In, R, Out]) release() {
+	if p.holding {
+		p.holding = false
+		p.nr.spec.breaker.Record(p.held, resilience.CallIgnored)
+	}
 }
 
 // send sends v on ch unless ctx is done first.
