@@ -31,8 +31,8 @@ type proc[In, R, Out any] struct {
 	cur  int // the item loop is at, for the panic guard
 	// held is the breaker permit of the item at cur while its call runs
 	// in the fast loop; layer 1 reports it when the call fails.
-	held     resilience.Permit
-	holding  bool
+	held    resilience.Permit
+	holding bool
 }
 
 // A loopFunc calls the node's function on items[*j:], advancing *j, and
