@@ -21,18 +21,20 @@ type proc[In, R, Out any] struct {
 	in      *inbox[In]
 	writers []*writer[Out] // one, or one per worker when unordered; none for a sink
 	sink    bool
-	// fast is set when there is no replay window: the node then calls its
-	// function on whole runs of input with one panic guard per run,
-	// through loop when the node kind has one and no breaker, and enters
-	// layer 1's retry loop only for an item whose first call failed or was
-	// refused by the breaker.
-	fast bool
+	// loop is the node kind's own loop over a run of items, for a node
+	// without a breaker (see run).
 	loop loopFunc[In, Out]
 	cur  int // the item loop is at, for the panic guard
 	// held is the breaker permit of the item at cur while its call runs
 	// in the fast loop; layer 1 reports it when the call fails.
 	held    resilience.Permit
 	holding bool
+	// resume is what runs takes up after a restart, and resumePrior the
+	// calls its first item already had; completed counts the items runs
+	// completed in this run.
+	resume      []envelope[In]
+	resumePrior int
+	completed   int64
 }
 
 // A loopFunc calls the node's function on items[*j:], advancing *j, and
@@ -51,12 +53,13 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 	n := nr.spec
 	p := &proc[In, R, Out]{nr: nr, user: user, call: call, deliver: deliver, sink: n.output == nil}
 	r := newReader(nr.rs.edges[n.id].(edge[In]), &n.stats.in)
+	// Only parallel workers need a replay window: a single worker's
+	// checkpoint is the item it is at (see runs).
 	window := 0
-	if n.res.NodeRestart.MaxRestarts > 0 {
+	if n.res.NodeRestart.MaxRestarts > 0 && n.cfg.parallel > 1 {
 		window = n.res.NodeRestart.MaxReplayWindow
 	}
 	p.in = newInbox(r, window)
-	p.fast = window == 0
 	if !p.sink {
 		writers := 1
 		if n.cfg.parallel > 1 && n.cfg.unordered {
@@ -76,7 +79,7 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 func (p *proc[In, R, Out]) open(ctx context.Context) error  { return openNode(ctx, p.user) }
 func (p *proc[In, R, Out]) close(ctx context.Context) error { return closeNode(ctx, p.user) }
 func (p *proc[In, R, Out]) consumed() bool                  { return p.in.took }
-func (p *proc[In, R, Out]) progress() int64                 { return p.in.progress() }
+func (p *proc[In, R, Out]) progress() int64                 { return p.in.progress() + p.completed }
 func (p *proc[In, R, Out]) restarting()                     { p.in.rewind() }
 func (p *proc[In, R, Out]) reopens() bool                   { return hasOpen(p.user) }
 
@@ -108,10 +111,8 @@ func (p *proc[In, R, Out]) body(ctx context.Context) error {
 		return p.unordered(ctx)
 	case p.nr.spec.cfg.parallel > 1:
 		return p.ordered(ctx)
-	case p.fast:
-		return p.runs(ctx)
 	default:
-		return p.sequential(ctx)
+		return p.runs(ctx)
 	}
 }
 
@@ -162,67 +163,76 @@ func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticke
 	return r, false, nil
 }
 
-func (p *proc[In, R, Out]) sequential(ctx context.Context) error {
-	w := p.writer(0)
-	done := tally{dst: &p.nr.spec.stats.out}
-	defer done.flush()
-	idle := p.idle(w, &done, true)
-	for {
-		env, t, ok, err := p.in.next(ctx)
-		if err != nil || !ok {
-			return err
-		}
-		r, deliver, err := p.handle(ctx, env, t, idle)
-		if err != nil {
-			return err
-		}
-		if deliver {
-			if err := p.deliver(ctx, w, &done, env, r); err != nil {
-				return err
-			}
-			p.in.ack(t)
-		}
-	}
-}
-
-// runs is the sequential loop without layer 1: it takes whole runs of
-// input and calls the node's function on each item under one panic guard.
+// runs is the loop of a node with one worker: it takes whole runs of input
+// and calls the node's function on each item under one panic guard,
+// entering layer 1's retry loop only for an item whose first call failed
+// or was refused by the breaker.
+//
+// Under node restart it needs no replay window: it processes one item at
+// a time and hands it over before the next, so its checkpoint is the item
+// it was at. When an item fails the node, the rest of the run, that item
+// first, is kept in resume (it still lies in the reader's batch, which the
+// reader is not asked to replace meanwhile), and the restarted body takes
+// it up before it reads on.
 func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 	w := p.writer(0)
 	done := tally{dst: &p.nr.spec.stats.out}
 	defer done.flush()
 	idle := p.idle(w, &done, true)
 	for {
-		items, ok, err := p.in.r.nextRun(ctx)
-		if err != nil || !ok {
-			return err
+		items, prior := p.resume, p.resumePrior
+		p.resume, p.resumePrior = nil, 0
+		if items == nil {
+			var ok bool
+			var err error
+			items, ok, err = p.in.r.nextRun(ctx)
+			if err != nil || !ok {
+				return err
+			}
+			p.in.took = true
 		}
-		p.in.took = true
 		for i := 0; i < len(items); {
-			j, ferr, err := p.run(ctx, w, &done, items, i)
-			if err != nil {
+			var (
+				j    int
+				ferr error
+				err  error
+			)
+			if i == 0 && prior > 0 {
+				// A replayed item that already had calls goes straight to
+				// layer 1, which counts them against the repeat cap.
+				ferr = errRefused
+			} else if j, ferr, err = p.run(ctx, w, &done, items, i); err != nil {
 				p.release()
 				return err
 			}
 			if ferr == nil {
+				p.completed += int64(len(items) - i)
 				break
 			}
+			p.completed += int64(j - i)
 			it := items[j]
 			var held *resilience.Permit
 			if p.holding {
 				held, p.holding = &p.held, false
 			}
 			if ferr == errRefused {
-				ferr = nil // not called: layer 1 asks the breaker again
+				ferr = nil // not called: layer 1 calls it
 			}
-			r, fl := itemRetry(ctx, p.nr, p.call, it.val, 0, ferr, held, idle)
+			itemPrior := 0
+			if j == 0 {
+				itemPrior = prior
+			}
+			r, fl := itemRetry(ctx, p.nr, p.call, it.val, itemPrior, ferr, held, idle)
 			if fl == nil {
 				if err := p.deliver(ctx, w, &done, it, r); err != nil {
 					return err
 				}
 			} else if err := p.nr.itemFailed(ctx, it.val, it.tr, fl); err != nil {
+				// The node fails at this item: a restart takes it up again.
+				p.resume, p.resumePrior = items[j:], itemPrior+fl.calls
 				return err
 			}
+			p.completed++
 			i = j + 1
 		}
 	}
