@@ -12,12 +12,14 @@ type ticket struct {
 	prior int
 }
 
-// An inbox is a node's input. Without node restart it is the edge's reader
-// and nothing more. With node restart it also keeps the replay window: the
-// items read but not yet completed (handed downstream, or ended), from the
-// checkpoint (the oldest of them) to the read head. After a restart the
-// node reads the window's items again before new ones. A full window stops
-// reading until an item completes: backpressure, never an error.
+// An inbox is a node's input. Without a replay window it is the edge's
+// reader and nothing more. With one (a parallel node under node restart)
+// it also keeps the items read but not yet completed (handed downstream,
+// or ended), from the checkpoint (the oldest of them) to the read head, in
+// a ring that grows up to the window's size and is then reused, so that
+// keeping them allocates nothing per item. After a restart the node reads
+// the window's items again before new ones. A full window stops reading
+// until an item completes: backpressure, never an error.
 //
 // next is called by one goroutine at a time; ack and spent may be called
 // concurrently with it and with each other.
@@ -28,9 +30,11 @@ type inbox[T any] struct {
 	took     bool // an item was read; read only after the readers stopped
 
 	mu       sync.Mutex
-	entries  []entry[T] // from the checkpoint on, by sequence number
-	replayAt int        // the next entry to read again; len(entries) when not replaying
-	seq      uint64
+	ring     []entry[T] // the window: n entries from head, by sequence number
+	head     int
+	n        int
+	replayAt int    // the offset of the next entry to read again; n when not replaying
+	seq      uint64 // the newest entry's sequence number
 	acked    int64
 	space    chan struct{} // closed when an ack frees room in a full window
 }
@@ -42,8 +46,16 @@ type entry[T any] struct {
 	calls int
 }
 
+// firstRing is the ring's first size; it doubles up to the window's.
+const firstRing = 64
+
 func newInbox[T any](r *reader[T], window int) *inbox[T] {
 	return &inbox[T]{r: r, windowed: window > 0, max: window, space: make(chan struct{})}
+}
+
+// at returns the entry k places after the checkpoint; mu is held.
+func (in *inbox[T]) at(k int) *entry[T] {
+	return &in.ring[(in.head+k)%len(in.ring)]
 }
 
 // next returns the next item to process: one to replay, or a new one.
@@ -56,8 +68,8 @@ func (in *inbox[T]) next(ctx context.Context) (envelope[T], ticket, bool, error)
 		return env, ticket{}, ok, err
 	}
 	in.mu.Lock()
-	for in.replayAt < len(in.entries) {
-		e := &in.entries[in.replayAt]
+	for in.replayAt < in.n {
+		e := in.at(in.replayAt)
 		in.replayAt++
 		if !e.done {
 			env, t := e.env, ticket{seq: e.seq, prior: e.calls}
@@ -65,7 +77,7 @@ func (in *inbox[T]) next(ctx context.Context) (envelope[T], ticket, bool, error)
 			return env, t, true, nil
 		}
 	}
-	for len(in.entries) >= in.max {
+	for in.n >= in.max {
 		space := in.space
 		in.mu.Unlock()
 		select {
@@ -83,12 +95,27 @@ func (in *inbox[T]) next(ctx context.Context) (envelope[T], ticket, bool, error)
 	}
 	in.took = true
 	in.mu.Lock()
+	if in.n == len(in.ring) {
+		in.grow()
+	}
 	in.seq++
-	in.entries = append(in.entries, entry[T]{env: env, seq: in.seq})
-	in.replayAt = len(in.entries)
+	*in.at(in.n) = entry[T]{env: env, seq: in.seq}
+	in.n++
+	in.replayAt = in.n
 	t := ticket{seq: in.seq}
 	in.mu.Unlock()
 	return env, t, true, nil
+}
+
+// grow doubles the ring, up to the window's size, keeping the entries in
+// order from index 0; mu is held.
+func (in *inbox[T]) grow() {
+	size := min(max(2*len(in.ring), firstRing), in.max)
+	ring := make([]entry[T], size)
+	for k := range in.n {
+		ring[k] = *in.at(k)
+	}
+	in.ring, in.head = ring, 0
 }
 
 // ack records that the item of t completed: the checkpoint moves past
@@ -100,23 +127,37 @@ func (in *inbox[T]) ack(t ticket) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	in.acked++
-	i := int(t.seq - in.entries[0].seq)
-	in.entries[i].done = true
-	n := 0
-	for n < len(in.entries) && in.entries[n].done {
-		in.entries[n] = entry[T]{}
-		n++
+	if e := in.entry(t); e != nil {
+		e.done = true
 	}
-	if n == 0 {
+	full := in.n >= in.max
+	popped := 0
+	for in.n > 0 && in.at(0).done {
+		*in.at(0) = entry[T]{}
+		in.head = (in.head + 1) % len(in.ring)
+		in.n--
+		popped++
+	}
+	if popped == 0 {
 		return
 	}
-	full := len(in.entries) >= in.max
-	in.entries = in.entries[n:]
-	in.replayAt = max(in.replayAt-n, 0)
+	in.replayAt = max(in.replayAt-popped, 0)
 	if full {
 		close(in.space)
 		in.space = make(chan struct{})
 	}
+}
+
+// entry returns the window's entry of t, or nil; mu is held.
+func (in *inbox[T]) entry(t ticket) *entry[T] {
+	if in.n == 0 {
+		return nil
+	}
+	first := in.seq - uint64(in.n) + 1
+	if t.seq < first || t.seq > in.seq {
+		return nil
+	}
+	return in.at(int(t.seq - first))
 }
 
 // spent records the calls made on the item of t by an attempt that failed,
@@ -127,8 +168,8 @@ func (in *inbox[T]) spent(t ticket, calls int) {
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if i := int(t.seq - in.entries[0].seq); i >= 0 && i < len(in.entries) {
-		in.entries[i].calls = t.prior + calls
+	if e := in.entry(t); e != nil {
+		e.calls = t.prior + calls
 	}
 }
 
