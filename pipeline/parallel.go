@@ -74,6 +74,18 @@ func (p *proc[In, R, Out]) deal(ctx context.Context, jobs []chan []job[In], free
 	}
 }
 
+// minDepth is the fewest chunks a parallel worker's queue holds.
+const minDepth = 4
+
+// buffer returns the node's buffer: Buffer(n) if given, else the
+// pipeline's.
+func (p *proc[In, R, Out]) buffer() int {
+	if b := p.nr.spec.cfg.buffer; b >= 0 {
+		return b
+	}
+	return p.nr.rs.p.cfg.buffer
+}
+
 // take returns an empty slice, recycled from free when one is there.
 func take[T any](free chan []T) []T {
 	select {
@@ -99,7 +111,10 @@ func give[T any](free chan []T, c []T) {
 // in the output; the other workers keep going until their queues are full.
 func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
-	depth := max(p.nr.rs.p.cfg.buffer/(n*maxChunk), 1)
+	// Each worker's queues hold a share of the node's buffer, but at
+	// least minDepth chunks: with fewer, a worker that is briefly slow
+	// stalls the collector, and the others run dry.
+	depth := max(p.buffer()/(n*maxChunk), minDepth)
 	g, gctx := errgroup.WithContext(ctx)
 	jobs := make([]chan []job[In], n)
 	jobFree := make([]chan []job[In], n)
@@ -166,7 +181,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
 	g, gctx := errgroup.WithContext(ctx)
-	jobs := make(chan []job[In], max(p.nr.rs.p.cfg.buffer/maxChunk, n))
+	jobs := make(chan []job[In], max(p.buffer()/maxChunk, n*minDepth))
 	free := make(chan []job[In], cap(jobs)+n)
 	g.Go(func() error { return p.deal(gctx, []chan []job[In]{jobs}, []chan []job[In]{free}) })
 	for w := range n {
