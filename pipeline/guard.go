@@ -37,6 +37,18 @@ func protect(f func()) (err error) {
 	return nil
 }
 
+// stopped reports, without waiting, whether done is closed: a context's
+// Done channel, fetched once for a run of items. Polling it is the
+// cheapest way to look at the run's one stop signal on every item.
+func stopped(done <-chan struct{}) bool {
+	select {
+	case <-done:
+		return true
+	default:
+		return false
+	}
+}
+
 // guard calls f under recovered.
 func guard[R any](f func() (R, error)) (r R, err error) {
 	defer recovered(&err)

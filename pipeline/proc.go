@@ -251,8 +251,9 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 		itemErr, err = p.loop(ctx, w, done, items, &p.cur)
 		return p.cur, itemErr, err
 	}
+	stop := ctx.Done()
 	for ; p.cur < len(items); p.cur++ {
-		if ctx.Err() != nil {
+		if stopped(stop) {
 			return p.cur, nil, context.Cause(ctx)
 		}
 		it := &items[p.cur]

@@ -10,9 +10,11 @@ import (
 // one at a time or in runs. It belongs to one goroutine at a time.
 //
 // The run's context is its only stop signal: once ctx is done, the reader
-// returns its cause, whatever is still buffered, and it reports the end of
+// returns its cause instead of receiving more, and it reports the end of
 // the input (ok false, no error) only when every writer of the edge closed
-// it cleanly.
+// it cleanly. It hands out the rest of a batch it already received without
+// looking at ctx for each item: the code that calls the user's functions
+// on them looks before every call.
 type reader[T any] struct {
 	in  inlet[T]
 	cur []envelope[T] // the items received last
@@ -30,7 +32,7 @@ func newReader[T any](e edge[T], in *atomic.Int64) *reader[T] {
 // next returns the next item; ok is false once the input ended. It returns
 // an error once ctx is done.
 func (r *reader[T]) next(ctx context.Context) (envelope[T], bool, error) {
-	if r.i < len(r.cur) && ctx.Err() == nil {
+	if r.i < len(r.cur) {
 		env := r.cur[r.i]
 		r.i++
 		r.n.add(1)
@@ -50,7 +52,7 @@ func (r *reader[T]) next(ctx context.Context) (envelope[T], bool, error) {
 // is done with the slice when it calls the reader again. ok is false once
 // the input ended.
 func (r *reader[T]) nextRun(ctx context.Context) ([]envelope[T], bool, error) {
-	if r.i < len(r.cur) && ctx.Err() == nil {
+	if r.i < len(r.cur) {
 		s := r.cur[r.i:]
 		r.i = len(r.cur)
 		r.n.add(int64(len(s)))

@@ -26,7 +26,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		return errs
 	}
 	s.newRunner = func(nr *nodeRun) runner {
-		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
+		s := &sourceRunner[T]{nr: nr, src: src, done: nr.ctx.Done(), w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
 		if needsFlusher(nr.rs.p.cfg, nr.spec) {
 			s.fl = nr.rs.flusher
 		}
@@ -56,8 +56,9 @@ func outEdges[T any](nr *nodeRun) []edge[T] {
 }
 
 type sourceRunner[T any] struct {
-	nr  *nodeRun
-	src node.Source[T]
+	nr   *nodeRun
+	src  node.Source[T]
+	done <-chan struct{} // the node's context's
 
 	// mu guards what follows. Emit takes it for each item: the writer
 	// belongs to whichever goroutine holds it, so that the run's flusher
@@ -199,7 +200,7 @@ func (s *sourceRunner[T]) check(call context.Context) error {
 	switch {
 	case !s.running:
 		return fmt.Errorf("%w (source %q)", ErrEmitAfterReturn, s.nr.spec.name)
-	case s.nr.ctx.Err() != nil:
+	case stopped(s.done):
 		return context.Cause(s.nr.ctx)
 	case call != nil && call.Err() != nil:
 		return call.Err()
