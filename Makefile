@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 10s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test demo tour bench fuzz lint
+.PHONY: all test demo tour bench compare fuzz lint
 
 all: lint test
 
@@ -26,6 +26,13 @@ bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1000000x -count=6 ./bench/ | tee bench.out
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s -count=6 ./deadletter/ | tee -a bench.out
 	$(GO) run $(BENCHSTAT) -table .name -col /impl bench.out
+
+## compare: Sluice beside other Go libraries on the same workload (its own
+## module in bench/compare, so that they stay out of Sluice's go.mod).
+compare:
+	cd bench/compare && $(GO) test -run='^$$' -bench='Compare|Depth' -benchmem -benchtime=1000000x -count=6 -timeout=60m . | tee ../../compare.out
+	cd bench/compare && $(GO) test -run='^$$' -bench=Memory -benchmem -benchtime=1x -count=6 . | tee -a ../../compare.out
+	$(GO) run $(BENCHSTAT) -col /impl compare.out
 
 ## fuzz: a short run of every fuzz target (FUZZTIME each).
 fuzz:
