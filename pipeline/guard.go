@@ -37,17 +37,12 @@ func protect(f func()) (err error) {
 	return nil
 }
 
-// stopped reports, without waiting, whether done is closed: a context's
-// Done channel, fetched once for a run of items. Polling it is the
-// cheapest way to look at the run's one stop signal on every item.
-func stopped(done <-chan struct{}) bool {
-	select {
-	case <-done:
-		return true
-	default:
-		return false
-	}
-}
+// stopEvery is how many items a loop over a run of items, or a source's
+// Emit, goes between two looks at the run's context. Looking costs about
+// 3 ns, a cost worth sharing: a stopping run calls the user's code on at
+// most stopEvery - 1 more items per worker. A power of two, so that the
+// count is masked rather than divided.
+const stopEvery = 8
 
 // guard calls f under recovered.
 func guard[R any](f func() (R, error)) (r R, err error) {

@@ -20,9 +20,8 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 			return w.push(ctx, envelope[Out]{val: r, tr: env.tr})
 		})
 		p.loop = func(ctx context.Context, w *writer[Out], _ *tally, items []envelope[In], j *int) (error, error) {
-			done := ctx.Done()
 			for ; *j < len(items); *j++ {
-				if stopped(done) {
+				if *j&(stopEvery-1) == stopEvery-1 && ctx.Err() != nil {
 					return nil, context.Cause(ctx)
 				}
 				it := &items[*j]
@@ -58,9 +57,8 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 			return nil
 		})
 		p.loop = func(ctx context.Context, _ *writer[struct{}], done *tally, items []envelope[T], j *int) (error, error) {
-			stop := ctx.Done()
 			for ; *j < len(items); *j++ {
-				if stopped(stop) {
+				if *j&(stopEvery-1) == stopEvery-1 && ctx.Err() != nil {
 					return nil, context.Cause(ctx)
 				}
 				it := &items[*j]

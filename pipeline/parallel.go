@@ -132,7 +132,12 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 			defer close(results[w])
 			for c := range jobs[w] {
 				rs := take(resFree[w])
-				for _, j := range c {
+				for k, j := range c {
+					if k%stopEvery == 0 {
+						if err := p.stopping(gctx); err != nil {
+							return err
+						}
+					}
 					// An ordered worker's results wait for the collector
 					// in input order anyway: nothing to hand over early.
 					r, deliver, err := p.handle(gctx, j.env, j.t, nil)
@@ -195,7 +200,12 @@ func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 				if err != nil || !ok {
 					return err
 				}
-				for _, j := range c {
+				for k, j := range c {
+					if k%stopEvery == 0 {
+						if err := p.stopping(gctx); err != nil {
+							return err
+						}
+					}
 					r, deliver, err := p.handle(gctx, j.env, j.t, idle)
 					if err != nil {
 						return err

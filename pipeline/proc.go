@@ -41,8 +41,8 @@ type proc[In, R, Out any] struct {
 // hands the results over through w (a sink counts them in done). It stops
 // at the first item whose call fails and returns that call's error as
 // itemErr, or returns err when handing over fails or ctx is done, which
-// ends the node: it checks ctx before each item, so that a stopping run
-// calls no more of the user's code.
+// ends the node. It looks at ctx at every stopEvery-th item of the run;
+// runs looks before each run.
 type loopFunc[In, Out any] func(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j *int) (itemErr, err error)
 
 // A deliverFunc hands the result r of item env downstream through w, or,
@@ -123,6 +123,19 @@ func (p *proc[In, R, Out]) flushCounts() {
 	}
 }
 
+// stopping returns why a parallel worker must call no more of the user's
+// code: its group (ctx) or the run is stopping. The run's own context is
+// done first when the caller cancels, a moment before its cancellation
+// reaches the workers' contexts.
+func (p *proc[In, R, Out]) stopping(ctx context.Context) error {
+	for _, c := range [...]context.Context{ctx, p.nr.rs.ctx} {
+		if c.Err() != nil {
+			return context.Cause(c)
+		}
+	}
+	return nil
+}
+
 // idle returns what a goroutine of the node runs before layer 1 waits: it
 // hands over what w gathered and publishes the counts it keeps, the
 // input's too when it owns the reader.
@@ -142,15 +155,6 @@ func (p *proc[In, R, Out]) idle(w *writer[Out], done *tally, reader bool) idleFu
 // handle runs one item through layer 1 and its failure action; it reports
 // whether there is a result to deliver.
 func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket, idle idleFunc) (R, bool, error) {
-	// The node's worker group or the run is stopping: no more calls. The
-	// run's own context is done first when the caller cancels, a moment
-	// before its cancellation reaches the workers' contexts.
-	for _, c := range [...]context.Context{ctx, p.nr.rs.ctx} {
-		if c.Err() != nil {
-			var zero R
-			return zero, false, context.Cause(c)
-		}
-	}
 	r, fl := attempt(ctx, p.nr, p.call, env.val, t.prior, idle)
 	if fl == nil {
 		return r, true, nil
@@ -166,7 +170,9 @@ func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticke
 // runs is the loop of a node with one worker: it takes whole runs of input
 // and calls the node's function on each item under one panic guard,
 // entering layer 1's retry loop only for an item whose first call failed
-// or was refused by the breaker.
+// or was refused by the breaker. The loop over a run looks at ctx every
+// stopEvery items; runs looks before a run once stopEvery items passed
+// since, so that short runs (per-item hand-over) are covered too.
 //
 // Under node restart it needs no replay window: it processes one item at
 // a time and hands it over before the next, so its checkpoint is the item
@@ -179,104 +185,127 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 	done := tally{dst: &p.nr.spec.stats.out}
 	defer done.flush()
 	idle := p.idle(w, &done, true)
+	r := p.in.r
+	unchecked := 0 // items started since ctx was looked at
 	for {
 		items, prior := p.resume, p.resumePrior
-		p.resume, p.resumePrior = nil, 0
-		if items == nil {
+		if items != nil {
+			p.resume, p.resumePrior = nil, 0
+		} else {
 			var ok bool
 			var err error
-			items, ok, err = p.in.r.nextRun(ctx)
-			if err != nil || !ok {
+			if items, ok, err = r.nextRun(ctx); err != nil || !ok {
 				return err
 			}
 			p.in.took = true
 		}
-		for i := 0; i < len(items); {
-			var (
-				j    int
-				ferr error
-				err  error
-			)
-			if i == 0 && prior > 0 {
-				// A replayed item that already had calls goes straight to
-				// layer 1, which counts them against the repeat cap.
-				ferr = errRefused
-			} else if j, ferr, err = p.run(ctx, w, &done, items, i); err != nil {
-				p.release()
-				return err
+		if unchecked >= stopEvery {
+			unchecked = 0
+			if ctx.Err() != nil {
+				return context.Cause(ctx)
 			}
-			if ferr == nil {
-				p.completed += int64(len(items) - i)
-				break
-			}
-			p.completed += int64(j - i)
-			it := items[j]
-			var held *resilience.Permit
-			if p.holding {
-				held, p.holding = &p.held, false
-			}
-			if ferr == errRefused {
-				ferr = nil // not called: layer 1 calls it
-			}
-			itemPrior := 0
-			if j == 0 {
-				itemPrior = prior
-			}
-			r, fl := itemRetry(ctx, p.nr, p.call, it.val, itemPrior, ferr, held, idle)
-			if fl == nil {
-				if err := p.deliver(ctx, w, &done, it, r); err != nil {
-					return err
-				}
-			} else if err := p.nr.itemFailed(ctx, it.val, it.tr, fl); err != nil {
-				// The node fails at this item: a restart takes it up again.
-				p.resume, p.resumePrior = items[j:], itemPrior+fl.calls
-				return err
-			}
-			p.completed++
-			i = j + 1
+		}
+		unchecked += len(items)
+		if err := p.runItems(ctx, w, &done, items, prior, idle); err != nil {
+			return err
 		}
 	}
 }
 
-// run processes items[i:] until one fails; it returns the failed item's
-// index and the error of its call (a panic included), or errRefused when
-// the node's breaker refused the item's call, or an error that ends the
-// node.
-func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], i int) (j int, itemErr, err error) {
+// runItems processes one run of items; prior is what its first item had
+// before a restart, which then goes straight to layer 1 to count them
+// against the repeat cap.
+func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], prior int, idle idleFunc) error {
+	i := 0
+	if prior > 0 {
+		if err := p.retry(ctx, w, done, items, 0, prior, errRefused, idle); err != nil {
+			return err
+		}
+		p.completed++
+		i = 1
+	}
+	for i < len(items) {
+		ferr, err := p.run(ctx, w, done, items, i)
+		if err != nil {
+			p.release()
+			return err
+		}
+		j := p.cur
+		if ferr == nil {
+			p.completed += int64(len(items) - i)
+			return nil
+		}
+		p.completed += int64(j - i)
+		if err := p.retry(ctx, w, done, items, j, 0, ferr, idle); err != nil {
+			return err
+		}
+		p.completed++
+		i = j + 1
+	}
+	return nil
+}
+
+// retry takes item j of a run through layer 1 after its first call failed
+// with ferr (errRefused: it was not called); prior is what it had before a
+// restart. When the item fails the node, the rest of the run is kept for
+// the restart.
+func (p *proc[In, R, Out]) retry(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j, prior int, ferr error, idle idleFunc) error {
+	it := items[j]
+	var held *resilience.Permit
+	if p.holding {
+		held, p.holding = &p.held, false
+	}
+	if ferr == errRefused {
+		ferr = nil // not called: layer 1 calls it
+	}
+	r, fl := itemRetry(ctx, p.nr, p.call, it.val, prior, ferr, held, idle)
+	if fl == nil {
+		return p.deliver(ctx, w, done, it, r)
+	}
+	if err := p.nr.itemFailed(ctx, it.val, it.tr, fl); err != nil {
+		// The node fails at this item: a restart takes it up again.
+		p.resume, p.resumePrior = items[j:], prior+fl.calls
+		return err
+	}
+	return nil
+}
+
+// run processes items[i:] until one fails, leaving p.cur at the item it
+// stopped at: it returns the error of that item's call (a panic included),
+// or errRefused when the node's breaker refused the call, or an error that
+// ends the node.
+func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], i int) (itemErr, err error) {
 	p.cur = i
-	defer func() { j = p.cur }()
 	defer recovered(&itemErr)
 	br := p.nr.spec.breaker
 	if p.loop != nil && br == nil {
-		itemErr, err = p.loop(ctx, w, done, items, &p.cur)
-		return p.cur, itemErr, err
+		return p.loop(ctx, w, done, items, &p.cur)
 	}
-	stop := ctx.Done()
 	for ; p.cur < len(items); p.cur++ {
-		if stopped(stop) {
-			return p.cur, nil, context.Cause(ctx)
+		if p.cur&(stopEvery-1) == stopEvery-1 && ctx.Err() != nil {
+			return nil, context.Cause(ctx)
 		}
 		it := &items[p.cur]
 		if br != nil {
 			permit, perr := br.Allow()
 			if perr != nil {
-				return p.cur, errRefused, nil
+				return errRefused, nil
 			}
 			p.held, p.holding = permit, true
 		}
 		r, cerr := p.call(ctx, it.val)
 		if cerr != nil {
-			return p.cur, cerr, nil
+			return cerr, nil
 		}
 		if br != nil {
 			p.holding = false
 			br.Record(p.held, resilience.CallSuccess)
 		}
 		if err := p.deliver(ctx, w, done, *it, r); err != nil {
-			return p.cur, nil, err
+			return nil, err
 		}
 	}
-	return p.cur, nil, nil
+	return nil, nil
 }
 
 // errRefused stands for a call the breaker refused in the fast loop.

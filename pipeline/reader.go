@@ -30,7 +30,7 @@ func newReader[T any](e edge[T], in *atomic.Int64) *reader[T] {
 }
 
 // next returns the next item; ok is false once the input ended. It returns
-// an error once ctx is done.
+// ctx's cause when it would have to wait and ctx is done.
 func (r *reader[T]) next(ctx context.Context) (envelope[T], bool, error) {
 	if r.i < len(r.cur) {
 		env := r.cur[r.i]
@@ -88,16 +88,12 @@ func (r *reader[T]) nextOr(ctx context.Context, expired <-chan time.Time) (env e
 	return items[0], true, false, nil
 }
 
-// more receives the next items once cur is used up: ok is false at the end of the input, when
-// ctx is done (err says why) and when expired fired (timedOut). Before it
-// waits it publishes the count and runs idle.
+// more receives the next items once cur is used up: ok is false at the end
+// of the input, when ctx is done (err says why) and when expired fired
+// (timedOut). Items already waiting are taken without looking at ctx (the
+// callers look before they call the user's code); before it waits it
+// publishes the count, runs idle and looks.
 func (r *reader[T]) more(ctx context.Context, expired <-chan time.Time) (items []envelope[T], ok, timedOut bool, err error) {
-	if ctx.Err() != nil {
-		// What is left of cur stays: a node restarted on the same input
-		// reads it next.
-		r.n.flush()
-		return nil, false, false, context.Cause(ctx)
-	}
 	r.cur, r.i = nil, 0
 	items, ended := r.in.poll()
 	switch {
@@ -108,6 +104,9 @@ func (r *reader[T]) more(ctx context.Context, expired <-chan time.Time) (items [
 		return items, true, false, nil
 	}
 	r.n.flush()
+	if ctx.Err() != nil {
+		return nil, false, false, context.Cause(ctx)
+	}
 	if r.idle != nil {
 		if err := r.idle(ctx); err != nil {
 			return nil, false, false, err

@@ -26,7 +26,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		return errs
 	}
 	s.newRunner = func(nr *nodeRun) runner {
-		s := &sourceRunner[T]{nr: nr, src: src, done: nr.ctx.Done(), w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
+		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
 		if needsFlusher(nr.rs.p.cfg, nr.spec) {
 			s.fl = nr.rs.flusher
 		}
@@ -56,9 +56,8 @@ func outEdges[T any](nr *nodeRun) []edge[T] {
 }
 
 type sourceRunner[T any] struct {
-	nr   *nodeRun
-	src  node.Source[T]
-	done <-chan struct{} // the node's context's
+	nr  *nodeRun
+	src node.Source[T]
 
 	// mu guards what follows. Emit takes it for each item: the writer
 	// belongs to whichever goroutine holds it, so that the run's flusher
@@ -94,31 +93,16 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 	return s.w.close(ctx)
 }
 
-// emit hands item to the writer and, when the flusher looks after the
-// source, asks it to look after what is left pending. call is the context
-// the source passed to Emit: it governs this call alone. done, if not nil,
-// is told the item's outcome: Failed, before emit returns, when the item
-// is refused.
-func (s *sourceRunner[T]) emit(call context.Context, item T, done func(node.Outcome)) error {
+// push hands item to the writer under mu and, when the flusher looks after
+// the source, asks it to look after what is left pending. call is the
+// context the source passed to Emit: it governs this call alone. A tracked
+// item (done not nil) is tracked only once it can be taken, so that the
+// run's end never counts a refused item as one left on its way; tr is its
+// tracker when the hand-over failed.
+func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome)) (tr *tracker, err error) {
 	if call == s.nr.ctx {
 		call = nil // the node's own: watched anyway
 	}
-	tr, err := s.push(call, item, done)
-	if err != nil && done != nil {
-		// Outside the lock: done is the user's code.
-		if tr != nil {
-			tr.fire(node.Failed)
-		} else {
-			s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
-		}
-	}
-	return err
-}
-
-// push is emit under mu. It tracks a tracked item only once the item can
-// be taken, so that the run's end never counts a refused item as one left
-// on its way; tr is its tracker when the hand-over failed.
-func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome)) (tr *tracker, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.check(call); err != nil {
@@ -176,11 +160,22 @@ func (s *sourceRunner[T]) setRunning(on bool) {
 type emitter[T any] sourceRunner[T]
 
 func (e *emitter[T]) Emit(ctx context.Context, item T) error {
-	return (*sourceRunner[T])(e).emit(ctx, item, nil)
+	_, err := (*sourceRunner[T])(e).push(ctx, item, nil)
+	return err
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
-	return (*sourceRunner[T])(e).emit(ctx, item, done)
+	s := (*sourceRunner[T])(e)
+	tr, err := s.push(ctx, item, done)
+	if err != nil && done != nil {
+		// Outside the lock: done is the user's code.
+		if tr != nil {
+			tr.fire(node.Failed)
+		} else {
+			s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
+		}
+	}
+	return err
 }
 
 // hasOpen reports whether v has an Open.
@@ -200,7 +195,7 @@ func (s *sourceRunner[T]) check(call context.Context) error {
 	switch {
 	case !s.running:
 		return fmt.Errorf("%w (source %q)", ErrEmitAfterReturn, s.nr.spec.name)
-	case stopped(s.done):
+	case s.count&(stopEvery-1) == 0 && s.nr.ctx.Err() != nil:
 		return context.Cause(s.nr.ctx)
 	case call != nil && call.Err() != nil:
 		return call.Err()

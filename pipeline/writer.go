@@ -20,8 +20,11 @@ type writer[T any] struct {
 	buf []envelope[T] // gathered, not yet sent
 	max int           // the edges' batch size
 	one edge[T]       // the only edge; nil when the stream is broadcast
-	fan *fanOut[T]    // the edges of a broadcast stream
-	out tally         // the node's Out counter
+	// keeps is set when the edge keeps the slices it is sent (a
+	// batchEdge): buf is then replaced after each send, else reused.
+	keeps bool
+	fan   *fanOut[T] // the edges of a broadcast stream
+	out   tally      // the node's Out counter
 }
 
 func newWriter[T any](edges []edge[T], out *atomic.Int64) *writer[T] {
@@ -32,6 +35,7 @@ func newWriter[T any](edges []edge[T], out *atomic.Int64) *writer[T] {
 	if len(edges) == 1 {
 		w.one = edges[0]
 		w.buf = w.one.take(nil)
+		_, w.keeps = w.one.(*batchEdge[T])
 	} else {
 		w.fan = newFanOut(edges)
 	}
@@ -109,7 +113,11 @@ func (w *writer[T]) taken(n int) {
 	}
 	w.out.add(int64(n))
 	if n == len(w.buf) {
-		w.buf = w.one.take(w.buf)
+		if w.keeps {
+			w.buf = w.one.take(w.buf)
+		} else {
+			w.buf = w.buf[:0]
+		}
 		return
 	}
 	// Only a per-item edge takes part of what it is given.
