@@ -95,7 +95,7 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			}
 			if held != nil {
 				result := resilience.CallIgnored
-				if transient && ctx.Err() == nil {
+				if transient {
 					result = resilience.CallFailure
 				}
 				n.breaker.Record(*held, result)
@@ -107,6 +107,11 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			if prior+calls > resilience.MaxRepeats {
 				err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, prior+calls, resilience.MaxRepeats)}
 				nr.record(&fl, ctx, err, calls, 0)
+				return zero, fl.out()
+			}
+			if ctx.Err() != nil {
+				// No call once the run stops.
+				nr.record(&fl, ctx, nil, calls, 0)
 				return zero, fl.out()
 			}
 			var r R
@@ -124,7 +129,9 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 				return zero, fl.out()
 			}
 		}
-		if ctx.Err() != nil || !transient {
+		// A call classified transient was made while ctx was not done:
+		// classify says false for the echo of a cancellation.
+		if !transient {
 			nr.record(&fl, ctx, err, calls, 0)
 			return zero, fl.out()
 		}
@@ -142,10 +149,13 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			return zero, fl.out()
 		}
 		retry++
-		d, perr := delay(o.Backoff, retry, nr.rs.p.cfg.rand)
-		if perr != nil {
-			nr.record(&fl, ctx, perr, calls, 0)
-			return zero, fl.out()
+		var d time.Duration
+		if o.Backoff.Kind != resilience.BackoffNone {
+			var perr error
+			if d, perr = delay(o.Backoff, retry, nr.rs.p.cfg.rand); perr != nil {
+				nr.record(&fl, ctx, perr, calls, 0)
+				return zero, fl.out()
+			}
 		}
 		nr.record(&fl, ctx, err, calls, d)
 		n.stats.retry(resilience.ItemRetry)
@@ -163,9 +173,6 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 				nr.record(&fl, ctx, werr, calls, 0)
 				return zero, fl.out()
 			}
-		} else if ctx.Err() != nil {
-			nr.record(&fl, ctx, context.Cause(ctx), calls, 0)
-			return zero, fl.out()
 		}
 	}
 }
