@@ -116,7 +116,7 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			}
 			var r R
 			var called bool
-			r, called, err, transient, probe = try(ctx, nr, f, in, &pause, idle)
+			r, called, transient, probe, err = try(ctx, nr, f, in, &pause, idle)
 			if called {
 				calls++
 			}
@@ -187,7 +187,7 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 // pause is when the item's pause under OpenPause ends; try sets it at the
 // item's first refusal and clears it once a call gets through while the
 // breaker is closed.
-func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, pause *time.Time, idle idleFunc) (r R, called bool, err error, transient, probe bool) {
+func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, pause *time.Time, idle idleFunc) (r R, called, transient, probe bool, err error) {
 	br := nr.spec.breaker
 	classifier := nr.spec.res.ItemRetry.Classifier
 	if br == nil {
@@ -195,11 +195,11 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 		if err != nil && ctx.Err() == nil {
 			transient, err = classify(ctx, classifier, err)
 		}
-		return r, true, err, transient, false
+		return r, true, transient, false, err
 	}
 	permit, err := nr.permit(ctx, pause, idle)
 	if err != nil {
-		return r, false, err, false, false
+		return r, false, false, false, err
 	}
 	result := resilience.CallIgnored
 	defer func() { br.Record(permit, result) }()
@@ -214,7 +214,7 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 			result = resilience.CallFailure
 		}
 	}
-	return r, true, err, transient, permit.Probe()
+	return r, true, transient, permit.Probe(), err
 }
 
 // permit asks the node's breaker for leave to call. Under OpenPause a
