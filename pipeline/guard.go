@@ -40,8 +40,8 @@ func protect(f func()) (err error) {
 // stopEvery is how many items a loop over a run of items, or a source's
 // Emit, goes between two looks at the run's context. Looking costs about
 // 3 ns, a cost worth sharing: a stopping run calls the user's code on at
-// most stopEvery - 1 more items per worker. A power of two, so that the
-// count is masked rather than divided.
+// most stopEvery more items per worker. A power of two, so that the count
+// is masked rather than divided.
 const stopEvery = 8
 
 // guard calls f under recovered.

@@ -129,9 +129,9 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 				return zero, fl.out()
 			}
 		}
-		// A call classified transient was made while ctx was not done:
-		// classify says false for the echo of a cancellation.
-		if !transient {
+		// classify says false for the echo of a cancellation; ctx may also
+		// have ended since (a classifier rule is the user's code).
+		if !transient || ctx.Err() != nil {
 			nr.record(&fl, ctx, err, calls, 0)
 			return zero, fl.out()
 		}
@@ -184,9 +184,10 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 // the call ends: success, error, a panic in f or in a classifier rule, or
 // the echo of a cancellation, which says nothing of the dependency.
 //
-// pause is when the item's pause under OpenPause ends; try sets it at the
-// item's first refusal and clears it once a call gets through while the
-// breaker is closed.
+// pause is when the item's pause under OpenPause ends: MaxPause after its
+// first refusal in this cycle, however often the breaker closes and opens
+// again meanwhile, so that one cycle's pausing, and its probes, stay
+// within what Validate and Plan count.
 func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, pause *time.Time, idle idleFunc) (r R, called, transient, probe bool, err error) {
 	br := nr.spec.breaker
 	classifier := nr.spec.res.ItemRetry.Classifier
@@ -231,9 +232,6 @@ func (nr *nodeRun) permit(ctx context.Context, pause *time.Time, idle idleFunc) 
 			return p, err
 		}
 		p, err = br.Wait(ctx, *pause)
-	}
-	if err == nil && !p.Probe() {
-		*pause = time.Time{}
 	}
 	return p, err
 }

@@ -19,9 +19,9 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 		p := newProc(nr, t, t.Process, func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r Out) error {
 			return w.push(ctx, envelope[Out]{val: r, tr: env.tr})
 		})
-		p.loop = func(ctx context.Context, w *writer[Out], _ *tally, items []envelope[In], j *int) (error, error) {
+		p.loop = func(ctx context.Context, w *writer[Out], _ *tally, items []envelope[In], j *int, tick *uint) (error, error) {
 			for ; *j < len(items); *j++ {
-				if *j&(stopEvery-1) == stopEvery-1 && ctx.Err() != nil {
+				if *tick++; *tick%stopEvery == 0 && ctx.Err() != nil {
 					return nil, context.Cause(ctx)
 				}
 				it := &items[*j]
@@ -56,9 +56,9 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 			}
 			return nil
 		})
-		p.loop = func(ctx context.Context, _ *writer[struct{}], done *tally, items []envelope[T], j *int) (error, error) {
+		p.loop = func(ctx context.Context, _ *writer[struct{}], done *tally, items []envelope[T], j *int, tick *uint) (error, error) {
 			for ; *j < len(items); *j++ {
-				if *j&(stopEvery-1) == stopEvery-1 && ctx.Err() != nil {
+				if *tick++; *tick%stopEvery == 0 && ctx.Err() != nil {
 					return nil, context.Cause(ctx)
 				}
 				it := &items[*j]

@@ -35,15 +35,18 @@ type proc[In, R, Out any] struct {
 	resume      []envelope[In]
 	resumePrior int
 	completed   int64
+	// tick counts the items the run loop started, across runs: it looks
+	// at ctx before every stopEvery-th.
+	tick uint
 }
 
 // A loopFunc calls the node's function on items[*j:], advancing *j, and
 // hands the results over through w (a sink counts them in done). It stops
 // at the first item whose call fails and returns that call's error as
 // itemErr, or returns err when handing over fails or ctx is done, which
-// ends the node. It looks at ctx at every stopEvery-th item of the run;
-// runs looks before each run.
-type loopFunc[In, Out any] func(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j *int) (itemErr, err error)
+// ends the node. It looks at ctx before every stopEvery-th item, counted
+// in *tick across runs.
+type loopFunc[In, Out any] func(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j *int, tick *uint) (itemErr, err error)
 
 // A deliverFunc hands the result r of item env downstream through w, or,
 // for a sink, marks the item delivered and counts it in done.
@@ -170,9 +173,10 @@ func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticke
 // runs is the loop of a node with one worker: it takes whole runs of input
 // and calls the node's function on each item under one panic guard,
 // entering layer 1's retry loop only for an item whose first call failed
-// or was refused by the breaker. The loop over a run looks at ctx every
-// stopEvery items; runs looks before a run once stopEvery items passed
-// since, so that short runs (per-item hand-over) are covered too.
+// or was refused by the breaker. The loop over a run looks at ctx before
+// every stopEvery-th item it starts, counted across runs (tick), so that
+// short runs (per-item hand-over, a batch handed over early) are covered
+// too.
 //
 // Under node restart it needs no replay window: it processes one item at
 // a time and hands it over before the next, so its checkpoint is the item
@@ -186,7 +190,6 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 	defer done.flush()
 	idle := p.idle(w, &done, true)
 	r := p.in.r
-	unchecked := 0 // items started since ctx was looked at
 	for {
 		items, prior := p.resume, p.resumePrior
 		if items != nil {
@@ -199,13 +202,6 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 			}
 			p.in.took = true
 		}
-		if unchecked >= stopEvery {
-			unchecked = 0
-			if ctx.Err() != nil {
-				return context.Cause(ctx)
-			}
-		}
-		unchecked += len(items)
 		if err := p.runItems(ctx, w, &done, items, prior, idle); err != nil {
 			return err
 		}
@@ -279,10 +275,10 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 	defer recovered(&itemErr)
 	br := p.nr.spec.breaker
 	if p.loop != nil && br == nil {
-		return p.loop(ctx, w, done, items, &p.cur)
+		return p.loop(ctx, w, done, items, &p.cur, &p.tick)
 	}
 	for ; p.cur < len(items); p.cur++ {
-		if p.cur&(stopEvery-1) == stopEvery-1 && ctx.Err() != nil {
+		if p.tick++; p.tick%stopEvery == 0 && ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
 		it := &items[p.cur]

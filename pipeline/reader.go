@@ -12,9 +12,9 @@ import (
 // The run's context is its only stop signal: once ctx is done, the reader
 // returns its cause instead of receiving more, and it reports the end of
 // the input (ok false, no error) only when every writer of the edge closed
-// it cleanly. It hands out the rest of a batch it already received without
-// looking at ctx for each item: the code that calls the user's functions
-// on them looks before every call.
+// it cleanly. It hands out the rest of a batch it already received, and
+// items already waiting, without looking at ctx: the code that calls the
+// user's functions on them looks every stopEvery items.
 type reader[T any] struct {
 	in  inlet[T]
 	cur []envelope[T] // the items received last

@@ -165,6 +165,11 @@ func (w *writer[T]) close(ctx context.Context) error {
 	if err := w.flush(ctx); err != nil {
 		return err
 	}
+	if w.pending() {
+		// A broadcast's branch was still owed items when the run stopped:
+		// the edges must not end as if the input had.
+		return context.Cause(ctx)
+	}
 	if w.fan != nil {
 		for _, e := range w.fan.edges {
 			e.release()
@@ -205,9 +210,9 @@ func (f *fanOut[T]) owes() bool {
 // send hands over what earlier calls left owed, then commits items and
 // hands them over. Until everything owed was taken it commits nothing, so
 // that a call that ends early leaves its items untaken. Once committed,
-// items are the stream's: when call ends while an edge is still full,
-// committed is true, err is nil, and the rest is handed over by a later
-// send or flush.
+// items are the stream's, and send reports no error: when call ends, or
+// the run stops, while an edge is still full, the rest is handed over by a
+// later send or flush, or the run's end reports the items' trackers.
 func (f *fanOut[T]) send(ctx, call context.Context, items []envelope[T]) (committed bool, err error) {
 	if err := f.drain(ctx, call); err != nil {
 		return false, err
@@ -216,9 +221,7 @@ func (f *fanOut[T]) send(ctx, call context.Context, items []envelope[T]) (commit
 		return false, nil
 	}
 	f.commit(items)
-	if err := f.drain(ctx, call); err != nil && ctx.Err() != nil {
-		return true, err
-	}
+	_ = f.drain(ctx, call)
 	return true, nil
 }
 

@@ -1,0 +1,60 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// R2-retry: a cancellation that lands between the call's ctx check (before
+// classify) and the retry decision is counted as an item retry and reported
+// with OnRetry, though no retry is ever made. Before 64419bb itemRetry
+// looked at ctx again after classify ("ctx.Err() != nil || !transient").
+// The classifier rule stands in for a cancel that arrives while the
+// classifier runs (it is user code in the window).
+func TestCancellationDuringClassificationIsNoRetry(t *testing.T) {
+	t.Parallel()
+	for _, par := range []int{1, 2} {
+		for _, backoff := range []string{"none", "constant"} {
+			t.Run(fmt.Sprintf("par=%d/%s", par, backoff), func(t *testing.T) {
+				t.Parallel()
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				clock := clockwork.NewFakeClock()
+				rec := &pipelinetest.Recorder{}
+				b := pipeline.New("rc", pipeline.WithClock(clock), pipeline.WithObserver(rec), pipeline.WithResilience(func(o *resilience.Options) {
+					o.ItemRetry.MaxRetries = 3
+					o.ItemRetry.Backoff = resilience.NoBackoff()
+					if backoff == "constant" {
+						o.ItemRetry.Backoff = resilience.Constant(time.Second)
+					}
+					o.ItemRetry.Classifier = resilience.Classifier{}.Transient(func(err error) bool {
+						if errors.Is(err, errFlaky) {
+							cancel() // the caller cancels while the classifier runs
+							return true
+						}
+						return false
+					})
+				}))
+				tr := pipeline.Transform[int, int](b, "work", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(10)...)),
+					pipelinetest.FailAlways(errFlaky, 3), pipeline.Parallel(par))
+				pipeline.Sink(b, "sink", tr, &pipelinetest.Collector[int]{})
+				res, err := build(t, b).Run(ctx)
+				require.ErrorIs(t, err, context.Canceled)
+				assert.Zero(t, res.Node("work").ItemRetries, "a retry counted for a cancelled run, none made")
+				assert.Empty(t, pipelinetest.Of[observer.RetryEvent](rec), "OnRetry for a retry that never happens")
+			})
+		}
+	}
+}
