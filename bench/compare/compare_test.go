@@ -20,9 +20,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/metrics"
-	"runtime/pprof"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -35,6 +33,7 @@ import (
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/sourcegraph/conc/stream"
 	kitsune "github.com/zenbaku/go-kitsune"
+	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
@@ -53,21 +52,16 @@ func check(b *testing.B, got, exp int) {
 	sinkSum = got
 }
 
-// noLeaks runs bench and then fails if goroutines started during it are still
-// alive a few seconds after it returned. Every variant must shut down fully.
+// noLeaks runs bench and then fails if goroutines started during it are
+// still alive once goleak has given them time to end (Watermill's, for one,
+// end a little after Close returns). Every variant must shut down fully.
 func noLeaks(bench func(*testing.B)) func(*testing.B) {
 	return func(b *testing.B) {
-		before := runtime.NumGoroutine()
+		current := goleak.IgnoreCurrent()
 		bench(b)
 		b.StopTimer()
-		deadline := time.Now().Add(5 * time.Second)
-		for runtime.NumGoroutine() > before {
-			if time.Now().After(deadline) {
-				var sb strings.Builder
-				_ = pprof.Lookup("goroutine").WriteTo(&sb, 1)
-				b.Fatalf("%d goroutines before, %d after:\n%s", before, runtime.NumGoroutine(), sb.String())
-			}
-			time.Sleep(time.Millisecond)
+		if err := goleak.Find(current); err != nil {
+			b.Fatal(err)
 		}
 		b.StartTimer()
 	}

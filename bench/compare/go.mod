@@ -8,6 +8,7 @@ require (
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 	github.com/sourcegraph/conc v0.3.0
 	github.com/zenbaku/go-kitsune v0.2.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (
