@@ -17,12 +17,10 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-// R2-retry: a cancellation that lands between the call's ctx check (before
-// classify) and the retry decision is counted as an item retry and reported
-// with OnRetry, though no retry is ever made. Before 64419bb itemRetry
-// looked at ctx again after classify ("ctx.Err() != nil || !transient").
-// The classifier rule stands in for a cancel that arrives while the
-// classifier runs (it is user code in the window).
+// A cancellation that lands after a failed call was checked, while the
+// classifier runs (it is user code), is not counted as an item retry nor
+// reported with OnRetry: layer 1 looks at the context again after
+// classifying. The classifier rule cancels the run to stand for it.
 func TestCancellationDuringClassificationIsNoRetry(t *testing.T) {
 	t.Parallel()
 	for _, par := range []int{1, 2} {

@@ -13,11 +13,10 @@ import (
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 )
 
-// R2-1: a single-worker node fed runs of 7 items (WithHandOverBatch(7))
-// looks at the run's context only every other run: runs' own check fires
-// only once unchecked >= 8, and the in-loop check (index&7 == 7) never
-// fires inside a run of 7. The docs promise "at most 7 more items per
-// worker" (concepts.md, guard.go) and the existing guard test allows 8.
+// A single-worker node fed runs shorter than 8 items (a batch handed over
+// early) still looks at the run's context every 8 items it starts: the
+// count goes across runs. When each run counted on its own, two runs of 7
+// slipped between looks and a cancelled run made 14 more calls.
 func TestCancellationStopsCallingUserCodeAcrossShortRuns(t *testing.T) {
 	t.Parallel()
 	for _, kind := range []string{"sink", "transform"} {

@@ -94,9 +94,10 @@ func TestBuildGivesEachPipelineItsOwnBreaker(t *testing.T) {
 	assert.Equal(t, resilience.CircuitClosed, c2.Circuit)
 }
 
-// The panic of the buggy code happens on the goroutine that calls Run,
-// before any node goroutine starts, so runGuarded catches it. Per-item
-// hand-over keeps the buggy run from starting the flusher goroutine it
+// A node added to the Builder after Build must not reach the built
+// Pipeline. When it did, Run panicked on the goroutine that calls it,
+// before any node goroutine started, so runGuarded catches such a panic;
+// per-item hand-over keeps such a run from starting a flusher goroutine it
 // would leak (goleak would then fail the whole package).
 func TestNodeAddedAfterBuildChangesOnlyLaterBuilds(t *testing.T) {
 	t.Parallel()
@@ -141,8 +142,8 @@ func nested(n int, f func()) {
 
 // Not parallel: the race detector blames every test running when it fires.
 // The detector works on happens-before, not on timing: Build writes what
-// the run reads with nothing ordering the two, so the buggy code is caught
-// on every run under -race. The detector reports a race between the same
+// the run reads with nothing ordering the two, so sharing state between them
+// is caught on every run under -race. The detector reports a race between the same
 // two stacks only once per process, so each run of the test (-count) calls
 // Build under a stack of its own depth.
 func TestBuildWhileRunningIsRaceFree(t *testing.T) {

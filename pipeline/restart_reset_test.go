@@ -13,7 +13,9 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-// R2: ResetAfterItems on a sequential node (p.completed) and a parallel one.
+// ResetAfterItems starts the restart count again after that many items
+// completed, on a node with one worker (counted by its run loop) and on a
+// parallel one (counted by its replay window).
 func TestResetAfterItemsResetsTheRestartCount(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

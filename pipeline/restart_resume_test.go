@@ -68,7 +68,7 @@ func (r *reopener) Process(_ context.Context, x int) (int, error) {
 	return x, nil
 }
 
-// R2: a sequential node under node restart, every kind, with and without a
+// A node with one worker under node restart, every kind, with and without a
 // breaker (closed, or pausing), errors and panics, retries that run out in
 // the middle of a run, Opens that fail on reopen: every item is handed
 // downstream exactly once, in order, its done says Delivered once, and a

@@ -17,9 +17,9 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-// R2: parallel restart with replay windows big enough for the ring to grow
-// and wrap (above firstRing = 64), many items in flight, with skips mixed
-// in: every item once, outcomes once.
+// Parallel restarts with replay windows big enough for the ring to grow
+// and wrap (above its first 64 entries), many items in flight, with skips
+// mixed in: every item is handed on once, and its outcome reported once.
 func TestParallelRestartWindowGrowsAndWraps(t *testing.T) {
 	t.Parallel()
 	const items = 2000
