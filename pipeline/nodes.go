@@ -19,15 +19,21 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 		p := newProc(nr, t, t.Process, func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r Out) error {
 			return w.push(ctx, envelope[Out]{val: r, tr: env.tr})
 		})
-		p.loop = func(ctx context.Context, w *writer[Out], _ *tally, items []envelope[In], j *int, tick *uint) (error, error) {
+		p.loop = func(ctx context.Context, w *writer[Out], _ *tally, items []envelope[In], j *int, tick *uint, g *gate) (error, error) {
 			for ; *j < len(items); *j++ {
 				if *tick++; *tick%stopEvery == 0 && ctx.Err() != nil {
 					return nil, context.Cause(ctx)
 				}
 				it := &items[*j]
+				if g != nil && !g.enter() {
+					return errRefused, nil
+				}
 				r, err := t.Process(ctx, it.val)
 				if err != nil {
 					return err, nil
+				}
+				if g != nil {
+					g.passed()
 				}
 				if err := w.push(ctx, envelope[Out]{val: r, tr: it.tr}); err != nil {
 					return nil, err
@@ -56,14 +62,20 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 			}
 			return nil
 		})
-		p.loop = func(ctx context.Context, _ *writer[struct{}], done *tally, items []envelope[T], j *int, tick *uint) (error, error) {
+		p.loop = func(ctx context.Context, _ *writer[struct{}], done *tally, items []envelope[T], j *int, tick *uint, g *gate) (error, error) {
 			for ; *j < len(items); *j++ {
 				if *tick++; *tick%stopEvery == 0 && ctx.Err() != nil {
 					return nil, context.Cause(ctx)
 				}
 				it := &items[*j]
+				if g != nil && !g.enter() {
+					return errRefused, nil
+				}
 				if err := s.Write(ctx, it.val); err != nil {
 					return err, nil
+				}
+				if g != nil {
+					g.passed()
 				}
 				done.add(1)
 				if it.tr != nil {

@@ -21,14 +21,12 @@ type proc[In, R, Out any] struct {
 	in      *inbox[In]
 	writers []*writer[Out] // one, or one per worker when unordered; none for a sink
 	sink    bool
-	// loop is the node kind's own loop over a run of items, for a node
-	// without a breaker (see run).
+	// loop is the node kind's own loop over a run of items (see run).
 	loop loopFunc[In, Out]
 	cur  int // the item loop is at, for the panic guard
-	// held is the breaker permit of the item at cur while its call runs
-	// in the fast loop; layer 1 reports it when the call fails.
-	held    resilience.Permit
-	holding bool
+	// gate holds the breaker permit of the item at cur while its call
+	// runs in the fast loop; layer 1 reports it when the call fails.
+	gate gate
 	// resume is what runs takes up after a restart, and resumePrior the
 	// calls its first item already had; completed counts the items runs
 	// completed in this run.
@@ -45,8 +43,34 @@ type proc[In, R, Out any] struct {
 // at the first item whose call fails and returns that call's error as
 // itemErr, or returns err when handing over fails or ctx is done, which
 // ends the node. It looks at ctx before every stopEvery-th item, counted
-// in *tick across runs.
-type loopFunc[In, Out any] func(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j *int, tick *uint) (itemErr, err error)
+// in *tick across runs. g is the node's breaker, nil without one: an item
+// it refuses ends the loop with errRefused.
+type loopFunc[In, Out any] func(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j *int, tick *uint, g *gate) (itemErr, err error)
+
+// A gate asks a node's breaker before each call of the fast loop and holds
+// the permit while the call runs, so that layer 1 can take it over when
+// the call fails and release can report it when the node ends first.
+type gate struct {
+	br      *resilience.Breaker
+	held    resilience.Permit
+	holding bool
+}
+
+// enter asks for a permit; false when the breaker refuses the call.
+func (g *gate) enter() bool {
+	permit, err := g.br.Allow()
+	if err != nil {
+		return false
+	}
+	g.held, g.holding = permit, true
+	return true
+}
+
+// passed records that the call made under the held permit succeeded.
+func (g *gate) passed() {
+	g.holding = false
+	g.br.Record(g.held, resilience.CallSuccess)
+}
 
 // A deliverFunc hands the result r of item env downstream through w, or,
 // for a sink, marks the item delivered and counts it in done.
@@ -55,6 +79,7 @@ type deliverFunc[In, R, Out any] func(ctx context.Context, w *writer[Out], done 
 func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, In) (R, error), deliver deliverFunc[In, R, Out]) *proc[In, R, Out] {
 	n := nr.spec
 	p := &proc[In, R, Out]{nr: nr, user: user, call: call, deliver: deliver, sink: n.output == nil}
+	p.gate.br = n.breaker
 	r := newReader(nr.rs.edges[n.id].(edge[In]), &n.stats.in)
 	// Only parallel workers need a replay window: a single worker's
 	// checkpoint is the item it is at (see runs).
@@ -248,8 +273,8 @@ func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *t
 func (p *proc[In, R, Out]) retry(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j, prior int, ferr error, idle idleFunc) error {
 	it := items[j]
 	var held *resilience.Permit
-	if p.holding {
-		held, p.holding = &p.held, false
+	if p.gate.holding {
+		held, p.gate.holding = &p.gate.held, false
 	}
 	if ferr == errRefused {
 		ferr = nil // not called: layer 1 calls it
@@ -273,29 +298,27 @@ func (p *proc[In, R, Out]) retry(ctx context.Context, w *writer[Out], done *tall
 func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], i int) (itemErr, err error) {
 	p.cur = i
 	defer recovered(&itemErr)
-	br := p.nr.spec.breaker
-	if p.loop != nil && br == nil {
-		return p.loop(ctx, w, done, items, &p.cur, &p.tick)
+	var g *gate
+	if p.gate.br != nil {
+		g = &p.gate
+	}
+	if p.loop != nil {
+		return p.loop(ctx, w, done, items, &p.cur, &p.tick, g)
 	}
 	for ; p.cur < len(items); p.cur++ {
 		if p.tick++; p.tick%stopEvery == 0 && ctx.Err() != nil {
 			return nil, context.Cause(ctx)
 		}
 		it := &items[p.cur]
-		if br != nil {
-			permit, perr := br.Allow()
-			if perr != nil {
-				return errRefused, nil
-			}
-			p.held, p.holding = permit, true
+		if g != nil && !g.enter() {
+			return errRefused, nil
 		}
 		r, cerr := p.call(ctx, it.val)
 		if cerr != nil {
 			return cerr, nil
 		}
-		if br != nil {
-			p.holding = false
-			br.Record(p.held, resilience.CallSuccess)
+		if g != nil {
+			g.passed()
 		}
 		if err := p.deliver(ctx, w, done, *it, r); err != nil {
 			return nil, err
@@ -310,9 +333,9 @@ var errRefused = errors.New("pipeline: refused by the breaker")
 // release reports a permit the fast loop still holds, when the node ends
 // before layer 1 took it over: its call said nothing of the dependency.
 func (p *proc[In, R, Out]) release() {
-	if p.holding {
-		p.holding = false
-		p.nr.spec.breaker.Record(p.held, resilience.CallIgnored)
+	if p.gate.holding {
+		p.gate.holding = false
+		p.gate.br.Record(p.gate.held, resilience.CallIgnored)
 	}
 }
 

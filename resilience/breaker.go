@@ -218,10 +218,11 @@ type Breaker struct {
 	clock        clockwork.Clock
 	onTransition func(Transition)
 
-	mu          sync.Mutex
-	state       CircuitState
-	shown       atomic.Int32  // state, readable without the lock
-	gen         atomic.Uint64 // generation, readable without the lock
+	mu    sync.Mutex
+	state CircuitState
+	// seen is generation<<2 | state, both readable at once without the
+	// lock.
+	seen        atomic.Uint64
 	generation  uint64
 	consecutive atomic.Int64 // written under mu, but reset by a success without it
 	openedAt    time.Time
@@ -251,7 +252,7 @@ func NewBreaker(name string, opts CircuitBreakerOptions, clock clockwork.Clock, 
 // whose OpenDuration has passed still reports open until a permit is asked
 // for.
 func (b *Breaker) State() CircuitState {
-	return CircuitState(b.shown.Load())
+	return CircuitState(b.seen.Load() & 3)
 }
 
 // changedCh returns a channel that is closed at the next transition or
@@ -305,8 +306,8 @@ func (b *Breaker) Wait(ctx context.Context, deadline time.Time) (Permit, error) 
 // with a transition belongs to an older generation, whose result is
 // ignored.
 func (b *Breaker) Allow() (Permit, error) {
-	if g := b.gen.Load(); CircuitState(b.shown.Load()) == CircuitClosed && b.gen.Load() == g {
-		return Permit{generation: g}, nil
+	if v := b.seen.Load(); CircuitState(v&3) == CircuitClosed {
+		return Permit{generation: v >> 2}, nil
 	}
 	return b.allow()
 }
@@ -354,7 +355,7 @@ func (b *Breaker) allow() (Permit, error) {
 // still. A failure, or a success counted in the failure-rate window, takes
 // the lock.
 func (b *Breaker) Record(p Permit, r CallResult) {
-	if !p.probe && p.generation == b.gen.Load() {
+	if !p.probe && p.generation == b.seen.Load()>>2 {
 		switch {
 		case r == CallIgnored:
 			return
@@ -456,9 +457,8 @@ func (b *Breaker) count(now time.Time, failed bool) (calls, failures int) {
 func (b *Breaker) transition(to CircuitState, now time.Time) Transition {
 	t := Transition{From: b.state, To: to, Time: now}
 	b.state = to
-	b.shown.Store(int32(to))
 	b.generation++
-	b.gen.Store(b.generation)
+	b.seen.Store(b.generation<<2 | uint64(to))
 	t.Generation = b.generation
 	b.inFlight, b.successes = 0, 0
 	switch to {
