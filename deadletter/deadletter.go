@@ -15,6 +15,7 @@ package deadletter
 import (
 	"context"
 	"errors"
+	"reflect"
 	"time"
 
 	"github.com/sluicehq/sluice/resilience"
@@ -26,6 +27,11 @@ type Envelope struct {
 	// Item is the item that failed. Read back from a file it is a
 	// json.RawMessage of the encoded item.
 	Item any `json:"item"`
+	// ItemType is the Go type of Item as [TypeOf] names it, so that a
+	// re-drive can refuse an item of another type instead of decoding it
+	// into the wrong one. The engine and the file sink fill it in; it is
+	// empty for a nil item and in files written before it existed.
+	ItemType string `json:"item_type,omitempty"`
 	// Err is the error that decided the item's fate. It does not survive a
 	// file; ErrText does.
 	Err     error  `json:"-"`
@@ -44,10 +50,33 @@ type Envelope struct {
 
 	// ItemError is set when the file sink could not encode Item: it holds
 	// the encoder's error, the file holds a null item, and ItemText holds
-	// the item as fmt's %+v prints it, so that a person can still see what
-	// failed. Both are empty when Item was encoded.
+	// the item as [Describe] renders it (bounded, safe for cyclic items),
+	// so that a person can still see what failed. Both are empty when Item
+	// was encoded.
 	ItemError string `json:"item_error,omitempty"`
 	ItemText  string `json:"item_text,omitempty"`
+}
+
+// TypeOf names the Go type of item with its full package path, as
+// "github.com/acme/shop.Order", "*github.com/acme/shop.Order" or
+// "[]int"; "" for a nil item. Only the outermost named type, under any
+// pointers, has its full path; other composite types are named as
+// reflect.Type.String does.
+func TypeOf(item any) string {
+	if item == nil {
+		return ""
+	}
+	return typeName(reflect.TypeOf(item))
+}
+
+func typeName(t reflect.Type) string {
+	if t.Kind() == reflect.Pointer && t.Name() == "" {
+		return "*" + typeName(t.Elem())
+	}
+	if t.Name() != "" && t.PkgPath() != "" {
+		return t.PkgPath() + "." + t.Name()
+	}
+	return t.String()
 }
 
 // An Attempt is one failed call in an envelope's history.

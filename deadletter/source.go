@@ -1,11 +1,14 @@
 package deadletter
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"reflect"
+	"strings"
 
 	"github.com/sluicehq/sluice/node"
 )
@@ -15,13 +18,16 @@ type SourceOption func(*sourceConfig)
 
 type sourceConfig struct {
 	decode    func(data []byte, v any) error
+	nodes     map[string]bool // OnlyNodes; nil: every node
 	skip      func(*LineError)
 	rotated   bool
 	sourceErr error
 }
 
 // WithDecoder sets the function that decodes an envelope's item into the
-// source's item type; the default is [json.Unmarshal]. Give the
+// source's item type. The default is strict JSON: [json.Unmarshal] that
+// also refuses a field T does not have and anything after the item, so
+// that an item of another shape is an error, not a zero value. Give the
 // counterpart of the encoder given to [OpenFile] with [WithEncoder].
 func WithDecoder(decode func(data []byte, v any) error) SourceOption {
 	return func(c *sourceConfig) { c.decode = decode }
@@ -40,6 +46,20 @@ func SkipBadLines(report func(*LineError)) SourceOption {
 	return func(c *sourceConfig) { c.skip = report }
 }
 
+// OnlyNodes makes the source re-drive only the envelopes whose OriginNode
+// is one of nodes, and pass over the others on purpose: a file that holds
+// the dead letters of several nodes, of several item types, can be
+// re-driven one node at a time. Without it every envelope is re-driven,
+// and one whose item is not a T stops Run (see [Source]).
+func OnlyNodes(nodes ...string) SourceOption {
+	return func(c *sourceConfig) {
+		c.nodes = map[string]bool{}
+		for _, n := range nodes {
+			c.nodes[n] = true
+		}
+	}
+}
+
 // IncludeRotated makes the source read the files rotated away from its path
 // first, oldest first, as [ReadAll] does.
 func IncludeRotated() SourceOption {
@@ -48,15 +68,21 @@ func IncludeRotated() SourceOption {
 
 // Source returns a [node.Source] that re-drives the dead letters of the
 // file at path: it decodes the item of every envelope, in order, into a T
-// and emits it. Errors of the file and items that do not decode into T
-// stop Run with a [*LineError] that names the line, unless
-// [SkipBadLines] is given; an error of Emit stops Run with that error.
+// and emits it. Errors of the file and items that are not a T stop Run
+// with a [*LineError] that names the line, unless [SkipBadLines] is
+// given; an error of Emit stops Run with that error.
+//
+// An item is never turned into another: an envelope whose ItemType names
+// another type than T (a pointer to T counts as T), a null item when T
+// cannot be nil, and an item with fields T does not have are refused
+// with [ErrUndecodableItem]. A T that is an interface type or
+// json.RawMessage takes every item as it is.
 //
 // Run reads the file from the start each time it is called: a node
 // restarted by the engine emits again what it emitted before, so the
 // nodes that handle re-driven items must be idempotent.
 func Source[T any](path string, opts ...SourceOption) node.Source[T] {
-	cfg := sourceConfig{decode: json.Unmarshal}
+	cfg := sourceConfig{decode: strictUnmarshal}
 	for _, opt := range opts {
 		opt(&cfg)
 	}
@@ -72,6 +98,9 @@ func Source[T any](path string, opts ...SourceOption) node.Source[T] {
 			records = readAllRecords(path)
 		}
 		for r, err := range records {
+			if err == nil && cfg.nodes != nil && !cfg.nodes[r.OriginNode] {
+				continue
+			}
 			if err == nil {
 				var item T
 				item, err = decodeItem[T](r, cfg.decode)
@@ -102,8 +131,39 @@ func decodeItem[T any](r Record, decode func([]byte, any) error) (T, error) {
 		return fail(fmt.Errorf("the item was not encoded when it was dead-lettered: %s", r.ItemError))
 	}
 	raw, _ := r.Item.(json.RawMessage)
+	want := reflect.TypeFor[T]()
+	if want.Kind() == reflect.Interface || want == reflect.TypeFor[json.RawMessage]() {
+		if err := decode(raw, &item); err != nil {
+			return fail(fmt.Errorf("into %s: %w", want, err))
+		}
+		return item, nil
+	}
+	if r.ItemType != "" && strings.TrimLeft(r.ItemType, "*") != strings.TrimLeft(typeName(want), "*") {
+		return fail(fmt.Errorf("the item is a %s, not a %s", r.ItemType, typeName(want)))
+	}
+	if bytes.Equal(bytes.TrimSpace(raw), nullItem) {
+		switch want.Kind() {
+		case reflect.Pointer, reflect.Slice, reflect.Map:
+		default:
+			return fail(fmt.Errorf("the item is null, and a %s cannot be", want))
+		}
+	}
 	if err := decode(raw, &item); err != nil {
-		return fail(fmt.Errorf("into %s: %w", reflect.TypeFor[T](), err))
+		return fail(fmt.Errorf("into %s: %w", want, err))
 	}
 	return item, nil
+}
+
+// strictUnmarshal is json.Unmarshal that refuses unknown fields and
+// anything after the value.
+func strictUnmarshal(data []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return err
+	}
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("data after the item")
+	}
+	return nil
 }

@@ -73,6 +73,7 @@ func TestSourceStopsAtAnItemThatDoesNotDecode(t *testing.T) {
 	t.Parallel()
 	bad := sampleEnvelope(1)
 	bad.Item = map[string]any{"id": "one"}
+	bad.ItemType = deadletter.TypeOf(order{}) // it says it is one
 	path := writeEnvelopes(t, sampleEnvelope(0), bad, sampleEnvelope(2))
 
 	var out collector[order]

@@ -19,6 +19,7 @@ import (
 // does not know still encodes.
 type wireEnvelope struct {
 	Item          json.RawMessage `json:"item"`
+	ItemType      string          `json:"item_type,omitempty"`
 	ItemError     string          `json:"item_error,omitempty"`
 	ItemText      string          `json:"item_text,omitempty"`
 	Error         string          `json:"error"`
@@ -53,6 +54,7 @@ var nullItem = json.RawMessage("null")
 func encodeLine(env Envelope, enc func(any) ([]byte, error)) ([]byte, error) {
 	w := wireEnvelope{
 		Item:          nullItem,
+		ItemType:      env.ItemType,
 		ItemError:     env.ItemError,
 		ItemText:      env.ItemText,
 		Error:         env.ErrText,
@@ -69,13 +71,16 @@ func encodeLine(env Envelope, enc func(any) ([]byte, error)) ([]byte, error) {
 	if w.Error == "" && env.Err != nil {
 		w.Error = env.Err.Error()
 	}
+	if _, raw := env.Item.(json.RawMessage); w.ItemType == "" && !raw {
+		w.ItemType = TypeOf(env.Item)
+	}
 	// An envelope read back from a file whose item could not be encoded
 	// keeps its record of that as it is.
 	if env.ItemError == "" && env.Item != nil {
 		raw, err := encodeItem(env.Item, enc)
 		if err != nil {
 			w.ItemError = err.Error()
-			w.ItemText = fmt.Sprintf("%+v", env.Item)
+			w.ItemText = Describe(env.Item)
 		} else {
 			w.Item = raw
 		}
@@ -131,6 +136,7 @@ func decodeLine(line []byte) (Envelope, error) {
 	}
 	env := Envelope{
 		Item:          json.RawMessage("null"),
+		ItemType:      w.ItemType,
 		ErrText:       w.Error,
 		Pipeline:      w.Pipeline,
 		RunID:         w.RunID,

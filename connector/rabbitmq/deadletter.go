@@ -101,7 +101,7 @@ func EncodeEnvelope(env deadletter.Envelope) ([]byte, error) {
 		return b, nil
 	}
 	env.ItemError = err.Error()
-	env.ItemText = fmt.Sprintf("%+v", env.Item)
+	env.ItemText = deadletter.Describe(env.Item)
 	env.Item = nil
 	b, err = json.Marshal(env)
 	if err != nil {

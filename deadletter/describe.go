@@ -1,0 +1,231 @@
+package deadletter
+
+import (
+	"cmp"
+	"fmt"
+	"reflect"
+	"slices"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Limits of [Describe].
+const (
+	describeDepth = 8    // levels of nesting shown
+	describeBytes = 4096 // length of the text, in bytes
+	describeElems = 64   // elements of one slice, array or map shown
+)
+
+// Describe renders item for a person, much as fmt's %+v does, for an item
+// that could not be encoded (see [Envelope.ItemText]). Unlike fmt it is
+// bounded, so that no item can crash the process on its way to a
+// dead-letter sink: it shows at most 8 levels of nesting (a pointer to a
+// struct is one level with it), 64 elements of a
+// slice, array or map and 4096 bytes in all, marks what it leaves out with
+// "...", and prints a pointer, map or slice it meets again inside itself
+// as <cycle>. Map keys are sorted, as fmt sorts them. It calls no method of the item (no String, Error or
+// MarshalJSON), so user code can neither recurse nor panic in it.
+func Describe(item any) string {
+	d := describer{seen: map[seenKey]bool{}}
+	d.value(reflect.ValueOf(item), 0)
+	return d.String()
+}
+
+type seenKey struct {
+	ptr uintptr
+	typ reflect.Type
+}
+
+type describer struct {
+	strings.Builder
+	seen map[seenKey]bool // the pointers, maps and slices being shown
+	full bool             // the text reached describeBytes
+}
+
+// write adds s unless the text is full; past the limit it cuts s at a rune
+// boundary and adds "...".
+func (d *describer) write(s string) {
+	if d.full {
+		return
+	}
+	if room := describeBytes - d.Len(); len(s) > room {
+		cut := room
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		d.WriteString(s[:cut])
+		d.WriteString("...")
+		d.full = true
+		return
+	}
+	d.WriteString(s)
+}
+
+func (d *describer) value(v reflect.Value, depth int) {
+	if d.full {
+		return
+	}
+	if !v.IsValid() {
+		d.write("<nil>")
+		return
+	}
+	switch v.Kind() {
+	case reflect.Bool:
+		d.write(strconv.FormatBool(v.Bool()))
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		d.write(strconv.FormatInt(v.Int(), 10))
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		d.write(strconv.FormatUint(v.Uint(), 10))
+	case reflect.Float32, reflect.Float64:
+		d.write(strconv.FormatFloat(v.Float(), 'g', -1, v.Type().Bits()))
+	case reflect.Complex64, reflect.Complex128:
+		d.write(strconv.FormatComplex(v.Complex(), 'g', -1, v.Type().Bits()))
+	case reflect.String:
+		d.write(v.String())
+	case reflect.Chan, reflect.Func, reflect.UnsafePointer:
+		if v.IsNil() {
+			d.write("<nil>")
+			return
+		}
+		d.write(fmt.Sprintf("(%s)(%#x)", v.Type(), v.Pointer()))
+	case reflect.Interface:
+		d.value(v.Elem(), depth)
+	case reflect.Pointer:
+		if v.IsNil() {
+			d.write("<nil>")
+			return
+		}
+		d.nested(v, depth, func() {
+			d.write("&")
+			// A pointer to a struct is one level with it.
+			if v.Elem().Kind() == reflect.Struct {
+				d.value(v.Elem(), depth)
+				return
+			}
+			d.value(v.Elem(), depth+1)
+		})
+	case reflect.Struct:
+		if depth >= describeDepth {
+			d.write("{...}")
+			return
+		}
+		d.write("{")
+		t := v.Type()
+		for i := range v.NumField() {
+			if i > 0 {
+				d.write(" ")
+			}
+			d.write(t.Field(i).Name)
+			d.write(":")
+			d.value(v.Field(i), depth+1)
+		}
+		d.write("}")
+	case reflect.Map:
+		if v.IsNil() {
+			d.write("map[]")
+			return
+		}
+		d.nested(v, depth, func() {
+			d.write("map[")
+			for n, k := range mapKeys(v) {
+				if n == describeElems {
+					d.write(" ...")
+					break
+				}
+				if n > 0 {
+					d.write(" ")
+				}
+				d.value(k, depth+1)
+				d.write(":")
+				d.value(v.MapIndex(k), depth+1)
+			}
+			d.write("]")
+		})
+	case reflect.Slice, reflect.Array:
+		if v.Kind() == reflect.Slice && v.IsNil() {
+			d.write("[]")
+			return
+		}
+		show := func() {
+			d.write("[")
+			for i := range v.Len() {
+				if i == describeElems {
+					d.write(" ...")
+					break
+				}
+				if i > 0 {
+					d.write(" ")
+				}
+				d.value(v.Index(i), depth+1)
+			}
+			d.write("]")
+		}
+		if v.Kind() == reflect.Array || v.Len() == 0 {
+			if depth >= describeDepth {
+				d.write("[...]")
+				return
+			}
+			show()
+			return
+		}
+		d.nested(v, depth, show)
+	default:
+		d.write("<" + v.Type().String() + ">")
+	}
+}
+
+// nested shows a pointer, map or slice v with show, unless it is deeper
+// than describeDepth or already being shown further out (a cycle).
+func (d *describer) nested(v reflect.Value, depth int, show func()) {
+	if depth >= describeDepth {
+		d.write("...")
+		return
+	}
+	// A slice is the same only with the same start and type; slices of
+	// one array at other offsets are other values.
+	key := seenKey{ptr: v.Pointer(), typ: v.Type()}
+	if d.seen[key] {
+		d.write("<cycle>")
+		return
+	}
+	d.seen[key] = true
+	show()
+	delete(d.seen, key)
+}
+
+// mapKeys returns the keys of map v, sorted as fmt sorts them when they
+// are strings, numbers or booleans and the map is not large, so that the
+// same map is described the same way each time.
+func mapKeys(v reflect.Value) []reflect.Value {
+	keys := v.MapKeys()
+	if len(keys) > 4*describeElems {
+		return keys
+	}
+	var by func(a, b reflect.Value) int
+	switch v.Type().Key().Kind() {
+	case reflect.String:
+		by = func(a, b reflect.Value) int { return strings.Compare(a.String(), b.String()) }
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		by = func(a, b reflect.Value) int { return cmp.Compare(a.Int(), b.Int()) }
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		by = func(a, b reflect.Value) int { return cmp.Compare(a.Uint(), b.Uint()) }
+	case reflect.Float32, reflect.Float64:
+		by = func(a, b reflect.Value) int { return cmp.Compare(a.Float(), b.Float()) }
+	case reflect.Bool:
+		by = func(a, b reflect.Value) int { return cmp.Compare(boolInt(a.Bool()), boolInt(b.Bool())) }
+	default:
+		return keys
+	}
+	slices.SortFunc(keys, by)
+	return keys
+}
+
+func cmpOrdered[T cmp.Ordered](a, b T) int { return cmp.Compare(a, b) }
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

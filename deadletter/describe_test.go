@@ -1,0 +1,138 @@
+package deadletter_test
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/deadletter"
+)
+
+type cyclicNode struct {
+	Name string
+	Next *cyclicNode
+}
+
+// oddItems are items that encoding/json refuses or that a naive %+v
+// fallback cannot print: cycles through maps, slices and pointers,
+// channels, functions, NaN, and a huge string.
+func oddItems() map[string]any {
+	m := map[string]any{"a": 1}
+	m["self"] = m
+	s := []any{1, nil}
+	s[1] = s
+	n := &cyclicNode{Name: "n"}
+	n.Next = n
+	deep := &cyclicNode{Name: "0"}
+	for i := range 10000 {
+		deep = &cyclicNode{Name: "x", Next: deep}
+		_ = i
+	}
+	return map[string]any{
+		"cyclic map":     m,
+		"cyclic slice":   s,
+		"cyclic pointer": n,
+		"deep list":      deep,
+		"channel":        make(chan int),
+		"func":           func() {},
+		"NaN":            math.NaN(),
+		"infinity":       []float64{math.Inf(1)},
+		"complex":        complex(1, 2),
+		"huge string":    map[string]any{"s": strings.Repeat("é", 1<<20), "c": make(chan int)},
+		"map of chans":   map[int]chan int{1: nil, 2: make(chan int)},
+	}
+}
+
+// Every odd item lands in a dead-letter file: the line is written, read
+// back, and says why the item was not encoded and what it was, within the
+// bounds Describe promises.
+func TestOddItemsLandInAFile(t *testing.T) {
+	for name, item := range oddItems() {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "dl.jsonl")
+			f, err := deadletter.OpenFile(path)
+			require.NoError(t, err)
+			require.NoError(t, f.Write(context.Background(), deadletter.Envelope{Item: item, ErrText: "boom", OriginNode: "n"}))
+			require.NoError(t, f.Close())
+			var envs []deadletter.Envelope
+			for env, err := range deadletter.ReadFile(path) {
+				require.NoError(t, err)
+				envs = append(envs, env)
+			}
+			require.Len(t, envs, 1)
+			env := envs[0]
+			if name != "deep list" { // the deep list encodes: it has no cycle
+				assert.NotEmpty(t, env.ItemError, "the encoder's refusal is kept")
+				assert.NotEmpty(t, env.ItemText)
+			}
+			assert.LessOrEqual(t, len(env.ItemText), 4096+len("..."))
+			assert.True(t, utf8.ValidString(env.ItemText))
+			assert.Equal(t, "boom", env.ErrText)
+		})
+	}
+}
+
+func TestDescribe(t *testing.T) {
+	m := map[string]any{}
+	m["self"] = m
+	n := &cyclicNode{Name: "n"}
+	n.Next = n
+	for _, c := range []struct {
+		item any
+		want string
+	}{
+		{nil, "<nil>"},
+		{42, "42"},
+		{"text", "text"},
+		{math.NaN(), "NaN"},
+		{m, "map[self:<cycle>]"},
+		{n, "&{Name:n Next:<cycle>}"},
+		{[]int{1, 2}, "[1 2]"},
+		{struct{ A, b int }{1, 2}, "{A:1 b:2}"},
+		{(*int)(nil), "<nil>"},
+		{[]any(nil), "[]"},
+	} {
+		assert.Equal(t, c.want, deadletter.Describe(c.item), "%T", c.item)
+	}
+	// Two fields sharing one pointer are no cycle.
+	shared := &cyclicNode{Name: "s"}
+	assert.Equal(t, "[&{Name:s Next:<nil>} &{Name:s Next:<nil>}]", deadletter.Describe([]*cyclicNode{shared, shared}))
+	// Depth, width and length are bounded.
+	deep := &cyclicNode{Name: "0"}
+	for range 100 {
+		deep = &cyclicNode{Name: "x", Next: deep}
+	}
+	assert.Equal(t, 8, strings.Count(deadletter.Describe(deep), "Name:x"))
+	assert.Contains(t, deadletter.Describe(make([]int, 1000)), " ...]")
+	// The 4096th byte is inside an é: the cut goes back to its start.
+	long := deadletter.Describe("x" + strings.Repeat("é", 5000))
+	assert.Equal(t, 4095+len("..."), len(long))
+	assert.True(t, utf8.ValidString(long))
+}
+
+// FuzzDescribe renders values built from fuzzed bytes, cyclic or not; it
+// never panics and stays within its bounds.
+func FuzzDescribe(f *testing.F) {
+	f.Add([]byte("abc"), uint8(3), true)
+	f.Add([]byte{0xff, 0xfe}, uint8(200), false)
+	f.Fuzz(func(t *testing.T, data []byte, width uint8, cyclic bool) {
+		root := map[string]any{}
+		cur := root
+		for i := range int(width) {
+			next := map[string]any{"s": string(data), "f": float64(i) / 0}
+			cur[string(rune('a'+i%26))] = next
+			cur = next
+		}
+		if cyclic {
+			cur["back"] = root
+		}
+		out := deadletter.Describe([]any{root, data, cur})
+		assert.LessOrEqual(t, len(out), 4096+len("..."))
+	})
+}
