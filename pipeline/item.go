@@ -321,7 +321,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error {
 	n, rs := nr.spec, nr.rs
 	env := deadletter.Envelope{
-		Item: item, Err: fl.err, ErrText: fl.err.Error(),
+		Item: item, ItemType: deadletter.TypeOf(item), Err: fl.err, ErrText: fl.err.Error(),
 		Pipeline: rs.p.name, RunID: rs.id, OriginNode: n.name, DecisionNode: n.name,
 		Attempts: fl.calls, History: fl.history, FirstFailure: fl.first, LastFailure: fl.last,
 	}

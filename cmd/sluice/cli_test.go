@@ -94,7 +94,6 @@ func TestCLIFilterCutsAFileForReDrive(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "price", env.OriginNode)
 	}
-	type item struct{ ID int }
 	src := deadletter.Source[item](filepath.Join(dir, "redrive.jsonl"))
 	require.NoError(t, src.Run(t.Context(), emitFunc[item](func(it item) { ids = append(ids, it.ID) })))
 	assert.Equal(t, []int{1, 2}, ids)

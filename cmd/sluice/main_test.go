@@ -77,6 +77,12 @@ var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 // fixture writes the dead-letter files the tests read into a new
 // directory: dlq.jsonl, whole, and damaged.jsonl, with a corrupt line in
 // the middle and a torn last line.
+// item is the item type of the fixture's envelopes.
+type item struct {
+	ID  int    `json:"id"`
+	SKU string `json:"sku"`
+}
+
 func fixture(t *testing.T) string {
 	t.Helper()
 	at := func(min int) time.Time { return epoch.Add(time.Duration(min) * time.Minute) }
@@ -89,7 +95,7 @@ func fixture(t *testing.T) string {
 	}
 	env := func(id int, origin, decision, errText string, calls, min int) deadletter.Envelope {
 		return deadletter.Envelope{
-			Item: map[string]any{"id": id, "sku": "A-" + strconv.Itoa(id)}, ErrText: errText,
+			Item: item{ID: id, SKU: "A-" + strconv.Itoa(id)}, ErrText: errText,
 			Pipeline: "orders", RunID: "run-7", OriginNode: origin, DecisionNode: decision,
 			Attempts: calls, History: history(min, errText, calls),
 			FirstFailure: at(min), LastFailure: at(min).Add(time.Duration(calls-1) * time.Second),
