@@ -84,7 +84,7 @@ type Attempt struct {
 	Time  time.Time            `json:"time"`
 	Layer resilience.RetryKind `json:"layer"`
 	Retry int                  `json:"retry"` // 0 for the first call of the layer
-	Delay time.Duration        `json:"delay"` // the wait before this call
+	Delay time.Duration        `json:"delay"` // the wait chosen after this call, before the next; 0 after the last
 	Err   string               `json:"error"`
 }
 

@@ -45,8 +45,10 @@ func sampleEnvelope(i int) deadletter.Envelope {
 		CorrelationID: fmt.Sprintf("order-%d", i),
 		Attempts:      2,
 		History: []deadletter.Attempt{
-			{Time: t0, Layer: resilience.ItemRetry, Err: "upstream 503"},
-			{Time: t0.Add(200 * time.Millisecond), Layer: resilience.ItemRetry, Retry: 1, Delay: 200 * time.Millisecond, Err: "upstream 503"},
+			// Delay is the wait chosen after a call: 200 ms after the first,
+			// none after the last.
+			{Time: t0, Layer: resilience.ItemRetry, Delay: 200 * time.Millisecond, Err: "upstream 503"},
+			{Time: t0.Add(200 * time.Millisecond), Layer: resilience.ItemRetry, Retry: 1, Err: "upstream 503"},
 		},
 		FirstFailure: t0,
 		LastFailure:  t0.Add(200 * time.Millisecond),

@@ -89,7 +89,12 @@ func fixture(t *testing.T) string {
 	history := func(min int, errText string, calls int) []deadletter.Attempt {
 		var h []deadletter.Attempt
 		for i := range calls {
-			h = append(h, deadletter.Attempt{Time: at(min).Add(time.Duration(i) * time.Second), Layer: resilience.ItemRetry, Retry: i, Delay: time.Duration(i) * 200 * time.Millisecond, Err: errText})
+			// Delay is the wait chosen after the call; none after the last.
+			var delay time.Duration
+			if i < calls-1 {
+				delay = time.Second
+			}
+			h = append(h, deadletter.Attempt{Time: at(min).Add(time.Duration(i) * time.Second), Layer: resilience.ItemRetry, Retry: i, Delay: delay, Err: errText})
 		}
 		return h
 	}
