@@ -274,6 +274,30 @@ func (f *File) Stats() FileStats {
 // Path returns the path the File writes to.
 func (f *File) Path() string { return f.path }
 
+// Rotate moves the file's envelopes away now, to the next rotated name
+// (see [Rotated]), as [WithMaxBytes] does when the file is full, and goes
+// on in an empty file; an empty file is left as it is. A program that
+// wants each run's dead letters in a file of their own calls it after
+// [OpenFile]: the file then holds this run's, and [ReadAll] still reads
+// every run's, oldest first. A failed rotation is sticky, as in Write.
+func (f *File) Rotate() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.closed:
+		return fmt.Errorf("%w: %s", ErrClosed, f.path)
+	case f.err != nil:
+		return f.err
+	case f.size == 0:
+		return nil
+	}
+	if err := f.rotateLocked(); err != nil {
+		f.err = err
+		return err
+	}
+	return nil
+}
+
 // Close syncs the lines still waiting for a group commit, releases their
 // writers, stops the group-commit goroutine and closes the file. Writes
 // after Close return [ErrClosed]; a second Close returns nil.

@@ -122,3 +122,39 @@ func TestReadAllWithoutLiveFile(t *testing.T) {
 	require.Len(t, errs, 1)
 	assert.ErrorIs(t, errs[0], os.ErrNotExist)
 }
+
+// Rotate after OpenFile gives each run a file of its own: an empty file
+// is not rotated, and ReadAll still reads every run's letters in order.
+func TestRotateGivesEachRunItsOwnFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "dlq.jsonl")
+	run := func(from, to int) {
+		f, err := deadletter.OpenFile(path)
+		require.NoError(t, err)
+		require.NoError(t, f.Rotate())
+		for i := from; i < to; i++ {
+			require.NoError(t, f.Write(t.Context(), sampleEnvelope(i)))
+		}
+		require.NoError(t, f.Close())
+		envs, errs := readBack(t, path)
+		assert.Empty(t, errs)
+		assert.Equal(t, seq(to)[from:], itemIDs(t, envs), "the file holds this run's letters")
+	}
+	run(0, 3)
+	run(3, 3) // a run without dead letters
+	run(3, 5)
+	rotated, err := deadletter.Rotated(path)
+	require.NoError(t, err)
+	assert.Equal(t, []string{path + ".000001"}, rotated, "the empty file was not rotated")
+	var all []deadletter.Envelope
+	for env, err := range deadletter.ReadAll(path) {
+		require.NoError(t, err)
+		all = append(all, env)
+	}
+	assert.Equal(t, seq(5), itemIDs(t, all))
+
+	f, err := deadletter.OpenFile(path)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	assert.ErrorIs(t, f.Rotate(), deadletter.ErrClosed)
+}

@@ -77,6 +77,11 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	if err != nil {
 		return summary{}, err
 	}
+	// Each run's dead letters get a file of their own, so that the file
+	// and the summary agree; earlier runs' are rotated to FILE.000001, ...
+	if err := dlq.Rotate(); err != nil {
+		return summary{}, errors.Join(err, dlq.Close())
+	}
 	obs := &tracker{reasons: map[reason]int{}}
 	m, err := startMetrics(cfg.metricsAddr, progress)
 	if err != nil {

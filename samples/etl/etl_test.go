@@ -148,6 +148,22 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.LessOrEqual(t, again.changed, unavailable)
 	assert.Equal(t, s.inTable+again.changed, again.inTable)
 	assert.Equal(t, seededFailures, dataFailures(again.byWhy()), "the same rows fail for the same reasons")
+
+	// The file holds the second run's letters only, as its summary says;
+	// the first run's were rotated away, and ReadAll reads both.
+	n := 0
+	for env, err := range deadletter.ReadFile(cfg.dlq) {
+		require.NoError(t, err)
+		assert.Equal(t, again.res.RunID, env.RunID)
+		n++
+	}
+	assert.Equal(t, int(again.deadLettered()), n)
+	all := 0
+	for _, err := range deadletter.ReadAll(cfg.dlq) {
+		require.NoError(t, err)
+		all++
+	}
+	assert.Equal(t, int(s.deadLettered()+again.deadLettered()), all)
 }
 
 // seededFailures are the dead letters that seed 42's 3000 rows cause by

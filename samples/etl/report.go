@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -59,7 +60,7 @@ func (s summary) print(w io.Writer) {
 		s.retries(resilience.ItemRetry), s.retries(resilience.NodeRestart), s.retries(resilience.NodeRetry))
 	fmt.Fprintf(tw, "  breaker\t%d\ttimes the enrich breaker opened and paused the job (now %s)\n", s.trips, s.res.Node("enrich").Circuit)
 	tw.Flush()
-	fmt.Fprintf(w, "\nOutputs\n  database      %s\n  dead letters  %s\n", s.cfg.db, s.cfg.dlq)
+	fmt.Fprintf(w, "\nOutputs\n  database      %s\n  dead letters  %s (this run's; earlier runs' are in %s.000001, ...)\n", s.cfg.db, s.cfg.dlq, filepath.Base(s.cfg.dlq))
 	fmt.Fprintf(w, "\nInspect the dead letters:\n  go run ./cmd/sluice dlq stats %s\n  go run ./cmd/sluice dlq ls %s\n", s.cfg.dlq, s.cfg.dlq)
 }
 
