@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -21,14 +22,100 @@ import (
 // errorWidth is how many characters of an error dlq ls shows.
 const errorWidth = 60
 
-// ls prints one line per envelope.
-func ls(file string, stdout, stderr io.Writer) int {
+// input is the files a dlq command reads: the named files, each after
+// the files its rotation produced when rotated is set.
+type input struct {
+	files   []string
+	rotated bool
+}
+
+// addInputFlags defines the flags every reading command shares.
+func addInputFlags(fs *flag.FlagSet, in *input) {
+	fs.BoolVar(&in.rotated, "rotated", false, "read each FILE's rotated files (FILE.000001, ...) first, oldest first")
+}
+
+// paths returns the files to read, in order. A missing FILE is no error
+// when it has rotated files.
+func (in input) paths(stderr io.Writer) (paths []string, code int) {
+	code = exitOK
+	for _, file := range in.files {
+		if !in.rotated {
+			paths = append(paths, file)
+			continue
+		}
+		rotated, err := deadletter.Rotated(file)
+		if err != nil {
+			dataError(stderr, err)
+			code = exitData
+			continue
+		}
+		paths = append(paths, rotated...)
+		if _, err := os.Stat(file); err == nil || len(rotated) == 0 {
+			paths = append(paths, file)
+		}
+	}
+	return paths, code
+}
+
+// each calls f for every envelope of the input and reports every bad line
+// and unreadable file on stderr. It returns exitData if there was one,
+// else exitOK, with the number of bad lines; read is false when no file
+// could be read at all.
+func (in input) each(stderr io.Writer, f func(deadletter.Record)) (code, bad int, read bool) {
+	paths, code := in.paths(stderr)
+	for _, path := range paths {
+		opened := true
+		for r, err := range deadletter.ReadRecords(path) {
+			if err != nil {
+				dataError(stderr, err)
+				code = exitData
+				var le *deadletter.LineError
+				if !errors.As(err, &le) {
+					opened = false
+					break
+				}
+				bad++
+				continue
+			}
+			f(r)
+		}
+		read = read || opened
+	}
+	return code, bad, read
+}
+
+// ls prints one line per envelope, with its file when there are several.
+func ls(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("ls")
+	var in input
+	addInputFlags(fs, &in)
+	node := fs.String("node", "", "list only envelopes whose origin or decision node is `X`")
+	positional, code, ok := parse(fs, args, stdout, stderr)
+	switch {
+	case !ok:
+		return code
+	case len(positional) == 0:
+		return wrongArgs(stderr, "ls", "FILE...", positional)
+	}
+	in.files = positional
+	paths, _ := in.paths(io.Discard)
+	withFile := len(paths) > 1
+
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	if withFile {
+		fmt.Fprint(tw, "FILE\t")
+	}
 	fmt.Fprintln(tw, "LINE\tLAST FAILURE\tNODE\tATTEMPTS\tERROR")
-	code, bad := eachRecord(file, stderr, func(r deadletter.Record) {
+	code, _, read := in.each(stderr, func(r deadletter.Record) {
+		if *node != "" && r.OriginNode != *node && r.DecisionNode != *node {
+			return
+		}
+		if withFile {
+			fmt.Fprintf(tw, "%s\t", r.Path)
+		}
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", r.Line, formatTime(r.LastFailure), orDash(r.OriginNode), r.Attempts, orDash(shorten(oneLine(r.ErrText), errorWidth)))
 	})
-	if bad < 0 {
+	if !read {
 		return code
 	}
 	if err := tw.Flush(); err != nil {
@@ -38,15 +125,58 @@ func ls(file string, stdout, stderr io.Writer) int {
 	return code
 }
 
-// stats prints counts of the envelopes by node and by error.
-func stats(file string, stdout, stderr io.Writer) int {
+// A grouping is one way dlq stats counts envelopes.
+type grouping struct {
+	name, title string
+	key         func(deadletter.Record) string
+}
+
+// groupings are what dlq stats counts by, in the order it prints them.
+var groupings = []grouping{
+	{"node", "NODE", func(r deadletter.Record) string { return orDash(r.OriginNode) }},
+	{"reason", "REASON", func(r deadletter.Record) string { return orDash(reason(r.ErrText)) }},
+	{"error", "ERROR", func(r deadletter.Record) string { return orDash(oneLine(r.ErrText)) }},
+	{"run", "RUN", func(r deadletter.Record) string { return orDash(r.RunID) }},
+}
+
+// stats prints counts of the envelopes: by node and by reason, or by what
+// --by names.
+func stats(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("stats")
+	var in input
+	addInputFlags(fs, &in)
+	by := fs.String("by", "node,reason", "count by `node|reason|error|run`, or several, comma-separated")
+	top := fs.Int("top", 10, "show the `N` largest groups of each count; 0 shows all")
+	positional, code, ok := parse(fs, args, stdout, stderr)
+	switch {
+	case !ok:
+		return code
+	case len(positional) == 0:
+		return wrongArgs(stderr, "stats", "FILE...", positional)
+	case *top < 0:
+		return usageError(stderr, fmt.Sprintf("dlq stats: --top %d: must not be negative", *top))
+	}
+	in.files = positional
+	var chosen []int
+	for _, name := range strings.Split(*by, ",") {
+		i := slices.IndexFunc(groupings, func(g grouping) bool { return g.name == strings.TrimSpace(name) })
+		if i < 0 {
+			return usageError(stderr, fmt.Sprintf("dlq stats: --by %q: want node, reason, error or run", name))
+		}
+		chosen = append(chosen, i)
+	}
+
 	var total int
 	var first, last time.Time
-	byNode, byError := map[string]int{}, map[string]int{}
-	code, bad := eachRecord(file, stderr, func(r deadletter.Record) {
+	counts := make([]map[string]int, len(groupings))
+	for i := range counts {
+		counts[i] = map[string]int{}
+	}
+	code, bad, read := in.each(stderr, func(r deadletter.Record) {
 		total++
-		byNode[orDash(r.OriginNode)]++
-		byError[orDash(oneLine(r.ErrText))]++
+		for _, i := range chosen {
+			counts[i][groupings[i].key(r)]++
+		}
 		if !r.FirstFailure.IsZero() && (first.IsZero() || r.FirstFailure.Before(first)) {
 			first = r.FirstFailure
 		}
@@ -54,7 +184,7 @@ func stats(file string, stdout, stderr io.Writer) int {
 			last = r.LastFailure
 		}
 	})
-	if bad < 0 {
+	if !read {
 		return code
 	}
 
@@ -63,13 +193,22 @@ func stats(file string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(tw, "bad lines\t%d\n", bad)
 	fmt.Fprintf(tw, "first failure\t%s\n", formatTime(first))
 	fmt.Fprintf(tw, "last failure\t%s\n", formatTime(last))
-	for _, group := range []struct {
-		title  string
-		counts map[string]int
-	}{{"NODE", byNode}, {"ERROR", byError}} {
-		fmt.Fprintf(tw, "\nCOUNT\t%s\n", group.title)
-		for _, key := range byCount(group.counts) {
-			fmt.Fprintf(tw, "%d\t%s\n", group.counts[key], key)
+	for _, i := range chosen {
+		fmt.Fprintf(tw, "\nCOUNT\t%s\n", groupings[i].title)
+		keys := byCount(counts[i])
+		shown := keys
+		if *top > 0 && len(keys) > *top {
+			shown = keys[:*top]
+		}
+		for _, key := range shown {
+			fmt.Fprintf(tw, "%d\t%s\n", counts[i][key], key)
+		}
+		if rest := keys[len(shown):]; len(rest) > 0 {
+			n := 0
+			for _, key := range rest {
+				n += counts[i][key]
+			}
+			fmt.Fprintf(tw, "%d\t(%d more %ss; --top 0 shows all)\n", n, len(rest), groupings[i].name)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -132,39 +271,44 @@ func show(file, n string, stdout, stderr io.Writer) int {
 	return exitData
 }
 
-// filter copies the matching envelopes to a new file.
+// filter copies the matching envelopes to a new file, or to standard
+// output with -o -.
 func filter(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("filter")
+	var in input
+	addInputFlags(fs, &in)
 	node := fs.String("node", "", "keep envelopes whose origin or decision node is `X`")
 	contains := fs.String("error-contains", "", "keep envelopes whose error contains `Y`")
-	out := fs.String("o", "", "write the envelopes to the new file `OUT`")
+	out := fs.String("o", "", "write the envelopes to the new file `OUT`; - is standard output")
 	positional, code, ok := parse(fs, args, stdout, stderr)
 	switch {
 	case !ok:
 		return code
-	case len(positional) != 1:
-		return wrongArgs(stderr, "filter", "FILE", positional)
+	case len(positional) == 0:
+		return wrongArgs(stderr, "filter", "FILE...", positional)
 	case *out == "":
 		return usageError(stderr, "dlq filter: -o OUT is required")
 	}
-	file := positional[0]
+	in.files = positional
 
-	// Open the input first, so that a missing input creates no output.
-	in, err := os.Open(file)
+	// Look at the input first, so that a missing input creates no output.
+	paths, code := in.paths(stderr)
+	for _, path := range paths {
+		f, err := os.Open(path)
+		if err != nil {
+			dataError(stderr, fmt.Errorf("deadletter: %w", err))
+			return exitData
+		}
+		f.Close()
+	}
+	w, report, err := createOutput(*out, stdout, stderr)
 	if err != nil {
-		dataError(stderr, fmt.Errorf("deadletter: %w", err))
+		dataError(stderr, err)
 		return exitData
 	}
-	in.Close()
-	// O_EXCL: never overwrite dead letters, the input's least of all.
-	f, err := os.OpenFile(*out, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-	if err != nil {
-		dataError(stderr, fmt.Errorf("dlq filter: -o must name a new file: %w", err))
-		return exitData
-	}
-	w := &errWriter{w: f}
+	ew := &errWriter{w: w}
 	kept, total := 0, 0
-	code, _ = eachRecord(file, stderr, func(r deadletter.Record) {
+	rcode, _, _ := in.each(stderr, func(r deadletter.Record) {
 		total++
 		if *node != "" && r.OriginNode != *node && r.DecisionNode != *node {
 			return
@@ -173,17 +317,53 @@ func filter(args []string, stdout, stderr io.Writer) int {
 			return
 		}
 		kept++
-		w.Write(r.Raw)
-		w.Write([]byte{'\n'})
+		ew.Write(r.Raw)
+		ew.Write([]byte{'\n'})
 	})
-	err = errors.Join(w.err, f.Sync(), f.Close())
-	if err != nil {
+	if err := errors.Join(ew.err, w.Close()); err != nil {
 		dataError(stderr, fmt.Errorf("%s: %w", *out, err))
 		return exitData
 	}
-	fmt.Fprintf(stdout, "%d of %d envelopes written to %s\n", kept, total, *out)
-	return code
+	name := *out
+	if name == "-" {
+		name = "standard output"
+	}
+	fmt.Fprintf(report, "%d of %d envelopes written to %s\n", kept, total, name)
+	return max(code, rcode)
 }
+
+// createOutput opens what -o names: standard output for -, an existing
+// file that is not a regular file (/dev/stdout, a pipe) as it is, else a
+// new file, never one that exists: dead letters are not overwritten. The
+// count goes to report: stderr when the envelopes go to standard output.
+func createOutput(name string, stdout, stderr io.Writer) (w io.WriteCloser, report io.Writer, err error) {
+	if name == "-" {
+		return nopCloser{stdout}, stderr, nil
+	}
+	if info, err := os.Stat(name); err == nil && !info.Mode().IsRegular() {
+		f, err := os.OpenFile(name, os.O_WRONLY, 0)
+		if err != nil {
+			return nil, nil, fmt.Errorf("dlq filter: -o: %w", err)
+		}
+		return f, stderr, nil
+	}
+	// O_EXCL: never overwrite dead letters, the input's least of all.
+	f, err := os.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dlq filter: -o must name a new file: %w", err)
+	}
+	return syncCloser{f}, stdout, nil
+}
+
+type nopCloser struct{ io.Writer }
+
+func (nopCloser) Close() error { return nil }
+
+// syncCloser syncs a new file before it closes it.
+type syncCloser struct{ f *os.File }
+
+func (s syncCloser) Write(p []byte) (int, error) { return s.f.Write(p) }
+func (s syncCloser) Close() error                { return errors.Join(s.f.Sync(), s.f.Close()) }
 
 // errWriter keeps the first write error, so that a loop can write on and
 // check once.
@@ -196,28 +376,6 @@ func (e *errWriter) Write(p []byte) {
 	if e.err == nil {
 		_, e.err = e.w.Write(p)
 	}
-}
-
-// eachRecord calls f for every envelope of file and reports every bad line
-// on stderr. It returns exitData if there was a bad line or the file could
-// not be read, else exitOK, with the number of bad lines; bad is -1 when
-// the file could not be read at all.
-func eachRecord(file string, stderr io.Writer, f func(deadletter.Record)) (code, bad int) {
-	code = exitOK
-	for r, err := range deadletter.ReadRecords(file) {
-		if err != nil {
-			dataError(stderr, err)
-			code = exitData
-			var le *deadletter.LineError
-			if !errors.As(err, &le) {
-				return code, -1
-			}
-			bad++
-			continue
-		}
-		f(r)
-	}
-	return code, bad
 }
 
 func formatTime(t time.Time) string {

@@ -1,15 +1,18 @@
-// Command sluice is Sluice's command-line tool. Its dlq commands inspect
-// and cut the dead-letter files that deadletter.OpenFile writes:
+// Command sluice is Sluice's command-line tool. Its dlq commands inspect,
+// cut and re-drive the dead-letter files that deadletter.OpenFile writes,
+// and its rabbitmq command moves messages between queues:
 //
-//	sluice dlq ls FILE
-//	sluice dlq stats FILE
+//	sluice dlq ls [--node X] [--rotated] FILE...
+//	sluice dlq stats [--by node,reason,error,run] [--top N] [--rotated] FILE...
 //	sluice dlq show FILE N
-//	sluice dlq filter FILE [--node X] [--error-contains Y] -o OUT
+//	sluice dlq filter [--node X] [--error-contains Y] [--rotated] -o OUT FILE...
+//	sluice dlq redrive --amqp URL (--queue Q | --exchange X [--routing-key K]) [--node X] [--ledger L] [--dry-run] FILE...
+//	sluice rabbitmq requeue --amqp URL --from Q --to Q [--limit N]
 //
 // Exit codes: 0 when all went well; 1 for a problem with the data (a
 // missing or unreadable file, torn or corrupt lines, no envelope at line
-// N), reported on stderr after the good lines were used; 2 for a usage
-// error. Run sluice help for the details.
+// N, a publish the broker refused), reported on stderr after the good
+// lines were used; 2 for a usage error. Run sluice help for the details.
 package main
 
 import (
@@ -30,31 +33,74 @@ const (
 
 const usage = `Usage: sluice <command> [arguments]
 
-Inspect the dead-letter files that a Sluice pipeline writes
-(deadletter.OpenFile: JSON lines, one envelope per line).
+Inspect, cut and re-drive the dead-letter files that a Sluice pipeline
+writes (deadletter.OpenFile: JSON lines, one envelope per line), and move
+messages between RabbitMQ queues.
 
 Commands:
-  dlq ls FILE       list the envelopes, one per line: the line number, the
-                    time of the last failure, the node where the item
-                    failed, the calls made and the error (shortened)
-  dlq stats FILE    count the envelopes by node and by error
-  dlq show FILE N   print the envelope on line N as indented JSON
-  dlq filter FILE [--node X] [--error-contains Y] -o OUT
-                    copy the envelopes whose origin or decision node is X
-                    and whose error contains Y, unchanged, to the new file
-                    OUT, which deadletter.ReadFile and deadletter.Source
-                    read; OUT must not exist yet
-  help              print this help
+  dlq ls [--node X] [--rotated] FILE...
+        List the envelopes, one per line: the line number, the time of the
+        last failure, the node where the item failed, the calls made and
+        the error (shortened); with several files, the file too.
+        --node X    only envelopes whose origin or decision node is X
 
-N is a line number as dlq ls prints it: a line that cannot be read keeps
-its number, so the numbers of the others never shift. Rotated files
-(FILE.000001, ...) are files of their own: give them one at a time.
+  dlq stats [--by node,reason,error,run] [--top N] [--rotated] FILE...
+        Count the envelopes, by node and by reason unless --by says
+        otherwise. REASON is the error with one item's detail stripped:
+        quoted text becomes "…" and a word with a digit in it becomes N
+        (a status code from 100 to 599 stays), so one cause is one group.
+        ERROR is the whole error text; RUN the run ID. --top N shows the N
+        largest groups of each count (default 10; 0 shows all).
+
+  dlq show FILE N
+        Print the envelope on line N as indented JSON.
+
+  dlq filter [--node X] [--error-contains Y] [--rotated] -o OUT FILE...
+        Copy the envelopes whose origin or decision node is X and whose
+        error contains Y, unchanged, to OUT, which deadletter.ReadFile and
+        deadletter.Source read. OUT must be a new file, - (standard
+        output) or an existing file that is not a regular file, such as
+        /dev/stdout; the count then goes to standard error.
+
+  dlq redrive --amqp URL (--queue Q | --exchange X [--routing-key K])
+              [--node X] [--ledger L] [--dry-run] [--timeout D] FILE...
+        Publish the item of each envelope, as it was encoded, to a queue or
+        an exchange, with publisher confirms; the message keeps the item's
+        correlation ID. Each letter re-driven is recorded in the ledger L
+        (default: the first FILE + .redriven) once the broker confirmed it,
+        so that a second redrive sends only letters not sent before. An
+        envelope whose item was never encoded is reported, not sent.
+        --dry-run lists what would be sent and touches nothing.
+
+  rabbitmq requeue --amqp URL --from Q --to Q [--limit N] [--timeout D]
+        Move messages from the queue --from (a dead-letter queue) to the
+        queue --to: each is published with confirms, then acked, so a
+        crash leaves a message in both queues, never in neither. Without
+        --limit it moves the messages --from holds when it starts.
+
+  help  Print this help.
+
+Every reading command takes --rotated: read each FILE's rotated files
+(FILE.000001, ...) first, oldest first, as deadletter.ReadAll does. N in
+dlq show is a line number as dlq ls prints it: a line that cannot be read
+keeps its number, so the numbers of the others never shift.
+
+Examples:
+  sluice dlq stats sluice-demo/dead-letters.jsonl
+  sluice dlq stats --by reason --top 0 --rotated sluice-demo/dead-letters.jsonl
+  sluice dlq ls --node enrich sluice-demo/dead-letters.jsonl
+  sluice dlq filter --node enrich -o - sluice-demo/dead-letters.jsonl | wc -l
+  sluice dlq redrive --amqp amqp://guest:guest@localhost:5672/ --queue orders \
+      --node enrich --dry-run sluice-demo/dead-letters.jsonl
+  sluice rabbitmq requeue --amqp amqp://guest:guest@localhost:5672/ \
+      --from orders_dead --to orders
 
 Exit codes:
   0  success
   1  a problem with the data: a missing or unreadable file, torn or corrupt
      lines (each reported on stderr; every good line is still used), no
-     envelope at line N, an OUT that exists already
+     envelope at line N, an OUT that exists already, an item never encoded,
+     a publish the broker refused or did not confirm
   2  a usage error: an unknown command, missing or extra arguments, an
      unknown flag
 `
@@ -74,6 +120,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitOK
 	case "dlq":
 		return runDLQ(args[1:], stdout, stderr)
+	case "rabbitmq":
+		return runRabbitMQ(args[1:], stdout, stderr)
 	default:
 		return usageError(stderr, fmt.Sprintf("unknown command %q", args[0]))
 	}
@@ -81,7 +129,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 func runDLQ(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		return usageError(stderr, "dlq: no subcommand (ls, stats, show or filter)")
+		return usageError(stderr, "dlq: no subcommand (ls, stats, show, filter or redrive)")
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
@@ -89,13 +137,15 @@ func runDLQ(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, usage)
 		return exitOK
 	case "ls":
-		return withFile(cmd, args, stdout, stderr, "FILE", func(file string, _ []string) int { return ls(file, stdout, stderr) })
+		return ls(args, stdout, stderr)
 	case "stats":
-		return withFile(cmd, args, stdout, stderr, "FILE", func(file string, _ []string) int { return stats(file, stdout, stderr) })
+		return stats(args, stdout, stderr)
 	case "show":
 		return withFile(cmd, args, stdout, stderr, "FILE N", func(file string, rest []string) int { return show(file, rest[0], stdout, stderr) })
 	case "filter":
 		return filter(args, stdout, stderr)
+	case "redrive":
+		return redrive(args, stdout, stderr)
 	default:
 		return usageError(stderr, fmt.Sprintf("dlq: unknown subcommand %q", cmd))
 	}

@@ -131,7 +131,48 @@ func fixture(t *testing.T) string {
 	damaged := lines[0] + lines[1] + "{\"item\": oops}\n" + lines[2] + lines[3][:40]
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "damaged.jsonl"), []byte(damaged), 0o600))
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "exists.jsonl"), nil, 0o600))
+	writeRows(t, dir)
 	return dir
+}
+
+// writeRows writes rows.jsonl, whose errors carry each row's detail, over
+// two runs: run-1's letters rotated to rows.jsonl.000001, run-2's in
+// rows.jsonl.
+func writeRows(t *testing.T, dir string) {
+	t.Helper()
+	path := filepath.Join(dir, "rows.jsonl")
+	runs := [][]string{
+		{
+			"order ord-0000017 breaks rule: amount must be positive",
+			`malformed row "2026-13-01,12.00,EUR": date: month out of range`,
+			"rates: status 503 after 4 attempts",
+		},
+		{
+			"order ord-0000123 breaks rule: amount must be positive",
+			"order ord-0004711 breaks rule: amount must be positive",
+			`malformed row "2026-02-30,9.50,EUR": date: day out of range`,
+			`rates: unknown currency "XYZ"`,
+			`rates: unknown currency "ABC"`,
+			"rates: status 429 after 2 attempts",
+		},
+	}
+	for i, errs := range runs {
+		f, err := deadletter.OpenFile(path)
+		require.NoError(t, err)
+		require.NoError(t, f.Rotate())
+		for j, e := range errs {
+			node := "validate"
+			if strings.HasPrefix(e, "rates") {
+				node = "enrich"
+			}
+			require.NoError(t, f.Write(t.Context(), deadletter.Envelope{
+				Item: item{ID: 100*i + j}, ErrText: e, Pipeline: "orders", RunID: fmt.Sprintf("run-%d", i+1),
+				OriginNode: node, DecisionNode: node, Attempts: 1,
+				FirstFailure: epoch.Add(time.Duration(i) * time.Hour), LastFailure: epoch.Add(time.Duration(i) * time.Hour),
+			}))
+		}
+		require.NoError(t, f.Close())
+	}
 }
 
 // golden compares got with testdata/name.golden, or rewrites the file

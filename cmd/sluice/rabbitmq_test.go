@@ -1,0 +1,168 @@
+package main_test
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/servicetest"
+)
+
+// broker connects to the RabbitMQ the tests use (or skips without one) and
+// declares fresh queues named after the test, deleted at its end.
+type broker struct {
+	url string
+	ch  *amqp.Channel
+}
+
+func newBroker(t *testing.T) *broker {
+	t.Helper()
+	url := servicetest.RabbitMQ(t)
+	conn, err := amqp.Dial(url)
+	require.NoError(t, err)
+	ch, err := conn.Channel()
+	require.NoError(t, err)
+	t.Cleanup(func() { conn.Close() })
+	return &broker{url: url, ch: ch}
+}
+
+func (b *broker) queue(t *testing.T) string {
+	t.Helper()
+	var r [4]byte
+	_, _ = rand.Read(r[:])
+	name := "sluice-test.cli." + strings.ReplaceAll(t.Name(), "/", ".") + "." + hex.EncodeToString(r[:])
+	_, err := b.ch.QueueDeclare(name, true, false, false, false, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _, _ = b.ch.QueueDelete(name, false, false, false) })
+	return name
+}
+
+// drain takes every message of queue, acking it.
+func (b *broker) drain(t *testing.T, queue string) []amqp.Delivery {
+	t.Helper()
+	var got []amqp.Delivery
+	for {
+		d, ok, err := b.ch.Get(queue, true)
+		require.NoError(t, err)
+		if !ok {
+			return got
+		}
+		got = append(got, d)
+	}
+}
+
+// Re-drive publishes each letter's item once: a second redrive of the same
+// files sends nothing, a new letter is sent alone, an item never encoded
+// is reported and not sent.
+func TestRedriveToRabbitMQ(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	q := b.queue(t)
+	dir := fixture(t)
+
+	code, stdout, stderr := sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", q, "--rotated", "rows.jsonl")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "9 of 9 envelopes re-driven to queue \""+q+"\"; 0 were already (ledger rows.jsonl.redriven)\n", stdout)
+	msgs := b.drain(t, q)
+	require.Len(t, msgs, 9)
+	var ids []int
+	for _, m := range msgs {
+		var it item
+		require.NoError(t, json.Unmarshal(m.Body, &it))
+		ids = append(ids, it.ID)
+		assert.Equal(t, "application/json", m.ContentType)
+		assert.Equal(t, "github.com/sluicehq/sluice/cmd/sluice_test.item", m.Headers["x-sluice-item-type"])
+	}
+	assert.Equal(t, []int{0, 1, 2, 100, 101, 102, 103, 104, 105}, ids, "in file order, oldest file first")
+
+	// Again: the ledger says every letter was sent.
+	code, stdout, stderr = sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", q, "--rotated", "rows.jsonl")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "0 of 9 envelopes re-driven to queue \""+q+"\"; 9 were already (ledger rows.jsonl.redriven)\n", stdout)
+	assert.Empty(t, b.drain(t, q))
+
+	// A new letter is sent alone.
+	f, err := deadletter.OpenFile(filepath.Join(dir, "rows.jsonl"))
+	require.NoError(t, err)
+	require.NoError(t, f.Write(t.Context(), deadletter.Envelope{Item: item{ID: 999}, ErrText: "late", OriginNode: "enrich", CorrelationID: "order-999"}))
+	require.NoError(t, f.Close())
+	code, stdout, stderr = sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", q, "--rotated", "rows.jsonl")
+	require.Equal(t, 0, code, stderr)
+	assert.Contains(t, stdout, "1 of 10 envelopes re-driven")
+	msgs = b.drain(t, q)
+	require.Len(t, msgs, 1)
+	assert.JSONEq(t, `{"id":999,"sku":""}`, string(msgs[0].Body))
+	assert.Equal(t, "order-999", msgs[0].CorrelationId)
+
+	// dlq.jsonl's line 6 holds an item that was never encoded.
+	code, stdout, stderr = sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", q, "--node", "price", "dlq.jsonl")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "dlq.jsonl:6: not re-driven: the item was not encoded")
+	assert.Contains(t, stdout, "2 of 3 envelopes re-driven")
+	assert.Len(t, b.drain(t, q), 2)
+}
+
+// A letter no queue takes fails the redrive, and is not in the ledger, so
+// the next redrive sends it.
+func TestRedriveToAMissingQueue(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	dir := fixture(t)
+	code, stdout, stderr := sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", "sluice-test.cli.no-such-queue", "rows.jsonl")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "rows.jsonl:1")
+	assert.Contains(t, stdout, "0 of 6 envelopes re-driven")
+	ledger, err := os.ReadFile(filepath.Join(dir, "rows.jsonl.redriven"))
+	require.NoError(t, err)
+	assert.Empty(t, ledger)
+}
+
+// Requeue moves a dead-letter queue's messages back to the work queue,
+// body and properties intact; --limit bounds it.
+func TestRequeue(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	dead, work := b.queue(t), b.queue(t)
+	for i := range 5 {
+		require.NoError(t, b.ch.PublishWithContext(t.Context(), "", dead, false, false, amqp.Publishing{
+			Body: []byte(strconv.Itoa(i)), ContentType: "text/plain", CorrelationId: "c" + strconv.Itoa(i),
+			Headers: amqp.Table{"x-app": "kept"}, Timestamp: time.Unix(1700000000, 0),
+		}))
+	}
+	code, stdout, stderr := sluice(t, t.TempDir(), "rabbitmq", "requeue", "--amqp", b.url, "--from", dead, "--to", work, "--limit", "2")
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "2 messages moved from \""+dead+"\" to \""+work+"\"\n", stdout)
+	code, stdout, stderr = sluice(t, t.TempDir(), "rabbitmq", "requeue", "--amqp", b.url, "--from", dead, "--to", work)
+	require.Equal(t, 0, code, stderr)
+	assert.Equal(t, "3 messages moved from \""+dead+"\" to \""+work+"\"\n", stdout)
+
+	assert.Empty(t, b.drain(t, dead))
+	msgs := b.drain(t, work)
+	require.Len(t, msgs, 5)
+	for i, m := range msgs {
+		assert.Equal(t, strconv.Itoa(i), string(m.Body))
+		assert.Equal(t, "c"+strconv.Itoa(i), m.CorrelationId)
+		assert.Equal(t, "text/plain", m.ContentType)
+		assert.Equal(t, "kept", m.Headers["x-app"])
+		assert.Equal(t, int64(1700000000), m.Timestamp.Unix())
+		assert.Equal(t, uint8(amqp.Persistent), m.DeliveryMode)
+	}
+
+	// A missing --to moves nothing and leaves the messages where they are.
+	require.NoError(t, b.ch.PublishWithContext(t.Context(), "", dead, false, false, amqp.Publishing{Body: []byte("x")}))
+	code, _, stderr = sluice(t, t.TempDir(), "rabbitmq", "requeue", "--amqp", b.url, "--from", dead, "--to", "sluice-test.cli.no-such-queue")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, stderr, "--to")
+	assert.Len(t, b.drain(t, dead), 1)
+}

@@ -1,0 +1,211 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/connector/rabbitmq"
+	"github.com/sluicehq/sluice/deadletter"
+)
+
+// A letter is one envelope to re-drive, with the key the ledger knows it
+// by: the SHA-256 of its line, which names one dead letter (its item, its
+// error and its times) wherever the line is copied to.
+type letter struct {
+	r   deadletter.Record
+	key string
+}
+
+func letterKey(raw []byte) string {
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:])
+}
+
+// redrive publishes the items of dead letters to RabbitMQ, each once: the
+// ledger records what was re-driven, so that a second redrive of the same
+// files sends only what is new.
+func redrive(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("redrive")
+	var in input
+	addInputFlags(fs, &in)
+	url := fs.String("amqp", "", "the RabbitMQ `URL` to publish to, as amqp://user:pass@host:5672/vhost")
+	queue := fs.String("queue", "", "publish to the queue `Q` (through the default exchange)")
+	exchange := fs.String("exchange", "", "publish to the exchange `X` instead")
+	key := fs.String("routing-key", "", "the routing `KEY` with --exchange")
+	node := fs.String("node", "", "re-drive only envelopes whose origin or decision node is `X`")
+	ledgerPath := fs.String("ledger", "", "the ledger `FILE` of what was re-driven (default: the first FILE + .redriven)")
+	dryRun := fs.Bool("dry-run", false, "list what would be re-driven; publish nothing, write no ledger")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up on a publish not confirmed within `D`")
+	positional, code, ok := parse(fs, args, stdout, stderr)
+	switch {
+	case !ok:
+		return code
+	case len(positional) == 0:
+		return wrongArgs(stderr, "redrive", "FILE...", positional)
+	case *url == "" && !*dryRun:
+		return usageError(stderr, "dlq redrive: --amqp URL is required")
+	case (*queue == "") == (*exchange == ""):
+		return usageError(stderr, "dlq redrive: give one of --queue Q and --exchange X")
+	case *queue != "" && *key != "":
+		return usageError(stderr, "dlq redrive: --routing-key goes with --exchange; --queue is the routing key")
+	}
+	in.files = positional
+	if *ledgerPath == "" {
+		*ledgerPath = positional[0] + ".redriven"
+	}
+	target := fmt.Sprintf("queue %q", *queue)
+	if *exchange != "" {
+		target = fmt.Sprintf("exchange %q with routing key %q", *exchange, *key)
+	}
+
+	done, err := readLedger(*ledgerPath)
+	if err != nil {
+		dataError(stderr, err)
+		return exitData
+	}
+	var todo []letter
+	total, already, unencoded := 0, 0, 0
+	code, _, read := in.each(stderr, func(r deadletter.Record) {
+		if *node != "" && r.OriginNode != *node && r.DecisionNode != *node {
+			return
+		}
+		total++
+		k := letterKey(r.Raw)
+		switch {
+		case done[k]:
+			already++
+		case r.ItemError != "":
+			// Nothing to send: the item was never encoded.
+			unencoded++
+			dataError(stderr, fmt.Errorf("%s:%d: not re-driven: the item was not encoded when it was dead-lettered: %s", r.Path, r.Line, r.ItemError))
+		default:
+			done[k] = true // a line copied twice is sent once
+			todo = append(todo, letter{r, k})
+		}
+	})
+	if !read {
+		return code
+	}
+	if unencoded > 0 {
+		code = exitData
+	}
+	if *dryRun {
+		for _, l := range todo {
+			fmt.Fprintf(stdout, "would re-drive %s:%d (%s) to %s\n", l.r.Path, l.r.Line, orDash(l.r.OriginNode), target)
+		}
+		fmt.Fprintf(stdout, "%d of %d envelopes would be re-driven to %s; %d were already (ledger %s)\n", len(todo), total, target, already, *ledgerPath)
+		return code
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	sent, err := publishLetters(ctx, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, *ledgerPath)
+	fmt.Fprintf(stdout, "%d of %d envelopes re-driven to %s; %d were already (ledger %s)\n", sent, total, target, already, *ledgerPath)
+	if err != nil {
+		dataError(stderr, err)
+		return exitData
+	}
+	return code
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// publishLetters publishes each letter's item with publisher confirms and
+// records it in the ledger once the broker confirmed it. A crash between
+// the confirm and the ledger's fsync sends that letter again next time:
+// re-drive is at-least-once, as the handlers of re-driven items must
+// allow (docs/dead-letters.md).
+func publishLetters(ctx context.Context, todo []letter, url, exchange, key string, timeout time.Duration, ledgerPath string) (sent int, err error) {
+	if len(todo) == 0 {
+		return 0, nil
+	}
+	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig[letter]{
+		URL: url, Exchange: exchange, RoutingKey: key,
+		// An item no queue takes is an error, not a silent drop.
+		Mandatory: true,
+		Confirms:  rabbitmq.Confirms{Enabled: true, WaitFor: true, Timeout: timeout},
+		PubRetry:  rabbitmq.PubRetry{Enabled: true},
+		Publishing: func(l letter) (amqp.Publishing, error) {
+			return amqp.Publishing{
+				ContentType:   "application/json",
+				DeliveryMode:  amqp.Persistent,
+				CorrelationId: l.r.CorrelationID,
+				MessageId:     l.key,
+				Body:          []byte(l.r.Item.(json.RawMessage)),
+				Headers: amqp.Table{
+					"x-sluice-redrive-of":  fmt.Sprintf("%s:%d", l.r.Path, l.r.Line),
+					"x-sluice-origin-node": l.r.OriginNode,
+					"x-sluice-item-type":   l.r.ItemType,
+				},
+			}, nil
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := pub.Open(ctx); err != nil {
+		return 0, errors.Join(err, pub.Close(ctx))
+	}
+	defer func() { err = errors.Join(err, pub.Close(ctx)) }()
+	ledger, err := os.OpenFile(ledgerPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return 0, fmt.Errorf("ledger: %w", err)
+	}
+	defer func() { err = errors.Join(err, ledger.Close()) }()
+	for _, l := range todo {
+		if err := pub.Write(ctx, l); err != nil {
+			return sent, fmt.Errorf("%s:%d: %w", l.r.Path, l.r.Line, err)
+		}
+		if _, err := fmt.Fprintf(ledger, "%s %s:%d\n", l.key, l.r.Path, l.r.Line); err != nil {
+			return sent, fmt.Errorf("ledger: %w", err)
+		}
+		if err := ledger.Sync(); err != nil {
+			return sent, fmt.Errorf("ledger: %w", err)
+		}
+		sent++
+	}
+	return sent, nil
+}
+
+// readLedger returns the keys a ledger holds; a missing ledger is empty.
+// Each line is a key, a space and where the letter was, for people; a
+// torn last line from a crash is ignored, as its letter was not recorded.
+func readLedger(path string) (map[string]bool, error) {
+	done := map[string]bool{}
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return done, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, _, _ := strings.Cut(sc.Text(), " ")
+		if len(k) == sha256.Size*2 {
+			done[k] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("ledger %s: %w", path, err)
+	}
+	return done, nil
+}

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"os/signal"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/connector/rabbitmq"
+)
+
+func runRabbitMQ(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		return usageError(stderr, "rabbitmq: no subcommand (requeue)")
+	}
+	switch args[0] {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return exitOK
+	case "requeue":
+		return requeue(args[1:], stdout, stderr)
+	default:
+		return usageError(stderr, fmt.Sprintf("rabbitmq: unknown subcommand %q", args[0]))
+	}
+}
+
+// requeue moves messages from one queue (a dead-letter queue) back to
+// another (the work queue): each is published with confirms, then acked
+// on the queue it came from, so a crash in between leaves it in both
+// queues, never in neither.
+func requeue(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("requeue")
+	fs.Init("sluice rabbitmq requeue", flag.ContinueOnError)
+	url := fs.String("amqp", "", "the RabbitMQ `URL`, as amqp://user:pass@host:5672/vhost")
+	from := fs.String("from", "", "take messages from the queue `Q` (a dead-letter queue)")
+	to := fs.String("to", "", "put them on the queue `Q` (through the default exchange)")
+	limit := fs.Int("limit", 0, "move at most `N` messages; 0: those in the queue when it starts")
+	timeout := fs.Duration("timeout", 30*time.Second, "give up on a publish not confirmed within `D`")
+	positional, code, ok := parse(fs, args, stdout, stderr)
+	switch {
+	case !ok:
+		return code
+	case len(positional) != 0:
+		return usageError(stderr, fmt.Sprintf("rabbitmq requeue: unexpected arguments %q", positional))
+	case *url == "" || *from == "" || *to == "":
+		return usageError(stderr, "rabbitmq requeue: --amqp, --from and --to are required")
+	case *from == *to:
+		return usageError(stderr, "rabbitmq requeue: --from and --to name the same queue")
+	case *limit < 0:
+		return usageError(stderr, fmt.Sprintf("rabbitmq requeue: --limit %d: must not be negative", *limit))
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	moved, err := move(ctx, *url, *from, *to, *limit, *timeout)
+	fmt.Fprintf(stdout, "%d messages moved from %q to %q\n", moved, *from, *to)
+	if err != nil {
+		dataError(stderr, err)
+		return exitData
+	}
+	return exitOK
+}
+
+// move moves up to limit messages (0: as many as from holds now).
+func move(ctx context.Context, url, from, to string, limit int, timeout time.Duration) (moved int, err error) {
+	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "sluice rabbitmq requeue"}})
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: %w", err)
+	}
+	defer func() { err = errors.Join(err, ignoreClosed(conn.Close())) }()
+	ch, err := conn.Channel()
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: %w", err)
+	}
+	q, err := ch.QueueDeclarePassive(from, false, false, false, false, nil)
+	if err != nil {
+		return 0, fmt.Errorf("rabbitmq: --from: %w", err)
+	}
+	if limit == 0 {
+		// Only what is there now: a consumer that dead-letters the
+		// messages again must not make this loop forever.
+		limit = q.Messages
+	}
+	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig[amqp.Delivery]{
+		URL: url, RoutingKey: to,
+		Mandatory: true, // a message no queue takes is an error
+		Confirms:  rabbitmq.Confirms{Enabled: true, WaitFor: true, Timeout: timeout},
+		PubRetry:  rabbitmq.PubRetry{Enabled: true},
+		Publishing: func(d amqp.Delivery) (amqp.Publishing, error) {
+			headers := maps.Clone(d.Headers)
+			// The broker's record of earlier dead-lettering stays with
+			// the message; Sluice's own sequence header does not.
+			delete(headers, rabbitmq.SeqHeader)
+			return amqp.Publishing{
+				Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
+				DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
+				ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
+				UserId: d.UserId, AppId: d.AppId, Body: d.Body,
+			}, nil
+		},
+	})
+	if err != nil {
+		return 0, err
+	}
+	if err := pub.Open(ctx); err != nil {
+		return 0, errors.Join(err, pub.Close(ctx))
+	}
+	defer func() { err = errors.Join(err, pub.Close(ctx)) }()
+	if _, err := ch.QueueDeclarePassive(to, false, false, false, false, nil); err != nil {
+		return 0, fmt.Errorf("rabbitmq: --to: %w", err)
+	}
+	for moved < limit {
+		if err := ctx.Err(); err != nil {
+			return moved, err
+		}
+		d, ok, err := ch.Get(from, false)
+		if err != nil {
+			return moved, fmt.Errorf("rabbitmq: get from %q: %w", from, err)
+		}
+		if !ok {
+			return moved, nil // the queue is empty
+		}
+		if err := pub.Write(ctx, d); err != nil {
+			// Back where it was, for the next try.
+			return moved, errors.Join(fmt.Errorf("rabbitmq: publish to %q: %w", to, err), d.Nack(false, true))
+		}
+		if err := d.Ack(false); err != nil {
+			return moved, fmt.Errorf("rabbitmq: ack on %q (the message is on %q too): %w", from, to, err)
+		}
+		moved++
+	}
+	return moved, nil
+}
+
+func ignoreClosed(err error) error {
+	if errors.Is(err, amqp.ErrClosed) {
+		return nil
+	}
+	return err
+}
