@@ -5,11 +5,11 @@ import (
 	"sync"
 )
 
-// A ticket names an item read through an inbox: its sequence number and the
-// calls already spent on it before a restart replayed it.
+// A ticket names an item read through an inbox: its sequence number and
+// what its attempts before a restart replayed it left (nil: none).
 type ticket struct {
 	seq   uint64
-	prior int
+	prior *failure
 }
 
 // An inbox is a node's input. Without a replay window it is the edge's
@@ -43,7 +43,7 @@ type entry[T any] struct {
 	env   envelope[T]
 	seq   uint64
 	done  bool
-	calls int
+	past  *failure // what the item's failed attempts left, for a replay
 }
 
 // firstRing is the ring's first size; it doubles up to the window's.
@@ -72,7 +72,7 @@ func (in *inbox[T]) next(ctx context.Context) (envelope[T], ticket, bool, error)
 		e := in.at(in.replayAt)
 		in.replayAt++
 		if !e.done {
-			env, t := e.env, ticket{seq: e.seq, prior: e.calls}
+			env, t := e.env, ticket{seq: e.seq, prior: e.past}
 			in.mu.Unlock()
 			return env, t, true, nil
 		}
@@ -160,16 +160,16 @@ func (in *inbox[T]) entry(t ticket) *entry[T] {
 	return in.at(int(t.seq - first))
 }
 
-// spent records the calls made on the item of t by an attempt that failed,
-// so that a replay knows how many it already had.
-func (in *inbox[T]) spent(t ticket, calls int) {
+// spent records what an attempt on the item of t that failed the node left
+// (its calls and history), for the replay to carry on.
+func (in *inbox[T]) spent(t ticket, fl *failure) {
 	if !in.windowed {
 		return
 	}
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	if e := in.entry(t); e != nil {
-		e.calls = t.prior + calls
+		e.past = fl.again()
 	}
 }
 

@@ -18,7 +18,23 @@ type failure struct {
 	history []deadletter.Attempt
 	first   time.Time
 	last    time.Time
+	// What earlier attempts, before node restarts replayed the item, left:
+	// their calls, and their entries at the start of history.
+	before, base int
 }
+
+// again returns what a replay of the item after a node restart starts
+// from: fl's calls, history and first failure, carried over. The history
+// is clipped, so that the replay's entries never write into fl's.
+func (fl *failure) again() *failure {
+	return &failure{
+		before: fl.before + fl.calls, base: len(fl.history),
+		history: fl.history[:len(fl.history):len(fl.history)], first: fl.first, last: fl.last,
+	}
+}
+
+// total is the calls the item had, across node restarts.
+func (fl *failure) total() int { return fl.before + fl.calls }
 
 // ErrTooManyRepeats is matched by the error of a node that was asked to
 // call one item more than [resilience.MaxRepeats] + 1 times across its
@@ -45,12 +61,13 @@ func (f idleFunc) run(ctx context.Context) error {
 
 // attempt is layer 1: it calls f on one item until it succeeds, fails
 // permanently or runs out of retries, asking the node's breaker before
-// every call. prior counts calls made on the item before a restart. ctx is
+// every call. prior is what the item's attempts before a node restart
+// left (see failure.again), nil for an item's first attempt. ctx is
 // the context of the node's current body; idle, if not nil, runs before
 // each wait.
-func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, idle idleFunc) (R, *failure) {
+func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior *failure, idle idleFunc) (R, *failure) {
 	n := nr.spec
-	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == 0 {
+	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == nil {
 		r, err := call(ctx, f, in)
 		if err != nil {
 			return r, nr.failed(ctx, err)
@@ -70,7 +87,7 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 // and a probe that fails while the breaker pauses does not spend one of
 // the item's retries: an outage becomes backpressure, bounded by MaxPause
 // from the item's first refusal.
-func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior int, first error, held *resilience.Permit, idle idleFunc) (R, *failure) {
+func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior *failure, first error, held *resilience.Permit, idle idleFunc) (R, *failure) {
 	n := nr.spec
 	o := &n.res.ItemRetry
 	pausing := n.breaker != nil && n.res.CircuitBreaker.WhenOpen == resilience.OpenPause
@@ -82,6 +99,9 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		calls int       // calls made in this cycle
 		pause time.Time // under OpenPause: when the item's pause ends
 	)
+	if prior != nil {
+		fl = *prior
+	}
 	for retry := 0; ; {
 		var (
 			err              error
@@ -104,8 +124,8 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		} else {
 			// Every call counts, a probe's too: Validate keeps one pause's
 			// probes within the cap, restarts could multiply them.
-			if prior+calls > resilience.MaxRepeats {
-				err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, prior+calls, resilience.MaxRepeats)}
+			if fl.before+calls > resilience.MaxRepeats {
+				err := &notRestartable{fmt.Errorf("%w: %d calls of one item, more than %d repeats", ErrTooManyRepeats, fl.before+calls, resilience.MaxRepeats)}
 				nr.record(&fl, ctx, err, calls, 0)
 				return zero, fl.out()
 			}
@@ -263,7 +283,7 @@ func (nr *nodeRun) record(fl *failure, ctx context.Context, err error, calls int
 		fl.first = now
 	}
 	fl.last = now
-	if calls > len(fl.history) {
+	if calls > len(fl.history)-fl.base {
 		fl.history = append(fl.history, deadletter.Attempt{Time: now, Layer: resilience.ItemRetry, Retry: calls - 1, Delay: delay, Err: err.Error()})
 	}
 }
@@ -294,7 +314,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 	switch n.res.OnItemFailure {
 	case resilience.Skip:
 		n.stats.skipped.Add(1)
-		notify(rs, n, observer.Observer.OnDrop, observer.DropEvent{Event: rs.event(n), Attempts: fl.calls, Err: fl.err})
+		notify(rs, n, observer.Observer.OnDrop, observer.DropEvent{Event: rs.event(n), Attempts: fl.total(), Err: fl.err})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.Skip))
 		}
@@ -305,7 +325,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		}
 		n.stats.deadLettered.Add(1)
 		notify(rs, n, observer.Observer.OnDeadLetter,
-			observer.DeadLetterEvent{Event: rs.event(n), OriginNode: n.name, Attempts: fl.calls, Err: fl.err})
+			observer.DeadLetterEvent{Event: rs.event(n), OriginNode: n.name, Attempts: fl.total(), Err: fl.err})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.DeadLetter))
 		}
@@ -323,7 +343,7 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error 
 	env := deadletter.Envelope{
 		Item: item, ItemType: deadletter.TypeOf(item), Err: fl.err, ErrText: fl.err.Error(),
 		Pipeline: rs.p.name, RunID: rs.id, OriginNode: n.name, DecisionNode: n.name,
-		Attempts: fl.calls, History: fl.history, FirstFailure: fl.first, LastFailure: fl.last,
+		Attempts: fl.total(), History: fl.history, FirstFailure: fl.first, LastFailure: fl.last,
 	}
 	if c, ok := item.(deadletter.Correlated); ok {
 		id, err := correlationID(c)

@@ -27,11 +27,11 @@ type proc[In, R, Out any] struct {
 	// gate holds the breaker permit of the item at cur while its call
 	// runs in the fast loop; layer 1 reports it when the call fails.
 	gate gate
-	// resume is what runs takes up after a restart, and resumePrior the
-	// calls its first item already had; completed counts the items runs
+	// resume is what runs takes up after a restart, and resumeFailed what
+	// its first item's attempts left; completed counts the items runs
 	// completed in this run.
-	resume      []envelope[In]
-	resumePrior int
+	resume       []envelope[In]
+	resumeFailed *failure
 	completed   int64
 	// tick counts the items the run loop started, across runs: it looks
 	// at ctx before every stopEvery-th.
@@ -188,7 +188,7 @@ func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticke
 		return r, true, nil
 	}
 	if err := p.nr.itemFailed(ctx, env.val, env.tr, fl); err != nil {
-		p.in.spent(t, fl.calls)
+		p.in.spent(t, fl)
 		return r, false, err
 	}
 	p.in.ack(t)
@@ -216,9 +216,9 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 	idle := p.idle(w, &done, true)
 	r := p.in.r
 	for {
-		items, prior := p.resume, p.resumePrior
+		items, prior := p.resume, p.resumeFailed
 		if items != nil {
-			p.resume, p.resumePrior = nil, 0
+			p.resume, p.resumeFailed = nil, nil
 		} else {
 			var ok bool
 			var err error
@@ -233,12 +233,12 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 	}
 }
 
-// runItems processes one run of items; prior is what its first item had
-// before a restart, which then goes straight to layer 1 to count them
-// against the repeat cap.
-func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], prior int, idle idleFunc) error {
+// runItems processes one run of items; prior is what its first item's
+// attempts left before a restart, which then goes straight to layer 1 to
+// count its calls against the repeat cap and carry on its history.
+func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], prior *failure, idle idleFunc) error {
 	i := 0
-	if prior > 0 {
+	if prior != nil {
 		if err := p.retry(ctx, w, done, items, 0, prior, errRefused, idle); err != nil {
 			return err
 		}
@@ -257,7 +257,7 @@ func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *t
 			return nil
 		}
 		p.completed += int64(j - i)
-		if err := p.retry(ctx, w, done, items, j, 0, ferr, idle); err != nil {
+		if err := p.retry(ctx, w, done, items, j, nil, ferr, idle); err != nil {
 			return err
 		}
 		p.completed++
@@ -267,10 +267,10 @@ func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *t
 }
 
 // retry takes item j of a run through layer 1 after its first call failed
-// with ferr (errRefused: it was not called); prior is what it had before a
-// restart. When the item fails the node, the rest of the run is kept for
+// with ferr (errRefused: it was not called); prior is what its attempts
+// left before a restart. When the item fails the node, the rest of the run is kept for
 // the restart.
-func (p *proc[In, R, Out]) retry(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j, prior int, ferr error, idle idleFunc) error {
+func (p *proc[In, R, Out]) retry(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], j int, prior *failure, ferr error, idle idleFunc) error {
 	it := items[j]
 	var held *resilience.Permit
 	if p.gate.holding {
@@ -285,7 +285,7 @@ func (p *proc[In, R, Out]) retry(ctx context.Context, w *writer[Out], done *tall
 	}
 	if err := p.nr.itemFailed(ctx, it.val, it.tr, fl); err != nil {
 		// The node fails at this item: a restart takes it up again.
-		p.resume, p.resumePrior = items[j:], prior+fl.calls
+		p.resume, p.resumeFailed = items[j:], fl.again()
 		return err
 	}
 	return nil

@@ -17,15 +17,18 @@ import (
 // []Message from a Batch, or an item whose [deadletter.Correlated] id is a
 // Message's), with the retry topology enabled, the sink:
 //
-//   - records "reject for broker retry" on the delivery and writes nothing,
+//   - records "retry at the broker" on the delivery and writes nothing,
 //     when the Classifier of [RetryTopology] judges the failure transient
 //     and the message went through the retry queue fewer than MaxRetry
-//     times: the source then rejects the message instead of acking it, and
-//     the broker delivers it again after Delay;
+//     times: the source then sends a copy that carries the calls made so
+//     far (see [HeaderAttempts]) into the retry topology and acks the
+//     message, and the broker delivers the copy after Delay;
 //   - writes nothing when the delivery's channel is already gone: the
 //     broker has put the message back in the queue, and its next delivery
 //     is judged again;
-//   - otherwise writes the envelope to next, and the message is acked.
+//   - otherwise writes the envelope to next, and the message is acked. The
+//     envelope of a single message tells every delivery's calls: Attempts,
+//     History, FirstFailure and OriginNode come from the first.
 //
 // Every other envelope goes to next unchanged. A batch goes to the broker
 // only when each of its messages may still be retried. next must not be
@@ -45,8 +48,14 @@ type retrySink struct {
 // Write decides env's fate as DeadLetter describes.
 func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 	ds := r.deliveries(env)
+	final := env
+	if len(ds) == 1 {
+		// What earlier deliveries told: the final failure's story starts
+		// at the first delivery. (A batch's envelope tells this delivery's.)
+		final = ds[0].past.merge(env)
+	}
 	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
-		return r.next.Write(ctx, env)
+		return r.next.Write(ctx, final)
 	}
 	gone := true
 	for _, d := range ds {
@@ -56,15 +65,15 @@ func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 		return nil
 	}
 	if !r.retryable(env.Err) {
-		return r.next.Write(ctx, env)
+		return r.next.Write(ctx, final)
 	}
 	for _, d := range ds {
 		if d.retries >= r.src.cfg.Retry.MaxRetry {
-			return r.next.Write(ctx, env)
+			return r.next.Write(ctx, final)
 		}
 	}
 	for _, d := range ds {
-		d.brokerRetry.Store(true)
+		d.retry.Store(d.retryCopy(env))
 	}
 	return nil
 }

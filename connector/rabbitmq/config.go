@@ -87,10 +87,12 @@ type QueueDeclaration struct {
 //
 // and q dead-letters into q_dlx. An item that failed transiently after the
 // in-process retries, and was dead-lettered through [Source.DeadLetter],
-// is rejected without requeue: the broker moves it to q_retry, waits
-// Delay, and delivers it to q again. Its x-death header counts the trips;
-// past MaxRetry the item goes to the pipeline's dead-letter sink and is
-// acked.
+// is sent again through q_dlx, as a copy whose headers carry the calls
+// it had (see [HeaderAttempts]), then acked; the broker holds it in q_retry
+// for Delay and delivers it to q again. If the copy cannot be published,
+// the message is rejected without requeue and takes the same path without
+// its story. Past MaxRetry trips the item goes to the pipeline's
+// dead-letter sink, with the story of every delivery, and is acked.
 type RetryTopology struct {
 	Enabled bool
 	// MaxRetry is how many times the broker redelivers one message; it must

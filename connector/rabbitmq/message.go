@@ -31,7 +31,9 @@ type Message struct {
 	// not a redelivery: see Retries.
 	Redelivered bool `json:"redelivered"`
 	// Retries counts the times the message went through the retry
-	// topology: the x-death counts recorded for the source's queue.
+	// topology: its HeaderRetries, or the x-death counts recorded for the
+	// source's queue when it was rejected into the topology, whichever is
+	// larger.
 	Retries int `json:"retries"`
 
 	d *delivery

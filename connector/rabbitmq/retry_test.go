@@ -117,7 +117,7 @@ func TestRetryTopology(t *testing.T) {
 	// worked, each delivery at least the TTL after the one before.
 	require.Len(t, delivered, 1)
 	assert.Equal(t, "flaky", delivered[0].MessageID)
-	assert.Equal(t, 2, delivered[0].Retries, "the count comes from x-death")
+	assert.Equal(t, 2, delivered[0].Retries, "the count travels with the message")
 	assert.Equal(t, q+"_retry", delivered[0].Exchange, "redelivered through the retry exchange")
 	h.mu.Lock()
 	assert.Equal(t, 5, h.calls["flaky"])
@@ -142,6 +142,20 @@ func TestRetryTopology(t *testing.T) {
 	assert.ErrorIs(t, poison.Err, resilience.ErrRetryExhausted)
 	assert.ErrorIs(t, poison.Err, errFlaky)
 	assert.Contains(t, poison.CorrelationID, q+"/")
+	// Its envelope tells every call of its four deliveries, not only the
+	// last one's: the count, the history and the first failure travel
+	// with the message through the retry topology.
+	assert.Equal(t, 8, poison.Attempts, "every call, across deliveries")
+	require.Len(t, poison.History, 8)
+	for i, a := range poison.History {
+		assert.Equal(t, resilience.ItemRetry, a.Layer)
+		assert.Equal(t, i%2, a.Retry, "each delivery's calls count from 0")
+		assert.Equal(t, errFlaky.Error(), a.Err)
+	}
+	assert.Equal(t, poison.History[0].Time, poison.FirstFailure, "the first failure is the first delivery's")
+	assert.GreaterOrEqual(t, poison.LastFailure.Sub(poison.FirstFailure), 3*delay, "three trips through the retry queue")
+	assert.Equal(t, "handle", poison.OriginNode)
+	assert.Equal(t, 8, mustInt(t, poison.Item.(rabbitmq.Message).Headers[rabbitmq.HeaderAttempts])+2, "the last delivery carried the first six calls")
 	bad := byID["bad"]
 	assert.Equal(t, 0, bad.Item.(rabbitmq.Message).Retries)
 	assert.ErrorIs(t, bad.Err, errBad)
@@ -188,6 +202,13 @@ func assertTopology(t *testing.T, a *admin, q string, delay time.Duration, queue
 	}
 }
 
+func mustInt(t *testing.T, v any) int {
+	t.Helper()
+	n, ok := v.(int64)
+	require.True(t, ok, "%T %v", v, v)
+	return int(n)
+}
+
 func assertPrecondition(t *testing.T, err error) {
 	t.Helper()
 	var ae *amqp.Error
@@ -213,4 +234,63 @@ func TestRetryTopologyQuorum(t *testing.T) {
 	require.NoError(t, src.Open(ctx))
 	require.NoError(t, src.Close(ctx))
 	assertTopology(t, a, q, time.Second, "quorum", true)
+}
+
+// A message that failed in one node on its first delivery and in another
+// on its second is dead-lettered by the second: the envelope's origin is
+// where it first failed, its decision node where it was dead-lettered, and
+// its history holds both deliveries' calls.
+func TestBrokerRetryKeepsTheFirstOrigin(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.cleanupTopology(q)
+	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{
+		URL: a.url, Queue: q, Declare: &rabbitmq.QueueDeclaration{},
+		Retry: rabbitmq.RetryTopology{Enabled: true, MaxRetry: 3, Delay: 10 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	require.NoError(t, src.Open(ctx))
+	require.NoError(t, src.Close(ctx))
+	a.publish(q, "m")
+
+	dlq := deadletter.NewMemory(1)
+	dead := deadletter.Func(func(ctx context.Context, env deadletter.Envelope) error {
+		err := dlq.Write(ctx, env)
+		src.Stop()
+		return err
+	})
+	b := pipeline.New("origin", pipeline.WithDeadLetter(src.DeadLetter(dead)),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.OnItemFailure = resilience.DeadLetter
+			o.ItemRetry.MaxRetries = 0
+		}))
+	first := pipeline.Transform(b, "first", pipeline.Source(b, "consume", src),
+		node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
+			if m.Retries == 0 {
+				return m, resilience.MarkTransient(errFlaky)
+			}
+			return m, nil
+		}))
+	second := pipeline.Transform(b, "second", first,
+		node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
+			return m, resilience.MarkPermanent(errBad)
+		}))
+	pipeline.Sink(b, "store", second, node.SinkFunc[rabbitmq.Message](func(context.Context, rabbitmq.Message) error { return nil }))
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(ctx)
+	require.NoError(t, err)
+
+	envs := dlq.Envelopes()
+	require.Len(t, envs, 1)
+	env := envs[0]
+	assert.Equal(t, "first", env.OriginNode, "where it first failed")
+	assert.Equal(t, "second", env.DecisionNode, "where it was dead-lettered")
+	assert.Equal(t, 2, env.Attempts)
+	require.Len(t, env.History, 2)
+	assert.Equal(t, errFlaky.Error(), env.History[0].Err)
+	assert.Equal(t, errBad.Error(), env.History[1].Err)
+	assert.ErrorIs(t, env.Err, errBad)
 }

@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -19,11 +20,16 @@ const (
 	ack     settlement = iota + 1 // done with it: remove it from the queue
 	requeue                       // not done: put it back for another consumer
 	reject                        // failed: dead-letter it (the retry topology)
+	retryPub                      // failed: send msg to the retry topology, then ack
 )
 
 type settle struct {
 	tag uint64
 	how settlement
+	// For retryPub: the copy to publish, with the headers that carry the
+	// message's story, and the exchange of the retry topology.
+	msg      *amqp.Publishing
+	exchange string
 }
 
 // A session is one connection and channel of a [Source], from an Open to
@@ -40,6 +46,7 @@ type session struct {
 	conn   *amqp.Connection
 	ch     *amqp.Channel
 	closed chan *amqp.Error // the channel's close notification, buffered
+	pub    *amqp.Channel    // the acker's, in confirm mode, for retryPub; nil until needed
 
 	mu       sync.Mutex
 	pending  []settle // queued for the acker
@@ -74,7 +81,7 @@ func (s *session) track() {
 
 // settle queues a settlement for the acker. It never blocks; on a session
 // that is gone it only does the counting.
-func (s *session) settle(tag uint64, how settlement) {
+func (s *session) settle(st settle) {
 	s.mu.Lock()
 	s.inflight--
 	if s.inflight == 0 && s.idle != nil {
@@ -85,7 +92,7 @@ func (s *session) settle(tag uint64, how settlement) {
 		s.mu.Unlock()
 		return
 	}
-	s.pending = append(s.pending, settle{tag, how})
+	s.pending = append(s.pending, st)
 	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
@@ -130,9 +137,53 @@ func (s *session) send(st settle) error {
 		return s.ch.Ack(st.tag, false)
 	case reject:
 		return s.ch.Reject(st.tag, false)
+	case retryPub:
+		if err := s.republish(st); err != nil {
+			// The copy may not have been taken: the broker dead-letters
+			// the original into the retry topology, without its story.
+			return s.ch.Reject(st.tag, false)
+		}
+		return s.ch.Ack(st.tag, false)
 	default:
 		return s.ch.Nack(st.tag, false, true)
 	}
+}
+
+// republishTimeout bounds the wait for the confirm of a copy sent to the
+// retry topology.
+const republishTimeout = DefaultConfirmTimeout
+
+// errNacked is a publish the broker refused.
+var errNacked = errors.New("rabbitmq: publish nacked by the broker")
+
+// republish publishes st.msg on the acker's confirm channel and waits for
+// its confirm. Only the acker calls it.
+func (s *session) republish(st settle) error {
+	if s.pub == nil {
+		ch, err := s.conn.Channel()
+		if err != nil {
+			return err
+		}
+		if err := ch.Confirm(false); err != nil {
+			_ = ch.Close()
+			return err
+		}
+		s.pub = ch
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), republishTimeout)
+	defer cancel()
+	dc, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, st.exchange, "", false, false, *st.msg)
+	if err == nil {
+		var ok bool
+		if ok, err = dc.WaitContext(ctx); err == nil && !ok {
+			err = errNacked
+		}
+	}
+	if err != nil {
+		_ = s.pub.Close()
+		s.pub = nil
+	}
+	return err
 }
 
 func (s *session) markGoneLocked() {

@@ -169,7 +169,12 @@ func (s *Source) finish(ctx context.Context, sess *session, tag string, deliveri
 }
 
 func (s *Source) emit(ctx context.Context, sess *session, d amqp.Delivery, out node.Emitter[Message]) error {
-	dl := &delivery{src: s, sess: sess, tag: d.DeliveryTag, retries: xDeathCount(d.Headers, s.cfg.Queue)}
+	dl := &delivery{src: s, sess: sess, tag: d.DeliveryTag, orig: d, past: pastOf(d.Headers)}
+	dl.orig.Acknowledger = nil
+	dl.retries = xDeathCount(d.Headers, s.cfg.Queue)
+	if n, ok := intHeader(d.Headers[HeaderRetries]); ok && n > dl.retries {
+		dl.retries = n
+	}
 	dl.id = s.cfg.Queue + "/" + sess.id + "/" + strconv.FormatUint(d.DeliveryTag, 10)
 	msg := Message{
 		Body: d.Body, Headers: d.Headers, Exchange: d.Exchange, RoutingKey: d.RoutingKey,
@@ -236,9 +241,13 @@ type delivery struct {
 	tag     uint64
 	id      string
 	retries int
-	// brokerRetry is set by the dead-letter wrapper before the item's
-	// outcome fires: reject it into the retry topology instead of acking.
-	brokerRetry atomic.Bool
+	// orig is the message as it was delivered, and past what its headers
+	// say of its earlier deliveries (nil: none).
+	orig amqp.Delivery
+	past *past
+	// retry is set by the dead-letter wrapper before the item's outcome
+	// fires: the copy to send to the retry topology instead of acking.
+	retry atomic.Pointer[amqp.Publishing]
 	settled     atomic.Bool
 }
 
@@ -255,11 +264,12 @@ func (d *delivery) done(o node.Outcome) {
 		how = ack
 	case node.DeadLettered:
 		how = ack
-		if d.brokerRetry.Load() {
-			how = reject
+		if msg := d.retry.Load(); msg != nil {
+			d.sess.settle(settle{tag: d.tag, how: retryPub, msg: msg, exchange: dlxName(d.src.cfg.Queue)})
+			return
 		}
 	}
-	d.sess.settle(d.tag, how)
+	d.sess.settle(settle{tag: d.tag, how: how})
 }
 
 func randomID() string {

@@ -1,0 +1,148 @@
+package rabbitmq
+
+import (
+	"encoding/json"
+	"maps"
+	"strconv"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// Headers with which a message sent to the retry topology carries its
+// story to its next delivery, so that the envelope of its final failure
+// tells every call it had, across deliveries.
+const (
+	// HeaderAttempts is the calls the message had in earlier deliveries.
+	HeaderAttempts = "x-sluice-attempts"
+	// HeaderRetries is the times it went through the retry topology.
+	HeaderRetries = "x-sluice-retries"
+	// HeaderFirstFailure is when it first failed (RFC 3339, UTC).
+	HeaderFirstFailure = "x-sluice-first-failure"
+	// HeaderOriginNode is the node where it first failed.
+	HeaderOriginNode = "x-sluice-first-origin-node"
+	// HeaderHistory is the JSON of its earlier calls' history, the last
+	// maxCarried of them.
+	HeaderHistory = "x-sluice-history"
+)
+
+// maxCarried bounds the history a message carries, so that its headers
+// stay small however often it is retried; HeaderAttempts stays exact.
+const maxCarried = 32
+
+// A past is what a delivery's headers say of the message's earlier
+// deliveries.
+type past struct {
+	attempts int
+	first    time.Time
+	origin   string
+	history  []deadletter.Attempt
+}
+
+type carriedAttempt struct {
+	Time  time.Time     `json:"time"`
+	Layer string        `json:"layer"`
+	Retry int           `json:"retry"`
+	Delay time.Duration `json:"delay"`
+	Err   string        `json:"error"`
+}
+
+// pastOf reads the carried headers; nil when there are none. Headers of
+// another shape are ignored: they cannot make a delivery fail.
+func pastOf(h amqp.Table) *past {
+	n, ok := intHeader(h[HeaderAttempts])
+	if !ok {
+		return nil
+	}
+	p := &past{attempts: n}
+	if s, ok := h[HeaderFirstFailure].(string); ok {
+		p.first, _ = time.Parse(time.RFC3339Nano, s)
+	}
+	p.origin, _ = h[HeaderOriginNode].(string)
+	if s, ok := h[HeaderHistory].(string); ok {
+		var as []carriedAttempt
+		if json.Unmarshal([]byte(s), &as) == nil {
+			for _, a := range as {
+				var k resilience.RetryKind
+				if k.UnmarshalText([]byte(a.Layer)) != nil {
+					continue
+				}
+				p.history = append(p.history, deadletter.Attempt{Time: a.Time, Layer: k, Retry: a.Retry, Delay: a.Delay, Err: a.Err})
+			}
+		}
+	}
+	return p
+}
+
+func intHeader(v any) (int, bool) {
+	switch n := v.(type) {
+	case int64:
+		return int(n), true
+	case int32:
+		return int(n), true
+	case int:
+		return n, true
+	case string:
+		i, err := strconv.Atoi(n)
+		return i, err == nil
+	}
+	return 0, false
+}
+
+// merge returns env with the delivery's past before it: the calls of
+// earlier deliveries counted, their history first, the first failure and
+// the node where it happened taken from them.
+func (p *past) merge(env deadletter.Envelope) deadletter.Envelope {
+	if p == nil {
+		return env
+	}
+	env.Attempts += p.attempts
+	env.History = append(append([]deadletter.Attempt(nil), p.history...), env.History...)
+	if !p.first.IsZero() && (env.FirstFailure.IsZero() || p.first.Before(env.FirstFailure)) {
+		env.FirstFailure = p.first
+	}
+	if p.origin != "" {
+		env.OriginNode = p.origin
+	}
+	return env
+}
+
+// retryCopy returns the message to send to the retry topology for d after
+// the failure env: the original, with the headers that carry env's story.
+func (d *delivery) retryCopy(env deadletter.Envelope) *amqp.Publishing {
+	env = d.past.merge(env)
+	o := d.orig
+	h := maps.Clone(o.Headers)
+	if h == nil {
+		h = amqp.Table{}
+	}
+	h[HeaderAttempts] = int64(env.Attempts)
+	h[HeaderRetries] = int64(d.retries + 1)
+	if !env.FirstFailure.IsZero() {
+		h[HeaderFirstFailure] = env.FirstFailure.UTC().Format(time.RFC3339Nano)
+	}
+	if env.OriginNode != "" {
+		h[HeaderOriginNode] = env.OriginNode
+	}
+	hist := env.History
+	if len(hist) > maxCarried {
+		hist = hist[len(hist)-maxCarried:]
+	}
+	as := make([]carriedAttempt, len(hist))
+	for i, a := range hist {
+		layer, _ := a.Layer.MarshalText()
+		as[i] = carriedAttempt{Time: a.Time.UTC(), Layer: string(layer), Retry: a.Retry, Delay: a.Delay, Err: a.Err}
+	}
+	if b, err := json.Marshal(as); err == nil {
+		h[HeaderHistory] = string(b)
+	}
+	return &amqp.Publishing{
+		Headers: h, ContentType: o.ContentType, ContentEncoding: o.ContentEncoding,
+		DeliveryMode: o.DeliveryMode, Priority: o.Priority, CorrelationId: o.CorrelationId,
+		ReplyTo: o.ReplyTo, Expiration: o.Expiration, MessageId: o.MessageId, Timestamp: o.Timestamp,
+		Type: o.Type, UserId: o.UserId, AppId: o.AppId, Body: o.Body,
+	}
+}
