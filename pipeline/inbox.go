@@ -40,10 +40,10 @@ type inbox[T any] struct {
 }
 
 type entry[T any] struct {
-	env   envelope[T]
-	seq   uint64
-	done  bool
-	past  *failure // what the item's failed attempts left, for a replay
+	env  envelope[T]
+	seq  uint64
+	done bool
+	past *failure // what the item's failed attempts left, for a replay
 }
 
 // firstRing is the ring's first size; it doubles up to the window's.

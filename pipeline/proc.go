@@ -32,7 +32,7 @@ type proc[In, R, Out any] struct {
 	// completed in this run.
 	resume       []envelope[In]
 	resumeFailed *failure
-	completed   int64
+	completed    int64
 	// tick counts the items the run loop started, across runs: it looks
 	// at ctx before every stopEvery-th.
 	tick uint

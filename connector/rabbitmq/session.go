@@ -17,10 +17,10 @@ import (
 type settlement uint8
 
 const (
-	ack     settlement = iota + 1 // done with it: remove it from the queue
-	requeue                       // not done: put it back for another consumer
-	reject                        // failed: dead-letter it (the retry topology)
-	retryPub                      // failed: send msg to the retry topology, then ack
+	ack      settlement = iota + 1 // done with it: remove it from the queue
+	requeue                        // not done: put it back for another consumer
+	reject                         // failed: dead-letter it (the retry topology)
+	retryPub                       // failed: send msg to the retry topology, then ack
 )
 
 type settle struct {

@@ -247,8 +247,8 @@ type delivery struct {
 	past *past
 	// retry is set by the dead-letter wrapper before the item's outcome
 	// fires: the copy to send to the retry topology instead of acking.
-	retry atomic.Pointer[amqp.Publishing]
-	settled     atomic.Bool
+	retry   atomic.Pointer[amqp.Publishing]
+	settled atomic.Bool
 }
 
 // done is the EmitTracked callback. It runs once per item on an engine
