@@ -21,11 +21,13 @@ const (
 // that could not be encoded (see [Envelope.ItemText]). Unlike fmt it is
 // bounded, so that no item can crash the process on its way to a
 // dead-letter sink: it shows at most 8 levels of nesting (a pointer to a
-// struct is one level with it), 64 elements of a
-// slice, array or map and 4096 bytes in all, marks what it leaves out with
-// "...", and prints a pointer, map or slice it meets again inside itself
-// as <cycle>. Map keys are sorted, as fmt sorts them. It calls no method of the item (no String, Error or
-// MarshalJSON), so user code can neither recurse nor panic in it.
+// struct is one level with it), 64 elements of a slice, array or map, and
+// 4096 bytes in all, marks what it leaves out with "...", and prints a
+// pointer, map or slice it meets again inside itself as <cycle>. Map
+// entries are sorted by key: as fmt sorts them for strings, numbers and
+// booleans, by the key's rendering otherwise. It calls no method of the
+// item (no String, Error or MarshalJSON), so user code can neither recurse
+// nor panic in it.
 func Describe(item any) string {
 	d := describer{seen: map[seenKey]bool{}}
 	d.value(reflect.ValueOf(item), 0)
@@ -44,14 +46,14 @@ type describer struct {
 }
 
 // write adds s unless the text is full; past the limit it cuts s at a rune
-// boundary and adds "...".
+// boundary and adds "...", within the limit.
 func (d *describer) write(s string) {
 	if d.full {
 		return
 	}
-	if room := describeBytes - d.Len(); len(s) > room {
+	if room := describeBytes - len("...") - d.Len(); len(s) > room {
 		cut := room
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
+		for cut > 0 && cut < len(s) && !utf8.RuneStart(s[cut]) {
 			cut--
 		}
 		d.WriteString(s[:cut])
@@ -128,7 +130,7 @@ func (d *describer) value(v reflect.Value, depth int) {
 		}
 		d.nested(v, depth, func() {
 			d.write("map[")
-			for n, k := range mapKeys(v) {
+			for n, e := range mapEntries(v) {
 				if n == describeElems {
 					d.write(" ...")
 					break
@@ -136,9 +138,9 @@ func (d *describer) value(v reflect.Value, depth int) {
 				if n > 0 {
 					d.write(" ")
 				}
-				d.value(k, depth+1)
+				d.value(e[0], depth+1)
 				d.write(":")
-				d.value(v.MapIndex(k), depth+1)
+				d.value(e[1], depth+1)
 			}
 			d.write("]")
 		})
@@ -194,13 +196,14 @@ func (d *describer) nested(v reflect.Value, depth int, show func()) {
 	delete(d.seen, key)
 }
 
-// mapKeys returns the keys of map v, sorted as fmt sorts them when they
-// are strings, numbers or booleans and the map is not large, so that the
+// mapEntries returns the entries of map v, read with MapRange (so that a
+// NaN key keeps its value), sorted by key as fmt sorts them for strings,
+// numbers and booleans, and by the key's rendering otherwise, so that the
 // same map is described the same way each time.
-func mapKeys(v reflect.Value) []reflect.Value {
-	keys := v.MapKeys()
-	if len(keys) > 4*describeElems {
-		return keys
+func mapEntries(v reflect.Value) [][2]reflect.Value {
+	var es [][2]reflect.Value
+	for iter := v.MapRange(); iter.Next(); {
+		es = append(es, [2]reflect.Value{iter.Key(), iter.Value()})
 	}
 	var by func(a, b reflect.Value) int
 	switch v.Type().Key().Kind() {
@@ -215,13 +218,24 @@ func mapKeys(v reflect.Value) []reflect.Value {
 	case reflect.Bool:
 		by = func(a, b reflect.Value) int { return cmp.Compare(boolInt(a.Bool()), boolInt(b.Bool())) }
 	default:
-		return keys
+		text := make(map[int]string, len(es))
+		for i, e := range es {
+			text[i] = Describe(e[0].Interface())
+		}
+		idx := make([]int, len(es))
+		for i := range idx {
+			idx[i] = i
+		}
+		slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(text[a], text[b]) })
+		sorted := make([][2]reflect.Value, len(es))
+		for i, j := range idx {
+			sorted[i] = es[j]
+		}
+		return sorted
 	}
-	slices.SortFunc(keys, by)
-	return keys
+	slices.SortStableFunc(es, func(a, b [2]reflect.Value) int { return by(a[0], b[0]) })
+	return es
 }
-
-func cmpOrdered[T cmp.Ordered](a, b T) int { return cmp.Compare(a, b) }
 
 func boolInt(b bool) int {
 	if b {

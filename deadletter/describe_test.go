@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -71,7 +72,7 @@ func TestOddItemsLandInAFile(t *testing.T) {
 				assert.NotEmpty(t, env.ItemError, "the encoder's refusal is kept")
 				assert.NotEmpty(t, env.ItemText)
 			}
-			assert.LessOrEqual(t, len(env.ItemText), 4096+len("..."))
+			assert.LessOrEqual(t, len(env.ItemText), 4096)
 			assert.True(t, utf8.ValidString(env.ItemText))
 			assert.Equal(t, "boom", env.ErrText)
 		})
@@ -110,9 +111,27 @@ func TestDescribe(t *testing.T) {
 	}
 	assert.Equal(t, 8, strings.Count(deadletter.Describe(deep), "Name:x"))
 	assert.Contains(t, deadletter.Describe(make([]int, 1000)), " ...]")
-	// The 4096th byte is inside an é: the cut goes back to its start.
-	long := deadletter.Describe("x" + strings.Repeat("é", 5000))
-	assert.Equal(t, 4095+len("..."), len(long))
+	// The cut leaves room for "...": at byte 4093, inside an é here, so it
+	// goes back to the é's start.
+	long := deadletter.Describe("xy" + strings.Repeat("é", 5000))
+	assert.Equal(t, 4092+len("..."), len(long))
+	assert.True(t, strings.HasSuffix(long, "é..."))
+	assert.Len(t, deadletter.Describe(strings.Repeat("a", 5000)), 4096)
+	// A NaN key keeps its value, and maps render the same every time,
+	// large ones and those with keys of no basic kind too.
+	assert.Equal(t, "map[NaN:lost 1:one]", deadletter.Describe(map[float64]string{math.NaN(): "lost", 1: "one"}))
+	big := map[string]int{}
+	for i := range 300 {
+		big[strconv.Itoa(i)] = i
+	}
+	mixed := map[any]int{"a": 1, "b": 2, "c": 3, 1: 1, 2: 2}
+	for _, m := range []any{big, mixed} {
+		first := deadletter.Describe(m)
+		for range 20 {
+			require.Equal(t, first, deadletter.Describe(m))
+		}
+	}
+	assert.Equal(t, "map[1:1 2:2 a:1 b:2 c:3]", deadletter.Describe(mixed))
 	assert.True(t, utf8.ValidString(long))
 }
 
@@ -133,6 +152,69 @@ func FuzzDescribe(f *testing.F) {
 			cur["back"] = root
 		}
 		out := deadletter.Describe([]any{root, data, cur})
-		assert.LessOrEqual(t, len(out), 4096+len("..."))
+		assert.LessOrEqual(t, len(out), 4096)
 	})
+}
+
+// chain is a list: deep, but not cyclic.
+type chain struct {
+	Next *chain `json:"next"`
+	N    int    `json:"n"`
+}
+
+func deepChain(n int) *chain {
+	var head *chain
+	for i := range n {
+		head = &chain{Next: head, N: i}
+	}
+	return head
+}
+
+// A list two million links deep would overflow the JSON encoder's stack,
+// a fatal error no recover catches: it is refused before encoding, as too
+// deep, and lands with its rendering.
+func TestHugeAcyclicItemLandsInAFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "dl.jsonl")
+	f, err := deadletter.OpenFile(path)
+	require.NoError(t, err)
+	require.NoError(t, f.Write(context.Background(), deadletter.Envelope{Item: deepChain(2_000_000), ErrText: "boom"}))
+	require.NoError(t, f.Close())
+	for env, err := range deadletter.ReadFile(path) {
+		require.NoError(t, err)
+		assert.Equal(t, deadletter.ErrTooDeep.Error(), env.ItemError)
+		assert.True(t, strings.HasPrefix(env.ItemText, "&{Next:&{Next:"), env.ItemText)
+	}
+}
+
+type panicky struct{ ID int }
+
+func (panicky) MarshalJSON() ([]byte, error) { panic("marshal bug") }
+
+func TestEncodeItem(t *testing.T) {
+	t.Parallel()
+	raw, err := deadletter.EncodeItem(deepChain(deadletter.MaxDepth-1), nil)
+	require.NoError(t, err, "as deep as encoding/json reads back")
+	assert.NotEmpty(t, raw)
+	_, err = deadletter.EncodeItem(deepChain(deadletter.MaxDepth+1), nil)
+	assert.ErrorIs(t, err, deadletter.ErrTooDeep)
+	_, err = deadletter.EncodeItem(panicky{7}, nil)
+	assert.ErrorContains(t, err, "encoder panicked")
+	// What encodes itself is not walked, nor are unexported or "-" fields.
+	type hidden struct {
+		Shown  int
+		inner  *chain
+		Hidden *chain `json:"-"`
+	}
+	raw, err = deadletter.EncodeItem(hidden{1, deepChain(2 * deadletter.MaxDepth), deepChain(2 * deadletter.MaxDepth)}, nil)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"Shown":1}`, string(raw))
+	// Shared parts are fine; a cycle is too deep.
+	shared := deepChain(100)
+	_, err = deadletter.EncodeItem([]*chain{shared, shared, shared}, nil)
+	assert.NoError(t, err)
+	m := map[string]any{}
+	m["self"] = m
+	_, err = deadletter.EncodeItem(m, nil)
+	assert.ErrorIs(t, err, deadletter.ErrTooDeep)
 }

@@ -2,6 +2,7 @@ package deadletter_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -119,4 +120,34 @@ func TestTypeOf(t *testing.T) {
 	assert.Equal(t, "*github.com/sluicehq/sluice/deadletter_test.order", deadletter.TypeOf(&order{}))
 	assert.Equal(t, "[]int", deadletter.TypeOf([]int{}))
 	assert.Equal(t, "string", deadletter.TypeOf(""))
+}
+
+// Source[any] takes an item as it was written: a large number is not
+// rounded through a float64.
+func TestSourceAnyKeepsLargeNumbers(t *testing.T) {
+	t.Parallel()
+	env := sampleEnvelope(1)
+	env.Item = map[string]int64{"id": 1<<60 + 1}
+	path := writeEnvelopes(t, env)
+	var out collector[any]
+	require.NoError(t, deadletter.Source[any](path).Run(t.Context(), &out))
+	require.Len(t, out.items, 1)
+	assert.Equal(t, "map[id:1152921504606846977]", fmt.Sprint(out.items[0]))
+}
+
+// OnlyNodes with no node, or with nodes none of the file's envelopes comes
+// from (a misspelling), is an error, not a re-drive of nothing.
+func TestSourceOnlyNodesThatMatchNothing(t *testing.T) {
+	t.Parallel()
+	path := mixedFile(t)
+	var out collector[order]
+	err := deadletter.Source[order](path, deadletter.OnlyNodes()).Run(t.Context(), &out)
+	require.ErrorContains(t, err, "OnlyNodes: no node named")
+	err = deadletter.Source[order](path, deadletter.OnlyNodes("prcie")).Run(t.Context(), &out)
+	require.ErrorContains(t, err, "OnlyNodes(prcie): no envelope comes from these nodes; the file's come from parse, price")
+	assert.Empty(t, out.items)
+	// Lists add up.
+	var lines collector[line]
+	require.NoError(t, deadletter.Source[line](path, deadletter.OnlyNodes("nope"), deadletter.OnlyNodes("parse")).Run(t.Context(), &lines))
+	assert.Len(t, lines.items, 3)
 }

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/sluicehq/sluice/node"
@@ -51,9 +53,20 @@ func SkipBadLines(report func(*LineError)) SourceOption {
 // the dead letters of several nodes, of several item types, can be
 // re-driven one node at a time. Without it every envelope is re-driven,
 // and one whose item is not a T stops Run (see [Source]).
+//
+// OnlyNodes with no node is an error of the source, and so is a file none
+// of whose envelopes comes from the nodes named (a misspelt node would
+// otherwise re-drive nothing and succeed). Given more than once, the lists
+// add up.
 func OnlyNodes(nodes ...string) SourceOption {
 	return func(c *sourceConfig) {
-		c.nodes = map[string]bool{}
+		if len(nodes) == 0 {
+			c.sourceErr = errors.New("deadletter: OnlyNodes: no node named")
+			return
+		}
+		if c.nodes == nil {
+			c.nodes = map[string]bool{}
+		}
 		for _, n := range nodes {
 			c.nodes[n] = true
 		}
@@ -97,9 +110,15 @@ func Source[T any](path string, opts ...SourceOption) node.Source[T] {
 		if cfg.rotated {
 			records = readAllRecords(path)
 		}
+		matched := 0
+		others := map[string]bool{}
 		for r, err := range records {
-			if err == nil && cfg.nodes != nil && !cfg.nodes[r.OriginNode] {
-				continue
+			if err == nil && cfg.nodes != nil {
+				if !cfg.nodes[r.OriginNode] {
+					others[r.OriginNode] = true
+					continue
+				}
+				matched++
 			}
 			if err == nil {
 				var item T
@@ -117,6 +136,10 @@ func Source[T any](path string, opts ...SourceOption) node.Source[T] {
 				continue
 			}
 			return err
+		}
+		if cfg.nodes != nil && matched == 0 && len(others) > 0 {
+			return fmt.Errorf("deadletter: source %s: OnlyNodes(%s): no envelope comes from these nodes; the file's come from %s",
+				path, strings.Join(slices.Sorted(maps.Keys(cfg.nodes)), ", "), strings.Join(slices.Sorted(maps.Keys(others)), ", "))
 		}
 		return nil
 	})
@@ -155,10 +178,14 @@ func decodeItem[T any](r Record, decode func([]byte, any) error) (T, error) {
 }
 
 // strictUnmarshal is json.Unmarshal that refuses unknown fields and
-// anything after the value.
+// anything after the value, and decodes a number into an interface as a
+// json.Number.
 func strictUnmarshal(data []byte, v any) error {
 	d := json.NewDecoder(bytes.NewReader(data))
 	d.DisallowUnknownFields()
+	// A number bound for an interface stays as it was written, not a
+	// float64 that would round a large one.
+	d.UseNumber()
 	if err := d.Decode(v); err != nil {
 		return err
 	}

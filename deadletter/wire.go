@@ -69,7 +69,7 @@ func encodeLine(env Envelope, enc func(any) ([]byte, error)) ([]byte, error) {
 		LastFailure:   utc(env.LastFailure),
 	}
 	if w.Error == "" && env.Err != nil {
-		w.Error = env.Err.Error()
+		w.Error = errText(env.Err)
 	}
 	if _, raw := env.Item.(json.RawMessage); w.ItemType == "" && !raw {
 		w.ItemType = TypeOf(env.Item)
@@ -77,7 +77,7 @@ func encodeLine(env Envelope, enc func(any) ([]byte, error)) ([]byte, error) {
 	// An envelope read back from a file whose item could not be encoded
 	// keeps its record of that as it is.
 	if env.ItemError == "" && env.Item != nil {
-		raw, err := encodeItem(env.Item, enc)
+		raw, err := EncodeItem(env.Item, enc)
 		if err != nil {
 			w.ItemError = err.Error()
 			w.ItemText = Describe(env.Item)

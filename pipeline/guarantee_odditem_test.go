@@ -26,7 +26,12 @@ func TestOddItemsAreDeadLetteredToAFile(t *testing.T) {
 	m["self"] = m
 	s := []any{2, nil}
 	s[1] = s
-	items := []any{m, s, make(chan int), func() {}, 3}
+	type link struct{ Next *link }
+	var deep *link // deep enough to overflow a JSON encoder's stack
+	for range 2_000_000 {
+		deep = &link{Next: deep}
+	}
+	items := []any{m, s, make(chan int), func() {}, 3, deep, "bad error"}
 
 	path := filepath.Join(t.TempDir(), "dl.jsonl")
 	dlq, err := deadletter.OpenFile(path)
@@ -37,8 +42,11 @@ func TestOddItemsAreDeadLetteredToAFile(t *testing.T) {
 	}))
 	src := pipeline.Source[any](b, "src", pipelinetest.NewSliceSource(items...))
 	reject := pipeline.Transform[any, any](b, "reject", src, node.TransformFunc[any, any](func(_ context.Context, v any) (any, error) {
-		if _, ok := v.(int); ok {
+		switch v.(type) {
+		case int:
 			return v, nil
+		case string:
+			return nil, panickyError{}
 		}
 		return nil, resilience.MarkPermanent(errors.New("odd item"))
 	}))
@@ -49,14 +57,21 @@ func TestOddItemsAreDeadLetteredToAFile(t *testing.T) {
 	require.NoError(t, dlq.Close())
 	assert.Equal(t, []any{3}, out.Items())
 
-	var types, texts []string
+	var types, texts, errs []string
 	for env, err := range deadletter.ReadFile(path) {
 		require.NoError(t, err)
-		assert.NotEmpty(t, env.ItemError)
 		types = append(types, env.ItemType)
 		texts = append(texts, env.ItemText)
+		errs = append(errs, env.ErrText)
 	}
-	assert.Equal(t, []string{"map[string]interface {}", "[]interface {}", "chan int", "func()"}, types)
+	assert.Equal(t, []string{"map[string]interface {}", "[]interface {}", "chan int", "func()",
+		"*github.com/sluicehq/sluice/pipeline_test.link", "string"}, types)
 	assert.Equal(t, "map[id:1 self:<cycle>]", texts[0])
 	assert.Equal(t, "[2 <cycle>]", texts[1])
+	assert.Equal(t, "(the error's Error method panicked: Error bug)", errs[5])
 }
+
+// panickyError is an error whose Error method panics.
+type panickyError struct{}
+
+func (panickyError) Error() string { panic("Error bug") }

@@ -284,7 +284,7 @@ func (nr *nodeRun) record(fl *failure, ctx context.Context, err error, calls int
 	}
 	fl.last = now
 	if calls > len(fl.history)-fl.base {
-		fl.history = append(fl.history, deadletter.Attempt{Time: now, Layer: resilience.ItemRetry, Retry: calls - 1, Delay: delay, Err: err.Error()})
+		fl.history = append(fl.history, deadletter.Attempt{Time: now, Layer: resilience.ItemRetry, Retry: calls - 1, Delay: delay, Err: errText(err)})
 	}
 }
 
@@ -341,7 +341,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error {
 	n, rs := nr.spec, nr.rs
 	env := deadletter.Envelope{
-		Item: item, ItemType: deadletter.TypeOf(item), Err: fl.err, ErrText: fl.err.Error(),
+		Item: item, ItemType: deadletter.TypeOf(item), Err: fl.err, ErrText: errText(fl.err),
 		Pipeline: rs.p.name, RunID: rs.id, OriginNode: n.name, DecisionNode: n.name,
 		Attempts: fl.total(), History: fl.history, FirstFailure: fl.first, LastFailure: fl.last,
 	}
@@ -403,4 +403,16 @@ func delay(b resilience.Backoff, n int, r resilience.Rand) (d time.Duration, err
 func correlationID(c deadletter.Correlated) (id string, err error) {
 	defer recoveredPolicy("CorrelationID", &err)
 	return c.CorrelationID(), nil
+}
+
+// errText is err's text. The error is the user's: an Error method that
+// panics gives a text that says so, on the way to a dead letter, instead of
+// crashing the process.
+func errText(err error) (text string) {
+	defer func() {
+		if v := recover(); v != nil {
+			text = fmt.Sprintf("(the error's Error method panicked: %v)", v)
+		}
+	}()
+	return err.Error()
 }

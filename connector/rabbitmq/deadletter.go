@@ -89,25 +89,42 @@ func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope
 // Close closes the connection, if one is open.
 func (d *DeadLetterPublisher) Close() error { return d.core.close() }
 
-// EncodeEnvelope returns env as JSON, with its error's text. An item that
-// cannot be encoded does not fail the envelope: the item is left out, and
-// ItemError and ItemText say why and what it was.
+// EncodeEnvelope returns env as JSON, with its error's text and its item's
+// type. An item that cannot be encoded does not fail the envelope, and
+// cannot crash the process (see [deadletter.EncodeItem]): the item is left
+// out, and ItemError and ItemText say why and what it was.
 func EncodeEnvelope(env deadletter.Envelope) ([]byte, error) {
 	if env.ErrText == "" && env.Err != nil {
-		env.ErrText = env.Err.Error()
+		env.ErrText = errorText(env.Err)
+	}
+	if _, raw := env.Item.(json.RawMessage); env.ItemType == "" && !raw {
+		env.ItemType = deadletter.TypeOf(env.Item)
+	}
+	if env.ItemError == "" && env.Item != nil {
+		raw, err := deadletter.EncodeItem(env.Item, json.Marshal)
+		if err != nil {
+			env.ItemError = errorText(err)
+			env.ItemText = deadletter.Describe(env.Item)
+			env.Item = nil
+		} else {
+			env.Item = raw
+		}
 	}
 	b, err := json.Marshal(env)
-	if err == nil {
-		return b, nil
-	}
-	env.ItemError = err.Error()
-	env.ItemText = deadletter.Describe(env.Item)
-	env.Item = nil
-	b, err = json.Marshal(env)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: encode envelope: %w", err)
 	}
 	return b, nil
+}
+
+// errorText is err's text, or a word that its Error method panicked.
+func errorText(err error) (text string) {
+	defer func() {
+		if v := recover(); v != nil {
+			text = fmt.Sprintf("(the error's Error method panicked: %v)", v)
+		}
+	}()
+	return err.Error()
 }
 
 // DecodeEnvelope reads an envelope published by a [DeadLetterPublisher].

@@ -39,3 +39,33 @@ func TestEncodeEnvelopeOfAnOddItem(t *testing.T) {
 		assert.Equal(t, "boom", env.ErrText)
 	}
 }
+
+type panicky struct{ ID int }
+
+func (panicky) MarshalJSON() ([]byte, error) { panic("marshal bug") }
+
+type badErr struct{}
+
+func (badErr) Error() string { panic("Error bug") }
+
+// An item whose MarshalJSON panics, one nested too deep for the encoder,
+// and an error whose Error panics give an envelope, not a crash.
+func TestEncodeEnvelopeOfItemsThatBreakTheEncoder(t *testing.T) {
+	t.Parallel()
+	type chain struct{ Next *chain }
+	var deep *chain
+	for range 2_000_000 {
+		deep = &chain{Next: deep}
+	}
+	for _, item := range []any{panicky{ID: 7}, deep} {
+		var b []byte
+		var err error
+		require.NotPanics(t, func() { b, err = rabbitmq.EncodeEnvelope(deadletter.Envelope{Item: item, Err: badErr{}}) })
+		require.NoError(t, err)
+		env, err := rabbitmq.DecodeEnvelope(b)
+		require.NoError(t, err)
+		assert.NotEmpty(t, env.ItemError)
+		assert.NotEmpty(t, env.ItemText)
+		assert.Contains(t, env.ErrText, "Error method panicked")
+	}
+}

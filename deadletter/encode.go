@@ -1,0 +1,139 @@
+package deadletter
+
+import (
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+)
+
+// MaxDepth is the deepest nesting of an item that [EncodeItem] encodes:
+// the depth encoding/json reads back, and far below what would make an
+// encoder's recursion overflow the stack, which no recover can catch.
+const MaxDepth = 10000
+
+// ErrTooDeep is the encoding error of an item nested deeper than
+// [MaxDepth], or cyclic.
+var ErrTooDeep = errors.New("deadletter: item nested too deep to encode, or cyclic")
+
+// EncodeItem encodes item with enc (nil: JSON without HTML escaping, the
+// file sink's default) for a dead-letter envelope, so that no item can
+// crash the process: an item nested deeper than [MaxDepth] (or cyclic) is
+// refused with [ErrTooDeep] before enc sees it, a panic in enc (or in an
+// item's MarshalJSON) becomes an error, and so does a result that is not
+// one JSON value. The result is compact JSON. A sink that writes envelopes
+// as bytes calls it, and on error records the error in ItemError and
+// [Describe]'s rendering in ItemText, as the file sink does.
+func EncodeItem(item any, enc func(item any) ([]byte, error)) (json.RawMessage, error) {
+	if enc == nil {
+		enc = encodeJSON
+	}
+	if tooDeep(item) {
+		return nil, ErrTooDeep
+	}
+	return encodeItem(item, enc)
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// tooDeep reports whether item nests deeper than MaxDepth the way
+// encoding/json walks it: through pointers and interfaces (no level),
+// exported fields (not those tagged "-"), slices, arrays and map values
+// (a level each), not into values that marshal themselves. It walks without recursion, and visits a
+// pointer, map or slice again only when it meets it deeper than before,
+// so shared parts cost little and a cycle ends at MaxDepth.
+func tooDeep(item any) bool {
+	type frame struct {
+		v     reflect.Value
+		depth int
+	}
+	stack := []frame{{reflect.ValueOf(item), 0}}
+	deepest := map[seenKey]int{}
+	push := func(v reflect.Value, depth int) { stack = append(stack, frame{v, depth}) }
+	for len(stack) > 0 {
+		f := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		v := f.v
+		if !v.IsValid() {
+			continue
+		}
+		if f.depth > MaxDepth {
+			return true
+		}
+		t := v.Type()
+		if t.Kind() != reflect.Interface && (t.Implements(jsonMarshaler) || t.Implements(textMarshaler) ||
+			reflect.PointerTo(t).Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(textMarshaler)) {
+			continue // it encodes itself
+		}
+		switch v.Kind() {
+		case reflect.Interface:
+			if !v.IsNil() {
+				push(v.Elem(), f.depth)
+			}
+		case reflect.Pointer, reflect.Map, reflect.Slice:
+			if v.IsNil() || (v.Kind() != reflect.Pointer && flat(t.Elem())) {
+				continue
+			}
+			k := seenKey{ptr: v.Pointer(), typ: t}
+			if d, ok := deepest[k]; ok && d >= f.depth {
+				continue
+			}
+			deepest[k] = f.depth
+			switch v.Kind() {
+			case reflect.Pointer:
+				push(v.Elem(), f.depth) // no level of JSON
+			case reflect.Map:
+				for iter := v.MapRange(); iter.Next(); {
+					push(iter.Value(), f.depth+1)
+				}
+			default:
+				for i := range v.Len() {
+					push(v.Index(i), f.depth+1)
+				}
+			}
+		case reflect.Array:
+			if !flat(t.Elem()) {
+				for i := range v.Len() {
+					push(v.Index(i), f.depth+1)
+				}
+			}
+		case reflect.Struct:
+			for i := range v.NumField() {
+				sf := t.Field(i)
+				if (sf.IsExported() || sf.Anonymous) && sf.Tag.Get("json") != "-" {
+					push(v.Field(i), f.depth+1)
+				}
+			}
+		}
+	}
+	return false
+}
+
+// flat reports whether values of t hold nothing to walk into.
+func flat(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.String:
+		return true
+	}
+	return false
+}
+
+// errText is err's text; an Error method that panics gives a text that
+// says so instead of crashing its caller.
+func errText(err error) (text string) {
+	if err == nil {
+		return ""
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			text = fmt.Sprintf("(the error's Error method panicked: %v)", v)
+		}
+	}()
+	return err.Error()
+}
