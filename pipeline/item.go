@@ -19,8 +19,9 @@ type failure struct {
 	first   time.Time
 	last    time.Time
 	// What earlier attempts, before node restarts replayed the item, left:
-	// their calls, and their entries at the start of history.
-	before, base int
+	// their calls, their entries at the start of history, and how many
+	// restarts replayed it.
+	before, base, restarts int
 }
 
 // again returns what a replay of the item after a node restart starts
@@ -28,7 +29,7 @@ type failure struct {
 // is clipped, so that the replay's entries never write into fl's.
 func (fl *failure) again() *failure {
 	return &failure{
-		before: fl.before + fl.calls, base: len(fl.history),
+		before: fl.before + fl.calls, base: len(fl.history), restarts: fl.restarts + 1,
 		history: fl.history[:len(fl.history):len(fl.history)], first: fl.first, last: fl.last,
 	}
 }
@@ -275,7 +276,7 @@ func (nr *nodeRun) record(fl *failure, ctx context.Context, err error, calls int
 		return
 	}
 	fl.err = err
-	if nr.spec.res.OnItemFailure != resilience.DeadLetter {
+	if !nr.spec.mayDeadLetter {
 		return
 	}
 	now := nr.rs.p.cfg.clock.Now()
@@ -284,7 +285,13 @@ func (nr *nodeRun) record(fl *failure, ctx context.Context, err error, calls int
 	}
 	fl.last = now
 	if calls > len(fl.history)-fl.base {
-		fl.history = append(fl.history, deadletter.Attempt{Time: now, Layer: resilience.ItemRetry, Retry: calls - 1, Delay: delay, Err: errText(err)})
+		// The first call of an attempt that a node restart replayed is
+		// that layer's; the calls after it are layer 1's retries.
+		layer, retry := resilience.ItemRetry, calls-1
+		if calls == 1 && fl.restarts > 0 {
+			layer, retry = resilience.NodeRestart, fl.restarts
+		}
+		fl.history = append(fl.history, deadletter.Attempt{Time: now, Layer: layer, Retry: retry, Delay: delay, Err: errText(err)})
 	}
 }
 
@@ -298,7 +305,8 @@ func (fl *failure) out() *failure {
 // gave up on. It returns nil when the item was skipped or dead-lettered,
 // and the error that fails the node otherwise. ctx is the context of the
 // node's current body: when it is done, the failure is only its echo and is
-// neither counted nor dead-lettered.
+// neither counted nor dead-lettered. The action is the first failure rule's
+// that matches the error, else OnItemFailure.
 func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *failure) error {
 	if ctx.Err() != nil {
 		// Whatever the call returned, the run is stopping: the item is not
@@ -311,7 +319,11 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 	if errors.Is(fl.err, resilience.ErrCircuitOpen) || errors.As(fl.err, &nrs) {
 		return fl.err
 	}
-	switch n.res.OnItemFailure {
+	action, err := nr.action(fl.err)
+	if err != nil {
+		return err
+	}
+	switch action {
 	case resilience.Skip:
 		n.stats.skipped.Add(1)
 		notify(rs, n, observer.Observer.OnDrop, observer.DropEvent{Event: rs.event(n), Attempts: fl.total(), Err: fl.err})
@@ -415,4 +427,26 @@ func errText(err error) (text string) {
 		}
 	}()
 	return err.Error()
+}
+
+// action returns the failure action of err: the first of the node's
+// failure rules that matches it, else OnItemFailure. A rule's Match is the
+// user's code: a panic in it fails the node, naming the rule.
+func (nr *nodeRun) action(err error) (a resilience.FailureAction, perr error) {
+	o := &nr.spec.res
+	for i, r := range o.FailureRules {
+		matched, perr := matchRule(r.Match, err, i)
+		if perr != nil {
+			return 0, &notRestartable{perr}
+		}
+		if matched {
+			return r.Action, nil
+		}
+	}
+	return o.OnItemFailure, nil
+}
+
+func matchRule(match func(error) bool, err error, i int) (matched bool, perr error) {
+	defer recoveredPolicy(fmt.Sprintf("failure rule %d", i), &perr)
+	return match(err), nil
 }

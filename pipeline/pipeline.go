@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -88,6 +89,8 @@ type spec struct {
 	res     resilience.Options
 	breaker *resilience.Breaker
 	stats   *counters
+	// mayDeadLetter is res.MayDeadLetter(): failures keep their history.
+	mayDeadLetter bool
 
 	// validate reports problems of the node's own settings.
 	validate func() []error
@@ -255,14 +258,22 @@ func (b *Builder) Build() (*Pipeline, error) {
 			fail(n.name, err)
 			continue
 		}
+		// The rules are the Build's own: a slice changed after Build
+		// changes nothing here.
+		res.FailureRules = slices.Clone(res.FailureRules)
 		n.res = res
+		n.mayDeadLetter = res.MayDeadLetter()
 		if err := n.res.Validate(); err != nil {
 			for _, e := range unjoin(err) {
 				fail(n.name, e)
 			}
 		}
-		if n.res.OnItemFailure == resilience.DeadLetter && cfg.deadLetter == nil {
-			fail(n.name, errors.New("resilience: OnItemFailure = dead_letter: the pipeline has no dead-letter sink (WithDeadLetter)"))
+		if n.res.MayDeadLetter() && cfg.deadLetter == nil {
+			what := "OnItemFailure"
+			if n.res.OnItemFailure != resilience.DeadLetter {
+				what = "a FailureRules Action"
+			}
+			fail(n.name, fmt.Errorf("resilience: %s = dead_letter: the pipeline has no dead-letter sink (WithDeadLetter)", what))
 		}
 	}
 	if len(nodes) > 0 && sources == 0 {

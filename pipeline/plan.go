@@ -45,8 +45,10 @@ type NodePlan struct {
 	// Pause is the longest a breaker under OpenPause can hold one item
 	// back in one cycle, MaxPause; 0 when the node has no pausing breaker.
 	Pause time.Duration
-	// OnItemFailure is what happens to an item after all that.
+	// OnItemFailure is what happens to an item after all that, unless one
+	// of the node's FailureRules (their number) decides.
 	OnItemFailure resilience.FailureAction
+	FailureRules  int
 }
 
 // Plan returns the worst case of every node's resilience layers.
@@ -61,7 +63,7 @@ func (p *Pipeline) Plan() Plan {
 func planNode(n *spec) NodePlan {
 	o := n.res
 	np := NodePlan{Node: n.name, Kind: n.kind, Starts: o.NodeRetry.MaxRetries + 1, OnItemFailure: o.OnItemFailure,
-		StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
+		FailureRules: len(o.FailureRules), StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
 	if o.CircuitBreaker.Enabled && o.CircuitBreaker.WhenOpen == resilience.OpenPause {
 		np.Pause = o.CircuitBreaker.MaxPause
 	}
@@ -115,8 +117,13 @@ func (pl Plan) String() string {
 			pause = n.Pause.String()
 		}
 		then := n.OnItemFailure.String()
-		if n.Kind == KindSource {
+		switch {
+		case n.Kind == KindSource:
 			then = "fail"
+		case n.FailureRules == 1:
+			then += " (1 rule first)"
+		case n.FailureRules > 1:
+			then += fmt.Sprintf(" (%d rules first)", n.FailureRules)
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.Node, n.Kind, calls, n.Starts, n.Multiplied,
 			short(n.ItemWait), short(n.StartWait), pause, then)

@@ -95,7 +95,49 @@ type Options struct {
 	NodeRestart    NodeRestartOptions
 	NodeRetry      NodeRetryOptions
 	CircuitBreaker CircuitBreakerOptions
-	OnItemFailure  FailureAction
+	// OnItemFailure is what happens to an item that layer 1 gave up on,
+	// unless a FailureRule decides. The zero value is Fail.
+	OnItemFailure FailureAction
+	// FailureRules pick the failure action by the error: the first rule
+	// whose Match reports true for the item's error (as layer 1 returns
+	// it: errors.Is and errors.As see through its wrapping) decides, else
+	// OnItemFailure. A validation error can be skipped, a 4xx
+	// dead-lettered, an authentication failure fail the run. None by
+	// default.
+	FailureRules []FailureRule
+}
+
+// A FailureRule gives the failure action of the errors it matches. Match
+// is the user's code: it runs under the engine's panic guard, and a panic
+// fails the node with a *PanicError.
+type FailureRule struct {
+	Match  func(error) bool
+	Action FailureAction
+}
+
+// Action returns the failure action for err: the first rule that matches
+// it, else OnItemFailure. It does not guard against a panicking Match.
+func (o Options) Action(err error) FailureAction {
+	for _, r := range o.FailureRules {
+		if r.Match(err) {
+			return r.Action
+		}
+	}
+	return o.OnItemFailure
+}
+
+// MayDeadLetter reports whether some failure may be dead-lettered: by
+// OnItemFailure or by a rule.
+func (o Options) MayDeadLetter() bool {
+	if o.OnItemFailure == DeadLetter {
+		return true
+	}
+	for _, r := range o.FailureRules {
+		if r.Action == DeadLetter {
+			return true
+		}
+	}
+	return false
 }
 
 // Profile names a starting set of [Options] and engine settings.
@@ -195,6 +237,17 @@ func (o Options) validate(errs optionErrors) {
 	case Fail, Skip, DeadLetter:
 	default:
 		errs.add("OnItemFailure", o.OnItemFailure, "unknown failure action")
+	}
+	for i, r := range o.FailureRules {
+		field := fmt.Sprintf("FailureRules[%d]", i)
+		if r.Match == nil {
+			errs.add(field+".Match", "nil", "a rule needs a Match function")
+		}
+		switch r.Action {
+		case Fail, Skip, DeadLetter:
+		default:
+			errs.add(field+".Action", r.Action, "unknown failure action")
+		}
 	}
 }
 
