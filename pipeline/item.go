@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
@@ -46,6 +48,22 @@ var ErrTooManyRepeats = errors.New("pipeline: item repeated too many times")
 func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error), in In) (r R, err error) {
 	defer recovered(&err)
 	return f(ctx, in)
+}
+
+// withAttemptTimeout gives every call of f a context with a deadline d
+// later on clock. A call that fails once that deadline passed, while the
+// node's own context is live, fails with a *resilience.AttemptTimeoutError
+// around its error.
+func withAttemptTimeout[In, R any](f func(context.Context, In) (R, error), d time.Duration, clock clockwork.Clock) func(context.Context, In) (R, error) {
+	return func(ctx context.Context, in In) (R, error) {
+		cctx, cancel := clockwork.WithTimeout(ctx, clock, d)
+		defer cancel()
+		r, err := f(cctx, in)
+		if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+			err = &resilience.AttemptTimeoutError{Timeout: d, Err: err}
+		}
+		return r, err
+	}
 }
 
 // idleFunc hands over what the calling goroutine gathered and publishes

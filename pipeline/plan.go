@@ -45,6 +45,10 @@ type NodePlan struct {
 	// Pause is the longest a breaker under OpenPause can hold one item
 	// back in one cycle, MaxPause; 0 when the node has no pausing breaker.
 	Pause time.Duration
+	// AttemptTimeout bounds each call (0: unbounded): an item's calls take
+	// at most ItemCalls × AttemptTimeout on top of ItemWait, for calls that
+	// heed their context.
+	AttemptTimeout time.Duration
 	// OnItemFailure is what happens to an item after all that, unless one
 	// of the node's FailureRules (their number) decides.
 	OnItemFailure resilience.FailureAction
@@ -63,7 +67,7 @@ func (p *Pipeline) Plan() Plan {
 func planNode(n *spec) NodePlan {
 	o := n.res
 	np := NodePlan{Node: n.name, Kind: n.kind, Starts: o.NodeRetry.MaxRetries + 1, OnItemFailure: o.OnItemFailure,
-		FailureRules: len(o.FailureRules), StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
+		FailureRules: len(o.FailureRules), AttemptTimeout: o.ItemRetry.AttemptTimeout, StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
 	if o.CircuitBreaker.Enabled && o.CircuitBreaker.WhenOpen == resilience.OpenPause {
 		np.Pause = o.CircuitBreaker.MaxPause
 	}
@@ -106,7 +110,7 @@ func (pl Plan) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "resilience plan of pipeline %q (worst cases)\n", pl.Pipeline)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "node\tkind\tcalls/item\tstarts\tmultiplied\twait/item\twait to start\tpause/item\tthen")
+	fmt.Fprintln(tw, "node\tkind\tcalls/item\tstarts\tmultiplied\twait/item\twait to start\tpause/item\tcall limit\tthen")
 	for _, n := range pl.Nodes {
 		calls := "-"
 		if n.Kind != KindSource {
@@ -125,8 +129,12 @@ func (pl Plan) String() string {
 		case n.FailureRules > 1:
 			then += fmt.Sprintf(" (%d rules first)", n.FailureRules)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", n.Node, n.Kind, calls, n.Starts, n.Multiplied,
-			short(n.ItemWait), short(n.StartWait), pause, then)
+		limit := "-"
+		if n.AttemptTimeout > 0 && n.Kind != KindSource {
+			limit = n.AttemptTimeout.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Kind, calls, n.Starts, n.Multiplied,
+			short(n.ItemWait), short(n.StartWait), pause, limit, then)
 	}
 	tw.Flush()
 	return sb.String()

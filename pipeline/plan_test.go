@@ -30,6 +30,7 @@ func TestPlanMultipliesTheLayers(t *testing.T) {
 		o.NodeRestart.MaxRestarts = 2
 		o.NodeRestart.Backoff = resilience.Linear(time.Second).WithJitter(resilience.JitterNone)
 		o.OnItemFailure = resilience.DeadLetter
+		o.ItemRetry.AttemptTimeout = 2 * time.Second
 		o.FailureRules = []resilience.FailureRule{
 			{Match: func(error) bool { return false }, Action: resilience.Skip},
 			{Match: func(error) bool { return false }, Action: resilience.Fail},
@@ -61,6 +62,7 @@ func TestPlanMultipliesTheLayers(t *testing.T) {
 	assert.Equal(t, 5*time.Minute, call.Pause)
 	assert.Equal(t, resilience.DeadLetter, call.OnItemFailure)
 	assert.Equal(t, 2, call.FailureRules)
+	assert.Equal(t, 2*time.Second, call.AttemptTimeout)
 
 	store := plan.Nodes[2]
 	assert.Equal(t, resilience.MaxRepeats+1, store.ItemCalls, "capped: the engine fails the node past 100 repeats")
@@ -71,7 +73,7 @@ func TestPlanMultipliesTheLayers(t *testing.T) {
 
 	s := plan.String()
 	assert.Contains(t, s, `resilience plan of pipeline "plan" (worst cases)`)
-	assert.Regexp(t, `call\s+transform\s+45\s+3\s+135\s+4.7s\s+2s\s+5m0s\s+dead_letter \(2 rules first\)`, s)
+	assert.Regexp(t, `call\s+transform\s+45\s+3\s+135\s+4.7s\s+2s\s+5m0s\s+2s\s+dead_letter \(2 rules first\)`, s)
 	assert.Regexp(t, `store\s+sink\s+101\s+.*\s+fail\n`, s)
 	assert.Regexp(t, `read\s+source\s+-\s+3\s+15\s+8s`, s)
 }

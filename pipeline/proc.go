@@ -21,9 +21,11 @@ type proc[In, R, Out any] struct {
 	in      *inbox[In]
 	writers []*writer[Out] // one, or one per worker when unordered; none for a sink
 	sink    bool
-	// loop is the node kind's own loop over a run of items (see run).
-	loop loopFunc[In, Out]
-	cur  int // the item loop is at, for the panic guard
+	// loop is the node kind's own loop over a run of items (see run),
+	// unless timed: each call then has its own deadline, through call.
+	loop  loopFunc[In, Out]
+	timed bool
+	cur   int // the item loop is at, for the panic guard
 	// gate holds the breaker permit of the item at cur while its call
 	// runs in the fast loop; layer 1 reports it when the call fails.
 	gate gate
@@ -80,6 +82,10 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 	n := nr.spec
 	p := &proc[In, R, Out]{nr: nr, user: user, call: call, deliver: deliver, sink: n.output == nil}
 	p.gate.br = n.breaker
+	if d := n.res.ItemRetry.AttemptTimeout; d > 0 {
+		p.call = withAttemptTimeout(call, d, nr.rs.p.cfg.clock)
+		p.timed = true
+	}
 	r := newReader(nr.rs.edges[n.id].(edge[In]), &n.stats.in)
 	// Only parallel workers need a replay window: a single worker's
 	// checkpoint is the item it is at (see runs).
@@ -302,7 +308,7 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 	if p.gate.br != nil {
 		g = &p.gate
 	}
-	if p.loop != nil {
+	if p.loop != nil && !p.timed {
 		return p.loop(ctx, w, done, items, &p.cur, &p.tick, g)
 	}
 	for ; p.cur < len(items); p.cur++ {

@@ -193,7 +193,10 @@ var transientErrnos = []syscall.Errno{
 
 func defaultTransient(err error) bool {
 	switch err {
-	case context.DeadlineExceeded, os.ErrDeadlineExceeded, io.ErrUnexpectedEOF:
+	case context.DeadlineExceeded, os.ErrDeadlineExceeded, io.ErrUnexpectedEOF, ErrAttemptTimeout:
+		return true
+	}
+	if _, ok := err.(*AttemptTimeoutError); ok {
 		return true
 	}
 	if errno, ok := err.(syscall.Errno); ok && slices.Contains(transientErrnos, errno) {

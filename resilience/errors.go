@@ -188,3 +188,26 @@ func (k *RetryKind) UnmarshalText(b []byte) error {
 	}
 	return nil
 }
+
+// ErrAttemptTimeout is matched by the error of a call that ran past its
+// [ItemRetryOptions.AttemptTimeout]. The default classifier judges it
+// transient.
+var ErrAttemptTimeout = errors.New("resilience: attempt timed out")
+
+// An AttemptTimeoutError is the error of a call that ran past its
+// AttemptTimeout: it matches [ErrAttemptTimeout] and unwraps to what the
+// call returned.
+type AttemptTimeoutError struct {
+	Timeout time.Duration
+	Err     error
+}
+
+func (e *AttemptTimeoutError) Error() string {
+	return fmt.Sprintf("resilience: attempt timed out after %s: %v", e.Timeout, e.Err)
+}
+
+// Is reports whether target is [ErrAttemptTimeout].
+func (e *AttemptTimeoutError) Is(target error) bool { return target == ErrAttemptTimeout }
+
+// Unwrap returns the call's own error.
+func (e *AttemptTimeoutError) Unwrap() error { return e.Err }

@@ -59,9 +59,20 @@ func (a FailureAction) String() string {
 // ItemRetryOptions configure layer 1: one item retried inside a transform or
 // a sink. MaxRetries = 3 allows 4 calls.
 type ItemRetryOptions struct {
+	// MaxRetries is the retries after the first call; 0 calls once.
 	MaxRetries int
-	Backoff    Backoff
+	// Backoff is the wait before each retry.
+	Backoff Backoff
+	// Classifier judges which errors are retried; the zero value is the
+	// default classifier.
 	Classifier Classifier
+	// AttemptTimeout, when positive, bounds each call: the call's context
+	// has that deadline (on the pipeline's clock), and a call that fails
+	// after it passed fails with an error matching [ErrAttemptTimeout],
+	// transient by default, so it is retried. A call that ignores its
+	// context keeps its worker until it returns. 0, the default, sets no
+	// deadline.
+	AttemptTimeout time.Duration
 }
 
 // NodeRestartOptions configure layer 2: a node whose stream failed is
@@ -207,6 +218,9 @@ func (o Options) Validate() error {
 func (o Options) validate(errs optionErrors) {
 	repeats(errs, "ItemRetry.MaxRetries", o.ItemRetry.MaxRetries)
 	o.ItemRetry.Backoff.validate(errs.at("ItemRetry.Backoff"))
+	if o.ItemRetry.AttemptTimeout < 0 {
+		errs.add("ItemRetry.AttemptTimeout", o.ItemRetry.AttemptTimeout, "must not be negative")
+	}
 
 	repeats(errs, "NodeRestart.MaxRestarts", o.NodeRestart.MaxRestarts)
 	o.NodeRestart.Backoff.validate(errs.at("NodeRestart.Backoff"))
