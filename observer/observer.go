@@ -64,7 +64,10 @@ type RetryExhaustedEvent struct {
 	Event
 	Kind     resilience.RetryKind
 	Attempts int
-	Err      error
+	// Limit is what ended the retries: their count, MaxElapsed or the
+	// retry budget.
+	Limit resilience.Limit
+	Err   error
 }
 
 // A DeadLetterEvent reports an item sent to the dead-letter sink. Node is

@@ -115,8 +115,9 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		// so that a retry that succeeds allocates nothing.
 		fl    failure
 		zero  R
-		calls int       // calls made in this cycle
-		pause time.Time // under OpenPause: when the item's pause ends
+		calls   int       // calls made in this cycle
+		pause   time.Time // under OpenPause: when the item's pause ends
+		started time.Time // under MaxElapsed: the first failure
 	)
 	if prior != nil {
 		fl = *prior
@@ -188,11 +189,20 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			return zero, fl.out()
 		}
 		retry++
-		var d time.Duration
-		if o.Backoff.Kind != resilience.BackoffNone {
-			var perr error
-			if d, perr = delay(o.Backoff, retry, nr.rs.p.cfg.rand); perr != nil {
-				nr.record(&fl, ctx, perr, calls, 0)
+		d, perr := retryDelay(o.Backoff, retry, nr.rs.p.cfg.rand, err)
+		if perr != nil {
+			nr.record(&fl, ctx, perr, calls, 0)
+			return zero, fl.out()
+		}
+		if o.MaxElapsed > 0 {
+			// No retry starts past MaxElapsed from the first failure.
+			now := nr.rs.p.cfg.clock.Now()
+			if started.IsZero() {
+				started = now
+			}
+			if now.Add(d).After(started.Add(o.MaxElapsed)) {
+				nr.record(&fl, ctx, err, calls, 0)
+				fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, err, resilience.LimitElapsed)
 				return zero, fl.out()
 			}
 		}
@@ -420,6 +430,31 @@ func classify(ctx context.Context, c resilience.Classifier, in error) (transient
 	err = in
 	defer recoveredPolicy("classifier rule", &err)
 	return c.IsTransientContext(ctx, in), in
+}
+
+// retryDelay is the wait before retry n after err: the delay err asks for
+// (resilience.RetryAfterOf), capped by b's MaxDelay when set, else b's
+// curve. Both may run the user's code, under the panic guard.
+func retryDelay(b resilience.Backoff, n int, r resilience.Rand, err error) (d time.Duration, perr error) {
+	asked, ok, perr := retryAfterOf(err)
+	switch {
+	case perr != nil:
+		return 0, perr
+	case ok:
+		if b.MaxDelay > 0 && asked > b.MaxDelay {
+			asked = b.MaxDelay
+		}
+		return asked, nil
+	case b.Kind == resilience.BackoffNone:
+		return 0, nil
+	}
+	return delay(b, n, r)
+}
+
+func retryAfterOf(err error) (d time.Duration, ok bool, perr error) {
+	defer recoveredPolicy("RetryAfter", &perr)
+	d, ok = resilience.RetryAfterOf(err)
+	return d, ok, nil
 }
 
 // delay returns the backoff's delay before retry n. A panic in a custom

@@ -394,9 +394,14 @@ func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry i
 }
 
 func (nr *nodeRun) exhausted(k resilience.RetryKind, attempts int, err error) error {
+	return nr.exhaustedBy(k, attempts, err, resilience.LimitCount)
+}
+
+// exhaustedBy reports that layer k gave up, ended by limit.
+func (nr *nodeRun) exhaustedBy(k resilience.RetryKind, attempts int, err error, limit resilience.Limit) error {
 	rs, n := nr.rs, nr.spec
-	notify(rs, n, observer.Observer.OnRetryExhausted, observer.RetryExhaustedEvent{Event: rs.event(n), Kind: k, Attempts: attempts, Err: err})
-	return &resilience.RetryExhaustedError{Node: n.name, Kind: k, Attempts: attempts, Err: err}
+	notify(rs, n, observer.Observer.OnRetryExhausted, observer.RetryExhaustedEvent{Event: rs.event(n), Kind: k, Attempts: attempts, Limit: limit, Err: err})
+	return &resilience.RetryExhaustedError{Node: n.name, Kind: k, Attempts: attempts, Limit: limit, Err: err}
 }
 
 // notRestartable marks failures that node restart must not repeat.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"syscall"
+	"time"
 )
 
 // A Classifier decides whether an error is transient (worth another
@@ -198,6 +199,9 @@ func defaultTransient(err error) bool {
 	}
 	if _, ok := err.(*AttemptTimeoutError); ok {
 		return true
+	}
+	if _, ok := err.(interface{ RetryAfter() time.Duration }); ok {
+		return true // it says when to retry
 	}
 	if errno, ok := err.(syscall.Errno); ok && slices.Contains(transientErrnos, errno) {
 		return true

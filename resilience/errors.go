@@ -50,14 +50,46 @@ type RetryExhaustedError struct {
 	Node     string    // the node whose work failed
 	Kind     RetryKind // the layer that gave up
 	Attempts int       // calls made, the first one included
+	Limit    Limit     // what ended the retries
 	Err      error     // the last attempt's error
 }
 
-// Error returns a message naming the layer and the attempts. It leaves the
-// node to the error that wraps it, a pipeline.NodeError, so that a message
-// names the node once; the Node field holds it.
+// Error returns a message naming the layer, the attempts and, unless it is
+// the retry count, the limit that ended them. It leaves the node to the
+// error that wraps it, a pipeline.NodeError, so that a message names the
+// node once; the Node field holds it.
 func (e *RetryExhaustedError) Error() string {
+	if e.Limit != LimitCount {
+		return fmt.Sprintf("resilience: %s exhausted after %d attempts (%s limit): %v", e.Kind, e.Attempts, e.Limit, e.Err)
+	}
 	return fmt.Sprintf("resilience: %s exhausted after %d attempts: %v", e.Kind, e.Attempts, e.Err)
+}
+
+// A Limit is what ended a layer's retries.
+type Limit int
+
+const (
+	// LimitCount: the layer made its MaxRetries (or MaxRestarts) retries.
+	// It is the zero value.
+	LimitCount Limit = iota
+	// LimitElapsed: the next retry would have started past MaxElapsed
+	// from the first failure.
+	LimitElapsed
+	// LimitBudget: the shared retry budget was spent.
+	LimitBudget
+)
+
+// String returns "count", "elapsed" or "budget".
+func (l Limit) String() string {
+	switch l {
+	case LimitCount:
+		return "count"
+	case LimitElapsed:
+		return "elapsed"
+	case LimitBudget:
+		return "budget"
+	}
+	return fmt.Sprintf("Limit(%d)", int(l))
 }
 
 // Is reports whether target is [ErrRetryExhausted].
@@ -211,3 +243,52 @@ func (e *AttemptTimeoutError) Is(target error) bool { return target == ErrAttemp
 
 // Unwrap returns the call's own error.
 func (e *AttemptTimeoutError) Unwrap() error { return e.Err }
+
+// RetryAfter marks err with the delay its source asked for (an HTTP 429 or
+// 503 Retry-After, a broker's throttle): the retrying layer waits d
+// (capped by its backoff's MaxDelay, when set) instead of its own curve,
+// without jitter. An error with a method RetryAfter() time.Duration
+// anywhere in its chain counts the same. Either is transient for the
+// default classifier, unless marked permanent. A negative d counts as 0.
+func RetryAfter(err error, d time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &retryAfterError{err: err, d: max(d, 0)}
+}
+
+type retryAfterError struct {
+	err error
+	d   time.Duration
+}
+
+func (e *retryAfterError) Error() string             { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error             { return e.err }
+func (e *retryAfterError) RetryAfter() time.Duration { return e.d }
+
+// RetryAfterOf returns the delay err asks for: that of the first error in
+// its chain with a method RetryAfter() time.Duration (see [RetryAfter]),
+// at least 0.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	// A walk of type assertions, as errors.As would do, without its
+	// reflection: this runs on every retry.
+	for err != nil {
+		if ra, ok := err.(interface{ RetryAfter() time.Duration }); ok {
+			return max(ra.RetryAfter(), 0), true
+		}
+		switch x := err.(type) {
+		case interface{ Unwrap() error }:
+			err = x.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, e := range x.Unwrap() {
+				if d, ok := RetryAfterOf(e); ok {
+					return d, true
+				}
+			}
+			return 0, false
+		default:
+			return 0, false
+		}
+	}
+	return 0, false
+}

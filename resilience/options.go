@@ -66,6 +66,13 @@ type ItemRetryOptions struct {
 	// Classifier judges which errors are retried; the zero value is the
 	// default classifier.
 	Classifier Classifier
+	// MaxElapsed, when positive, caps the time layer 1 spends on one item:
+	// no retry starts once MaxElapsed has passed since the item's first
+	// failure in this attempt (a retry whose delay would end past it is
+	// not waited for), and the item's error is then a
+	// *RetryExhaustedError with Limit LimitElapsed. 0, the default, sets
+	// no cap.
+	MaxElapsed time.Duration
 	// AttemptTimeout, when positive, bounds each call: the call's context
 	// has that deadline (on the pipeline's clock), and a call that fails
 	// after it passed fails with an error matching [ErrAttemptTimeout],
@@ -218,6 +225,9 @@ func (o Options) Validate() error {
 func (o Options) validate(errs optionErrors) {
 	repeats(errs, "ItemRetry.MaxRetries", o.ItemRetry.MaxRetries)
 	o.ItemRetry.Backoff.validate(errs.at("ItemRetry.Backoff"))
+	if o.ItemRetry.MaxElapsed < 0 {
+		errs.add("ItemRetry.MaxElapsed", o.ItemRetry.MaxElapsed, "must not be negative")
+	}
 	if o.ItemRetry.AttemptTimeout < 0 {
 		errs.add("ItemRetry.AttemptTimeout", o.ItemRetry.AttemptTimeout, "must not be negative")
 	}
