@@ -113,8 +113,8 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 	var (
 		// fl stays on the stack: only a failure for good copies it out,
 		// so that a retry that succeeds allocates nothing.
-		fl    failure
-		zero  R
+		fl      failure
+		zero    R
 		calls   int       // calls made in this cycle
 		pause   time.Time // under OpenPause: when the item's pause ends
 		started time.Time // under MaxElapsed: the first failure
