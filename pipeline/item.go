@@ -206,6 +206,12 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 				return zero, fl.out()
 			}
 		}
+		if b := n.res.RetryBudget; b != nil && !probe && !b.Withdraw() {
+			// The shared budget is spent: no retry, the failure action now.
+			nr.record(&fl, ctx, err, calls, 0)
+			fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, err, resilience.LimitBudget)
+			return zero, fl.out()
+		}
 		nr.record(&fl, ctx, err, calls, d)
 		n.stats.retry(resilience.ItemRetry)
 		if nr.rs.observed {

@@ -244,6 +244,10 @@ type nodeRun struct {
 
 func (nr *nodeRun) run() error {
 	rs, n := nr.rs, nr.spec
+	if b := n.res.RetryBudget; b != nil && n.consumes {
+		// The items this node takes in are the budget's first attempts.
+		defer b.Track(&n.stats.in)()
+	}
 	notify(rs, n, observer.Observer.OnNodeStarted, observer.NodeEvent{Event: rs.event(n)})
 	err := nr.nodeRetry()
 	err = errors.Join(err, nr.closeLast())

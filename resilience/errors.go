@@ -92,8 +92,11 @@ func (l Limit) String() string {
 	return fmt.Sprintf("Limit(%d)", int(l))
 }
 
-// Is reports whether target is [ErrRetryExhausted].
-func (e *RetryExhaustedError) Is(target error) bool { return target == ErrRetryExhausted }
+// Is reports whether target is [ErrRetryExhausted], or
+// [ErrBudgetExhausted] when the budget ended the retries.
+func (e *RetryExhaustedError) Is(target error) bool {
+	return target == ErrRetryExhausted || (e.Limit == LimitBudget && target == ErrBudgetExhausted)
+}
 
 // Unwrap returns the last attempt's error.
 func (e *RetryExhaustedError) Unwrap() error { return e.Err }

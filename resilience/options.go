@@ -116,6 +116,12 @@ type Options struct {
 	// OnItemFailure is what happens to an item that layer 1 gave up on,
 	// unless a FailureRule decides. The zero value is Fail.
 	OnItemFailure FailureAction
+	// RetryBudget, when not nil, bounds layer 1's retries of every node that
+	// shares it (see [Budget]): with the budget spent, a failed item is not
+	// retried but goes to its failure action at once, its error a
+	// *RetryExhaustedError with Limit LimitBudget that matches
+	// ErrBudgetExhausted. Nil, the default, bounds nothing.
+	RetryBudget *Budget
 	// FailureRules pick the failure action by the error: the first rule
 	// whose Match reports true for the item's error (as layer 1 returns
 	// it: errors.Is and errors.As see through its wrapping) decides, else
@@ -261,6 +267,9 @@ func (o Options) validate(errs optionErrors) {
 	case Fail, Skip, DeadLetter:
 	default:
 		errs.add("OnItemFailure", o.OnItemFailure, "unknown failure action")
+	}
+	if o.RetryBudget != nil {
+		o.RetryBudget.validate(errs)
 	}
 	for i, r := range o.FailureRules {
 		field := fmt.Sprintf("FailureRules[%d]", i)

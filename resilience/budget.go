@@ -1,0 +1,197 @@
+package resilience
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// ErrBudgetExhausted is in the error chain of an item that was not retried
+// because the retry budget it draws on was spent.
+var ErrBudgetExhausted = errors.New("resilience: retry budget exhausted")
+
+// BudgetOptions configure a [Budget].
+type BudgetOptions struct {
+	// Ratio is how many retries the budget allows per first attempt, over
+	// Window: 0.1 allows one retry for every ten items. At least 0.
+	Ratio float64
+	// MinPerSecond retries per second are allowed on top of Ratio, so that
+	// a trickle of items can still retry. At least 0.
+	MinPerSecond float64
+	// Window is the time over which first attempts and retries are
+	// counted. Default 10 s.
+	Window time.Duration
+	// Clock is the budget's clock; default the real one. Give the
+	// pipeline's fake clock in tests.
+	Clock clockwork.Clock
+}
+
+const budgetBuckets = 10
+
+// A Budget bounds the retries of the nodes that share it (through
+// [Options].RetryBudget), across nodes and runs: over the last Window, at
+// most Ratio × the items they took in, plus MinPerSecond × Window. When a
+// dependency fails for everyone, retries then add at most Ratio to its load
+// instead of multiplying it by every layer's retries. A Budget is safe for
+// concurrent use.
+//
+// It costs nothing per item: the nodes' input counts, which the engine
+// keeps anyway, are read only when a retry asks for leave.
+type Budget struct {
+	opts BudgetOptions
+	err  error // what Validate reports
+
+	mu      sync.Mutex
+	sources map[*atomic.Int64]int64 // tracked input counters and their base
+	settled int64                   // items counted from counters no longer tracked
+	samples []budgetSample          // total items taken in, over time
+	retries [budgetBuckets]budgetBucket
+	refused int64
+}
+
+type budgetSample struct {
+	at    time.Time
+	total int64
+}
+
+type budgetBucket struct {
+	epoch int64
+	n     int64
+}
+
+// NewBudget returns a Budget for o. Options that are not valid are
+// reported by the Validate of every [Options] that uses the budget, so by
+// pipeline.Build.
+func NewBudget(o BudgetOptions) *Budget {
+	if o.Window == 0 {
+		o.Window = 10 * time.Second
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	b := &Budget{opts: o, sources: map[*atomic.Int64]int64{}}
+	var errs []error
+	if o.Ratio < 0 || math.IsNaN(o.Ratio) || math.IsInf(o.Ratio, 0) {
+		errs = append(errs, fmt.Errorf("Ratio %v: must be a finite number, at least 0", o.Ratio))
+	}
+	if o.MinPerSecond < 0 || math.IsNaN(o.MinPerSecond) || math.IsInf(o.MinPerSecond, 0) {
+		errs = append(errs, fmt.Errorf("MinPerSecond %v: must be a finite number, at least 0", o.MinPerSecond))
+	}
+	if o.Window < budgetBuckets {
+		errs = append(errs, fmt.Errorf("Window %s: must be at least %dns", o.Window, budgetBuckets))
+	}
+	b.err = errors.Join(errs...)
+	return b
+}
+
+// Track counts the items that in counts as first attempts, from its value
+// now, until the returned function is called. The engine tracks each
+// node's input counter while the node runs.
+func (b *Budget) Track(in *atomic.Int64) (untrack func()) {
+	now := b.opts.Clock.Now()
+	b.mu.Lock()
+	b.sampleLocked(now)
+	b.sources[in] = in.Load()
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if base, ok := b.sources[in]; ok {
+			b.settled += in.Load() - base
+			delete(b.sources, in)
+		}
+	}
+}
+
+// Withdraw asks leave for one retry; false when the budget is spent. A
+// retry that is allowed is counted.
+func (b *Budget) Withdraw() bool {
+	now := b.opts.Clock.Now()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	firsts := b.firstsLocked(now)
+	epoch := b.epoch(now)
+	var retries int64
+	for _, bk := range b.retries {
+		if bk.epoch > epoch-budgetBuckets && bk.epoch <= epoch {
+			retries += bk.n
+		}
+	}
+	allowed := b.opts.Ratio*float64(firsts) + b.opts.MinPerSecond*b.opts.Window.Seconds()
+	if float64(retries+1) > allowed {
+		b.refused++
+		return false
+	}
+	cur := &b.retries[epoch%budgetBuckets]
+	if cur.epoch != epoch {
+		*cur = budgetBucket{epoch: epoch}
+	}
+	cur.n++
+	return true
+}
+
+// Refused counts the retries the budget refused.
+func (b *Budget) Refused() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.refused
+}
+
+func (b *Budget) epoch(now time.Time) int64 {
+	return now.UnixNano() / int64(b.opts.Window/budgetBuckets)
+}
+
+// firstsLocked returns the items taken in over the last Window. It
+// samples the total of the tracked counters when a node starts and at
+// withdrawals (at most one sample per Window/10), and counts from the
+// newest sample at least Window old; when that sample is older than Window,
+// it assumes the items came at an even rate since, so that a long quiet
+// spell before an outage does not lend the outage its retries.
+func (b *Budget) firstsLocked(now time.Time) int64 {
+	total := b.sampleLocked(now)
+	cut := now.Add(-b.opts.Window)
+	start := 0
+	for start+1 < len(b.samples) && !b.samples[start+1].at.After(cut) {
+		start++
+	}
+	b.samples = b.samples[start:]
+	anchor := b.samples[0]
+	n := total - anchor.total
+	if span := now.Sub(anchor.at); span > b.opts.Window {
+		n = int64(float64(n) * float64(b.opts.Window) / float64(span))
+	}
+	return n
+}
+
+// sampleLocked returns the total items taken in, recording it as a sample
+// when the newest is at least Window/10 old.
+func (b *Budget) sampleLocked(now time.Time) int64 {
+	total := b.settled
+	for in, base := range b.sources {
+		total += in.Load() - base
+	}
+	if n := len(b.samples); n == 0 || now.Sub(b.samples[n-1].at) >= b.opts.Window/budgetBuckets {
+		b.samples = append(b.samples, budgetSample{at: now, total: total})
+	}
+	return total
+}
+
+func (b *Budget) validate(errs optionErrors) {
+	if b.err != nil {
+		for _, e := range unjoin(b.err) {
+			errs.add("RetryBudget", "", e.Error())
+		}
+	}
+}
+
+func unjoin(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
+}
