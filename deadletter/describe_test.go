@@ -218,3 +218,32 @@ func TestEncodeItem(t *testing.T) {
 	_, err = deadletter.EncodeItem(m, nil)
 	assert.ErrorIs(t, err, deadletter.ErrTooDeep)
 }
+
+type ptrMarshaled struct{ Next any }
+
+func (n *ptrMarshaled) MarshalJSON() ([]byte, error) { return []byte(`"node"`), nil }
+
+// Deep items that share a slice with an empty view of it, or whose
+// MarshalJSON has a pointer receiver that encoding/json cannot call on a
+// value in an interface, are still measured, and refused.
+func TestEncodeItemSeesThroughViewsAndValueMarshalers(t *testing.T) {
+	t.Parallel()
+	var deep any = 0
+	for range 2 * deadletter.MaxDepth {
+		deep = []any{deep}
+	}
+	all := []any{1, deep}
+	_, err := deadletter.EncodeItem(struct{ All, Pending []any }{all, all[:0]}, nil)
+	assert.ErrorIs(t, err, deadletter.ErrTooDeep)
+
+	var it any = 0
+	for range 2 * deadletter.MaxDepth {
+		it = ptrMarshaled{Next: it}
+	}
+	_, err = deadletter.EncodeItem(it, nil)
+	assert.ErrorIs(t, err, deadletter.ErrTooDeep)
+	// Addressable, through a pointer, the method is called: nothing to walk.
+	raw, err := deadletter.EncodeItem(&ptrMarshaled{Next: it}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, `"node"`, string(raw))
+}

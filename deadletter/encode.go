@@ -52,7 +52,7 @@ func tooDeep(item any) bool {
 		depth int
 	}
 	stack := []frame{{reflect.ValueOf(item), 0}}
-	deepest := map[seenKey]int{}
+	deepest := map[deepKey]int{}
 	push := func(v reflect.Value, depth int) { stack = append(stack, frame{v, depth}) }
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
@@ -66,8 +66,10 @@ func tooDeep(item any) bool {
 		}
 		t := v.Type()
 		if t.Kind() != reflect.Interface && (t.Implements(jsonMarshaler) || t.Implements(textMarshaler) ||
-			reflect.PointerTo(t).Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(textMarshaler)) {
-			continue // it encodes itself
+			(v.CanAddr() && (reflect.PointerTo(t).Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(textMarshaler)))) {
+			// It encodes itself (encoding/json calls a pointer method only
+			// on an addressable value).
+			continue
 		}
 		switch v.Kind() {
 		case reflect.Interface:
@@ -78,7 +80,12 @@ func tooDeep(item any) bool {
 			if v.IsNil() || (v.Kind() != reflect.Pointer && flat(t.Elem())) {
 				continue
 			}
-			k := seenKey{ptr: v.Pointer(), typ: t}
+			// A slice is itself only with the same start, type and length:
+			// buf[:0] and buf share a pointer and not their elements.
+			k := deepKey{ptr: v.Pointer(), typ: t}
+			if v.Kind() == reflect.Slice {
+				k.len = v.Len()
+			}
 			if d, ok := deepest[k]; ok && d >= f.depth {
 				continue
 			}
@@ -111,6 +118,12 @@ func tooDeep(item any) bool {
 		}
 	}
 	return false
+}
+
+type deepKey struct {
+	ptr uintptr
+	typ reflect.Type
+	len int
 }
 
 // flat reports whether values of t hold nothing to walk into.

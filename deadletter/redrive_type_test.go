@@ -92,7 +92,7 @@ func TestSourceDecodesOldFilesStrictly(t *testing.T) {
 		require.NoError(t, err)
 		old = append(old, string(b))
 	}
-	old = append(old, `{"item":null,"error":"x","origin_node":"price","history":null}`)
+	old = append(old, `{"item":null,"error":"x","origin_node":"price","decision_node":"price","history":null}`)
 	require.NoError(t, os.WriteFile(path, []byte(strings.Join(old, "\n")+"\n"), 0o600))
 
 	var skipped []string

@@ -48,7 +48,8 @@ func SkipBadLines(report func(*LineError)) SourceOption {
 	return func(c *sourceConfig) { c.skip = report }
 }
 
-// OnlyNodes makes the source re-drive only the envelopes whose OriginNode
+// OnlyNodes makes the source re-drive only the envelopes whose
+// DecisionNode (the node that dead-lettered the item, whose input it is)
 // is one of nodes, and pass over the others on purpose: a file that holds
 // the dead letters of several nodes, of several item types, can be
 // re-driven one node at a time. Without it every envelope is re-driven,
@@ -114,8 +115,8 @@ func Source[T any](path string, opts ...SourceOption) node.Source[T] {
 		others := map[string]bool{}
 		for r, err := range records {
 			if err == nil && cfg.nodes != nil {
-				if !cfg.nodes[r.OriginNode] {
-					others[r.OriginNode] = true
+				if !cfg.nodes[r.DecisionNode] {
+					others[r.DecisionNode] = true
 					continue
 				}
 				matched++

@@ -156,7 +156,7 @@ func TestRequeue(t *testing.T) {
 		assert.Equal(t, "text/plain", m.ContentType)
 		assert.Equal(t, "kept", m.Headers["x-app"])
 		assert.Equal(t, int64(1700000000), m.Timestamp.Unix())
-		assert.Equal(t, uint8(amqp.Persistent), m.DeliveryMode)
+		assert.Equal(t, uint8(0), m.DeliveryMode, "properties kept as they were")
 	}
 
 	// A missing --to moves nothing and leaves the messages where they are.

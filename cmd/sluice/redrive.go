@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -143,18 +142,20 @@ func publishLetters(ctx context.Context, todo []letter, url, exchange, key strin
 		Confirms:  rabbitmq.Confirms{Enabled: true, WaitFor: true, Timeout: timeout},
 		PubRetry:  rabbitmq.PubRetry{Enabled: true},
 		Publishing: func(l letter) (amqp.Publishing, error) {
-			return amqp.Publishing{
-				ContentType:   "application/json",
-				DeliveryMode:  amqp.Persistent,
-				CorrelationId: l.r.CorrelationID,
-				MessageId:     l.key,
-				Body:          []byte(l.r.Item.(json.RawMessage)),
-				Headers: amqp.Table{
-					"x-sluice-redrive-of":  fmt.Sprintf("%s:%d", l.r.Path, l.r.Line),
-					"x-sluice-origin-node": l.r.OriginNode,
-					"x-sluice-item-type":   l.r.ItemType,
-				},
-			}, nil
+			// The item as it was: a Message's own body, a []byte's bytes,
+			// else its JSON.
+			pub, err := rabbitmq.Republishing(l.r.Envelope)
+			if err != nil {
+				return pub, err
+			}
+			pub.MessageId = cmpOr(pub.MessageId, l.key)
+			if pub.Headers == nil {
+				pub.Headers = amqp.Table{}
+			}
+			pub.Headers["x-sluice-redrive-of"] = fmt.Sprintf("%s:%d", l.r.Path, l.r.Line)
+			pub.Headers["x-sluice-redrive-node"] = l.r.DecisionNode
+			pub.Headers["x-sluice-item-type"] = l.r.ItemType
+			return pub, nil
 		},
 	})
 	if err != nil {

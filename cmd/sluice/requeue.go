@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/signal"
 	"time"
@@ -92,18 +91,10 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 		Mandatory: true, // a message no queue takes is an error
 		Confirms:  rabbitmq.Confirms{Enabled: true, WaitFor: true, Timeout: timeout},
 		PubRetry:  rabbitmq.PubRetry{Enabled: true},
-		Publishing: func(d amqp.Delivery) (amqp.Publishing, error) {
-			headers := maps.Clone(d.Headers)
-			// The broker's record of earlier dead-lettering stays with
-			// the message; Sluice's own sequence header does not.
-			delete(headers, rabbitmq.SeqHeader)
-			return amqp.Publishing{
-				Headers: headers, ContentType: d.ContentType, ContentEncoding: d.ContentEncoding,
-				DeliveryMode: amqp.Persistent, Priority: d.Priority, CorrelationId: d.CorrelationId,
-				ReplyTo: d.ReplyTo, MessageId: d.MessageId, Timestamp: d.Timestamp, Type: d.Type,
-				UserId: d.UserId, AppId: d.AppId, Body: d.Body,
-			}, nil
-		},
+		// A dead letter the DeadLetterPublisher wrote gives back its item;
+		// any other message goes as it is, properties kept, without the
+		// headers of its earlier life (x-death, the x-sluice-* story).
+		Publishing: rabbitmq.Unwrap,
 	})
 	if err != nil {
 		return 0, err

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -27,16 +28,28 @@ const (
 	// HeaderHistory is the JSON of its earlier calls' history, the last
 	// maxCarried of them.
 	HeaderHistory = "x-sluice-history"
+	// HeaderQueue is the queue whose retry topology the story belongs to:
+	// a story from another queue is ignored.
+	HeaderQueue = "x-sluice-queue"
 )
 
-// maxCarried bounds the history a message carries, so that its headers
-// stay small however often it is retried; HeaderAttempts stays exact.
-const maxCarried = 32
+// Bounds of the story a message carries, so that its headers stay small
+// however often it is retried and however long its errors (a header frame
+// must fit the connection's frame size, 128 KiB by default): at most
+// maxCarried entries, each error's text cut to maxErrText bytes, and at
+// most maxHistoryJSON bytes of history, oldest entries dropped first.
+// HeaderAttempts stays exact.
+const (
+	maxCarried     = 32
+	maxErrText     = 256
+	maxHistoryJSON = 16 << 10
+)
 
 // A past is what a delivery's headers say of the message's earlier
 // deliveries.
 type past struct {
 	attempts int
+	retries  int
 	first    time.Time
 	origin   string
 	history  []deadletter.Attempt
@@ -50,14 +63,20 @@ type carriedAttempt struct {
 	Err   string        `json:"error"`
 }
 
-// pastOf reads the carried headers; nil when there are none. Headers of
-// another shape are ignored: they cannot make a delivery fail.
-func pastOf(h amqp.Table) *past {
+// pastOf reads the story headers that the retry topology of queue wrote;
+// nil when there are none, or they come from another queue (a message
+// forwarded with its headers from another pipeline). Headers of another
+// shape are ignored: they cannot make a delivery fail.
+func pastOf(h amqp.Table, queue string) *past {
+	if q, _ := h[HeaderQueue].(string); q != queue {
+		return nil
+	}
 	n, ok := intHeader(h[HeaderAttempts])
 	if !ok {
 		return nil
 	}
 	p := &past{attempts: n}
+	p.retries, _ = intHeader(h[HeaderRetries])
 	if s, ok := h[HeaderFirstFailure].(string); ok {
 		p.first, _ = time.Parse(time.RFC3339Nano, s)
 	}
@@ -94,7 +113,9 @@ func intHeader(v any) (int, bool) {
 
 // merge returns env with the delivery's past before it: the calls of
 // earlier deliveries counted, their history first, the first failure and
-// the node where it happened taken from them.
+// the node where it happened (OriginNode) taken from them. DecisionNode
+// stays the node that dead-lettered the item, whose input it is, which a
+// re-drive by node (deadletter.OnlyNodes) selects on.
 func (p *past) merge(env deadletter.Envelope) deadletter.Envelope {
 	if p == nil {
 		return env
@@ -112,6 +133,8 @@ func (p *past) merge(env deadletter.Envelope) deadletter.Envelope {
 
 // retryCopy returns the message to send to the retry topology for d after
 // the failure env: the original, with the headers that carry env's story.
+// The original's Expiration is left off, so that the retry queue's TTL is
+// the delay.
 func (d *delivery) retryCopy(env deadletter.Envelope) *amqp.Publishing {
 	env = d.past.merge(env)
 	o := d.orig
@@ -119,6 +142,8 @@ func (d *delivery) retryCopy(env deadletter.Envelope) *amqp.Publishing {
 	if h == nil {
 		h = amqp.Table{}
 	}
+	delete(h, SeqHeader)
+	h[HeaderQueue] = d.src.cfg.Queue
 	h[HeaderAttempts] = int64(env.Attempts)
 	h[HeaderRetries] = int64(d.retries + 1)
 	if !env.FirstFailure.IsZero() {
@@ -127,22 +152,43 @@ func (d *delivery) retryCopy(env deadletter.Envelope) *amqp.Publishing {
 	if env.OriginNode != "" {
 		h[HeaderOriginNode] = env.OriginNode
 	}
-	hist := env.History
+	h[HeaderHistory] = historyJSON(env.History)
+	return &amqp.Publishing{
+		Headers: h, ContentType: o.ContentType, ContentEncoding: o.ContentEncoding,
+		DeliveryMode: o.DeliveryMode, Priority: o.Priority, CorrelationId: o.CorrelationId,
+		ReplyTo: o.ReplyTo, MessageId: o.MessageId, Timestamp: o.Timestamp,
+		Type: o.Type, UserId: o.UserId, AppId: o.AppId, Body: o.Body,
+	}
+}
+
+// historyJSON encodes the newest entries of hist within the story's bounds.
+func historyJSON(hist []deadletter.Attempt) string {
 	if len(hist) > maxCarried {
 		hist = hist[len(hist)-maxCarried:]
 	}
 	as := make([]carriedAttempt, len(hist))
 	for i, a := range hist {
 		layer, _ := a.Layer.MarshalText()
-		as[i] = carriedAttempt{Time: a.Time.UTC(), Layer: string(layer), Retry: a.Retry, Delay: a.Delay, Err: a.Err}
+		as[i] = carriedAttempt{Time: a.Time.UTC(), Layer: string(layer), Retry: a.Retry, Delay: a.Delay, Err: cut(a.Err, maxErrText)}
 	}
-	if b, err := json.Marshal(as); err == nil {
-		h[HeaderHistory] = string(b)
+	for len(as) > 0 {
+		b, err := json.Marshal(as)
+		if err == nil && len(b) <= maxHistoryJSON {
+			return string(b)
+		}
+		as = as[1:]
 	}
-	return &amqp.Publishing{
-		Headers: h, ContentType: o.ContentType, ContentEncoding: o.ContentEncoding,
-		DeliveryMode: o.DeliveryMode, Priority: o.Priority, CorrelationId: o.CorrelationId,
-		ReplyTo: o.ReplyTo, Expiration: o.Expiration, MessageId: o.MessageId, Timestamp: o.Timestamp,
-		Type: o.Type, UserId: o.UserId, AppId: o.AppId, Body: o.Body,
+	return "[]"
+}
+
+// cut shortens s to at most n bytes, at a rune boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
 	}
+	i := n - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -293,4 +294,140 @@ func TestBrokerRetryKeepsTheFirstOrigin(t *testing.T) {
 	assert.Equal(t, errFlaky.Error(), env.History[0].Err)
 	assert.Equal(t, errBad.Error(), env.History[1].Err)
 	assert.ErrorIs(t, env.Err, errBad)
+}
+
+// runRetryCase runs the messages of bodies through a source with the retry
+// topology (Delay delay, MaxRetry 3) and handle, until stop says so; it
+// returns the dead letters.
+func runRetryCase(t *testing.T, delay time.Duration, bodies []amqp.Publishing, itemRetries int,
+	handle func(a *admin, q string, m rabbitmq.Message) error, stop func(delivered, dead int) bool) []deadletter.Envelope {
+	t.Helper()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.cleanupTopology(q)
+	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{
+		URL: a.url, Queue: q, Declare: &rabbitmq.QueueDeclaration{},
+		Retry: rabbitmq.RetryTopology{Enabled: true, MaxRetry: 3, Delay: delay},
+	})
+	require.NoError(t, err)
+	require.NoError(t, src.Open(ctx))
+	require.NoError(t, src.Close(ctx))
+	ch := a.channel()
+	for _, p := range bodies {
+		require.NoError(t, ch.PublishWithContext(ctx, "", q, false, false, p))
+	}
+	var mu sync.Mutex
+	delivered, dlq := 0, deadletter.NewMemory(100)
+	b := pipeline.New("case", pipeline.WithDeadLetter(src.DeadLetter(deadletter.Func(func(ctx context.Context, env deadletter.Envelope) error {
+		mu.Lock()
+		defer mu.Unlock()
+		err := dlq.Write(ctx, env)
+		if stop(delivered, dlq.Len()) {
+			src.Stop()
+		}
+		return err
+	}))), pipeline.WithResilience(func(o *resilience.Options) {
+		o.OnItemFailure = resilience.DeadLetter
+		o.ItemRetry.MaxRetries = itemRetries
+		o.ItemRetry.Backoff = resilience.NoBackoff()
+	}))
+	h := pipeline.Transform(b, "handle", pipeline.Source(b, "consume", src),
+		node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
+			return m, handle(a, q, m)
+		}))
+	pipeline.Sink(b, "store", h, node.SinkFunc[rabbitmq.Message](func(context.Context, rabbitmq.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		delivered++
+		if stop(delivered, dlq.Len()) {
+			src.Stop()
+		}
+		return nil
+	}))
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(ctx)
+	require.NoError(t, err)
+	return dlq.Envelopes()
+}
+
+// Errors with long texts do not make the copy's headers too big for a
+// frame (which would close the connection and loop): the story is bounded,
+// and the message reaches the dead-letter sink with every call counted.
+func TestRetryCopyWithLongErrors(t *testing.T) {
+	t.Parallel()
+	long := resilience.MarkTransient(errors.New("upstream 503: " + strings.Repeat("x", 5<<10)))
+	envs := runRetryCase(t, 10*time.Millisecond, []amqp.Publishing{{Body: []byte("m"), MessageId: "m"}}, 3,
+		func(*admin, string, rabbitmq.Message) error { return long },
+		func(_, dead int) bool { return dead == 1 })
+	require.Len(t, envs, 1)
+	assert.Equal(t, 16, envs[0].Attempts, "4 deliveries of 4 calls")
+	require.Len(t, envs[0].History, 16)
+	assert.LessOrEqual(t, len(envs[0].History[0].Err), 256, "carried texts are cut")
+	assert.Equal(t, long.Error(), envs[0].History[15].Err, "the last delivery's are whole")
+}
+
+// A copy that no queue takes (the retry queue is gone) or that cannot be
+// published (the exchange is gone) sends the message back to its queue
+// instead: it is not lost, and its next delivery succeeds.
+func TestRetryCopyWithABrokenTopology(t *testing.T) {
+	t.Parallel()
+	for name, breakIt := range map[string]func(a *admin, q string){
+		"retry queue deleted": func(a *admin, q string) {
+			_, err := a.channel().QueueDelete(q+"_retry", false, false, false)
+			require.NoError(t, err)
+		},
+		"exchange deleted": func(a *admin, q string) {
+			require.NoError(t, a.channel().ExchangeDelete(q+"_dlx", false, false))
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			var mu sync.Mutex
+			calls := 0
+			envs := runRetryCase(t, time.Hour, []amqp.Publishing{{Body: []byte("m"), MessageId: "m"}}, 0,
+				func(a *admin, q string, _ rabbitmq.Message) error {
+					mu.Lock()
+					defer mu.Unlock()
+					calls++
+					if calls == 1 {
+						breakIt(a, q) // while the source runs: Open does not declare it again
+						return resilience.MarkTransient(errFlaky)
+					}
+					return nil
+				},
+				func(delivered, _ int) bool { return delivered == 1 })
+			assert.Empty(t, envs)
+			assert.Equal(t, 2, calls, "back in the queue at once, delivered again")
+		})
+	}
+}
+
+// Story headers from another queue's topology (a message forwarded with
+// its headers) are ignored: they neither count against MaxRetry nor enter
+// the envelope. The copy's Expiration is left off, so the retry queue's
+// TTL is the delay.
+func TestRetryStoryBelongsToItsQueue(t *testing.T) {
+	t.Parallel()
+	const delay = 300 * time.Millisecond
+	var mu sync.Mutex
+	var times []time.Time
+	envs := runRetryCase(t, delay, []amqp.Publishing{{Body: []byte("m"), MessageId: "m", Expiration: "50",
+		Headers: amqp.Table{rabbitmq.HeaderRetries: int64(3), rabbitmq.HeaderAttempts: int64(12), rabbitmq.HeaderOriginNode: "elsewhere", rabbitmq.HeaderQueue: "other-queue"}}}, 0,
+		func(*admin, string, rabbitmq.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			times = append(times, time.Now())
+			if len(times) == 1 {
+				return resilience.MarkTransient(errFlaky)
+			}
+			return resilience.MarkPermanent(errBad)
+		},
+		func(_, dead int) bool { return dead == 1 })
+	require.Len(t, envs, 1)
+	assert.Equal(t, 2, envs[0].Attempts, "the foreign 12 are not counted")
+	assert.Equal(t, "handle", envs[0].OriginNode)
+	require.Len(t, times, 2, "one broker retry: the foreign 3 trips do not count")
+	assert.GreaterOrEqual(t, times[1].Sub(times[0]), delay, "the retry queue's TTL, not the message's 50 ms")
 }

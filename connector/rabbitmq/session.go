@@ -2,7 +2,6 @@ package rabbitmq
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -20,7 +19,7 @@ const (
 	ack      settlement = iota + 1 // done with it: remove it from the queue
 	requeue                        // not done: put it back for another consumer
 	reject                         // failed: dead-letter it (the retry topology)
-	retryPub                       // failed: send msg to the retry topology, then ack
+	retryPub                       // failed: send msg to the retry topology, then ack (see sendCopy)
 )
 
 type settle struct {
@@ -46,7 +45,11 @@ type session struct {
 	conn   *amqp.Connection
 	ch     *amqp.Channel
 	closed chan *amqp.Error // the channel's close notification, buffered
-	pub    *amqp.Channel    // the acker's, in confirm mode, for retryPub; nil until needed
+	// copies publishes the copies that go to the retry topology, on a
+	// connection of its own (see sendCopy); nil without the topology.
+	copies  *pubCore
+	copying sync.WaitGroup
+	timeout time.Duration // of one copy's publish and confirm
 
 	mu       sync.Mutex
 	pending  []settle // queued for the acker
@@ -60,9 +63,9 @@ type session struct {
 	ackerEnd chan struct{}
 }
 
-func newSession(id string, conn *amqp.Connection, ch *amqp.Channel) *session {
+func newSession(id string, conn *amqp.Connection, ch *amqp.Channel, copies *pubCore, timeout time.Duration) *session {
 	s := &session{
-		id: id, conn: conn, ch: ch,
+		id: id, conn: conn, ch: ch, copies: copies, timeout: timeout,
 		closed:   ch.NotifyClose(make(chan *amqp.Error, 1)),
 		wake:     make(chan struct{}, 1),
 		dead:     make(chan struct{}),
@@ -80,8 +83,14 @@ func (s *session) track() {
 }
 
 // settle queues a settlement for the acker. It never blocks; on a session
-// that is gone it only does the counting.
+// that is gone it only does the counting. A retryPub settlement starts
+// sendCopy, which settles the delivery when the copy's fate is known.
 func (s *session) settle(st settle) {
+	if st.how == retryPub {
+		s.copying.Add(1)
+		go s.sendCopy(st)
+		return
+	}
 	s.mu.Lock()
 	s.inflight--
 	if s.inflight == 0 && s.idle != nil {
@@ -137,53 +146,37 @@ func (s *session) send(st settle) error {
 		return s.ch.Ack(st.tag, false)
 	case reject:
 		return s.ch.Reject(st.tag, false)
-	case retryPub:
-		if err := s.republish(st); err != nil {
-			// The copy may not have been taken: the broker dead-letters
-			// the original into the retry topology, without its story.
-			return s.ch.Reject(st.tag, false)
-		}
-		return s.ch.Ack(st.tag, false)
+
 	default:
 		return s.ch.Nack(st.tag, false, true)
 	}
 }
 
-// republishTimeout bounds the wait for the confirm of a copy sent to the
-// retry topology.
-const republishTimeout = DefaultConfirmTimeout
-
-// errNacked is a publish the broker refused.
-var errNacked = errors.New("rabbitmq: publish nacked by the broker")
-
-// republish publishes st.msg on the acker's confirm channel and waits for
-// its confirm. Only the acker calls it.
-func (s *session) republish(st settle) error {
-	if s.pub == nil {
-		ch, err := s.conn.Channel()
-		if err != nil {
-			return err
-		}
-		if err := ch.Confirm(false); err != nil {
-			_ = ch.Close()
-			return err
-		}
-		s.pub = ch
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), republishTimeout)
+// sendCopy publishes st.msg, the copy of a delivery that carries its
+// story, to the retry topology, on the source's publisher connection (not
+// the consumer's: a connection that publishes is blocked by a broker alarm,
+// and its acks with it), mandatory and with a confirm, and only then acks
+// the delivery. A copy that is not confirmed (the topology is missing or
+// unbound, a nack, no confirm within the timeout) sends the delivery back
+// to the queue instead (nack with requeue), so the message is never in
+// neither place; at worst, when a confirm is lost, in both. It does not
+// hold up the acker: other deliveries are settled meanwhile.
+func (s *session) sendCopy(st settle) {
+	defer s.copying.Done()
+	how := requeue
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 	defer cancel()
-	dc, err := s.pub.PublishWithDeferredConfirmWithContext(ctx, st.exchange, "", false, false, *st.msg)
-	if err == nil {
-		var ok bool
-		if ok, err = dc.WaitContext(ctx); err == nil && !ok {
-			err = errNacked
+	go func() {
+		select {
+		case <-s.dead: // the delivery went back to the queue: no copy
+			cancel()
+		case <-ctx.Done():
 		}
+	}()
+	if err := s.copies.publish(ctx, st.exchange, "", *st.msg); err == nil {
+		how = ack
 	}
-	if err != nil {
-		_ = s.pub.Close()
-		s.pub = nil
-	}
-	return err
+	s.settle(settle{tag: st.tag, how: how})
 }
 
 func (s *session) markGoneLocked() {
@@ -229,6 +222,9 @@ func (s *session) waitIdle(ctx context.Context, clock clockwork.Clock, timeout t
 // acker to end; a socket so stuck that the acker cannot finish within
 // timeout is unblocked by the close's deadline.
 func (s *session) close(clock clockwork.Clock, timeout time.Duration) error {
+	// Copies in flight settle their deliveries through the acker: let them
+	// (each is bounded by its own timeout).
+	s.copying.Wait()
 	s.mu.Lock()
 	s.quit = true
 	s.mu.Unlock()

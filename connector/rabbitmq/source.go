@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -49,6 +50,10 @@ type Source struct {
 	stopOnce sync.Once
 
 	byID sync.Map // delivery id -> *delivery, while in flight
+
+	// copies publishes the copies of messages sent to the retry topology
+	// (see session.sendCopy); nil without it.
+	copies *pubCore
 }
 
 // NewSource returns a Source for cfg, or every problem of cfg joined, each
@@ -57,7 +62,18 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &Source{cfg: cfg.withDefaults(), prefix: randomID(), stop: make(chan struct{})}, nil
+	s := &Source{cfg: cfg.withDefaults(), prefix: randomID(), stop: make(chan struct{})}
+	if s.cfg.Retry.Enabled {
+		core, err := newCore(s.cfg.URL, dlxName(s.cfg.Queue), true,
+			Confirms{Enabled: true, WaitFor: true, Timeout: DefaultConfirmTimeout}, PubRetry{},
+			s.cfg.DialTimeout, s.cfg.CloseTimeout, s.cfg.Clock)
+		if err != nil {
+			return nil, err
+		}
+		core.name = "sluice source " + s.cfg.Queue + " retry copies"
+		s.copies = core
+	}
+	return s, nil
 }
 
 // Config returns the source's config with defaults applied.
@@ -90,7 +106,7 @@ func (s *Source) Open(ctx context.Context) error {
 		}
 		s.mu.Lock()
 		old := s.sess
-		s.sess = newSession(id, conn, ch)
+		s.sess = newSession(id, conn, ch, s.copies, DefaultConfirmTimeout)
 		s.drain = false
 		s.mu.Unlock()
 		if old != nil { // opened twice without a Close: do not leak the first
@@ -169,11 +185,11 @@ func (s *Source) finish(ctx context.Context, sess *session, tag string, deliveri
 }
 
 func (s *Source) emit(ctx context.Context, sess *session, d amqp.Delivery, out node.Emitter[Message]) error {
-	dl := &delivery{src: s, sess: sess, tag: d.DeliveryTag, orig: d, past: pastOf(d.Headers)}
+	dl := &delivery{src: s, sess: sess, tag: d.DeliveryTag, orig: d, past: pastOf(d.Headers, s.cfg.Queue)}
 	dl.orig.Acknowledger = nil
 	dl.retries = xDeathCount(d.Headers, s.cfg.Queue)
-	if n, ok := intHeader(d.Headers[HeaderRetries]); ok && n > dl.retries {
-		dl.retries = n
+	if dl.past != nil && dl.past.retries > dl.retries {
+		dl.retries = dl.past.retries
 	}
 	dl.id = s.cfg.Queue + "/" + sess.id + "/" + strconv.FormatUint(d.DeliveryTag, 10)
 	msg := Message{
@@ -222,7 +238,13 @@ func (s *Source) Close(context.Context) error {
 	if drain && runCtx != nil {
 		sess.waitIdle(runCtx, s.cfg.Clock, s.cfg.DrainTimeout)
 	}
-	return sess.close(s.cfg.Clock, s.cfg.CloseTimeout)
+	err := sess.close(s.cfg.Clock, s.cfg.CloseTimeout)
+	if s.copies != nil {
+		// Every copy of sess is settled: the publisher connection can go
+		// (a later session opens it again when it needs it).
+		err = errors.Join(err, s.copies.close())
+	}
+	return err
 }
 
 // lookup returns the delivery in flight that a correlation id names, or
