@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -145,4 +146,28 @@ func (f emitFunc[T]) EmitTracked(_ context.Context, item T, done func(node.Outco
 	f(item)
 	done(node.Delivered)
 	return nil
+}
+
+// -o /dev/stdout writes to standard output even when that is a regular
+// file; --by twice counts once.
+func TestCLIFilterToStdoutFileAndStatsByTwice(t *testing.T) {
+	t.Parallel()
+	dir := fixture(t)
+	out, err := os.Create(filepath.Join(dir, "out.txt"))
+	require.NoError(t, err)
+	cmd := exec.Command(bin, "dlq", "filter", "--node", "price", "-o", "/dev/stdout", "dlq.jsonl")
+	cmd.Dir, cmd.Stdout = dir, out
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Run(), stderr.String())
+	require.NoError(t, out.Close())
+	data, err := os.ReadFile(filepath.Join(dir, "out.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, 3, strings.Count(string(data), "\n"))
+	assert.Equal(t, "3 of 6 envelopes written to /dev/stdout\n", stderr.String())
+
+	code, stdout, _ := sluice(t, dir, "dlq", "stats", "--by", "node,node", "dlq.jsonl")
+	require.Equal(t, 0, code)
+	assert.Equal(t, 1, strings.Count(stdout, "COUNT  NODE"))
+	assert.Contains(t, stdout, "3      price\n")
 }

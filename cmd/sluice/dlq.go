@@ -163,7 +163,9 @@ func stats(args []string, stdout, stderr io.Writer) int {
 		if i < 0 {
 			return usageError(stderr, fmt.Sprintf("dlq stats: --by %q: want node, reason, error or run", name))
 		}
-		chosen = append(chosen, i)
+		if !slices.Contains(chosen, i) {
+			chosen = append(chosen, i)
+		}
 	}
 
 	var total int
@@ -337,7 +339,7 @@ func filter(args []string, stdout, stderr io.Writer) int {
 // new file, never one that exists: dead letters are not overwritten. The
 // count goes to report: stderr when the envelopes go to standard output.
 func createOutput(name string, stdout, stderr io.Writer) (w io.WriteCloser, report io.Writer, err error) {
-	if name == "-" {
+	if name == "-" || isStdout(name) {
 		return nopCloser{stdout}, stderr, nil
 	}
 	if info, err := os.Stat(name); err == nil && !info.Mode().IsRegular() {
@@ -353,6 +355,17 @@ func createOutput(name string, stdout, stderr io.Writer) (w io.WriteCloser, repo
 		return nil, nil, fmt.Errorf("dlq filter: -o must name a new file: %w", err)
 	}
 	return syncCloser{f}, stdout, nil
+}
+
+// isStdout reports whether name is this process's standard output, as
+// /dev/stdout is, even when that is a regular file.
+func isStdout(name string) bool {
+	named, err := os.Stat(name)
+	if err != nil {
+		return false
+	}
+	out, err := os.Stdout.Stat()
+	return err == nil && os.SameFile(named, out)
 }
 
 type nopCloser struct{ io.Writer }

@@ -47,8 +47,8 @@ Commands:
   dlq stats [--by node,reason,error,run] [--top N] [--rotated] FILE...
         Count the envelopes, by node and by reason unless --by says
         otherwise. REASON is the error with one item's detail stripped:
-        quoted text becomes "…" and a word with a digit in it becomes N
-        (a status code from 100 to 599 stays), so one cause is one group.
+        quoted text becomes "…", a number N (a status code from 100 to 599
+        stays), the digits in a word N (ord-N), so one cause is one group.
         ERROR is the whole error text; RUN the run ID. --top N shows the N
         largest groups of each count (default 10; 0 shows all).
 
@@ -64,19 +64,23 @@ Commands:
 
   dlq redrive --amqp URL (--queue Q | --exchange X [--routing-key K])
               [--node X] [--ledger L] [--dry-run] [--timeout D] FILE...
-        Publish the item of each envelope, as it was encoded, to a queue or
-        an exchange, with publisher confirms; the message keeps the item's
-        correlation ID. Each letter re-driven is recorded in the ledger L
-        (default: the first FILE + .redriven) once the broker confirmed it,
-        so that a second redrive sends only letters not sent before. An
-        envelope whose item was never encoded is reported, not sent.
+        Publish the item of each envelope as it was (a rabbitmq.Message's
+        own body and properties, a []byte's bytes, else its JSON) to a
+        queue or an exchange, with publisher confirms; the message keeps the
+        item's correlation ID. Each letter re-driven is recorded in the
+        ledger L (default: the first FILE + .redriven) with its target once
+        the broker confirmed it, so that a second redrive to the same target
+        sends only letters not sent before. An envelope whose item was never
+        encoded is reported, not sent.
         --dry-run lists what would be sent and touches nothing.
 
   rabbitmq requeue --amqp URL --from Q --to Q [--limit N] [--timeout D]
         Move messages from the queue --from (a dead-letter queue) to the
         queue --to: each is published with confirms, then acked, so a
-        crash leaves a message in both queues, never in neither. Without
-        --limit it moves the messages --from holds when it starts.
+        crash leaves a message in both queues, never in neither. A message
+        keeps its properties, without x-death and the x-sluice-* headers; a
+        dead letter of rabbitmq.DeadLetterPublisher gives back its item.
+        Without --limit it moves the messages --from holds when it starts.
 
   help  Print this help.
 

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/connector/rabbitmq"
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/servicetest"
 )
@@ -165,4 +166,80 @@ func TestRequeue(t *testing.T) {
 	assert.Equal(t, 1, code)
 	assert.Contains(t, stderr, "--to")
 	assert.Len(t, b.drain(t, dead), 1)
+}
+
+// A dead-lettered rabbitmq.Message is re-driven as the message it was (its
+// body and properties, without its earlier life's headers), not as the JSON
+// of the Message struct; a []byte as its bytes.
+func TestRedriveGivesBackTheMessage(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	q := b.queue(t)
+	dir := t.TempDir()
+	f, err := deadletter.OpenFile(filepath.Join(dir, "d.jsonl"))
+	require.NoError(t, err)
+	require.NoError(t, f.Write(t.Context(), deadletter.Envelope{
+		Item: rabbitmq.Message{Body: []byte(`{"order":42}`), ContentType: "application/json", MessageID: "m-42",
+			Headers: amqp.Table{"x-app": "kept", "x-sluice-attempts": int64(3), "x-death": []any{}}},
+		ErrText: "boom", OriginNode: "handle", DecisionNode: "handle",
+	}))
+	require.NoError(t, f.Write(t.Context(), deadletter.Envelope{Item: []byte("raw bytes"), ErrText: "boom"}))
+	require.NoError(t, f.Close())
+	code, _, stderr := sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", q, "d.jsonl")
+	require.Equal(t, 0, code, stderr)
+	msgs := b.drain(t, q)
+	require.Len(t, msgs, 2)
+	assert.Equal(t, `{"order":42}`, string(msgs[0].Body))
+	assert.Equal(t, "m-42", msgs[0].MessageId)
+	assert.Equal(t, "kept", msgs[0].Headers["x-app"])
+	assert.NotContains(t, msgs[0].Headers, "x-sluice-attempts")
+	assert.NotContains(t, msgs[0].Headers, "x-death")
+	assert.Equal(t, "raw bytes", string(msgs[1].Body))
+}
+
+// Requeue gives back the item of a dead letter that DeadLetterPublisher
+// wrote, not the envelope.
+func TestRequeueUnwrapsDeadLetters(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	dead, work := b.queue(t), b.queue(t)
+	require.NoError(t, b.ch.QueueBind(dead, dead, "amq.direct", false, nil))
+	pub, err := rabbitmq.NewDeadLetterPublisher(rabbitmq.DeadLetterConfig{URL: b.url, Exchange: "amq.direct", RoutingKey: dead})
+	require.NoError(t, err)
+	require.NoError(t, pub.Write(t.Context(), deadletter.Envelope{Item: map[string]int{"order": 42}, ErrText: "boom", CorrelationID: "o-42"}))
+	require.NoError(t, pub.Close())
+	code, _, stderr := sluice(t, t.TempDir(), "rabbitmq", "requeue", "--amqp", b.url, "--from", dead, "--to", work)
+	require.Equal(t, 0, code, stderr)
+	msgs := b.drain(t, work)
+	require.Len(t, msgs, 1)
+	assert.JSONEq(t, `{"order":42}`, string(msgs[0].Body))
+	assert.Equal(t, "o-42", msgs[0].CorrelationId)
+	assert.NotEqual(t, rabbitmq.EnvelopeType, msgs[0].Type)
+}
+
+// The ledger is per target, and a torn last line does not swallow the next
+// letter's record.
+func TestRedriveLedger(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	q1, q2 := b.queue(t), b.queue(t)
+	dir := fixture(t)
+	run := func(q string) string {
+		t.Helper()
+		code, stdout, stderr := sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", q, "rows.jsonl")
+		require.Equal(t, 0, code, stderr)
+		return stdout
+	}
+	assert.Contains(t, run(q1), "6 of 6 envelopes re-driven")
+	assert.Contains(t, run(q2), "6 of 6 envelopes re-driven", "another target gets them too")
+	assert.Contains(t, run(q1), "0 of 6 envelopes re-driven")
+	// A crash tore the ledger's last line: that letter is sent again, once.
+	ledger := filepath.Join(dir, "rows.jsonl.redriven")
+	data, err := os.ReadFile(ledger)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(ledger, data[:len(data)-20], 0o600))
+	assert.Contains(t, run(q2), "1 of 6 envelopes re-driven")
+	assert.Contains(t, run(q2), "0 of 6 envelopes re-driven", "the torn line was ended, the next one recorded whole")
+	assert.Len(t, b.drain(t, q1), 6)
+	assert.Len(t, b.drain(t, q2), 7)
 }

@@ -8,23 +8,23 @@ import (
 
 // reason is an error's text with the detail of one item stripped, so that
 // the dead letters of one cause fall into one group: quoted text becomes
-// "…", a word with a digit in it (an ID, an amount, a date, a count)
-// becomes N, and runs of white space become one space. A three-digit
-// number from 100 to 599 stays, as it is most likely a status code, which
-// tells causes apart.
+// "…", a number becomes N (a three-digit number from 100 to 599 stays, as
+// it is most likely a status code, which tells causes apart), the digits
+// within a word become N (ord-0000123 is ord-N, v1 is vN), and runs of white
+// space become one space. It reads the text once: its cost grows with the
+// text's length, never faster.
 func reason(text string) string {
-	var b strings.Builder
 	rs := []rune(oneLine(text))
+	closing := closingQuotes(rs)
+	var b strings.Builder
 	for i := 0; i < len(rs); {
 		r := rs[i]
-		if r == '"' || r == '\'' || r == '`' {
-			if end := closingQuote(rs, i); end > i {
-				b.WriteRune(r)
-				b.WriteRune('…')
-				b.WriteRune(r)
-				i = end + 1
-				continue
-			}
+		if end := closing[i]; end > i {
+			b.WriteRune(r)
+			b.WriteRune('…')
+			b.WriteRune(r)
+			i = end + 1
+			continue
 		}
 		if !isWordRune(r) {
 			b.WriteRune(r)
@@ -35,37 +35,44 @@ func reason(text string) string {
 		for j < len(rs) && isWordRune(rs[j]) {
 			j++
 		}
-		word := string(rs[i:j])
-		b.WriteString(stripWord(word))
+		b.WriteString(stripWord(string(rs[i:j])))
 		i = j
 	}
 	return b.String()
 }
 
-// closingQuote returns the index of the quote that closes the one at
-// rs[i], skipping backslash escapes, or -1.
-func closingQuote(rs []rune, i int) int {
-	q := rs[i]
-	if q == '\'' && i > 0 && isWordRune(rs[i-1]) {
-		return -1 // an apostrophe: "can't"
-	}
-	for j := i + 1; j < len(rs); j++ {
-		switch rs[j] {
-		case '\\':
-			j++
-		case q:
-			return j
+// closingQuotes returns, for each rune that opens a quote, the index of the
+// quote that closes it (the next one of its kind not escaped by a
+// backslash), else -1. An apostrophe inside a word ("can't") opens nothing.
+// One pass from the end: no quote is searched for twice.
+func closingQuotes(rs []rune) []int {
+	closing := make([]int, len(rs))
+	next := map[rune]int{'"': -1, '\'': -1, '`': -1}
+	for i := len(rs) - 1; i >= 0; i-- {
+		closing[i] = -1
+		r := rs[i]
+		if _, ok := next[r]; !ok {
+			continue
+		}
+		escaped := i > 0 && rs[i-1] == '\\'
+		apostrophe := r == '\'' && i > 0 && isWordRune(rs[i-1])
+		if !apostrophe {
+			closing[i] = next[r]
+		}
+		if !escaped {
+			next[r] = i
 		}
 	}
-	return -1
+	return closing
 }
 
 func isWordRune(r rune) bool {
-	return unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("-_.+/#@", r)
+	return unicode.IsLetter(r) || unicode.IsDigit(r) || strings.ContainsRune("-_.+#@", r)
 }
 
-// stripWord returns N for a word with a digit in it, but keeps a likely
-// status code; a trailing dot ends a sentence and stays.
+// stripWord returns N for a number, keeping a likely status code, and the
+// word with each run of digits as N otherwise; a trailing dot ends a
+// sentence and stays.
 func stripWord(w string) string {
 	trail := ""
 	if strings.HasSuffix(w, ".") {
@@ -77,5 +84,21 @@ func stripWord(w string) string {
 	if n, err := strconv.Atoi(w); err == nil && len(w) == 3 && n >= 100 && n <= 599 {
 		return w + trail
 	}
-	return "N" + trail
+	var b strings.Builder
+	inDigits := false
+	for _, r := range w {
+		switch {
+		case unicode.IsDigit(r):
+			if !inDigits {
+				b.WriteByte('N')
+			}
+			inDigits = true
+		case inDigits && (r == '.' || r == ','):
+			// 12.50: one number
+		default:
+			inDigits = false
+			b.WriteRune(r)
+		}
+	}
+	return b.String() + trail
 }

@@ -69,7 +69,7 @@ func redrive(args []string, stdout, stderr io.Writer) int {
 		target = fmt.Sprintf("exchange %q with routing key %q", *exchange, *key)
 	}
 
-	done, err := readLedger(*ledgerPath)
+	done, err := readLedger(*ledgerPath, target)
 	if err != nil {
 		dataError(stderr, err)
 		return exitData
@@ -110,7 +110,7 @@ func redrive(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	sent, err := publishLetters(ctx, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, *ledgerPath)
+	sent, err := publishLetters(ctx, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, *ledgerPath, target)
 	fmt.Fprintf(stdout, "%d of %d envelopes re-driven to %s; %d were already (ledger %s)\n", sent, total, target, already, *ledgerPath)
 	if err != nil {
 		dataError(stderr, err)
@@ -131,7 +131,7 @@ func cmpOr(a, b string) string {
 // the confirm and the ledger's fsync sends that letter again next time:
 // re-drive is at-least-once, as the handlers of re-driven items must
 // allow (docs/dead-letters.md).
-func publishLetters(ctx context.Context, todo []letter, url, exchange, key string, timeout time.Duration, ledgerPath string) (sent int, err error) {
+func publishLetters(ctx context.Context, todo []letter, url, exchange, key string, timeout time.Duration, ledgerPath, target string) (sent int, err error) {
 	if len(todo) == 0 {
 		return 0, nil
 	}
@@ -165,16 +165,16 @@ func publishLetters(ctx context.Context, todo []letter, url, exchange, key strin
 		return 0, errors.Join(err, pub.Close(ctx))
 	}
 	defer func() { err = errors.Join(err, pub.Close(ctx)) }()
-	ledger, err := os.OpenFile(ledgerPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	ledger, err := openLedger(ledgerPath)
 	if err != nil {
-		return 0, fmt.Errorf("ledger: %w", err)
+		return 0, err
 	}
 	defer func() { err = errors.Join(err, ledger.Close()) }()
 	for _, l := range todo {
 		if err := pub.Write(ctx, l); err != nil {
 			return sent, fmt.Errorf("%s:%d: %w", l.r.Path, l.r.Line, err)
 		}
-		if _, err := fmt.Fprintf(ledger, "%s %s:%d\n", l.key, l.r.Path, l.r.Line); err != nil {
+		if _, err := fmt.Fprintf(ledger, "%s %s %s:%d\n", l.key, ledgerTarget(target), l.r.Path, l.r.Line); err != nil {
 			return sent, fmt.Errorf("ledger: %w", err)
 		}
 		if err := ledger.Sync(); err != nil {
@@ -185,10 +185,17 @@ func publishLetters(ctx context.Context, todo []letter, url, exchange, key strin
 	return sent, nil
 }
 
-// readLedger returns the keys a ledger holds; a missing ledger is empty.
-// Each line is a key, a space and where the letter was, for people; a
-// torn last line from a crash is ignored, as its letter was not recorded.
-func readLedger(path string) (map[string]bool, error) {
+// The ledger: one line per letter re-driven, once its publish was
+// confirmed: the letter's key, the target it went to (spaces as %20), and
+// where the letter was, for people. A letter re-driven to one target is not
+// re-driven there again; another target still gets it.
+
+func ledgerTarget(target string) string { return strings.ReplaceAll(target, " ", "%20") }
+
+// readLedger returns the keys that the ledger at path holds for target; a
+// missing ledger is empty. A torn last line, left by a crash, is ignored:
+// its letter was not recorded.
+func readLedger(path, target string) (map[string]bool, error) {
 	done := map[string]bool{}
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -198,15 +205,36 @@ func readLedger(path string) (map[string]bool, error) {
 		return nil, fmt.Errorf("ledger: %w", err)
 	}
 	defer f.Close()
+	want := ledgerTarget(target)
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		k, _, _ := strings.Cut(sc.Text(), " ")
-		if len(k) == sha256.Size*2 {
-			done[k] = true
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 2 && len(fields[0]) == sha256.Size*2 && fields[1] == want {
+			done[fields[0]] = true
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("ledger %s: %w", path, err)
 	}
 	return done, nil
+}
+
+// openLedger opens the ledger for appending, first ending a torn last line
+// (a crash in the middle of a write), so that the next line starts whole.
+func openLedger(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: %w", err)
+	}
+	info, err := f.Stat()
+	if err == nil && info.Size() > 0 {
+		last := make([]byte, 1)
+		if _, err = f.ReadAt(last, info.Size()-1); err == nil && last[0] != '\n' {
+			_, err = f.Write([]byte{'\n'})
+		}
+	}
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("ledger: %w", err), f.Close())
+	}
+	return f, nil
 }
