@@ -125,6 +125,10 @@ type nodeConfig struct {
 	unordered  bool
 	buffer     int // -1: the pipeline's
 	resilience []func(*resilience.Options)
+	// RateLimit: calls per second and burst, when limited.
+	rate    float64
+	burst   int
+	limited bool
 }
 
 // Parallel runs the node's work on n goroutines. Output keeps the input's

@@ -23,6 +23,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,8 @@ type spec struct {
 	stats   *counters
 	// mayDeadLetter is res.MayDeadLetter(): failures keep their history.
 	mayDeadLetter bool
+	// limiter is the node's RateLimit, shared by its workers and runs.
+	limiter *limiter
 
 	// validate reports problems of the node's own settings.
 	validate func() []error
@@ -247,6 +250,18 @@ func (b *Builder) Build() (*Pipeline, error) {
 		}
 		if n.cfg.buffer < -1 {
 			fail(n.name, fmt.Errorf("Buffer(%d): must not be negative", n.cfg.buffer))
+		}
+		if c := n.cfg; c.limited {
+			switch {
+			case n.kind != KindTransform && n.kind != KindSink && n.kind != KindFilter && n.kind != KindFlatMap:
+				fail(n.name, fmt.Errorf("RateLimit: a %s calls no function to limit; only transforms, sinks, filters and flat maps", n.kind))
+			case !(c.rate > 0) || math.IsInf(c.rate, 0):
+				fail(n.name, fmt.Errorf("RateLimit(%v, %d): perSecond must be a positive number", c.rate, c.burst))
+			case c.burst < 1:
+				fail(n.name, fmt.Errorf("RateLimit(%v, %d): burst must be at least 1", c.rate, c.burst))
+			default:
+				n.limiter = newLimiter(c.rate, c.burst, cfg.clock)
+			}
 		}
 		if n.validate != nil {
 			for _, e := range n.validate() {

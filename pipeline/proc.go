@@ -83,7 +83,12 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 	p := &proc[In, R, Out]{nr: nr, user: user, call: call, deliver: deliver, sink: n.output == nil}
 	p.gate.br = n.breaker
 	if d := n.res.ItemRetry.AttemptTimeout; d > 0 {
-		p.call = withAttemptTimeout(call, d, nr.rs.p.cfg.clock)
+		p.call = withAttemptTimeout(p.call, d, nr.rs.p.cfg.clock)
+		p.timed = true
+	}
+	if n.limiter != nil {
+		// The token is taken before the call's own deadline starts.
+		p.call = withRateLimit(p.call, n.limiter)
 		p.timed = true
 	}
 	r := newReader(nr.rs.edges[n.id].(edge[In]), &n.stats.in)
