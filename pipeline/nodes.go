@@ -13,12 +13,27 @@ import (
 // stream of its results.
 func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Transform[In, Out], opts ...NodeOption) Stream[Out] {
 	s := b.add(name, KindTransform, opts, in.s)
-	s.validate = notNil(isNil(t), "transform is nil")
+	nilErr := notNil(isNil(t), "transform is nil")
+	s.validate = func() []error {
+		errs := nilErr()
+		switch f := s.cfg.fallback.(type) {
+		case nil, func(context.Context, In, error) (Out, error):
+		case error:
+			errs = append(errs, f)
+		default:
+			var want func(context.Context, In, error) (Out, error)
+			errs = append(errs, fmt.Errorf("Fallback: the node needs a %T, not a %T", want, f))
+		}
+		return errs
+	}
 	s.newEdge = edgeOf[In]
 	s.newRunner = func(nr *nodeRun) runner {
 		p := newProc(nr, t, t.Process, func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r Out) error {
 			return w.push(ctx, envelope[Out]{val: r, tr: env.tr})
 		})
+		if f, ok := nr.spec.cfg.fallback.(func(context.Context, In, error) (Out, error)); ok {
+			p.rescue = f
+		}
 		p.loop = func(ctx context.Context, w *writer[Out], _ *tally, items []envelope[In], j *int, tick *uint, g *gate) (error, error) {
 			for ; *j < len(items); *j++ {
 				if *tick++; *tick%stopEvery == 0 && ctx.Err() != nil {

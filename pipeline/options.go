@@ -1,6 +1,8 @@
 package pipeline
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"sync"
 
@@ -125,6 +127,8 @@ type nodeConfig struct {
 	unordered  bool
 	buffer     int // -1: the pipeline's
 	resilience []func(*resilience.Options)
+	// fallback is the Fallback function, checked by the node's kind.
+	fallback any
 	// RateLimit: calls per second and burst, when limited.
 	rate    float64
 	burst   int
@@ -170,3 +174,27 @@ func (l *lockedRand) Int64N(n int64) int64 {
 type globalRand struct{}
 
 func (globalRand) Int64N(n int64) int64 { return rand.Int64N(n) }
+
+// Fallback gives a Transform a last resort for an item that its layer 1
+// gave up on (retries exhausted, a permanent error, an open breaker): f
+// gets the item and the error, and what it returns is the item's result,
+// handed on as if the call had succeeded (a cached price, a default, a
+// second service). An error from f joins the item's error, for the
+// failure action. f is tried once per attempt, not on the echo of a
+// cancelled run; it is the user's code, under the panic guard, and it must
+// be safe for concurrent use under Parallel. The node's counts show the
+// items it rescued (NodeStats.Fallbacks).
+//
+// In and Out must be the Transform's types: another function is a Build
+// error naming the node.
+func Fallback[In, Out any](f func(ctx context.Context, in In, err error) (Out, error)) NodeOption {
+	return func(c *nodeConfig) {
+		if f == nil {
+			c.fallback = errNilFallback
+			return
+		}
+		c.fallback = f
+	}
+}
+
+var errNilFallback = errors.New("Fallback: the function is nil")

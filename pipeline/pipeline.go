@@ -251,6 +251,9 @@ func (b *Builder) Build() (*Pipeline, error) {
 		if n.cfg.buffer < -1 {
 			fail(n.name, fmt.Errorf("Buffer(%d): must not be negative", n.cfg.buffer))
 		}
+		if n.cfg.fallback != nil && n.kind != KindTransform {
+			fail(n.name, fmt.Errorf("Fallback: only a transform has one, not a %s", n.kind))
+		}
 		if c := n.cfg; c.limited {
 			switch {
 			case n.kind != KindTransform && n.kind != KindSink && n.kind != KindFilter && n.kind != KindFlatMap:

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -26,6 +27,8 @@ type proc[In, R, Out any] struct {
 	loop  loopFunc[In, Out]
 	timed bool
 	cur   int // the item loop is at, for the panic guard
+	// rescue is the node's Fallback, nil without one.
+	rescue func(context.Context, In, error) (R, error)
 	// gate holds the breaker permit of the item at cur while its call
 	// runs in the fast loop; layer 1 reports it when the call fails.
 	gate gate
@@ -191,10 +194,41 @@ func (p *proc[In, R, Out]) idle(w *writer[Out], done *tally, reader bool) idleFu
 	}
 }
 
+// fallback tries the node's Fallback on an item that layer 1 gave up on:
+// a result it returns is the item's result, with no failure. It is not
+// tried on the echo of a cancellation, nor on a failure that is not the
+// item's (a panic in policy code, the repeat cap); an error it returns
+// joins the item's, for the failure action.
+func (p *proc[In, R, Out]) fallback(ctx context.Context, in In, fl *failure) (R, *failure) {
+	var zero R
+	var nrs *notRestartable
+	if p.rescue == nil || ctx.Err() != nil || errors.As(fl.err, &nrs) {
+		return zero, fl
+	}
+	r, err := rescueCall(ctx, p.rescue, in, fl.err)
+	if ctx.Err() != nil {
+		return zero, fl
+	}
+	if err == nil {
+		p.nr.spec.stats.fallbacks.Add(1)
+		return r, nil
+	}
+	fl.err = errors.Join(fl.err, fmt.Errorf("fallback: %w", err))
+	return zero, fl
+}
+
+func rescueCall[In, R any](ctx context.Context, f func(context.Context, In, error) (R, error), in In, cause error) (r R, err error) {
+	defer recovered(&err)
+	return f(ctx, in, cause)
+}
+
 // handle runs one item through layer 1 and its failure action; it reports
 // whether there is a result to deliver.
 func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket, idle idleFunc) (R, bool, error) {
 	r, fl := attempt(ctx, p.nr, p.call, env.val, t.prior, idle)
+	if fl != nil {
+		r, fl = p.fallback(ctx, env.val, fl)
+	}
 	if fl == nil {
 		return r, true, nil
 	}
@@ -291,6 +325,9 @@ func (p *proc[In, R, Out]) retry(ctx context.Context, w *writer[Out], done *tall
 		ferr = nil // not called: layer 1 calls it
 	}
 	r, fl := itemRetry(ctx, p.nr, p.call, it.val, prior, ferr, held, idle)
+	if fl != nil {
+		r, fl = p.fallback(ctx, it.val, fl)
+	}
 	if fl == nil {
 		return p.deliver(ctx, w, done, it, r)
 	}

@@ -16,8 +16,9 @@ import (
 // do not slow each other down.
 type counters struct {
 	in, out, failed, skipped, deadLettered, filtered atomic.Int64
+	fallbacks                                        atomic.Int64
 	retries                                          []atomic.Int64 // by RetryKind - 1
-	_                                                [48]byte
+	_                                                [40]byte
 }
 
 func newCounters() *counters {
@@ -36,6 +37,7 @@ func (c *counters) snapshot(name string, kind NodeKind) NodeStats {
 		Skipped:      c.skipped.Load(),
 		DeadLettered: c.deadLettered.Load(),
 		Filtered:     c.filtered.Load(),
+		Fallbacks:    c.fallbacks.Load(),
 		ItemRetries:  c.retries[resilience.ItemRetry-1].Load(),
 		NodeRestarts: c.retries[resilience.NodeRestart-1].Load(),
 		NodeRetries:  c.retries[resilience.NodeRetry-1].Load(),
@@ -58,6 +60,9 @@ type NodeStats struct {
 	Skipped      int64
 	DeadLettered int64
 	Filtered     int64
+	// Fallbacks counts the items a Fallback rescued: layer 1 gave up on
+	// them, and the fallback's result was handed on (they count in Out).
+	Fallbacks    int64
 	ItemRetries  int64
 	NodeRestarts int64
 	NodeRetries  int64
@@ -101,6 +106,7 @@ func (s NodeStats) minus(o NodeStats) NodeStats {
 	s.Skipped -= o.Skipped
 	s.DeadLettered -= o.DeadLettered
 	s.Filtered -= o.Filtered
+	s.Fallbacks -= o.Fallbacks
 	s.ItemRetries -= o.ItemRetries
 	s.NodeRestarts -= o.NodeRestarts
 	s.NodeRetries -= o.NodeRetries
