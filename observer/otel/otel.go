@@ -51,6 +51,7 @@ const (
 	Drops            = "sluice.drops"             // Int64ObservableCounter, {item}
 	Retries          = "sluice.retries"           // Int64ObservableCounter, {retry}
 	RetriesExhausted = "sluice.retries.exhausted" // Int64Counter, {exhaustion}
+	Fallbacks        = "sluice.items.fallbacks"   // Int64ObservableCounter, {item}
 	RetryDelay       = "sluice.retry.delay"       // Float64Histogram, s
 	CircuitState     = "sluice.circuit.state"     // Int64ObservableGauge, {state}
 	ItemsInFlight    = "sluice.items.in_flight"   // Int64ObservableUpDownCounter, {item}
@@ -60,7 +61,8 @@ const (
 const (
 	AttrPipeline = attribute.Key("pipeline")
 	AttrNode     = attribute.Key("node")
-	AttrKind     = attribute.Key("kind") // the retry layer: item_retry, node_restart, node_retry
+	AttrKind     = attribute.Key("kind")  // the retry layer: item_retry, node_restart, node_retry
+	AttrLimit    = attribute.Key("limit") // what ended a layer's retries: count, elapsed, budget
 )
 
 // defaultDelayBuckets are the bounds, in seconds, of the retry delay
@@ -101,9 +103,9 @@ type Observer struct {
 	// pipeline, node and kind, so that an event allocates them once.
 	kindAttrs sync.Map // kindKey → metric.MeasurementOption
 
-	in, out, failed, filtered, deadLetters, drops, retries metric.Int64ObservableCounter
-	circuit                                                metric.Int64ObservableGauge
-	inFlight                                               metric.Int64ObservableUpDownCounter
+	in, out, failed, filtered, deadLetters, drops, fallbacks, retries metric.Int64ObservableCounter
+	circuit                                                           metric.Int64ObservableGauge
+	inFlight                                                          metric.Int64ObservableUpDownCounter
 }
 
 // A target is an observed pipeline with the attributes of its nodes.
@@ -145,6 +147,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.filtered = counter(ItemsFiltered, "{item}", "Items a filter dropped, or a flat map or unbatch turned into nothing.")
 	o.deadLetters = counter(DeadLetters, "{item}", "Items a node sent to the dead-letter sink.")
 	o.drops = counter(Drops, "{item}", "Items a node dropped because its failure action is skip.")
+	o.fallbacks = counter(Fallbacks, "{item}", "Items a node's Fallback rescued after its item retries gave up.")
 	o.retries = counter(Retries, "{retry}", "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.")
 	var err error
 	o.circuit, err = m.Int64ObservableGauge(CircuitState, metric.WithUnit("{state}"),
@@ -154,7 +157,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithDescription("Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped or dead-lettered; 0 while the pipeline is not running."))
 	errs = append(errs, err)
 	o.exhausted, err = m.Int64Counter(RetriesExhausted, metric.WithUnit("{exhaustion}"),
-		metric.WithDescription("Times a resilience layer of a node ran out of retries, by layer (kind)."))
+		metric.WithDescription("Times a resilience layer of a node ran out of retries, by layer (kind) and by what ended them (limit): count, elapsed, budget."))
 	errs = append(errs, err)
 	o.delay, err = m.Float64Histogram(RetryDelay, metric.WithUnit("s"), metric.WithExplicitBucketBoundaries(cfg.buckets...),
 		metric.WithDescription("Delays chosen before retries, jitter included, in seconds, by layer (kind)."))
@@ -162,7 +165,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otel: creating instruments: %w", err)
 	}
-	o.reg, err = m.RegisterCallback(o.observe, o.in, o.out, o.failed, o.filtered, o.deadLetters, o.drops, o.retries, o.circuit, o.inFlight)
+	o.reg, err = m.RegisterCallback(o.observe, o.in, o.out, o.failed, o.filtered, o.deadLetters, o.drops, o.fallbacks, o.retries, o.circuit, o.inFlight)
 	if err != nil {
 		return nil, fmt.Errorf("otel: registering the callback: %w", err)
 	}
@@ -192,7 +195,9 @@ func (o *Observer) Observe(p *pipeline.Pipeline) error {
 		for i, k := range kinds {
 			byKind[i] = o.attrs(p.Name(), n.Node, k)
 			// Exhaustion counters start at zero, as the Prometheus ones do.
-			o.exhausted.Add(context.Background(), 0, byKind[i])
+			for _, l := range limits {
+				o.exhausted.Add(context.Background(), 0, o.limitAttrs(p.Name(), n.Node, k, l))
+			}
 		}
 		t.kinds = append(t.kinds, byKind)
 	}
@@ -211,6 +216,25 @@ func (o *Observer) Close() error {
 }
 
 // attrs returns the attributes of a measurement about layer k of a node.
+// limits are the values of the limit attribute of RetriesExhausted.
+var limits = []resilience.Limit{resilience.LimitCount, resilience.LimitElapsed, resilience.LimitBudget}
+
+// limitAttrs returns the attributes of an exhaustion: attrs' and the limit.
+func (o *Observer) limitAttrs(pl, node string, k resilience.RetryKind, l resilience.Limit) metric.MeasurementOption {
+	key := limitKey{kindKey{pl, node, k}, l}
+	if v, ok := o.kindAttrs.Load(key); ok {
+		return v.(metric.MeasurementOption)
+	}
+	opt := metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(pl), AttrNode.String(node), AttrKind.String(k.String()), AttrLimit.String(l.String())))
+	v, _ := o.kindAttrs.LoadOrStore(key, opt)
+	return v.(metric.MeasurementOption)
+}
+
+type limitKey struct {
+	kindKey
+	limit resilience.Limit
+}
+
 func (o *Observer) attrs(pl, node string, k resilience.RetryKind) metric.MeasurementOption {
 	key := kindKey{pl, node, k}
 	if v, ok := o.kindAttrs.Load(key); ok {
@@ -236,6 +260,7 @@ func (o *Observer) observe(_ context.Context, ob metric.Observer) error {
 			ob.ObserveInt64(o.filtered, n.Filtered, at)
 			ob.ObserveInt64(o.deadLetters, n.DeadLettered, at)
 			ob.ObserveInt64(o.drops, n.Skipped, at)
+			ob.ObserveInt64(o.fallbacks, n.Fallbacks, at)
 			for j, k := range kinds {
 				ob.ObserveInt64(o.retries, n.Retries(k), t.kinds[i][j])
 			}
@@ -263,7 +288,7 @@ func (o *Observer) OnRetry(e observer.RetryEvent) {
 
 // OnRetryExhausted counts the exhaustion.
 func (o *Observer) OnRetryExhausted(e observer.RetryExhaustedEvent) {
-	o.exhausted.Add(context.Background(), 1, o.attrs(e.Pipeline, e.Node, e.Kind))
+	o.exhausted.Add(context.Background(), 1, o.limitAttrs(e.Pipeline, e.Node, e.Kind, e.Limit))
 }
 
 // OnDeadLetter does nothing: dead letters are counted by the engine.

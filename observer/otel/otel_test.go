@@ -70,6 +70,9 @@ func flat(ms []metricdata.Metrics) map[string]float64 {
 		if kind, ok := set.Value(otel.AttrKind); ok {
 			k += " " + kind.AsString()
 		}
+		if limit, ok := set.Value(otel.AttrLimit); ok {
+			k += " " + limit.AsString()
+		}
 		return k + "}"
 	}
 	for _, m := range ms {
@@ -125,7 +128,7 @@ func scripted(t *testing.T, clock clockwork.Clock, obs observer.Observer) *pipel
 func expected() map[string]float64 {
 	want := make(map[string]float64)
 	for _, n := range []string{"src", "price", "ship", "check", "even", "store"} {
-		for _, name := range []string{otel.ItemsIn, otel.ItemsOut, otel.ItemsFailed, otel.ItemsFiltered, otel.DeadLetters, otel.Drops, otel.CircuitState} {
+		for _, name := range []string{otel.ItemsIn, otel.ItemsOut, otel.ItemsFailed, otel.ItemsFiltered, otel.DeadLetters, otel.Drops, otel.Fallbacks, otel.CircuitState} {
 			want[name+"{orders/"+n+"}"] = 0
 		}
 		if n != "src" {
@@ -133,7 +136,9 @@ func expected() map[string]float64 {
 		}
 		for _, k := range []string{"item_retry", "node_restart", "node_retry"} {
 			want[otel.Retries+"{orders/"+n+" "+k+"}"] = 0
-			want[otel.RetriesExhausted+"{orders/"+n+" "+k+"}"] = 0
+			for _, l := range []string{"count", "elapsed", "budget"} {
+				want[otel.RetriesExhausted+"{orders/"+n+" "+k+" "+l+"}"] = 0
+			}
 		}
 	}
 	for k, v := range map[string]float64{
@@ -142,13 +147,13 @@ func expected() map[string]float64 {
 		"sluice.items.out{orders/src}": 10, "sluice.items.out{orders/price}": 10, "sluice.items.out{orders/ship}": 9,
 		"sluice.items.out{orders/check}": 8, "sluice.items.out{orders/even}": 3, "sluice.items.out{orders/store}": 3,
 		"sluice.items.failed{orders/ship}": 1, "sluice.items.failed{orders/check}": 1,
-		"sluice.items.filtered{orders/even}":                5,
-		"sluice.dead_letters{orders/ship}":                  1,
-		"sluice.drops{orders/check}":                        1,
-		"sluice.retries{orders/price item_retry}":           2,
-		"sluice.retries{orders/ship item_retry}":            1,
-		"sluice.retries.exhausted{orders/ship item_retry}":  1,
-		"sluice.retry.delay.count{orders/price item_retry}": 2, "sluice.retry.delay.sum{orders/price item_retry}": 2,
+		"sluice.items.filtered{orders/even}":                     5,
+		"sluice.dead_letters{orders/ship}":                       1,
+		"sluice.drops{orders/check}":                             1,
+		"sluice.retries{orders/price item_retry}":                2,
+		"sluice.retries{orders/ship item_retry}":                 1,
+		"sluice.retries.exhausted{orders/ship item_retry count}": 1,
+		"sluice.retry.delay.count{orders/price item_retry}":      2, "sluice.retry.delay.sum{orders/price item_retry}": 2,
 		"sluice.retry.delay.count{orders/ship item_retry}": 1, "sluice.retry.delay.sum{orders/ship item_retry}": 1,
 	} {
 		want[k] = v

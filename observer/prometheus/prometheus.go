@@ -47,7 +47,11 @@ const (
 	RetryDelay       = "sluice_retry_delay_seconds"
 	CircuitState     = "sluice_circuit_state"
 	ItemsInFlight    = "sluice_items_in_flight"
+	Fallbacks        = "sluice_fallbacks_total"
 )
+
+// limits are the values of the limit label of RetriesExhausted.
+var limits = []resilience.Limit{resilience.LimitCount, resilience.LimitElapsed, resilience.LimitBudget}
 
 // defaultDelayBuckets are the upper bounds, in seconds, of the retry delay
 // histogram: from a millisecond up to the five minutes of the longest
@@ -82,7 +86,7 @@ type Collector struct {
 	exhausted *promclient.CounterVec
 	delay     *promclient.HistogramVec
 
-	in, out, failed, filtered, deadLetters, drops, retries, circuit, inFlight *promclient.Desc
+	in, out, failed, filtered, deadLetters, drops, retries, circuit, inFlight, fallbacks *promclient.Desc
 }
 
 // New returns a Collector that observes no pipeline yet.
@@ -97,8 +101,8 @@ func New(opts ...Option) *Collector {
 		byName: make(map[string]*pipeline.Pipeline),
 		exhausted: promclient.NewCounterVec(promclient.CounterOpts{
 			Name: RetriesExhausted,
-			Help: "Times a resilience layer of a node ran out of retries, by layer (kind).",
-		}, kind),
+			Help: "Times a resilience layer of a node ran out of retries, by layer (kind) and by what ended them (limit): count, elapsed, budget.",
+		}, append(slices.Clone(kind), "limit")),
 		delay: promclient.NewHistogramVec(promclient.HistogramOpts{
 			Name:    RetryDelay,
 			Help:    "Delays chosen before retries, jitter included, in seconds, by layer (kind).",
@@ -110,6 +114,7 @@ func New(opts ...Option) *Collector {
 		filtered:    promclient.NewDesc(ItemsFiltered, "Items a filter dropped, or a flat map or unbatch turned into nothing.", node, nil),
 		deadLetters: promclient.NewDesc(DeadLetters, "Items a node sent to the dead-letter sink.", node, nil),
 		drops:       promclient.NewDesc(Drops, "Items a node dropped because its failure action is skip.", node, nil),
+		fallbacks:   promclient.NewDesc(Fallbacks, "Items a node's Fallback rescued after its item retries gave up.", node, nil),
 		retries:     promclient.NewDesc(Retries, "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.", kind, nil),
 		circuit:     promclient.NewDesc(CircuitState, "State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open.", node, nil),
 		inFlight: promclient.NewDesc(ItemsInFlight,
@@ -139,7 +144,9 @@ func (c *Collector) Observe(p *pipeline.Pipeline) error {
 	// an increase that rate() can see.
 	for _, n := range p.Stats().Nodes {
 		for _, k := range kinds {
-			c.exhausted.WithLabelValues(p.Name(), n.Node, k.String())
+			for _, l := range limits {
+				c.exhausted.WithLabelValues(p.Name(), n.Node, k.String(), l.String())
+			}
 		}
 	}
 	return nil
@@ -149,7 +156,7 @@ var kinds = resilience.RetryKinds()
 
 // Describe sends the descriptions of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *promclient.Desc) {
-	for _, d := range []*promclient.Desc{c.in, c.out, c.failed, c.filtered, c.deadLetters, c.drops, c.retries, c.circuit, c.inFlight} {
+	for _, d := range []*promclient.Desc{c.in, c.out, c.failed, c.filtered, c.deadLetters, c.drops, c.retries, c.circuit, c.inFlight, c.fallbacks} {
 		ch <- d
 	}
 	c.exhausted.Describe(ch)
@@ -175,6 +182,7 @@ func (c *Collector) Collect(ch chan<- promclient.Metric) {
 			counter(c.filtered, n.Filtered)
 			counter(c.deadLetters, n.DeadLettered)
 			counter(c.drops, n.Skipped)
+			counter(c.fallbacks, n.Fallbacks)
 			for _, k := range kinds {
 				ch <- promclient.MustNewConstMetric(c.retries, promclient.CounterValue, float64(n.Retries(k)), pl, nd, k.String())
 			}
@@ -203,7 +211,7 @@ func (c *Collector) OnRetry(e observer.RetryEvent) {
 
 // OnRetryExhausted counts the exhaustion.
 func (c *Collector) OnRetryExhausted(e observer.RetryExhaustedEvent) {
-	c.exhausted.WithLabelValues(e.Pipeline, e.Node, e.Kind.String()).Inc()
+	c.exhausted.WithLabelValues(e.Pipeline, e.Node, e.Kind.String(), e.Limit.String()).Inc()
 }
 
 // OnDeadLetter does nothing: dead letters are counted by the engine.

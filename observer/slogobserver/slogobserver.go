@@ -93,13 +93,13 @@ func (o *Observer) OnRetry(e observer.RetryEvent) {
 		slog.Duration("delay", e.Delay), slog.Any("error", e.Err))
 }
 
-// OnRetryExhausted logs at WARN, with kind, attempts and error.
+// OnRetryExhausted logs at WARN, with kind, attempts, limit and error.
 func (o *Observer) OnRetryExhausted(e observer.RetryExhaustedEvent) {
 	if !o.enabled(slog.LevelWarn) {
 		return
 	}
 	o.log(slog.LevelWarn, MsgRetriesExhausted, e.Event, slog.String("kind", e.Kind.String()), slog.Int("attempts", e.Attempts),
-		slog.Any("error", e.Err))
+		slog.String("limit", e.Limit.String()), slog.Any("error", e.Err))
 }
 
 // OnDeadLetter logs at WARN, with origin_node, attempts and error.

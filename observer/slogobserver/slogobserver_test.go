@@ -137,7 +137,7 @@ func TestRecordsOfAScriptedRun(t *testing.T) {
 			map[string]any{"time": at(2 * time.Second), "level": "DEBUG", "msg": "retry", "pipeline": "orders", "node": "ship",
 				"kind": "item_retry", "attempt": 1.0, "delay": 1e9, "error": "flaky"},
 			map[string]any{"time": at(3 * time.Second), "level": "WARN", "msg": "retries exhausted", "pipeline": "orders", "node": "ship",
-				"kind": "item_retry", "attempts": 2.0, "error": "flaky"},
+				"kind": "item_retry", "attempts": 2.0, "error": "flaky", "limit": "count"},
 			map[string]any{"time": at(3 * time.Second), "level": "WARN", "msg": "item dead-lettered", "pipeline": "orders", "node": "ship",
 				"origin_node": "ship", "attempts": 2.0, "error": "resilience: item_retry exhausted after 2 attempts: flaky"}),
 		"check": with("check",
