@@ -9,6 +9,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // A Source produces the items of a pipeline. Run emits items until its
@@ -48,6 +49,16 @@ type Transform[In, Out any] interface {
 // returns nil.
 type Sink[T any] interface {
 	Write(ctx context.Context, item T) error
+}
+
+// A Redeliverer is a source whose broker delivers an item again, after a
+// delay, when the pipeline gave up on it in process: the outermost retry
+// layer (RabbitMQ's retry topology, for one). Redeliveries returns at most
+// how many times one item is delivered again, and the delay before each;
+// 0 when the source has no such layer. pipeline's Plan multiplies the
+// calls of the nodes downstream by it.
+type Redeliverer interface {
+	Redeliveries() (retries int, delay time.Duration)
 }
 
 // An Opener is a node that acquires resources before its first item. Open

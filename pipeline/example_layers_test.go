@@ -81,10 +81,10 @@ func ExamplePipeline_Plan() {
 	fmt.Print(p.Plan())
 	// Output:
 	// resilience plan of pipeline "orders" (worst cases)
-	// node   kind       calls/item  starts  multiplied  wait/item  wait to start  pause/item  call limit  then
-	// read   source     -           4       12          3s         7s             -           -           fail
-	// price  transform  12          4       48          7.2s       7s             -           -           fail
-	// store  sink       12          4       48          7.2s       7s             -           -           fail
+	// node   kind       calls/item  starts  multiplied  wait/item  wait to start  pause/item  call limit  deliveries  all calls  all time  then
+	// read   source     -           4       12          3s         7s             -           -           1           -          -         fail
+	// price  transform  12          4       48          7.2s       7s             -           -           1           12         7.2s      fail
+	// store  sink       12          4       48          7.2s       7s             -           -           1           12         7.2s      fail
 }
 
 // printCircuit prints breaker transitions.

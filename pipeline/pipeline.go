@@ -94,6 +94,8 @@ type spec struct {
 	mayDeadLetter bool
 	// limiter is the node's RateLimit, shared by its workers and runs.
 	limiter *limiter
+	// redeliveries is a source's node.Redeliverer, for Plan; nil without.
+	redeliveries func() (int, time.Duration)
 
 	// validate reports problems of the node's own settings.
 	validate func() []error

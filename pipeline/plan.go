@@ -49,25 +49,95 @@ type NodePlan struct {
 	// at most ItemCalls × AttemptTimeout on top of ItemWait, for calls that
 	// heed their context.
 	AttemptTimeout time.Duration
+	// MaxElapsed caps the item-retry waits of one cycle (0: no cap); it is
+	// applied in ItemWait.
+	MaxElapsed time.Duration
+	// Budget says the node's item retries draw on a shared retry budget:
+	// ItemCalls and Multiplied are then what one item can get when the
+	// budget allows, not what every item gets.
+	Budget bool
 	// OnItemFailure is what happens to an item after all that, unless one
 	// of the node's FailureRules (their number) decides.
 	OnItemFailure resilience.FailureAction
 	FailureRules  int
+
+	// Deliveries is how often a broker can deliver one item to the node:
+	// 1 + the retries of the broker layer of the source upstream (a
+	// node.Redeliverer, such as a RabbitMQ source with a retry topology),
+	// else 1. BrokerWait is what that layer waits in all.
+	Deliveries int
+	BrokerWait time.Duration
+	// AllCalls is the most calls of one item across every layer, the
+	// broker's included: ItemCalls × Deliveries. AllTime is the most time
+	// one item can take across them: every delivery's ItemWait, Pause and
+	// calls (ItemCalls × AttemptTimeout, when set; the calls' own time is
+	// unknown otherwise), plus BrokerWait.
+	AllCalls int
+	AllTime  time.Duration
 }
 
 // Plan returns the worst case of every node's resilience layers.
 func (p *Pipeline) Plan() Plan {
 	pl := Plan{Pipeline: p.name, Nodes: make([]NodePlan, len(p.nodes))}
+	broker := brokerLayers(p.nodes)
 	for i, n := range p.nodes {
-		pl.Nodes[i] = planNode(n)
+		np := planNode(n)
+		retries, delay := broker[n].retries, broker[n].delay
+		np.Deliveries = retries + 1
+		np.BrokerWait = mulSat(delay, retries)
+		np.AllCalls = np.ItemCalls * np.Deliveries
+		perDelivery := addSat(addSat(np.ItemWait, np.Pause), mulSat(np.AttemptTimeout, np.ItemCalls))
+		np.AllTime = addSat(mulSat(perDelivery, np.Deliveries), np.BrokerWait)
+		pl.Nodes[i] = np
 	}
 	return pl
+}
+
+type brokerLayer struct {
+	retries int
+	delay   time.Duration
+}
+
+// brokerLayers returns, for every node, the broker layer over it: the most
+// redeliveries (and their delay) of the sources upstream, passed along the
+// streams. Nodes come in the order they were added, producers first.
+func brokerLayers(nodes []*spec) map[*spec]brokerLayer {
+	over := make(map[*spec]brokerLayer, len(nodes))
+	for _, n := range nodes {
+		l := over[n]
+		if n.redeliveries != nil {
+			l.retries, l.delay = n.redeliveries()
+			l.retries = max(l.retries, 0)
+			over[n] = l
+		}
+		if n.output == nil {
+			continue
+		}
+		for _, c := range n.output.consumers {
+			if cl := over[c]; l.retries > cl.retries || (l.retries == cl.retries && l.delay > cl.delay) {
+				over[c] = l
+			}
+		}
+	}
+	return over
+}
+
+// mulSat is d × n, saturating at resilience.MaxDuration.
+func mulSat(d time.Duration, n int) time.Duration {
+	if d <= 0 || n <= 0 {
+		return 0
+	}
+	if d > resilience.MaxDuration/time.Duration(n) {
+		return resilience.MaxDuration
+	}
+	return d * time.Duration(n)
 }
 
 func planNode(n *spec) NodePlan {
 	o := n.res
 	np := NodePlan{Node: n.name, Kind: n.kind, Starts: o.NodeRetry.MaxRetries + 1, OnItemFailure: o.OnItemFailure,
-		FailureRules: len(o.FailureRules), AttemptTimeout: o.ItemRetry.AttemptTimeout, StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
+		FailureRules: len(o.FailureRules), AttemptTimeout: o.ItemRetry.AttemptTimeout, MaxElapsed: o.ItemRetry.MaxElapsed,
+		Budget: o.RetryBudget != nil, StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
 	if o.CircuitBreaker.Enabled && o.CircuitBreaker.WhenOpen == resilience.OpenPause {
 		np.Pause = o.CircuitBreaker.MaxPause
 	}
@@ -89,7 +159,11 @@ func planNode(n *spec) NodePlan {
 			wait = addSat(wait, o.NodeRestart.Backoff.Nominal(c))
 		}
 		retries := min(o.ItemRetry.MaxRetries, resilience.MaxRepeats-calls)
-		wait = addSat(wait, o.ItemRetry.Backoff.TotalDelay(retries))
+		cycleWait := o.ItemRetry.Backoff.TotalDelay(retries)
+		if e := o.ItemRetry.MaxElapsed; e > 0 && cycleWait > e {
+			cycleWait = e // no retry starts past MaxElapsed
+		}
+		wait = addSat(wait, cycleWait)
 		calls += retries + 1
 		calls = min(calls+probes, resilience.MaxRepeats+1)
 	}
@@ -110,7 +184,7 @@ func (pl Plan) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "resilience plan of pipeline %q (worst cases)\n", pl.Pipeline)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "node\tkind\tcalls/item\tstarts\tmultiplied\twait/item\twait to start\tpause/item\tcall limit\tthen")
+	fmt.Fprintln(tw, "node\tkind\tcalls/item\tstarts\tmultiplied\twait/item\twait to start\tpause/item\tcall limit\tdeliveries\tall calls\tall time\tthen")
 	for _, n := range pl.Nodes {
 		calls := "-"
 		if n.Kind != KindSource {
@@ -133,8 +207,15 @@ func (pl Plan) String() string {
 		if n.AttemptTimeout > 0 && n.Kind != KindSource {
 			limit = n.AttemptTimeout.String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Kind, calls, n.Starts, n.Multiplied,
-			short(n.ItemWait), short(n.StartWait), pause, limit, then)
+		allCalls, allTime := "-", "-"
+		if n.Kind != KindSource {
+			allCalls, allTime = fmt.Sprint(n.AllCalls), short(n.AllTime)
+			if n.Budget {
+				allCalls += " (budget)"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", n.Node, n.Kind, calls, n.Starts, n.Multiplied,
+			short(n.ItemWait), short(n.StartWait), pause, limit, n.Deliveries, allCalls, allTime, then)
 	}
 	tw.Flush()
 	return sb.String()

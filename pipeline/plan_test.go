@@ -73,7 +73,47 @@ func TestPlanMultipliesTheLayers(t *testing.T) {
 
 	s := plan.String()
 	assert.Contains(t, s, `resilience plan of pipeline "plan" (worst cases)`)
-	assert.Regexp(t, `call\s+transform\s+45\s+3\s+135\s+4.7s\s+2s\s+5m0s\s+2s\s+dead_letter \(2 rules first\)`, s)
+	assert.Regexp(t, `call\s+transform\s+45\s+3\s+135\s+4.7s\s+2s\s+5m0s\s+2s\s+1\s+45\s+6m34.7s\s+dead_letter \(2 rules first\)`, s)
 	assert.Regexp(t, `store\s+sink\s+101\s+.*\s+fail\n`, s)
 	assert.Regexp(t, `read\s+source\s+-\s+3\s+15\s+8s`, s)
+}
+
+// redelivering is a source with a broker layer: 3 redeliveries, 1 min apart.
+type redelivering struct{ *pipelinetest.SliceSource[int] }
+
+func (redelivering) Redeliveries() (int, time.Duration) { return 3, time.Minute }
+
+// The broker layer of a source upstream multiplies the calls and adds its
+// waits; MaxElapsed caps a cycle's waits; a budget is marked.
+func TestPlanCountsTheBrokerLayer(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("plan", pipeline.WithResilience(func(o *resilience.Options) {
+		o.ItemRetry.MaxRetries = 4
+		o.ItemRetry.Backoff = resilience.Constant(10 * time.Second)
+		o.ItemRetry.MaxElapsed = 25 * time.Second
+		o.ItemRetry.AttemptTimeout = time.Second
+		o.NodeRetry.MaxRetries = 0
+	}))
+	src := pipeline.Source[int](b, "consume", redelivering{pipelinetest.NewSliceSource(1)})
+	other := pipeline.Source[int](b, "local", pipelinetest.NewSliceSource(2))
+	h := pipeline.Transform(b, "handle", src, double(), pipeline.NodeResilience(func(o *resilience.Options) {
+		o.RetryBudget = resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.1})
+	}))
+	pipeline.Sink(b, "store", pipeline.Merge(b, "merge", h, other), &pipelinetest.Collector[int]{})
+	plan := build(t, b).Plan()
+	byName := map[string]pipeline.NodePlan{}
+	for _, n := range plan.Nodes {
+		byName[n.Node] = n
+	}
+	handle := byName["handle"]
+	assert.Equal(t, 5, handle.ItemCalls)
+	assert.Equal(t, 25*time.Second, handle.ItemWait, "4 waits of 10s, capped by MaxElapsed")
+	assert.Equal(t, 4, handle.Deliveries)
+	assert.Equal(t, 3*time.Minute, handle.BrokerWait)
+	assert.Equal(t, 20, handle.AllCalls)
+	assert.Equal(t, 4*(25*time.Second+5*time.Second)+3*time.Minute, handle.AllTime)
+	assert.True(t, handle.Budget)
+	assert.Equal(t, 4, byName["store"].Deliveries, "downstream of a merge with the redelivering source")
+	assert.Equal(t, 1, byName["local"].Deliveries)
+	assert.Regexp(t, `handle\s+transform\s+5\s+1\s+5\s+25s\s+0s\s+-\s+1s\s+4\s+20 \(budget\)\s+5m0s\s+fail`, plan.String())
 }

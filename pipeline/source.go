@@ -12,6 +12,9 @@ import (
 // Source adds a node that runs src and returns the stream of what it emits.
 func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOption) Stream[T] {
 	s := b.add(name, KindSource, opts)
+	if r, ok := src.(node.Redeliverer); ok && !isNil(src) {
+		s.redeliveries = r.Redeliveries
+	}
 	s.validate = func() []error {
 		var errs []error
 		if isNil(src) {

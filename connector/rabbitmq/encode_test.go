@@ -3,12 +3,14 @@ package rabbitmq_test
 import (
 	"math"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/connector/rabbitmq"
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
 )
 
 // An item that JSON refuses, cyclic ones included, still gives an
@@ -68,4 +70,20 @@ func TestEncodeEnvelopeOfItemsThatBreakTheEncoder(t *testing.T) {
 		assert.NotEmpty(t, env.ItemText)
 		assert.Contains(t, env.ErrText, "Error method panicked")
 	}
+}
+
+// A source with a retry topology tells Plan about its broker layer.
+func TestSourceRedeliveries(t *testing.T) {
+	t.Parallel()
+	var _ node.Redeliverer = (*rabbitmq.Source)(nil)
+	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{URL: "amqp://localhost", Queue: "q",
+		Retry: rabbitmq.RetryTopology{Enabled: true, MaxRetry: 3, Delay: time.Minute}})
+	require.NoError(t, err)
+	n, d := src.Redeliveries()
+	assert.Equal(t, 3, n)
+	assert.Equal(t, time.Minute, d)
+	plain, err := rabbitmq.NewSource(rabbitmq.SourceConfig{URL: "amqp://localhost", Queue: "q"})
+	require.NoError(t, err)
+	n, _ = plain.Redeliveries()
+	assert.Zero(t, n)
 }

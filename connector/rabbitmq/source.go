@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -74,6 +75,16 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		s.copies = core
 	}
 	return s, nil
+}
+
+// Redeliveries returns the retry topology's MaxRetry and Delay, (0, 0)
+// without it: a message is delivered at most MaxRetry + 1 times, which
+// pipeline's Plan counts (node.Redeliverer).
+func (s *Source) Redeliveries() (int, time.Duration) {
+	if !s.cfg.Retry.Enabled {
+		return 0, 0
+	}
+	return s.cfg.Retry.MaxRetry, s.cfg.Retry.Delay
 }
 
 // Config returns the source's config with defaults applied.
