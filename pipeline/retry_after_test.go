@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
@@ -114,4 +116,46 @@ func TestMaxElapsedEndsRetries(t *testing.T) {
 		assert.Contains(t, envs[0].ErrText, "(elapsed limit)")
 		assert.Equal(t, 3, envs[0].Attempts)
 	}
+}
+
+// MaxElapsed of the node layers: no restart, and no node retry, starts
+// past it from the node's first failure; the run's error says which layer
+// and which limit ended it.
+func TestMaxElapsedOfTheNodeLayers(t *testing.T) {
+	t.Parallel()
+	t.Run("node restart", func(t *testing.T) {
+		t.Parallel()
+		clock := clockwork.NewFakeClock()
+		b := pipeline.New("elapsed", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+			o.ItemRetry.MaxRetries = 0
+			o.NodeRestart.MaxRestarts = 10
+			o.NodeRestart.Backoff = resilience.Constant(4 * time.Second)
+			o.NodeRestart.MaxElapsed = 10 * time.Second
+		}))
+		out := pipeline.Transform[int, int](b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1, 2)), pipelinetest.FailAlways(errFlaky, 2))
+		pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+		res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), time.Second)
+		var re *resilience.RetryExhaustedError
+		require.ErrorAs(t, err, &re)
+		assert.Equal(t, resilience.NodeRestart, re.Kind)
+		assert.Equal(t, resilience.LimitElapsed, re.Limit)
+		assert.Equal(t, int64(2), res.Node("call").NodeRestarts, "at 4s and 8s; one at 12s would pass 10s")
+	})
+	t.Run("node retry", func(t *testing.T) {
+		t.Parallel()
+		clock := clockwork.NewFakeClock()
+		b := pipeline.New("elapsed", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+			o.NodeRetry.MaxRetries = 10
+			o.NodeRetry.Backoff = resilience.Constant(4 * time.Second)
+			o.NodeRetry.MaxElapsed = 10 * time.Second
+		}))
+		src := node.SourceFunc[int](func(context.Context, node.Emitter[int]) error { return errFlaky })
+		pipeline.Sink(b, "sink", pipeline.Source[int](b, "src", src), &pipelinetest.Collector[int]{})
+		res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), time.Second)
+		var re *resilience.RetryExhaustedError
+		require.ErrorAs(t, err, &re)
+		assert.Equal(t, resilience.NodeRetry, re.Kind)
+		assert.Equal(t, resilience.LimitElapsed, re.Limit)
+		assert.Equal(t, int64(2), res.Node("src").NodeRetries)
+	})
 }

@@ -264,6 +264,7 @@ func (nr *nodeRun) run() error {
 func (nr *nodeRun) nodeRetry() error {
 	rs, n := nr.rs, nr.spec
 	o := n.res.NodeRetry
+	elapsed := &elapsedCap{max: o.MaxElapsed}
 	for retry := 0; ; retry++ {
 		err := nr.nodeRestart()
 		if err == nil || nr.r.consumed() || rs.ctx.Err() != nil {
@@ -284,7 +285,7 @@ func (nr *nodeRun) nodeRetry() error {
 				return errors.Join(err, cerr)
 			}
 		}
-		if err := nr.backoff(resilience.NodeRetry, o.Backoff, retry+1, err); err != nil {
+		if err := nr.backoff(resilience.NodeRetry, o.Backoff, retry+1, err, elapsed); err != nil {
 			return err
 		}
 	}
@@ -302,6 +303,7 @@ func (nr *nodeRun) nodeRestart() error {
 	}
 	restarts := 0
 	mark := int64(0)
+	elapsed := &elapsedCap{max: o.MaxElapsed}
 	for {
 		err := nr.r.body(ctx)
 		if err == nil && ctx.Err() != nil {
@@ -318,6 +320,7 @@ func (nr *nodeRun) nodeRestart() error {
 		}
 		if o.ResetAfterItems > 0 && nr.r.progress()-mark >= int64(o.ResetAfterItems) {
 			restarts = 0
+			elapsed.first = time.Time{}
 		}
 		for {
 			if restarts >= o.MaxRestarts {
@@ -333,7 +336,7 @@ func (nr *nodeRun) nodeRestart() error {
 					err = errors.Join(err, cerr)
 				}
 			}
-			if werr := nr.backoff(resilience.NodeRestart, o.Backoff, restarts, err); werr != nil {
+			if werr := nr.backoff(resilience.NodeRestart, o.Backoff, restarts, err, elapsed); werr != nil {
 				return werr
 			}
 			if !reopen {
@@ -386,11 +389,14 @@ func (nr *nodeRun) close() error {
 }
 
 // backoff counts a retry of layer k, reports it, and waits its delay.
-func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry int, cause error) error {
+func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry int, cause error, elapsed *elapsedCap) error {
 	rs, n := nr.rs, nr.spec
 	d, perr := delay(b, retry, rs.p.cfg.rand)
 	if perr != nil {
 		return perr
+	}
+	if elapsed.over(rs.p.cfg.clock.Now(), d) {
+		return nr.exhaustedBy(k, retry, cause, resilience.LimitElapsed)
 	}
 	n.stats.retry(k)
 	notify(rs, n, observer.Observer.OnRetry, observer.RetryEvent{Event: rs.event(n), Kind: k, Attempt: retry, Delay: d, Err: cause})
@@ -406,6 +412,25 @@ func (nr *nodeRun) exhaustedBy(k resilience.RetryKind, attempts int, err error, 
 	rs, n := nr.rs, nr.spec
 	notify(rs, n, observer.Observer.OnRetryExhausted, observer.RetryExhaustedEvent{Event: rs.event(n), Kind: k, Attempts: attempts, Limit: limit, Err: err})
 	return &resilience.RetryExhaustedError{Node: n.name, Kind: k, Attempts: attempts, Limit: limit, Err: err}
+}
+
+// An elapsedCap is a layer's MaxElapsed: no retry starts past max from the
+// first failure. A nil cap, or a zero max, caps nothing.
+type elapsedCap struct {
+	max   time.Duration
+	first time.Time
+}
+
+// over reports whether a retry after a wait of d, now, would start past
+// the cap; the first call marks the first failure.
+func (c *elapsedCap) over(now time.Time, d time.Duration) bool {
+	if c == nil || c.max <= 0 {
+		return false
+	}
+	if c.first.IsZero() {
+		c.first = now
+	}
+	return now.Add(d).After(c.first.Add(c.max))
 }
 
 // notRestartable marks failures that node restart must not repeat.

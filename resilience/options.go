@@ -94,6 +94,12 @@ type NodeRestartOptions struct {
 	Backoff         Backoff
 	MaxReplayWindow int
 	ResetAfterItems int
+	// MaxElapsed, when positive, caps the time layer 2 spends: no restart
+	// starts once MaxElapsed has passed since the node's first failure (of
+	// this sequence of restarts; ResetAfterItems starts a new one), and
+	// the node's error is then a *RetryExhaustedError with Limit
+	// LimitElapsed. 0, the default, sets no cap.
+	MaxElapsed time.Duration
 }
 
 // NodeRetryOptions configure layer 3: a node that failed before it consumed
@@ -103,6 +109,11 @@ type NodeRetryOptions struct {
 	MaxRetries int
 	Backoff    Backoff
 	Classifier Classifier
+	// MaxElapsed, when positive, caps the time layer 3 spends: no retry
+	// starts once MaxElapsed has passed since the node's first failure,
+	// and the node's error is then a *RetryExhaustedError with Limit
+	// LimitElapsed. 0, the default, sets no cap.
+	MaxElapsed time.Duration
 }
 
 // Options are the resilience settings of one node, or the defaults of a
@@ -231,6 +242,12 @@ func (o Options) Validate() error {
 func (o Options) validate(errs optionErrors) {
 	repeats(errs, "ItemRetry.MaxRetries", o.ItemRetry.MaxRetries)
 	o.ItemRetry.Backoff.validate(errs.at("ItemRetry.Backoff"))
+	if o.NodeRestart.MaxElapsed < 0 {
+		errs.add("NodeRestart.MaxElapsed", o.NodeRestart.MaxElapsed, "must not be negative")
+	}
+	if o.NodeRetry.MaxElapsed < 0 {
+		errs.add("NodeRetry.MaxElapsed", o.NodeRetry.MaxElapsed, "must not be negative")
+	}
 	if o.ItemRetry.MaxElapsed < 0 {
 		errs.add("ItemRetry.MaxElapsed", o.ItemRetry.MaxElapsed, "must not be negative")
 	}
