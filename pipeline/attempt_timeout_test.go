@@ -134,3 +134,40 @@ func TestAttemptTimeoutValidation(t *testing.T) {
 	o.ItemRetry.AttemptTimeout = -time.Second
 	assert.ErrorContains(t, o.Validate(), "ItemRetry.AttemptTimeout")
 }
+
+// On a fake clock that never moves, a call that fails at once, or looks at
+// ctx.Err(), does not wait for its deadline and is no attempt timeout.
+func TestAttemptTimeoutOnAFakeClockDoesNotWait(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	var seen []error
+	var mu sync.Mutex
+	tr := node.TransformFunc[int, int](func(ctx context.Context, x int) (int, error) {
+		if err := ctx.Err(); err != nil { // would block on clockwork's fake context
+			return 0, err
+		}
+		if x == 3 {
+			return 0, resilience.MarkPermanent(errors.New("bad input"))
+		}
+		return x, nil
+	})
+	b := pipeline.New("timeout", pipeline.WithClock(clock), pipeline.WithObserver(observer.Nop{}),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.ItemRetry.MaxRetries = 2
+			o.ItemRetry.AttemptTimeout = 5 * time.Second
+			o.OnItemFailure = resilience.Skip
+			o.FailureRules = []resilience.FailureRule{{Match: func(err error) bool {
+				mu.Lock()
+				seen = append(seen, err)
+				mu.Unlock()
+				return false
+			}, Action: resilience.Skip}}
+		}))
+	out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(5)...)), tr)
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+	res, err := build(t, b).Run(t.Context()) // the clock never moves
+	require.NoError(t, err)
+	assert.Equal(t, int64(1), res.Node("call").Skipped)
+	require.Len(t, seen, 1)
+	assert.NotErrorIs(t, seen[0], resilience.ErrAttemptTimeout)
+}

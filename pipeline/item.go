@@ -56,10 +56,13 @@ func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error)
 // around its error.
 func withAttemptTimeout[In, R any](f func(context.Context, In) (R, error), d time.Duration, clock clockwork.Clock) func(context.Context, In) (R, error) {
 	return func(ctx context.Context, in In) (R, error) {
-		cctx, cancel := clockwork.WithTimeout(ctx, clock, d)
+		deadline := clock.Now().Add(d)
+		cctx, cancel := withDeadlineOn(ctx, clock, d)
 		defer cancel()
 		r, err := f(cctx, in)
-		if err != nil && ctx.Err() == nil && errors.Is(cctx.Err(), context.DeadlineExceeded) {
+		// Past the deadline by the clock, or ended by it: the clock is what
+		// counts, not whether the context's own timer was seen to fire.
+		if err != nil && ctx.Err() == nil && (deadlinePassed(cctx) || !clock.Now().Before(deadline)) {
 			err = &resilience.AttemptTimeoutError{Timeout: d, Err: err}
 		}
 		return r, err
