@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/resilience"
@@ -72,8 +73,19 @@ func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 			return r.next.Write(ctx, final)
 		}
 	}
+	// Send the copies now, on this goroutine, as any dead-letter write: a
+	// copy the topology refuses (it is missing or unbound) is an error of
+	// this write, which the engine retries and then fails the run with,
+	// saying why; the messages are then not acked, and go back to the
+	// queue. A delivery already copied by an earlier try is not sent again.
 	for _, d := range ds {
-		d.retry.Store(d.retryCopy(env))
+		if d.copied.Load() {
+			continue
+		}
+		if err := r.src.copies.publish(ctx, dlxName(r.src.cfg.Queue), "", *d.retryCopy(env)); err != nil {
+			return fmt.Errorf("rabbitmq: send message %s to the retry topology of queue %q: %w", d.id, r.src.cfg.Queue, err)
+		}
+		d.copied.Store(true)
 	}
 	return nil
 }

@@ -89,10 +89,10 @@ type QueueDeclaration struct {
 // in-process retries, and was dead-lettered through [Source.DeadLetter],
 // is sent again through q_dlx, as a copy whose headers carry the calls
 // it had (see [HeaderAttempts]), then acked; the broker holds it in q_retry
-// for Delay and delivers it to q again. If the copy cannot be published,
-// the message is rejected without requeue and takes the same path without
-// its story. Past MaxRetry trips the item goes to the pipeline's
-// dead-letter sink, with the story of every delivery, and is acked.
+// for Delay and delivers it to q again. A copy that cannot be published
+// fails the dead-letter write, and so the run, and the message goes back
+// to q. Past MaxRetry trips the item goes to the pipeline's dead-letter
+// sink, with the story of every delivery, and is acked.
 type RetryTopology struct {
 	Enabled bool
 	// MaxRetry is how many times the broker redelivers one message; it must

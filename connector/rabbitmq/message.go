@@ -32,8 +32,8 @@ type Message struct {
 	Redelivered bool `json:"redelivered"`
 	// Retries counts the times the message went through the retry
 	// topology: its HeaderRetries, or the x-death counts recorded for the
-	// source's queue when it was rejected into the topology, whichever is
-	// larger.
+	// source's queue when it was dead-lettered into the topology some other
+	// way, whichever is larger.
 	Retries int `json:"retries"`
 
 	d *delivery

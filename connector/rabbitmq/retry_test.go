@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -369,8 +370,9 @@ func TestRetryCopyWithLongErrors(t *testing.T) {
 }
 
 // A copy that no queue takes (the retry queue is gone) or that cannot be
-// published (the exchange is gone) sends the message back to its queue
-// instead: it is not lost, and its next delivery succeeds.
+// published (the exchange is gone) is an error of the dead-letter write:
+// the run fails saying so, instead of looping, and the message is not lost:
+// it is back in its queue.
 func TestRetryCopyWithABrokenTopology(t *testing.T) {
 	t.Parallel()
 	for name, breakIt := range map[string]func(a *admin, q string){
@@ -384,22 +386,40 @@ func TestRetryCopyWithABrokenTopology(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			var mu sync.Mutex
-			calls := 0
-			envs := runRetryCase(t, time.Hour, []amqp.Publishing{{Body: []byte("m"), MessageId: "m"}}, 0,
-				func(a *admin, q string, _ rabbitmq.Message) error {
-					mu.Lock()
-					defer mu.Unlock()
-					calls++
-					if calls == 1 {
+			a := newAdmin(t)
+			ctx := testContext(t)
+			q := uniqueName(t)
+			a.cleanupTopology(q)
+			src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{
+				URL: a.url, Queue: q, Declare: &rabbitmq.QueueDeclaration{},
+				Retry: rabbitmq.RetryTopology{Enabled: true, MaxRetry: 3, Delay: time.Hour},
+			})
+			require.NoError(t, err)
+			require.NoError(t, src.Open(ctx))
+			require.NoError(t, src.Close(ctx))
+			a.publish(q, "m")
+			var calls atomic.Int64
+			b := pipeline.New("broken", pipeline.WithDeadLetter(src.DeadLetter(deadletter.NewMemory(10))),
+				pipeline.WithDeadLetterRetry(1, resilience.NoBackoff()),
+				pipeline.WithResilience(func(o *resilience.Options) {
+					o.OnItemFailure = resilience.DeadLetter
+					o.ItemRetry.MaxRetries = 0
+				}))
+			h := pipeline.Transform(b, "handle", pipeline.Source(b, "consume", src),
+				node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
+					if calls.Add(1) == 1 {
 						breakIt(a, q) // while the source runs: Open does not declare it again
-						return resilience.MarkTransient(errFlaky)
 					}
-					return nil
-				},
-				func(delivered, _ int) bool { return delivered == 1 })
-			assert.Empty(t, envs)
-			assert.Equal(t, 2, calls, "back in the queue at once, delivered again")
+					return m, resilience.MarkTransient(errFlaky)
+				}))
+			pipeline.Sink(b, "store", h, node.SinkFunc[rabbitmq.Message](func(context.Context, rabbitmq.Message) error { return nil }))
+			p, err := b.Build()
+			require.NoError(t, err)
+			_, err = p.Run(ctx)
+			require.ErrorContains(t, err, "to the retry topology of queue")
+			assert.Equal(t, int64(1), calls.Load(), "no loop")
+			ready, _ := a.depth(q)
+			assert.Equal(t, 1, ready, "the message is back in its queue")
 		})
 	}
 }
@@ -410,10 +430,12 @@ func TestRetryCopyWithABrokenTopology(t *testing.T) {
 // TTL is the delay.
 func TestRetryStoryBelongsToItsQueue(t *testing.T) {
 	t.Parallel()
-	const delay = 300 * time.Millisecond
+	// The message's own TTL is shorter than the delay, and long enough not
+	// to expire before the source consumes it.
+	const delay = 3 * time.Second
 	var mu sync.Mutex
 	var times []time.Time
-	envs := runRetryCase(t, delay, []amqp.Publishing{{Body: []byte("m"), MessageId: "m", Expiration: "50",
+	envs := runRetryCase(t, delay, []amqp.Publishing{{Body: []byte("m"), MessageId: "m", Expiration: "2000",
 		Headers: amqp.Table{rabbitmq.HeaderRetries: int64(3), rabbitmq.HeaderAttempts: int64(12), rabbitmq.HeaderOriginNode: "elsewhere", rabbitmq.HeaderQueue: "other-queue"}}}, 0,
 		func(*admin, string, rabbitmq.Message) error {
 			mu.Lock()
@@ -429,5 +451,5 @@ func TestRetryStoryBelongsToItsQueue(t *testing.T) {
 	assert.Equal(t, 2, envs[0].Attempts, "the foreign 12 are not counted")
 	assert.Equal(t, "handle", envs[0].OriginNode)
 	require.Len(t, times, 2, "one broker retry: the foreign 3 trips do not count")
-	assert.GreaterOrEqual(t, times[1].Sub(times[0]), delay, "the retry queue's TTL, not the message's 50 ms")
+	assert.GreaterOrEqual(t, times[1].Sub(times[0]), delay, "the retry queue's TTL, not the message's 2 s")
 }

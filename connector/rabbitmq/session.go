@@ -16,19 +16,14 @@ import (
 type settlement uint8
 
 const (
-	ack      settlement = iota + 1 // done with it: remove it from the queue
-	requeue                        // not done: put it back for another consumer
-	reject                         // failed: dead-letter it (the retry topology)
-	retryPub                       // failed: send msg to the retry topology, then ack (see sendCopy)
+	ack     settlement = iota + 1 // done with it: remove it from the queue
+	requeue                       // not done: put it back for another consumer
+	reject                        // failed: dead-letter it (the retry topology)
 )
 
 type settle struct {
 	tag uint64
 	how settlement
-	// For retryPub: the copy to publish, with the headers that carry the
-	// message's story, and the exchange of the retry topology.
-	msg      *amqp.Publishing
-	exchange string
 }
 
 // A session is one connection and channel of a [Source], from an Open to
@@ -45,11 +40,6 @@ type session struct {
 	conn   *amqp.Connection
 	ch     *amqp.Channel
 	closed chan *amqp.Error // the channel's close notification, buffered
-	// copies publishes the copies that go to the retry topology, on a
-	// connection of its own (see sendCopy); nil without the topology.
-	copies  *pubCore
-	copying sync.WaitGroup
-	timeout time.Duration // of one copy's publish and confirm
 
 	mu       sync.Mutex
 	pending  []settle // queued for the acker
@@ -63,9 +53,9 @@ type session struct {
 	ackerEnd chan struct{}
 }
 
-func newSession(id string, conn *amqp.Connection, ch *amqp.Channel, copies *pubCore, timeout time.Duration) *session {
+func newSession(id string, conn *amqp.Connection, ch *amqp.Channel) *session {
 	s := &session{
-		id: id, conn: conn, ch: ch, copies: copies, timeout: timeout,
+		id: id, conn: conn, ch: ch,
 		closed:   ch.NotifyClose(make(chan *amqp.Error, 1)),
 		wake:     make(chan struct{}, 1),
 		dead:     make(chan struct{}),
@@ -83,14 +73,8 @@ func (s *session) track() {
 }
 
 // settle queues a settlement for the acker. It never blocks; on a session
-// that is gone it only does the counting. A retryPub settlement starts
-// sendCopy, which settles the delivery when the copy's fate is known.
+// that is gone it only does the counting.
 func (s *session) settle(st settle) {
-	if st.how == retryPub {
-		s.copying.Add(1)
-		go s.sendCopy(st)
-		return
-	}
 	s.mu.Lock()
 	s.inflight--
 	if s.inflight == 0 && s.idle != nil {
@@ -152,33 +136,6 @@ func (s *session) send(st settle) error {
 	}
 }
 
-// sendCopy publishes st.msg, the copy of a delivery that carries its
-// story, to the retry topology, on the source's publisher connection (not
-// the consumer's: a connection that publishes is blocked by a broker alarm,
-// and its acks with it), mandatory and with a confirm, and only then acks
-// the delivery. A copy that is not confirmed (the topology is missing or
-// unbound, a nack, no confirm within the timeout) sends the delivery back
-// to the queue instead (nack with requeue), so the message is never in
-// neither place; at worst, when a confirm is lost, in both. It does not
-// hold up the acker: other deliveries are settled meanwhile.
-func (s *session) sendCopy(st settle) {
-	defer s.copying.Done()
-	how := requeue
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	go func() {
-		select {
-		case <-s.dead: // the delivery went back to the queue: no copy
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	if err := s.copies.publish(ctx, st.exchange, "", *st.msg); err == nil {
-		how = ack
-	}
-	s.settle(settle{tag: st.tag, how: how})
-}
-
 func (s *session) markGoneLocked() {
 	if !s.gone {
 		s.gone = true
@@ -222,9 +179,6 @@ func (s *session) waitIdle(ctx context.Context, clock clockwork.Clock, timeout t
 // acker to end; a socket so stuck that the acker cannot finish within
 // timeout is unblocked by the close's deadline.
 func (s *session) close(clock clockwork.Clock, timeout time.Duration) error {
-	// Copies in flight settle their deliveries through the acker: let them
-	// (each is bounded by its own timeout).
-	s.copying.Wait()
 	s.mu.Lock()
 	s.quit = true
 	s.mu.Unlock()

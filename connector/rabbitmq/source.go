@@ -22,9 +22,9 @@ import (
 // it, and closes it.
 //
 // Every message is emitted with EmitTracked and settled by its outcome:
-// Delivered, Filtered and Skipped ack it; DeadLettered acks it too, or
-// rejects it into the retry topology when [Source.DeadLetter] decided the
-// broker should retry it; Failed (the run ended first) puts it back in the
+// Delivered, Filtered and Skipped ack it; DeadLettered acks it too (it is
+// in the dead-letter sink, or [Source.DeadLetter] put a copy of it into the
+// retry topology); Failed (the run ended first) puts it back in the
 // queue. A message is never acked before the pipeline is done with it, so a
 // process that dies loses nothing: the broker delivers what was not acked
 // to another consumer. Sinks must therefore be idempotent.
@@ -52,8 +52,8 @@ type Source struct {
 
 	byID sync.Map // delivery id -> *delivery, while in flight
 
-	// copies publishes the copies of messages sent to the retry topology
-	// (see session.sendCopy); nil without it.
+	// copies publishes the copies of messages sent to the retry topology,
+	// on a connection of its own (see retrySink.Write); nil without it.
 	copies *pubCore
 }
 
@@ -66,7 +66,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	s := &Source{cfg: cfg.withDefaults(), prefix: randomID(), stop: make(chan struct{})}
 	if s.cfg.Retry.Enabled {
 		core, err := newCore(s.cfg.URL, dlxName(s.cfg.Queue), true,
-			Confirms{Enabled: true, WaitFor: true, Timeout: DefaultConfirmTimeout}, PubRetry{},
+			Confirms{Enabled: true, WaitFor: true, Timeout: DefaultConfirmTimeout}, PubRetry{Enabled: true},
 			s.cfg.DialTimeout, s.cfg.CloseTimeout, s.cfg.Clock)
 		if err != nil {
 			return nil, err
@@ -117,7 +117,7 @@ func (s *Source) Open(ctx context.Context) error {
 		}
 		s.mu.Lock()
 		old := s.sess
-		s.sess = newSession(id, conn, ch, s.copies, DefaultConfirmTimeout)
+		s.sess = newSession(id, conn, ch)
 		s.drain = false
 		s.mu.Unlock()
 		if old != nil { // opened twice without a Close: do not leak the first
@@ -251,8 +251,8 @@ func (s *Source) Close(context.Context) error {
 	}
 	err := sess.close(s.cfg.Clock, s.cfg.CloseTimeout)
 	if s.copies != nil {
-		// Every copy of sess is settled: the publisher connection can go
-		// (a later session opens it again when it needs it).
+		// The publisher connection of the copies goes too; a later copy
+		// opens it again.
 		err = errors.Join(err, s.copies.close())
 	}
 	return err
@@ -278,9 +278,9 @@ type delivery struct {
 	// say of its earlier deliveries (nil: none).
 	orig amqp.Delivery
 	past *past
-	// retry is set by the dead-letter wrapper before the item's outcome
-	// fires: the copy to send to the retry topology instead of acking.
-	retry   atomic.Pointer[amqp.Publishing]
+	// copied is set by the dead-letter wrapper once a copy of the message
+	// is in the retry topology: the delivery itself is then acked.
+	copied  atomic.Bool
 	settled atomic.Bool
 }
 
@@ -296,11 +296,8 @@ func (d *delivery) done(o node.Outcome) {
 	case node.Delivered, node.Filtered, node.Skipped:
 		how = ack
 	case node.DeadLettered:
+		// In the dead-letter sink, or copied into the retry topology.
 		how = ack
-		if msg := d.retry.Load(); msg != nil {
-			d.sess.settle(settle{tag: d.tag, how: retryPub, msg: msg, exchange: dlxName(d.src.cfg.Queue)})
-			return
-		}
 	}
 	d.sess.settle(settle{tag: d.tag, how: how})
 }
