@@ -72,35 +72,41 @@ func TestRetryBudgetBoundsTheLoad(t *testing.T) {
 	}
 }
 
-// Over time the budget counts the last Window: with MinPerSecond, a
-// trickle retries; a spent budget recovers as the window moves on.
+// Over time the budget counts the last Window: with MinPerSecond a trickle
+// retries; a spent budget recovers as the window moves on; after a quiet
+// spell, items taken in long ago are not lent to a new outage; untracked
+// counters do not count; any clock works, one before 1970 too.
 func TestRetryBudgetWindow(t *testing.T) {
 	t.Parallel()
-	clock := clockwork.NewFakeClock()
+	clock := clockwork.NewFakeClockAt(time.Date(1969, 12, 31, 23, 59, 57, 0, time.UTC))
 	b := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.5, MinPerSecond: 0.2, Window: 10 * time.Second, Clock: clock})
 	var in atomic.Int64
 	untrack := b.Track(&in)
-	// 2 retries from MinPerSecond alone (0.2/s × 10 s).
-	assert.True(t, b.Withdraw())
-	assert.True(t, b.Withdraw())
-	assert.False(t, b.Withdraw())
-	in.Add(10) // 10 first attempts: 5 more
-	for range 5 {
-		assert.True(t, b.Withdraw())
+	withdraw := func(n int) {
+		t.Helper()
+		for i := range n {
+			require.True(t, b.Withdraw(), "retry %d of %d", i+1, n)
+		}
+		require.False(t, b.Withdraw(), "retry %d", n+1)
 	}
-	assert.False(t, b.Withdraw())
+	withdraw(2) // MinPerSecond alone: 0.2/s × 10 s
+	in.Add(10)  // 10 first attempts: 5 more
+	withdraw(5)
 	clock.Advance(11 * time.Second) // the window moved past all of it
-	assert.True(t, b.Withdraw(), "the minimum again")
+	withdraw(2)                     // the minimum again: the 10 items are old
+	// A backlog, a quiet spell, then an outage: the backlog is not lent.
+	in.Add(10_000)
+	clock.Advance(19 * time.Second)
+	in.Add(100)
+	withdraw(2) // the 10 100 items came before the oldest sample in the window
+	clock.Advance(time.Second)
+	in.Add(100)
+	withdraw(50) // the 100 since the last sample: 50
 	untrack()
 	in.Add(1000) // not tracked any more
 	clock.Advance(time.Second)
-	// At 12 s the 10 first attempts of 0 s are spread over the 12 s since
-	// (8 in the window): 0.5 × 8 + 2 = 6 retries, one of them made.
-	for range 5 {
-		assert.True(t, b.Withdraw())
-	}
-	assert.False(t, b.Withdraw(), "untracked counts do not count")
-	assert.Equal(t, int64(3), b.Refused())
+	withdraw(0)
+	assert.Equal(t, int64(6), b.Refused())
 
 	o := resilience.ForProfile(resilience.ProfileDefault)
 	o.RetryBudget = resilience.NewBudget(resilience.BudgetOptions{Ratio: -1, Window: time.Nanosecond})

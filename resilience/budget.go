@@ -43,8 +43,9 @@ const budgetBuckets = 10
 // It costs nothing per item: the nodes' input counts, which the engine
 // keeps anyway, are read only when a retry asks for leave.
 type Budget struct {
-	opts BudgetOptions
-	err  error // what Validate reports
+	opts   BudgetOptions
+	err    error     // what Validate reports
+	origin time.Time // bucket epochs count from here
 
 	mu      sync.Mutex
 	sources map[*atomic.Int64]int64 // tracked input counters and their base
@@ -74,7 +75,7 @@ func NewBudget(o BudgetOptions) *Budget {
 	if o.Clock == nil {
 		o.Clock = clockwork.NewRealClock()
 	}
-	b := &Budget{opts: o, sources: map[*atomic.Int64]int64{}}
+	b := &Budget{opts: o, sources: map[*atomic.Int64]int64{}, origin: o.Clock.Now()}
 	var errs []error
 	if o.Ratio < 0 || math.IsNaN(o.Ratio) || math.IsInf(o.Ratio, 0) {
 		errs = append(errs, fmt.Errorf("Ratio %v: must be a finite number, at least 0", o.Ratio))
@@ -95,7 +96,7 @@ func NewBudget(o BudgetOptions) *Budget {
 func (b *Budget) Track(in *atomic.Int64) (untrack func()) {
 	now := b.opts.Clock.Now()
 	b.mu.Lock()
-	b.sampleLocked(now)
+	b.sampleLocked(now, b.totalLocked())
 	b.sources[in] = in.Load()
 	b.mu.Unlock()
 	return func() {
@@ -127,7 +128,7 @@ func (b *Budget) Withdraw() bool {
 		b.refused++
 		return false
 	}
-	cur := &b.retries[epoch%budgetBuckets]
+	cur := &b.retries[((epoch%budgetBuckets)+budgetBuckets)%budgetBuckets]
 	if cur.epoch != epoch {
 		*cur = budgetBucket{epoch: epoch}
 	}
@@ -142,43 +143,56 @@ func (b *Budget) Refused() int64 {
 	return b.refused
 }
 
+// epoch numbers the bucket of now, counted from the budget's creation so
+// that any clock works (one before 1970, a zero time), flooring so that a
+// clock that goes back still gives a bucket.
 func (b *Budget) epoch(now time.Time) int64 {
-	return now.UnixNano() / int64(b.opts.Window/budgetBuckets)
+	d, w := int64(now.Sub(b.origin)), int64(b.opts.Window/budgetBuckets)
+	e := d / w
+	if d%w != 0 && d < 0 {
+		e--
+	}
+	return e
 }
 
-// firstsLocked returns the items taken in over the last Window. It
-// samples the total of the tracked counters when a node starts and at
-// withdrawals (at most one sample per Window/10), and counts from the
-// newest sample at least Window old; when that sample is older than Window,
-// it assumes the items came at an even rate since, so that a long quiet
-// spell before an outage does not lend the outage its retries.
+// firstsLocked returns the items taken in over the last Window, as the
+// samples tell: the total of the tracked counters is sampled when a node
+// starts and when a retry asks for leave (at most one sample per
+// Window/10), and the items counted are those since the oldest sample
+// within the window. That errs low, never high: items taken in before the
+// oldest sample in the window are not lent to the retries of a later
+// outage, so after a quiet spell the budget starts from MinPerSecond and
+// catches up within Window/10.
 func (b *Budget) firstsLocked(now time.Time) int64 {
-	total := b.sampleLocked(now)
+	total := b.totalLocked()
 	cut := now.Add(-b.opts.Window)
-	start := 0
-	for start+1 < len(b.samples) && !b.samples[start+1].at.After(cut) {
-		start++
+	i := 0
+	for i < len(b.samples) && !b.samples[i].at.After(cut) {
+		i++
 	}
-	b.samples = b.samples[start:]
-	anchor := b.samples[0]
-	n := total - anchor.total
-	if span := now.Sub(anchor.at); span > b.opts.Window {
-		n = int64(float64(n) * float64(b.opts.Window) / float64(span))
+	b.samples = b.samples[i:]
+	var n int64
+	if len(b.samples) > 0 {
+		n = total - b.samples[0].total
 	}
+	b.sampleLocked(now, total)
 	return n
 }
 
-// sampleLocked returns the total items taken in, recording it as a sample
-// when the newest is at least Window/10 old.
-func (b *Budget) sampleLocked(now time.Time) int64 {
+func (b *Budget) totalLocked() int64 {
 	total := b.settled
 	for in, base := range b.sources {
 		total += in.Load() - base
 	}
+	return total
+}
+
+// sampleLocked records total at now when the newest sample is at least
+// Window/10 old.
+func (b *Budget) sampleLocked(now time.Time, total int64) {
 	if n := len(b.samples); n == 0 || now.Sub(b.samples[n-1].at) >= b.opts.Window/budgetBuckets {
 		b.samples = append(b.samples, budgetSample{at: now, total: total})
 	}
-	return total
 }
 
 func (b *Budget) validate(errs optionErrors) {
