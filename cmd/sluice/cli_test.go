@@ -59,7 +59,7 @@ func TestCLIGolden(t *testing.T) {
 		{"stats-two-files", "dlq stats --by node dlq.jsonl rows.jsonl", 0},
 		{"stats-bad-by", "dlq stats --by colour dlq.jsonl", 2},
 		{"filter-to-stdout", "dlq filter --node enrich -o - rows.jsonl", 0},
-		{"redrive-dry-run", "dlq redrive --queue orders --dry-run --rotated rows.jsonl", 0},
+		{"redrive-dry-run", "dlq redrive --amqp amqp://broker.example/prod --queue orders --dry-run --rotated rows.jsonl", 0},
 		{"redrive-no-target", "dlq redrive --amqp amqp://localhost rows.jsonl", 2},
 		{"redrive-no-url", "dlq redrive --queue q rows.jsonl", 2},
 		{"rabbitmq-no-subcommand", "rabbitmq", 2},

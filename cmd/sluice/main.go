@@ -68,9 +68,10 @@ Commands:
         own body and properties, a []byte's bytes, else its JSON) to a
         queue or an exchange, with publisher confirms; the message keeps the
         item's correlation ID. Each letter re-driven is recorded in the
-        ledger L (default: the first FILE + .redriven) with its target once
-        the broker confirmed it, so that a second redrive to the same target
-        sends only letters not sent before. An envelope whose item was never
+        ledger L (default: the first FILE + .redriven) with where it went
+        (broker, vhost, queue or exchange) once the broker confirmed it, so
+        that a second redrive to the same place sends only letters not sent
+        there before. An envelope whose item was never
         encoded is reported, not sent.
         --dry-run lists what would be sent and touches nothing.
 

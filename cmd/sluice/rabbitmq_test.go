@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -242,4 +243,20 @@ func TestRedriveLedger(t *testing.T) {
 	assert.Contains(t, run(q2), "0 of 6 envelopes re-driven", "the torn line was ended, the next one recorded whole")
 	assert.Len(t, b.drain(t, q1), 6)
 	assert.Len(t, b.drain(t, q2), 7)
+
+	// The ledger knows the broker: the same queue on another broker or
+	// vhost still gets the letters; other credentials are the same broker.
+	dry := func(url string) string {
+		t.Helper()
+		code, stdout, stderr := sluice(t, dir, "dlq", "redrive", "--amqp", url, "--queue", q1, "--dry-run", "rows.jsonl")
+		require.Equal(t, 0, code, stderr)
+		return stdout
+	}
+	assert.Contains(t, dry("amqp://guest:guest@other-broker.example:5672/"), "6 of 6 envelopes would be re-driven")
+	u, err := url.Parse(b.url)
+	require.NoError(t, err)
+	u.Path = "/other-vhost"
+	assert.Contains(t, dry(u.String()), "6 of 6 envelopes would be re-driven")
+	u.Path, u.User = "/", url.UserPassword("someone", "else")
+	assert.Contains(t, dry(u.String()), "0 of 6 envelopes would be re-driven")
 }

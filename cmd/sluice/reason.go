@@ -42,26 +42,34 @@ func reason(text string) string {
 }
 
 // closingQuotes returns, for each rune that opens a quote, the index of the
-// quote that closes it (the next one of its kind not escaped by a
-// backslash), else -1. An apostrophe inside a word ("can't") opens nothing.
-// One pass from the end: no quote is searched for twice.
+// quote that closes it (the next one of its kind that is not escaped),
+// else -1. A quote is escaped when an odd number of backslashes comes
+// before it (\\" is an escaped backslash and a real quote); an escaped
+// quote neither opens nor closes, and an apostrophe inside a word ("can't")
+// opens nothing. One pass from the end: no quote is searched for twice.
 func closingQuotes(rs []rune) []int {
 	closing := make([]int, len(rs))
+	escaped := make([]bool, len(rs))
+	backslashes := 0
+	for i, r := range rs {
+		escaped[i] = backslashes%2 == 1
+		if r == '\\' {
+			backslashes++
+		} else {
+			backslashes = 0
+		}
+	}
 	next := map[rune]int{'"': -1, '\'': -1, '`': -1}
 	for i := len(rs) - 1; i >= 0; i-- {
 		closing[i] = -1
 		r := rs[i]
-		if _, ok := next[r]; !ok {
+		if _, ok := next[r]; !ok || escaped[i] {
 			continue
 		}
-		escaped := i > 0 && rs[i-1] == '\\'
-		apostrophe := r == '\'' && i > 0 && isWordRune(rs[i-1])
-		if !apostrophe {
+		if !(r == '\'' && i > 0 && isWordRune(rs[i-1])) {
 			closing[i] = next[r]
 		}
-		if !escaped {
-			next[r] = i
-		}
+		next[r] = i
 	}
 	return closing
 }

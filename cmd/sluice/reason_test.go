@@ -18,6 +18,8 @@ func TestReason(t *testing.T) {
 		`unterminated "quote here`:                                 `unterminated "quote here`,
 		"decoder: UTF-8\tnot   UTF-16":                             `decoder: UTF-N not UTF-N`,
 		`amount 12.50 EUR.`:                                        `amount N EUR.`,
+		`open "C:\\data\\ord-17\\": access denied`:                 `open "…": access denied`,
+		`bad body {\"id\":1} for "ord-1"`:                          `bad body {\"id\":N} for "…"`,
 	} {
 		assert.Equal(t, want, reason(in), in)
 	}

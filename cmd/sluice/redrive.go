@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"os/signal"
 	"strings"
@@ -53,8 +54,8 @@ func redrive(args []string, stdout, stderr io.Writer) int {
 		return code
 	case len(positional) == 0:
 		return wrongArgs(stderr, "redrive", "FILE...", positional)
-	case *url == "" && !*dryRun:
-		return usageError(stderr, "dlq redrive: --amqp URL is required")
+	case *url == "":
+		return usageError(stderr, "dlq redrive: --amqp URL is required (--dry-run reads the ledger for that broker)")
 	case (*queue == "") == (*exchange == ""):
 		return usageError(stderr, "dlq redrive: give one of --queue Q and --exchange X")
 	case *queue != "" && *key != "":
@@ -69,7 +70,14 @@ func redrive(args []string, stdout, stderr io.Writer) int {
 		target = fmt.Sprintf("exchange %q with routing key %q", *exchange, *key)
 	}
 
-	done, err := readLedger(*ledgerPath, target)
+	// The ledger knows a letter by the broker and the target it went to:
+	// the same queue on another broker or vhost still gets it.
+	where, err := brokerOf(*url)
+	if err != nil {
+		return usageError(stderr, "dlq redrive: --amqp: "+err.Error())
+	}
+	where += " " + target
+	done, err := readLedger(*ledgerPath, where)
 	if err != nil {
 		dataError(stderr, err)
 		return exitData
@@ -110,7 +118,7 @@ func redrive(args []string, stdout, stderr io.Writer) int {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	sent, err := publishLetters(ctx, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, *ledgerPath, target)
+	sent, err := publishLetters(ctx, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, *ledgerPath, where)
 	fmt.Fprintf(stdout, "%d of %d envelopes re-driven to %s; %d were already (ledger %s)\n", sent, total, target, already, *ledgerPath)
 	if err != nil {
 		dataError(stderr, err)
@@ -186,9 +194,27 @@ func publishLetters(ctx context.Context, todo []letter, url, exchange, key strin
 }
 
 // The ledger: one line per letter re-driven, once its publish was
-// confirmed: the letter's key, the target it went to (spaces as %20), and
-// where the letter was, for people. A letter re-driven to one target is not
-// re-driven there again; another target still gets it.
+// confirmed: the letter's key, where it went (the broker's host and vhost,
+// and the queue or exchange; spaces as %20), and where the letter was, for
+// people. A letter re-driven to one place is not re-driven there again;
+// another place still gets it.
+
+// brokerOf names the broker of an AMQP URL for the ledger: host, port and
+// vhost, without the credentials.
+func brokerOf(raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "", err
+	}
+	if u.Scheme != "amqp" && u.Scheme != "amqps" {
+		return "", fmt.Errorf("%q is not an amqp:// or amqps:// URL", u.Redacted())
+	}
+	vhost := strings.TrimPrefix(u.Path, "/")
+	if vhost == "" {
+		vhost = "/"
+	}
+	return u.Scheme + "://" + u.Host + " vhost " + vhost, nil
+}
 
 func ledgerTarget(target string) string { return strings.ReplaceAll(target, " ", "%20") }
 

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -86,4 +87,25 @@ func TestSourceRedeliveries(t *testing.T) {
 	require.NoError(t, err)
 	n, _ = plain.Redeliveries()
 	assert.Zero(t, n)
+}
+
+// A Message read back from a dead-letter file is given back with its
+// integer headers as int64, exact.
+func TestRepublishingKeepsIntegerHeaders(t *testing.T) {
+	t.Parallel()
+	path := t.TempDir() + "/d.jsonl"
+	f, err := deadletter.OpenFile(path)
+	require.NoError(t, err)
+	require.NoError(t, f.Write(t.Context(), deadletter.Envelope{Item: rabbitmq.Message{Body: []byte("x"),
+		Headers: amqp.Table{"tenant-id": int64(9007199254740993), "ratio": 0.5, "nested": amqp.Table{"n": int64(7)}}}}))
+	require.NoError(t, f.Close())
+	for env, err := range deadletter.ReadFile(path) {
+		require.NoError(t, err)
+		pub, err := rabbitmq.Republishing(env)
+		require.NoError(t, err)
+		assert.Equal(t, int64(9007199254740993), pub.Headers["tenant-id"])
+		assert.Equal(t, 0.5, pub.Headers["ratio"])
+		assert.Equal(t, amqp.Table{"n": int64(7)}, pub.Headers["nested"])
+		assert.Equal(t, "x", string(pub.Body))
+	}
 }

@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -20,7 +21,10 @@ var messageType = deadletter.TypeOf(Message{})
 //   - an item that is a [Message] (as the source emitted it, or its JSON
 //     read back from a dead-letter file, whose ItemType names Message) gives
 //     its Body, ContentType, MessageID, Timestamp and Headers, without the
-//     headers of its earlier life (x-death and the x-sluice-* story);
+//     headers of its earlier life (x-death and the x-sluice-* story); read
+//     back from JSON, an integer header is an int64 again, but a []byte
+//     header is the string of its base64 (a Message does not carry the
+//     other AMQP properties);
 //   - an item that is a []byte gives those bytes;
 //   - any other item gives its JSON, with content type application/json.
 //
@@ -48,9 +52,12 @@ func Republishing(env deadletter.Envelope) (amqp.Publishing, error) {
 		switch strings.TrimPrefix(env.ItemType, "*") {
 		case messageType:
 			var m Message
-			if err := json.Unmarshal(raw, &m); err != nil {
+			d := json.NewDecoder(bytes.NewReader(raw))
+			d.UseNumber()
+			if err := d.Decode(&m); err != nil {
 				return amqp.Publishing{}, fmt.Errorf("rabbitmq: the item says it is a %s: %w", messageType, err)
 			}
+			m.Headers, _ = headerTypes(m.Headers).(amqp.Table)
 			return fromMessage(pub, m), nil
 		case "[]uint8":
 			var b []byte
@@ -69,6 +76,40 @@ func Republishing(env deadletter.Envelope) (amqp.Publishing, error) {
 	}
 	pub.ContentType, pub.Body = "application/json", body
 	return pub, nil
+}
+
+// headerTypes gives header values read back from JSON the types AMQP
+// gives them: an integer is an int64 (not a float64 that would round a
+// large one), another number a float64, a table an amqp.Table. A value
+// that was a []byte is a string of its base64: JSON does not say which.
+func headerTypes(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if i, err := x.Int64(); err == nil {
+			return i
+		}
+		f, _ := x.Float64()
+		return f
+	case map[string]any:
+		t := amqp.Table{}
+		for k, e := range x {
+			t[k] = headerTypes(e)
+		}
+		return t
+	case amqp.Table:
+		t := amqp.Table{}
+		for k, e := range x {
+			t[k] = headerTypes(e)
+		}
+		return t
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = headerTypes(e)
+		}
+		return out
+	}
+	return v
 }
 
 func fromMessage(pub amqp.Publishing, m Message) amqp.Publishing {
