@@ -15,76 +15,117 @@ var realClockType = reflect.TypeOf(clockwork.NewRealClock())
 // withDeadlineOn returns a child of parent that ends d later on clock, and
 // its cancel function, which must be called. On the real clock it is
 // context.WithTimeout. On another clock (a fake one, in tests) it is a
-// context of its own: its Err does not block (clockwork's fake-clock
-// context waits in Err until it is done), and cancel stops its timer, so
-// that no stale timer keeps counting as a waiter on the fake clock.
+// context of its own, which differs from clockwork's in three ways: its Err
+// does not block (clockwork's waits until the context is done); its timer
+// starts only when the call asks for Done, so that a call that never waits
+// on its context puts no timer on the fake clock, which a test driver
+// (pipelinetest.AdvanceUntilDone) would take for a waiter and move time
+// for while the call runs; and cancel stops that timer.
 func withDeadlineOn(parent context.Context, clock clockwork.Clock, d time.Duration) (context.Context, context.CancelFunc) {
 	if reflect.TypeOf(clock) == realClockType {
 		return context.WithTimeout(parent, d)
 	}
-	c := &deadlineCtx{Context: parent, deadline: clock.Now().Add(d), done: make(chan struct{})}
-	if pd, ok := parent.Deadline(); ok && pd.Before(c.deadline) {
-		c.deadline = pd
-	}
-	t := clock.NewTimer(d)
-	stop := make(chan struct{})
-	var stopOnce sync.Once
-	go func() {
-		defer t.Stop()
-		select {
-		case <-t.Chan():
-			c.end(context.DeadlineExceeded)
-		case <-parent.Done():
-			c.end(parent.Err())
-		case <-stop:
-		}
-	}()
-	return c, func() {
-		stopOnce.Do(func() {
-			// Stopped here, not by the goroutine: a fake clock must not
-			// count the timer as a waiter once the call is over.
-			t.Stop()
-			close(stop)
-		})
-		c.end(context.Canceled)
-	}
+	c := &deadlineCtx{Context: parent, clock: clock, deadline: clock.Now().Add(d), done: make(chan struct{}), stop: make(chan struct{})}
+	return c, c.cancel
 }
 
 // A deadlineCtx is a context with a deadline on a clock of the pipeline's.
 type deadlineCtx struct {
 	context.Context // the parent, for Value
+	clock           clockwork.Clock
 	deadline        time.Time
 	done            chan struct{}
-	once            sync.Once
-	mu              sync.Mutex
-	err             error
+
+	startOnce sync.Once
+	mu        sync.Mutex
+	timer     clockwork.Timer
+	stop      chan struct{} // closed by cancel
+	stopped   bool
+	err       error
 }
 
-func (c *deadlineCtx) Deadline() (time.Time, bool) { return c.deadline, true }
-func (c *deadlineCtx) Done() <-chan struct{}       { return c.done }
+func (c *deadlineCtx) Deadline() (time.Time, bool) {
+	if pd, ok := c.Context.Deadline(); ok && pd.Before(c.deadline) {
+		return pd, true
+	}
+	return c.deadline, true
+}
 
+// Done starts the timer, and the watch of the parent, the first time.
+func (c *deadlineCtx) Done() <-chan struct{} {
+	c.startOnce.Do(c.start)
+	return c.done
+}
+
+func (c *deadlineCtx) start() {
+	c.mu.Lock()
+	if c.stopped || c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	left := c.deadline.Sub(c.clock.Now())
+	if left <= 0 {
+		c.endLocked(context.DeadlineExceeded)
+		c.mu.Unlock()
+		return
+	}
+	t := c.clock.NewTimer(left)
+	c.timer = t
+	c.mu.Unlock()
+	go func() {
+		select {
+		case <-t.Chan():
+			c.end(context.DeadlineExceeded)
+		case <-c.Context.Done():
+			c.end(c.Context.Err())
+		case <-c.stop:
+		}
+	}()
+}
+
+// Err is the context's error, without blocking: the parent's once it
+// ended, DeadlineExceeded once the clock reached the deadline.
 func (c *deadlineCtx) Err() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.err == nil {
+		if err := c.Context.Err(); err != nil {
+			c.endLocked(err)
+		} else if !c.clock.Now().Before(c.deadline) {
+			c.endLocked(context.DeadlineExceeded)
+		}
+	}
 	return c.err
 }
 
 func (c *deadlineCtx) end(err error) {
-	c.once.Do(func() {
-		c.mu.Lock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.endLocked(err)
+}
+
+func (c *deadlineCtx) endLocked(err error) {
+	if c.err == nil {
 		c.err = err
-		c.mu.Unlock()
 		close(c.done)
-	})
+	}
+}
+
+func (c *deadlineCtx) cancel() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.stopped {
+		c.stopped = true
+		if c.timer != nil {
+			c.timer.Stop() // here, so the fake clock counts no waiter once the call is over
+		}
+		close(c.stop)
+	}
+	c.endLocked(context.Canceled)
 }
 
 // deadlinePassed reports, without blocking, whether ctx ended by its own
 // deadline.
 func deadlinePassed(ctx context.Context) bool {
-	select {
-	case <-ctx.Done():
-		return ctx.Err() == context.DeadlineExceeded
-	default:
-		return false
-	}
+	return ctx.Err() == context.DeadlineExceeded
 }

@@ -25,6 +25,8 @@ func (printDelays) OnRetry(e observer.RetryEvent) {
 // A server that answers 429 with Retry-After sets the wait; MaxElapsed
 // gives up on an item once retrying would pass 10 s; an attempt timeout
 // ends a call that hangs. On a fake clock, as a test would run it.
+// (MaxElapsed counts from the first failure: the hanging call's first
+// failure comes when its minute is up.)
 func Example_retryPolicies() {
 	clock := clockwork.NewFakeClock()
 	calls := map[string]int{}
@@ -46,7 +48,9 @@ func Example_retryPolicies() {
 			o.ItemRetry.MaxRetries = 10
 			o.ItemRetry.Backoff = resilience.Constant(3 * time.Second)
 			o.ItemRetry.MaxElapsed = 10 * time.Second
-			o.ItemRetry.AttemptTimeout = 2 * time.Second
+			// Long against the driver's 100 ms steps, which move fake time
+			// while a call runs too (see AdvanceUntilDone).
+			o.ItemRetry.AttemptTimeout = time.Minute
 			o.OnItemFailure = resilience.Skip
 		}))
 	syms := pipeline.Source(b, "read", pipelinetest.NewSliceSource("ACME", "SLOW", "DOWN"))
@@ -63,7 +67,7 @@ func Example_retryPolicies() {
 	fmt.Println("error:", err, "skipped:", res.Node("quote").Skipped, "calls of DOWN:", calls["DOWN"])
 	// Output:
 	// retry 1 of quote after 4s: 429 too many requests
-	// retry 1 of quote after 3s: resilience: attempt timed out after 2s: context deadline exceeded
+	// retry 1 of quote after 3s: resilience: attempt timed out after 1m0s: context deadline exceeded
 	// retry 1 of quote after 3s: 503 unavailable
 	// retry 2 of quote after 3s: 503 unavailable
 	// retry 3 of quote after 3s: 503 unavailable

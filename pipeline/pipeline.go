@@ -264,8 +264,6 @@ func (b *Builder) Build() (*Pipeline, error) {
 				fail(n.name, fmt.Errorf("RateLimit(%v, %d): perSecond must be a positive number", c.rate, c.burst))
 			case c.burst < 1:
 				fail(n.name, fmt.Errorf("RateLimit(%v, %d): burst must be at least 1", c.rate, c.burst))
-			default:
-				n.limiter = newLimiter(c.rate, c.burst, cfg.clock)
 			}
 		}
 		if n.validate != nil {
@@ -308,6 +306,12 @@ func (b *Builder) Build() (*Pipeline, error) {
 
 	if cfg.clock == nil {
 		cfg.clock = clockwork.NewRealClock()
+	}
+	for _, n := range nodes {
+		if n.cfg.limited {
+			// On the pipeline's clock, once it is known.
+			n.limiter = newLimiter(n.cfg.rate, n.cfg.burst, cfg.clock)
+		}
 	}
 	if cfg.rand == nil {
 		cfg.rand = globalRand{}

@@ -49,6 +49,12 @@ type NodePlan struct {
 	// at most ItemCalls × AttemptTimeout on top of ItemWait, for calls that
 	// heed their context.
 	AttemptTimeout time.Duration
+	// RateLimit is the node's calls per second (0: none): every call,
+	// retries included, waits for a token.
+	RateLimit float64
+	// Fallback says a Fallback may rescue an item before its failure
+	// action.
+	Fallback bool
 	// MaxElapsed caps the item-retry waits of one cycle (0: no cap); it is
 	// applied in ItemWait.
 	MaxElapsed time.Duration
@@ -137,9 +143,12 @@ func planNode(n *spec) NodePlan {
 	o := n.res
 	np := NodePlan{Node: n.name, Kind: n.kind, Starts: o.NodeRetry.MaxRetries + 1, OnItemFailure: o.OnItemFailure,
 		FailureRules: len(o.FailureRules), AttemptTimeout: o.ItemRetry.AttemptTimeout, MaxElapsed: o.ItemRetry.MaxElapsed,
-		Budget: o.RetryBudget != nil, StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
+		Budget: o.RetryBudget != nil, Fallback: n.cfg.fallback != nil, StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
 	if o.CircuitBreaker.Enabled && o.CircuitBreaker.WhenOpen == resilience.OpenPause {
 		np.Pause = o.CircuitBreaker.MaxPause
+	}
+	if n.cfg.limited {
+		np.RateLimit = n.cfg.rate
 	}
 	cycles := o.NodeRestart.MaxRestarts + 1
 	if !n.consumes {
@@ -195,6 +204,9 @@ func (pl Plan) String() string {
 			pause = n.Pause.String()
 		}
 		then := n.OnItemFailure.String()
+		if n.Fallback {
+			then = "fallback, then " + then
+		}
 		switch {
 		case n.Kind == KindSource:
 			then = "fail"
@@ -203,9 +215,16 @@ func (pl Plan) String() string {
 		case n.FailureRules > 1:
 			then += fmt.Sprintf(" (%d rules first)", n.FailureRules)
 		}
-		limit := "-"
+		var limits []string
 		if n.AttemptTimeout > 0 && n.Kind != KindSource {
-			limit = n.AttemptTimeout.String()
+			limits = append(limits, n.AttemptTimeout.String())
+		}
+		if n.RateLimit > 0 {
+			limits = append(limits, fmt.Sprintf("%g/s", n.RateLimit))
+		}
+		limit := "-"
+		if len(limits) > 0 {
+			limit = strings.Join(limits, ", ")
 		}
 		allCalls, allTime := "-", "-"
 		if n.Kind != KindSource {

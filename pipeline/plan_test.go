@@ -1,6 +1,7 @@
 package pipeline_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -98,7 +99,7 @@ func TestPlanCountsTheBrokerLayer(t *testing.T) {
 	other := pipeline.Source[int](b, "local", pipelinetest.NewSliceSource(2))
 	h := pipeline.Transform(b, "handle", src, double(), pipeline.NodeResilience(func(o *resilience.Options) {
 		o.RetryBudget = resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.1})
-	}))
+	}), pipeline.RateLimit(50, 5), pipeline.Fallback(func(_ context.Context, x int, _ error) (int, error) { return x, nil }))
 	pipeline.Sink(b, "store", pipeline.Merge(b, "merge", h, other), &pipelinetest.Collector[int]{})
 	plan := build(t, b).Plan()
 	byName := map[string]pipeline.NodePlan{}
@@ -115,5 +116,7 @@ func TestPlanCountsTheBrokerLayer(t *testing.T) {
 	assert.True(t, handle.Budget)
 	assert.Equal(t, 4, byName["store"].Deliveries, "downstream of a merge with the redelivering source")
 	assert.Equal(t, 1, byName["local"].Deliveries)
-	assert.Regexp(t, `handle\s+transform\s+5\s+1\s+5\s+25s\s+0s\s+-\s+1s\s+4\s+20 \(budget\)\s+5m0s\s+fail`, plan.String())
+	assert.Equal(t, 50.0, handle.RateLimit)
+	assert.True(t, handle.Fallback)
+	assert.Regexp(t, `handle\s+transform\s+5\s+1\s+5\s+25s\s+0s\s+-\s+1s, 50/s\s+4\s+20 \(budget\)\s+5m0s\s+fallback, then fail`, plan.String())
 }

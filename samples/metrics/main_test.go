@@ -179,7 +179,7 @@ func TestServesTheFiguresOfTheRun(t *testing.T) {
 		{"sluice_items_out_total", at("enrich"), enriched},
 		{"sluice_items_failed_total", at("enrich"), len(dead)},
 		{"sluice_dead_letters_total", at("enrich"), len(dead)},
-		{"sluice_retries_exhausted_total", at("enrich", "kind", "item_retry"), len(dead)},
+		{"sluice_retries_exhausted_total", at("enrich", "kind", "item_retry", "limit", "count"), len(dead)},
 		{"sluice_retries_total", at("enrich", "kind", "item_retry"), retries},
 		{"sluice_retry_delay_seconds", at("enrich", "kind", "item_retry"), retries},
 		{"sluice_items_in_total", at("valid"), enriched},
