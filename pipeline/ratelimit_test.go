@@ -83,3 +83,17 @@ func TestRateLimitBadInput(t *testing.T) {
 	_, err := b.Build()
 	assert.ErrorContains(t, err, `node "src": RateLimit: a source calls no function to limit`)
 }
+
+// Without WithClock, RateLimit uses the real clock: Build must not need
+// the clock before it has its default. Five items fit the burst: no wait.
+func TestRateLimitOnTheRealClock(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("rate")
+	out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(5)...)), double(),
+		pipeline.RateLimit(1, 5))
+	sink := &pipelinetest.Collector[int]{}
+	pipeline.Sink(b, "sink", out, sink)
+	_, err := build(t, b).Run(t.Context())
+	require.NoError(t, err)
+	assert.Len(t, sink.Items(), 5)
+}
