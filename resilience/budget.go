@@ -78,13 +78,13 @@ func NewBudget(o BudgetOptions) *Budget {
 	b := &Budget{opts: o, sources: map[*atomic.Int64]int64{}, origin: o.Clock.Now()}
 	var errs []error
 	if o.Ratio < 0 || math.IsNaN(o.Ratio) || math.IsInf(o.Ratio, 0) {
-		errs = append(errs, fmt.Errorf("Ratio %v: must be a finite number, at least 0", o.Ratio))
+		errs = append(errs, fmt.Errorf("options.Ratio %v: must be a finite number, at least 0", o.Ratio))
 	}
 	if o.MinPerSecond < 0 || math.IsNaN(o.MinPerSecond) || math.IsInf(o.MinPerSecond, 0) {
-		errs = append(errs, fmt.Errorf("MinPerSecond %v: must be a finite number, at least 0", o.MinPerSecond))
+		errs = append(errs, fmt.Errorf("options.MinPerSecond %v: must be a finite number, at least 0", o.MinPerSecond))
 	}
 	if o.Window < budgetBuckets {
-		errs = append(errs, fmt.Errorf("Window %s: must be at least %dns", o.Window, budgetBuckets))
+		errs = append(errs, fmt.Errorf("options.Window %s: must be at least %dns", o.Window, budgetBuckets))
 	}
 	b.err = errors.Join(errs...)
 	return b
