@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -16,6 +17,9 @@ import (
 // rate is kept on the pipeline's clock (WithClock), as a token bucket that
 // starts full. Only transforms, sinks, filters and flat maps have a
 // function to limit; perSecond must be positive and burst at least 1.
+//
+// A call waits for its token after the node's breaker granted it a permit:
+// under a half-open breaker a probe's slot stays taken while it waits.
 //
 // Items a rate-limited worker has finished may wait in its output batch
 // while it waits for the next call (up to a batch of the pipeline's
@@ -55,9 +59,14 @@ func (l *limiter) wait(ctx context.Context) error {
 			l.mu.Unlock()
 			return nil
 		}
-		need := time.Duration((1 - l.tokens) / l.rate * float64(time.Second))
+		// A rate so slow that the wait does not fit a Duration waits the
+		// longest one, not an undefined conversion.
+		need := time.Duration(math.MaxInt64)
+		if f := (1 - l.tokens) / l.rate * float64(time.Second); f < float64(math.MaxInt64) {
+			need = max(time.Duration(f), time.Nanosecond)
+		}
 		l.mu.Unlock()
-		t := l.clock.NewTimer(max(need, time.Nanosecond))
+		t := l.clock.NewTimer(need)
 		select {
 		case <-t.Chan():
 		case <-ctx.Done():

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -96,4 +97,27 @@ func TestRateLimitOnTheRealClock(t *testing.T) {
 	_, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 	assert.Len(t, sink.Items(), 5)
+}
+
+// A rate so slow that a token takes longer than a Duration holds does not
+// spin on 1 ns timers: the second call waits, and the run stops cleanly.
+func TestRateLimitTinyRate(t *testing.T) {
+	t.Parallel()
+	for _, rate := range []float64{1e-10, 5e-324} {
+		clock := clockwork.NewFakeClock()
+		var calls atomic.Int64
+		b := pipeline.New("rate", pipeline.WithClock(clock))
+		out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1, 2)),
+			node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) { calls.Add(1); return x, nil }),
+			pipeline.RateLimit(rate, 1))
+		pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+		ctx, cancel := context.WithCancel(t.Context())
+		run := pipelinetest.Start(ctx, build(t, b))
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the second call waits on one timer")
+		clock.Advance(100 * 365 * 24 * time.Hour)
+		assert.Equal(t, int64(1), calls.Load(), "rate %g: no token in a century", rate)
+		cancel()
+		_, err := run.Wait()
+		assert.ErrorIs(t, err, context.Canceled)
+	}
 }
