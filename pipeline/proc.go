@@ -23,10 +23,11 @@ type proc[In, R, Out any] struct {
 	writers []*writer[Out] // one, or one per worker when unordered; none for a sink
 	sink    bool
 	// loop is the node kind's own loop over a run of items (see run),
-	// unless timed: each call then has its own deadline, through call.
-	loop  loopFunc[In, Out]
-	timed bool
-	cur   int // the item loop is at, for the panic guard
+	// unless wrapped: call then does more than the user's function (an
+	// attempt deadline, a rate-limit token), and the loop calls it.
+	loop    loopFunc[In, Out]
+	wrapped bool
+	cur     int // the item loop is at, for the panic guard
 	// rescue is the node's Fallback, nil without one.
 	rescue func(context.Context, In, error) (R, error)
 	// gate holds the breaker permit of the item at cur while its call
@@ -87,12 +88,12 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 	p.gate.br = n.breaker
 	if d := n.res.ItemRetry.AttemptTimeout; d > 0 {
 		p.call = withAttemptTimeout(p.call, d, nr.rs.p.cfg.clock)
-		p.timed = true
+		p.wrapped = true
 	}
 	if n.limiter != nil {
 		// The token is taken before the call's own deadline starts.
 		p.call = withRateLimit(p.call, n.limiter)
-		p.timed = true
+		p.wrapped = true
 	}
 	r := newReader(nr.rs.edges[n.id].(edge[In]), &n.stats.in)
 	// Only parallel workers need a replay window: a single worker's
@@ -350,7 +351,7 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 	if p.gate.br != nil {
 		g = &p.gate
 	}
-	if p.loop != nil && !p.timed {
+	if p.loop != nil && !p.wrapped {
 		return p.loop(ctx, w, done, items, &p.cur, &p.tick, g)
 	}
 	for ; p.cur < len(items); p.cur++ {
