@@ -1,0 +1,308 @@
+package idempotency
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// ErrEmptyKey is returned, marked permanent, by [Guard.Write] for an item
+// whose key is empty: such an item cannot be told from another, so the
+// guard refuses it rather than write it unguarded.
+var ErrEmptyKey = errors.New("idempotency: key of item is empty")
+
+// ErrInProgress is matched by the error [Guard.Write] returns when another
+// owner, or another call of the same guard, holds a live claim on the
+// item's key. The error is marked transient with [resilience.MarkTransient],
+// so that the pipeline's item retry tries the item again: by then the key
+// is completed (the item is skipped as a duplicate) or the claim's lease ran
+// out (the item is written).
+var ErrInProgress = errors.New("idempotency: key claimed by another owner")
+
+// A Guard is a sink that writes an item through the sink it wraps only if
+// the item's key was not completed before in its [Store]. Make one with
+// [Sink]. It is safe for concurrent use, as by a sink node with
+// pipeline.Parallel: calls of one guard with the same key at once are told
+// apart too, and only one of them writes.
+//
+// A Guard has Open, Close and Flush, so that the engine, which finds them
+// with type assertions, calls them; each forwards to the wrapped sink's
+// method when it has one, and otherwise returns nil. The engine therefore
+// sees a node with an Open: a node restart or node retry of the sink node
+// closes the guard and opens it again, and both calls reach the wrapped
+// sink. A wrapped sink that has Close but no Open is thus used after its
+// Close once the node was restarted; give such a sink an Open that
+// acquires what Close releases.
+type Guard[T any] struct {
+	sink  node.Sink[T]
+	store Store
+	key   func(T) string
+	cfg   config
+
+	mu       sync.Mutex
+	inFlight map[string]struct{} // keys this guard is claiming or writing
+
+	written, duplicates, busy, released, lost atomic.Int64
+}
+
+// Stats counts what a [Guard] did with the items it was given. Each item
+// counts once as Written or as a Duplicate once it is through; an item that
+// was refused as Busy and retried counts in Busy for each refusal.
+type Stats struct {
+	// Written is how many items the wrapped sink wrote: its Write returned
+	// nil. An item whose completion then failed counts here too.
+	Written int64
+	// Duplicates is how many items were skipped because their key was
+	// completed: the duplicates the guard absorbed.
+	Duplicates int64
+	// Busy is how many calls were refused with [ErrInProgress] because the
+	// key was claimed by another owner, or by another call of this guard.
+	Busy int64
+	// Released is how many claims were released after the wrapped sink
+	// failed, so that a retry, by any owner, writes the item.
+	Released int64
+	// LostClaims is how many writes completed too late: their lease ran out
+	// and another owner took the key over before [Store.Complete]. Each is
+	// an item that may have been written twice.
+	LostClaims int64
+}
+
+// Sink returns a [Guard] that writes each item through sink once per key:
+// key(item) names the item (an order's id, a message's id set by its
+// producer, never a broker's delivery tag, which changes on redelivery),
+// and store records which keys were claimed and completed.
+//
+// Sink panics, with a message naming every problem, when sink, store or
+// key is nil or an option is invalid (see each option): these are
+// mistakes in the program, not in its input, and the program's first test
+// finds them.
+func Sink[T any](sink node.Sink[T], store Store, key func(T) string, opts ...Option) *Guard[T] {
+	cfg := defaults()
+	for _, o := range opts {
+		if o != nil {
+			o(&cfg)
+		}
+	}
+	var problems []string
+	if sink == nil {
+		problems = append(problems, "sink is nil")
+	}
+	if store == nil {
+		problems = append(problems, "store is nil")
+	}
+	if key == nil {
+		problems = append(problems, "key function is nil")
+	}
+	problems = append(problems, cfg.problems...)
+	if len(problems) > 0 {
+		panic("sluice: idempotency.Sink: " + strings.Join(problems, "; "))
+	}
+	if cfg.owner == "" {
+		cfg.owner = randomOwner()
+	}
+	return &Guard[T]{sink: sink, store: store, key: key, cfg: cfg, inFlight: make(map[string]struct{})}
+}
+
+// Owner returns the owner the guard claims keys as: the one set by
+// [WithOwner], or the random one it made.
+func (g *Guard[T]) Owner() string { return g.cfg.owner }
+
+// Stats returns what the guard did so far. It is safe to call while the
+// guard writes; the counts are read one by one, not as one snapshot.
+func (g *Guard[T]) Stats() Stats {
+	return Stats{
+		Written:    g.written.Load(),
+		Duplicates: g.duplicates.Load(),
+		Busy:       g.busy.Load(),
+		Released:   g.released.Load(),
+		LostClaims: g.lost.Load(),
+	}
+}
+
+// Write writes item through the wrapped sink unless its key was completed
+// before. It claims the key, at the guard's clock's time, for the lease;
+// then:
+//
+//   - the key was completed: Write returns nil without writing, and counts
+//     a duplicate;
+//   - another owner holds a live claim, or another call of this guard is
+//     writing the key: Write returns a transient error matching
+//     [ErrInProgress];
+//   - the claim is the guard's: Write calls the wrapped sink. If the sink
+//     fails (or panics), Write releases the claim and returns the sink's
+//     error unchanged, for the pipeline's classifier to judge; if it
+//     succeeds, Write marks the key completed.
+//
+// Completion and release run on a context that the caller's cancellation
+// does not end, bounded by [WithStoreTimeout], so that a write that
+// succeeded is recorded even when the run is stopping.
+//
+// If completion fails, the item was written but the key is not recorded,
+// and Write returns an error wrapping the store's; the claim is kept, so
+// that no other owner writes the item before the lease runs out, but a
+// retry by this guard writes it again. If completion fails with
+// [ErrLostClaim] (the write overran its lease and another owner took the
+// key over, and may have written it too), the error is marked transient:
+// a retry finds the key completed by the other owner, or busy.
+//
+// A key that is empty gives a permanent error matching [ErrEmptyKey], and
+// an error of the store's Claim is returned wrapped.
+func (g *Guard[T]) Write(ctx context.Context, item T) error {
+	key := g.key(item)
+	if key == "" {
+		return resilience.MarkPermanent(fmt.Errorf("%w%s", ErrEmptyKey, g.where("")))
+	}
+	if !g.enter(key) {
+		g.busy.Add(1)
+		return resilience.MarkTransient(fmt.Errorf("%w%s", ErrInProgress, g.where(key)))
+	}
+	defer g.leave(key)
+	state, err := g.store.Claim(ctx, key, g.cfg.owner, g.cfg.clock.Now(), g.cfg.lease)
+	if err != nil {
+		return fmt.Errorf("idempotency: claim%s: %w", g.where(key), err)
+	}
+	switch state {
+	case Claimed:
+		return g.write(ctx, key, item)
+	case Completed:
+		g.duplicates.Add(1)
+		return nil
+	case Busy:
+		g.busy.Add(1)
+		return resilience.MarkTransient(fmt.Errorf("%w%s", ErrInProgress, g.where(key)))
+	}
+	return fmt.Errorf("idempotency: the store answered %v to a claim%s", state, g.where(key))
+}
+
+// write writes item under the claim on key, then completes the key; the
+// claim is released however the write fails, a panic included.
+func (g *Guard[T]) write(ctx context.Context, key string, item T) error {
+	written := false
+	defer func() {
+		if !written {
+			g.release(ctx, key)
+		}
+	}()
+	if err := g.sink.Write(ctx, item); err != nil {
+		return err
+	}
+	written = true
+	sctx, cancel := g.storeContext(ctx)
+	defer cancel()
+	err := g.store.Complete(sctx, key, g.cfg.owner, g.cfg.clock.Now())
+	g.written.Add(1) // after Complete, so that a count read says the key is recorded, if it could be
+	if err == nil {
+		return nil
+	}
+	err = fmt.Errorf("idempotency: complete after the write%s: %w", g.where(key), err)
+	if errors.Is(err, ErrLostClaim) {
+		g.lost.Add(1)
+		return resilience.MarkTransient(err)
+	}
+	return err
+}
+
+// release drops the claim on key after a failed write. An error is not
+// returned: the write's error is the one that matters, and a claim that
+// could not be released lapses when its lease runs out.
+func (g *Guard[T]) release(ctx context.Context, key string) {
+	sctx, cancel := g.storeContext(ctx)
+	defer cancel()
+	if g.store.Release(sctx, key, g.cfg.owner) == nil {
+		g.released.Add(1)
+	}
+}
+
+// storeContext returns a context for the store calls that follow a write:
+// it keeps ctx's values but not its cancellation, and ends after the
+// store timeout. The timeout bounds the store's input and output, so it
+// runs on the real clock, not the guard's: a fake clock that nobody
+// advances must not hold a write for ever.
+func (g *Guard[T]) storeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), g.cfg.storeTimeout)
+}
+
+// enter marks key as being written by this guard, and reports false if it
+// was already: two calls of one guard share an owner, so the store alone
+// cannot keep them apart.
+func (g *Guard[T]) enter(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, ok := g.inFlight[key]; ok {
+		return false
+	}
+	g.inFlight[key] = struct{}{}
+	return true
+}
+
+func (g *Guard[T]) leave(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.inFlight, key)
+}
+
+// maxKeyInError is how much of a key an error message shows.
+const maxKeyInError = 64
+
+// where names the guard and the key in an error message, as
+// ` (guard "g", key "k")`; the guard is left out when it has no name, and
+// a long key is cut.
+func (g *Guard[T]) where(key string) string {
+	var parts []string
+	if g.cfg.name != "" {
+		parts = append(parts, fmt.Sprintf("guard %q", g.cfg.name))
+	}
+	if key != "" {
+		if len(key) > maxKeyInError {
+			parts = append(parts, fmt.Sprintf("key %q… (%d bytes)", key[:maxKeyInError], len(key)))
+		} else {
+			parts = append(parts, fmt.Sprintf("key %q", key))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
+}
+
+// Open calls the wrapped sink's Open, if it has one.
+func (g *Guard[T]) Open(ctx context.Context) error {
+	if o, ok := g.sink.(node.Opener); ok {
+		return o.Open(ctx)
+	}
+	return nil
+}
+
+// Close calls the wrapped sink's Close, if it has one.
+func (g *Guard[T]) Close(ctx context.Context) error {
+	if c, ok := g.sink.(node.Closer); ok {
+		return c.Close(ctx)
+	}
+	return nil
+}
+
+// Flush calls the wrapped sink's Flush, if it has one.
+//
+// A sink that buffers reports a write done before the data is durable;
+// the guard completes the key when Write returns, so a crash between the
+// write and the flush loses the item although its key is completed. Wrap
+// only sinks whose Write makes the item durable, or accept that loss.
+func (g *Guard[T]) Flush(ctx context.Context) error {
+	if f, ok := g.sink.(node.Flusher); ok {
+		return f.Flush(ctx)
+	}
+	return nil
+}
+
+var (
+	_ node.Sink[int] = (*Guard[int])(nil)
+	_ node.Opener    = (*Guard[int])(nil)
+	_ node.Closer    = (*Guard[int])(nil)
+	_ node.Flusher   = (*Guard[int])(nil)
+)

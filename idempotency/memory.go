@@ -1,0 +1,225 @@
+package idempotency
+
+import (
+	"container/heap"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// ErrFull is returned by [Memory.Claim] when the store holds its maximum of
+// keys, all of them live claims: nothing can be evicted without letting a
+// key be written twice.
+var ErrFull = errors.New("idempotency: memory store is full of live claims")
+
+// DefaultMaxKeys is how many keys a [Memory] store holds unless
+// [WithMaxKeys] says otherwise.
+const DefaultMaxKeys = 100_000
+
+// A Memory store keeps claims and completed keys in the memory of one
+// process. It is safe for concurrent use, but it protects only the guards
+// of this process and forgets everything when the process ends: use it for
+// tests and for a single consumer whose source does not redeliver across
+// restarts; use a shared store (sqlstore, redisstore) otherwise.
+//
+// It is bounded: a new key that finds it full first evicts claims whose
+// lease ran out, then the completed key that completed first (a duplicate
+// of that key would then be written again), and fails with [ErrFull] when
+// every key is a live claim. A completed key older than the retention
+// counts as never seen, and is dropped as new claims come in. Each key
+// costs about 200 bytes besides its own length.
+type Memory struct {
+	maxKeys   int
+	retention time.Duration
+
+	mu        sync.Mutex
+	keys      map[string]*memEntry
+	completed list.List // of *memEntry, in the order they completed
+	claims    claimHeap // the claims, the soonest lease end first
+}
+
+type memEntry struct {
+	key   string
+	owner string
+	state State     // Claimed or Completed
+	until time.Time // Claimed: the end of the lease
+	done  time.Time // Completed: when
+	elem  *list.Element
+	index int // in claims, while Claimed
+}
+
+// A MemoryOption configures a [Memory] store.
+type MemoryOption func(*Memory)
+
+// WithMaxKeys sets how many keys, claimed or completed, the store holds at
+// most (default [DefaultMaxKeys]). It must be at least 1.
+func WithMaxKeys(n int) MemoryOption {
+	return func(m *Memory) {
+		if n < 1 {
+			panic(fmt.Sprintf("sluice: idempotency.NewMemory: WithMaxKeys(%d): must be at least 1", n))
+		}
+		m.maxKeys = n
+	}
+}
+
+// WithRetention sets how long a completed key is kept (default
+// [DefaultRetention]); after that a duplicate of it is written again. It
+// must be more than 0.
+func WithRetention(d time.Duration) MemoryOption {
+	return func(m *Memory) {
+		if d <= 0 {
+			panic(fmt.Sprintf("sluice: idempotency.NewMemory: WithRetention(%v): must be more than 0", d))
+		}
+		m.retention = d
+	}
+}
+
+// NewMemory returns an empty Memory store. It panics, naming the option,
+// when an option is invalid.
+func NewMemory(opts ...MemoryOption) *Memory {
+	m := &Memory{maxKeys: DefaultMaxKeys, retention: DefaultRetention, keys: make(map[string]*memEntry)}
+	for _, o := range opts {
+		if o != nil {
+			o(m)
+		}
+	}
+	return m
+}
+
+// Claim implements [Store.Claim]. It returns an error matching [ErrFull]
+// when key is new and the store is full of live claims.
+func (m *Memory) Claim(ctx context.Context, key, owner string, now time.Time, lease time.Duration) (State, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropExpired(now)
+	e, ok := m.keys[key]
+	switch {
+	case !ok:
+		if len(m.keys) >= m.maxKeys && !m.evict(now) {
+			return 0, fmt.Errorf("%w (%d keys)", ErrFull, m.maxKeys)
+		}
+		e = &memEntry{key: key}
+		m.keys[key] = e
+	case e.state == Completed:
+		if now.Before(e.done.Add(m.retention)) {
+			return Completed, nil
+		}
+		m.completed.Remove(e.elem)
+		e.elem = nil
+	case e.owner != owner && now.Before(e.until):
+		return Busy, nil
+	default: // a claim of the same owner, or one whose lease ran out
+		e.owner, e.until = owner, now.Add(lease)
+		heap.Fix(&m.claims, e.index)
+		return Claimed, nil
+	}
+	e.owner, e.state, e.until, e.done = owner, Claimed, now.Add(lease), time.Time{}
+	heap.Push(&m.claims, e)
+	return Claimed, nil
+}
+
+// Complete implements [Store.Complete].
+func (m *Memory) Complete(ctx context.Context, key, owner string, now time.Time) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.keys[key]
+	if !ok || e.owner != owner {
+		return ErrLostClaim
+	}
+	if e.state == Completed {
+		return nil
+	}
+	heap.Remove(&m.claims, e.index)
+	e.state, e.done, e.until = Completed, now, time.Time{}
+	e.elem = m.completed.PushBack(e)
+	return nil
+}
+
+// Release implements [Store.Release].
+func (m *Memory) Release(ctx context.Context, key, owner string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.keys[key]; ok && e.state == Claimed && e.owner == owner {
+		heap.Remove(&m.claims, e.index)
+		delete(m.keys, key)
+	}
+	return nil
+}
+
+// Len returns how many keys the store holds, claimed or completed,
+// including completed keys past their retention that were not dropped yet.
+func (m *Memory) Len() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.keys)
+}
+
+// dropExpired drops the completed keys past their retention, oldest first.
+// Keys complete in about the order of their times, so it stops at the
+// first one still kept.
+func (m *Memory) dropExpired(now time.Time) {
+	for f := m.completed.Front(); f != nil; f = m.completed.Front() {
+		e := f.Value.(*memEntry)
+		if now.Before(e.done.Add(m.retention)) {
+			return
+		}
+		m.completed.Remove(f)
+		delete(m.keys, e.key)
+	}
+}
+
+// evict makes room for one key and reports whether it could: it drops the
+// claims whose lease ran out, else the completed key that completed first.
+func (m *Memory) evict(now time.Time) bool {
+	for len(m.claims) > 0 && !now.Before(m.claims[0].until) {
+		e := heap.Pop(&m.claims).(*memEntry)
+		delete(m.keys, e.key)
+	}
+	if len(m.keys) < m.maxKeys {
+		return true
+	}
+	f := m.completed.Front()
+	if f == nil {
+		return false
+	}
+	m.completed.Remove(f)
+	delete(m.keys, f.Value.(*memEntry).key)
+	return true
+}
+
+// claimHeap orders claims by the end of their lease, for [heap].
+type claimHeap []*memEntry
+
+func (h claimHeap) Len() int           { return len(h) }
+func (h claimHeap) Less(i, j int) bool { return h[i].until.Before(h[j].until) }
+func (h claimHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index, h[j].index = i, j
+}
+func (h *claimHeap) Push(x any) {
+	e := x.(*memEntry)
+	e.index = len(*h)
+	*h = append(*h, e)
+}
+func (h *claimHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.index = -1
+	return e
+}
+
+var _ Store = (*Memory)(nil)
