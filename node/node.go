@@ -120,6 +120,12 @@ const (
 	DeadLettered
 	// Failed: the run ended before the item reached another outcome.
 	Failed
+	// HandedOff: a node's item retry would have waited longer than the
+	// source's hand-off threshold, and the source's broker took the item
+	// over: it holds the item for the wait and delivers it again, and the
+	// next delivery continues the retries (see pipeline.HandOffItem). For
+	// the source it means: done here, settle the delivery.
+	HandedOff
 )
 
 // String returns the outcome's name in lower case.
@@ -135,6 +141,8 @@ func (o Outcome) String() string {
 		return "dead_lettered"
 	case Failed:
 		return "failed"
+	case HandedOff:
+		return "handed_off"
 	default:
 		return fmt.Sprintf("Outcome(%d)", int(o))
 	}
@@ -142,7 +150,7 @@ func (o Outcome) String() string {
 
 // Combine returns the outcome of an item whose parts ended in o and p: the
 // more severe of the two, in the order Filtered, Delivered, Skipped,
-// DeadLettered, Failed. An item delivered on one branch of a broadcast and
+// HandedOff, DeadLettered, Failed. An item delivered on one branch of a broadcast and
 // filtered on the other is Delivered; one with a dead-lettered part is
 // DeadLettered. A zero Outcome is no outcome yet.
 func (o Outcome) Combine(p Outcome) Outcome {
@@ -160,10 +168,12 @@ func severity(o Outcome) int {
 		return 2
 	case Skipped:
 		return 3
-	case DeadLettered:
+	case HandedOff:
 		return 4
-	case Failed:
+	case DeadLettered:
 		return 5
+	case Failed:
+		return 6
 	default:
 		return 0
 	}

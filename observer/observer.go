@@ -56,6 +56,10 @@ type RetryEvent struct {
 	Attempt int
 	Delay   time.Duration
 	Err     error
+	// HandedOff says the item's source took the retry over: its broker
+	// waits Delay and delivers the item again (pipeline.HandOffSource),
+	// and no worker waits meanwhile.
+	HandedOff bool
 }
 
 // A RetryExhaustedEvent reports that a layer ran out of retries. Attempts

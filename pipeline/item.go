@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -20,6 +21,9 @@ type failure struct {
 	history []deadletter.Attempt
 	first   time.Time
 	last    time.Time
+	// handedOff: the item's source took its retry over (HandOffItem); it
+	// is not a failure.
+	handedOff bool
 	// What earlier attempts, before node restarts replayed the item, left:
 	// their calls, their entries at the start of history, and how many
 	// restarts replayed it.
@@ -87,7 +91,7 @@ func (f idleFunc) run(ctx context.Context) error {
 // left (see failure.again), nil for an item's first attempt. ctx is
 // the context of the node's current body; idle, if not nil, runs before
 // each wait.
-func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior *failure, idle idleFunc) (R, *failure) {
+func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, prior *failure, idle idleFunc) (R, *failure) {
 	n := nr.spec
 	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == nil {
 		r, err := call(ctx, f, in)
@@ -96,7 +100,7 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 		}
 		return r, nil
 	}
-	return itemRetry(ctx, nr, f, in, prior, nil, nil, idle)
+	return itemRetry(ctx, nr, f, in, tr, prior, nil, nil, idle)
 }
 
 // itemRetry runs layer 1's loop. When first is not nil, the first call was
@@ -109,7 +113,7 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 // and a probe that fails while the breaker pauses does not spend one of
 // the item's retries: an outage becomes backpressure, bounded by MaxPause
 // from the item's first refusal.
-func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, prior *failure, first error, held *resilience.Permit, idle idleFunc) (R, *failure) {
+func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, prior *failure, first error, held *resilience.Permit, idle idleFunc) (R, *failure) {
 	n := nr.spec
 	o := &n.res.ItemRetry
 	pausing := n.breaker != nil && n.res.CircuitBreaker.WhenOpen == resilience.OpenPause
@@ -122,10 +126,14 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		pause   time.Time // under OpenPause: when the item's pause ends
 		started time.Time // under MaxElapsed: the first failure
 	)
+	retry := 0
 	if prior != nil {
 		fl = *prior
+	} else {
+		// A delivery after a hand-off continues the retries it had.
+		retry = tr.resume(n.name)
 	}
-	for retry := 0; ; {
+	for {
 		var (
 			err              error
 			transient, probe bool
@@ -217,10 +225,18 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		}
 		nr.record(&fl, ctx, err, calls, d)
 		n.stats.retry(resilience.ItemRetry)
+		handedOff := false
+		if h := tr.handOffFor(d); h != nil {
+			handedOff = nr.handOff(ctx, h, in, &fl, retry, d)
+		}
 		if nr.rs.observed {
 			// Building the event reads the clock: not for nobody.
 			notify(nr.rs, n, observer.Observer.OnRetry, observer.RetryEvent{
-				Event: nr.rs.event(n), Kind: resilience.ItemRetry, Attempt: retry, Delay: d, Err: err})
+				Event: nr.rs.event(n), Kind: resilience.ItemRetry, Attempt: retry, Delay: d, Err: err, HandedOff: handedOff})
+		}
+		if handedOff {
+			fl.handedOff = true
+			return zero, fl.out()
 		}
 		if d > 0 {
 			werr := idle.run(ctx)
@@ -345,6 +361,12 @@ func (fl *failure) out() *failure {
 // neither counted nor dead-lettered. The action is the first failure rule's
 // that matches the error, else OnItemFailure.
 func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *failure) error {
+	if fl.handedOff {
+		// The broker holds the item now, whatever the run does next.
+		nr.spec.stats.handedOff.Add(1)
+		tr.finish(node.HandedOff)
+		return nil
+	}
 	if ctx.Err() != nil {
 		// Whatever the call returned, the run is stopping: the item is not
 		// judged, and the run's end reports it Failed.
@@ -388,21 +410,12 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 // the sink's own backoff. When the sink still fails, the run fails with
 // both the item's error and the sink's.
 func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error {
-	n, rs := nr.spec, nr.rs
-	env := deadletter.Envelope{
-		Item: item, ItemType: deadletter.TypeOf(item), Err: fl.err, ErrText: errText(fl.err),
-		Pipeline: rs.p.name, RunID: rs.id, OriginNode: n.name, DecisionNode: n.name,
-		Attempts: fl.total(), History: fl.history, FirstFailure: fl.first, LastFailure: fl.last,
-	}
-	if c, ok := item.(deadletter.Correlated); ok {
-		id, err := correlationID(c)
-		if err != nil {
-			return err
-		}
-		env.CorrelationID = id
+	rs := nr.rs
+	env, err := nr.envelope(item, fl)
+	if err != nil {
+		return err
 	}
 	o := rs.p.cfg.dlRetry
-	var err error
 	for retry := 0; ; retry++ {
 		err = safeWrite(ctx, rs.p.cfg.deadLetter, env)
 		if err == nil {
@@ -425,6 +438,24 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error 
 		return context.Cause(ctx)
 	}
 	return &notRestartable{errors.Join(fl.err, fmt.Errorf("pipeline: dead-letter sink failed: %w", err))}
+}
+
+// envelope returns the dead-letter envelope of item after fl.
+func (nr *nodeRun) envelope(item any, fl *failure) (deadletter.Envelope, error) {
+	n, rs := nr.spec, nr.rs
+	env := deadletter.Envelope{
+		Item: item, ItemType: deadletter.TypeOf(item), Err: fl.err, ErrText: errText(fl.err),
+		Pipeline: rs.p.name, RunID: rs.id, OriginNode: n.name, DecisionNode: n.name,
+		Attempts: fl.total(), History: fl.history, FirstFailure: fl.first, LastFailure: fl.last,
+	}
+	if c, ok := item.(deadletter.Correlated); ok {
+		id, err := correlationID(c)
+		if err != nil {
+			return env, err
+		}
+		env.CorrelationID = id
+	}
+	return env, nil
 }
 
 func safeWrite(ctx context.Context, s deadletter.Sink, env deadletter.Envelope) (err error) {

@@ -203,7 +203,7 @@ func (p *proc[In, R, Out]) idle(w *writer[Out], done *tally, reader bool) idleFu
 func (p *proc[In, R, Out]) fallback(ctx context.Context, in In, fl *failure) (R, *failure) {
 	var zero R
 	var nrs *notRestartable
-	if p.rescue == nil || ctx.Err() != nil || errors.As(fl.err, &nrs) {
+	if p.rescue == nil || fl.handedOff || ctx.Err() != nil || errors.As(fl.err, &nrs) {
 		return zero, fl
 	}
 	r, err := rescueCall(ctx, p.rescue, in, fl.err)
@@ -226,7 +226,7 @@ func rescueCall[In, R any](ctx context.Context, f func(context.Context, In, erro
 // handle runs one item through layer 1 and its failure action; it reports
 // whether there is a result to deliver.
 func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket, idle idleFunc) (R, bool, error) {
-	r, fl := attempt(ctx, p.nr, p.call, env.val, t.prior, idle)
+	r, fl := attempt(ctx, p.nr, p.call, env.val, env.tr, t.prior, idle)
 	if fl != nil {
 		r, fl = p.fallback(ctx, env.val, fl)
 	}
@@ -325,7 +325,7 @@ func (p *proc[In, R, Out]) retry(ctx context.Context, w *writer[Out], done *tall
 	if ferr == errRefused {
 		ferr = nil // not called: layer 1 calls it
 	}
-	r, fl := itemRetry(ctx, p.nr, p.call, it.val, prior, ferr, held, idle)
+	r, fl := itemRetry(ctx, p.nr, p.call, it.val, it.tr, prior, ferr, held, idle)
 	if fl != nil {
 		r, fl = p.fallback(ctx, it.val, fl)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/sluicehq/sluice/node"
 )
@@ -14,6 +15,10 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	s := b.add(name, KindSource, opts)
 	if r, ok := src.(node.Redeliverer); ok && !isNil(src) {
 		s.redeliveries = r.Redeliveries
+	}
+	var handOffAfter func() time.Duration
+	if h, ok := src.(HandOffSource); ok && !isNil(src) {
+		handOffAfter = h.HandOffAfter
 	}
 	s.validate = func() []error {
 		var errs []error
@@ -30,6 +35,9 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	}
 	s.newRunner = func(nr *nodeRun) runner {
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
+		if handOffAfter != nil {
+			s.handOffAfter = handOffAfter()
+		}
 		if needsFlusher(nr.rs.p.cfg, nr.spec) {
 			s.fl = nr.rs.flusher
 		}
@@ -74,6 +82,9 @@ type sourceRunner[T any] struct {
 	fl      *flusher
 	armed   bool // queued at the flusher
 	closed  bool
+	// handOffAfter is the shortest wait the source's broker takes over
+	// (HandOffSource); 0: none.
+	handOffAfter time.Duration
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
@@ -113,6 +124,9 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 	}
 	if done != nil {
 		tr = s.nr.rs.reg.root(s.nr.spec.name, done)
+		if s.handOffAfter > 0 {
+			tr.ho = newHandOff(item, s.handOffAfter)
+		}
 	}
 	if err := s.w.add(s.nr.ctx, call, envelope[T]{val: item, tr: tr}); err != nil {
 		return tr, err

@@ -16,7 +16,7 @@ import (
 // do not slow each other down.
 type counters struct {
 	in, out, failed, skipped, deadLettered, filtered atomic.Int64
-	fallbacks                                        atomic.Int64
+	fallbacks, handedOff                             atomic.Int64
 	retries                                          []atomic.Int64 // by RetryKind - 1
 	_                                                [40]byte
 }
@@ -38,6 +38,7 @@ func (c *counters) snapshot(name string, kind NodeKind) NodeStats {
 		DeadLettered: c.deadLettered.Load(),
 		Filtered:     c.filtered.Load(),
 		Fallbacks:    c.fallbacks.Load(),
+		HandedOff:    c.handedOff.Load(),
 		ItemRetries:  c.retries[resilience.ItemRetry-1].Load(),
 		NodeRestarts: c.retries[resilience.NodeRestart-1].Load(),
 		NodeRetries:  c.retries[resilience.NodeRetry-1].Load(),
@@ -62,7 +63,11 @@ type NodeStats struct {
 	Filtered     int64
 	// Fallbacks counts the items a Fallback rescued: layer 1 gave up on
 	// them, and the fallback's result was handed on (they count in Out).
-	Fallbacks    int64
+	Fallbacks int64
+	// HandedOff counts the items whose retry the source's broker took
+	// over (HandOffSource): they left the node, to come back in a later
+	// delivery.
+	HandedOff    int64
 	ItemRetries  int64
 	NodeRestarts int64
 	NodeRetries  int64

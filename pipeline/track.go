@@ -24,11 +24,17 @@ type tracker struct {
 	fired   atomic.Bool
 	done    func(node.Outcome) // root only
 	src     string             // root only: the source that emitted it
+	ho      *handOffState      // root only: nil unless its item can be handed off
 	parents []*tracker         // group only: by position in the batch, nil for an untracked item
 	reg     *registry
 }
 
-func (t *tracker) add(n int) { t.refs.Add(int64(n)) }
+func (t *tracker) add(n int) {
+	if t.ho != nil {
+		t.ho.split.Store(true)
+	}
+	t.refs.Add(int64(n))
+}
 
 // finish records that one part ended in o.
 func (t *tracker) finish(o node.Outcome) {

@@ -1,0 +1,253 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// A simBroker is a source whose "broker" takes items over: every item is
+// delivered, and delivered again at once after a hand-off, until each
+// delivery reached another outcome. The broker's wait itself is not the
+// engine's business, so it is not simulated.
+type simBroker struct {
+	after    time.Duration
+	handable bool // HandOff succeeds
+	ids      []int
+
+	mu       sync.Mutex
+	queue    chan delivery
+	pending  int
+	handOffs []pipeline.HandOff
+	resumes  []delivery
+	outcomes map[int][]node.Outcome
+}
+
+type delivery struct {
+	id    int
+	node  string
+	retry int
+	b     *simBroker
+}
+
+func (d delivery) HandOff(_ context.Context, h pipeline.HandOff) error {
+	if !d.b.handable {
+		return errors.New("broker refuses the hand-off")
+	}
+	d.b.mu.Lock()
+	defer d.b.mu.Unlock()
+	d.b.handOffs = append(d.b.handOffs, h)
+	d.b.pending++
+	d.b.queue <- delivery{id: d.id, node: h.Envelope.DecisionNode, retry: h.Retry, b: d.b}
+	return nil
+}
+
+func (d delivery) Resumed() (string, int, bool) { return d.node, d.retry, d.node != "" }
+
+func newSimBroker(after time.Duration, ids ...int) *simBroker {
+	b := &simBroker{after: after, handable: true, ids: ids, queue: make(chan delivery, 64), outcomes: map[int][]node.Outcome{}}
+	for _, id := range ids {
+		b.pending++
+		b.queue <- delivery{id: id, b: b}
+	}
+	return b
+}
+
+func (b *simBroker) HandOffAfter() time.Duration { return b.after }
+
+func (b *simBroker) Run(ctx context.Context, out node.Emitter[delivery]) error {
+	for {
+		b.mu.Lock()
+		left := b.pending
+		b.mu.Unlock()
+		if left == 0 {
+			return nil
+		}
+		select {
+		case d, ok := <-b.queue:
+			if !ok {
+				return nil
+			}
+			if d.node != "" {
+				b.mu.Lock()
+				b.resumes = append(b.resumes, d)
+				b.mu.Unlock()
+			}
+			if err := out.EmitTracked(ctx, d, func(o node.Outcome) {
+				b.mu.Lock()
+				defer b.mu.Unlock()
+				b.outcomes[d.id] = append(b.outcomes[d.id], o)
+				b.pending--
+				if b.pending == 0 {
+					close(b.queue)
+				}
+			}); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// scripted fails each call of an item with the next error of its script.
+type scripted struct {
+	mu     sync.Mutex
+	script map[int][]error
+	calls  map[int]int
+}
+
+func (s *scripted) Process(_ context.Context, d delivery) (delivery, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.calls == nil {
+		s.calls = map[int]int{}
+	}
+	n := s.calls[d.id]
+	s.calls[d.id]++
+	if n < len(s.script[d.id]) && s.script[d.id][n] != nil {
+		return d, s.script[d.id][n]
+	}
+	return d, nil
+}
+
+func wait(d time.Duration) error { return resilience.RetryAfter(errors.New("busy"), d) }
+
+// A retry that would wait at least the source's HandOffAfter is handed to
+// its broker and holds no worker (the fake clock never moves, and the run
+// ends); shorter waits stay in process; the next delivery continues the
+// count where the hand-off left it.
+func TestHandOffGivesLongWaitsToTheBroker(t *testing.T) {
+	t.Parallel()
+	for range 20 {
+		clock := clockwork.NewFakeClock()
+		rec := &pipelinetest.Recorder{}
+		dl := deadletter.NewMemory(10)
+		b := pipeline.New("handoff", pipeline.WithClock(clock), pipeline.WithObserver(rec), pipeline.WithDeadLetter(dl),
+			pipeline.WithResilience(func(o *resilience.Options) {
+				o.ItemRetry.MaxRetries = 5
+				o.ItemRetry.Backoff = resilience.Exponential(time.Second).WithMaxDelay(3 * time.Hour)
+				o.OnItemFailure = resilience.DeadLetter
+			}))
+		br := newSimBroker(time.Minute, 1, 2)
+		f := &scripted{script: map[int][]error{
+			// In process, in process, handed off (retry 3); handed off
+			// again (retry 4); then it works.
+			1: {wait(0), wait(0), wait(time.Hour), wait(2 * time.Hour), nil},
+		}}
+		out := pipeline.Transform[delivery, delivery](b, "call", pipeline.Source[delivery](b, "src", br), f)
+		col := &pipelinetest.Collector[delivery]{}
+		pipeline.Sink(b, "sink", out, col)
+		start := clock.Now()
+		res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), time.Millisecond)
+		require.NoError(t, err)
+		assert.Less(t, clock.Since(start), time.Minute, "no wait of a minute or more was held in process")
+
+		require.Len(t, br.handOffs, 2)
+		h1, h2 := br.handOffs[0], br.handOffs[1]
+		assert.Equal(t, 3, h1.Retry)
+		assert.Equal(t, time.Hour, h1.Delay)
+		assert.Equal(t, 3, h1.Envelope.Attempts, "calls of the first delivery")
+		assert.Equal(t, "call", h1.Envelope.DecisionNode)
+		assert.Equal(t, 1, h1.Envelope.Item.(delivery).id)
+		assert.Equal(t, 4, h2.Retry, "the second delivery's call was retry 3; the next is 4")
+		assert.Equal(t, 2*time.Hour, h2.Delay)
+		assert.Equal(t, 1, h2.Envelope.Attempts)
+
+		assert.Equal(t, []node.Outcome{node.HandedOff, node.HandedOff, node.Delivered}, br.outcomes[1])
+		assert.Equal(t, []node.Outcome{node.Delivered}, br.outcomes[2])
+		assert.Equal(t, 5, f.calls[1])
+		assert.Equal(t, int64(2), res.Node("call").HandedOff)
+		assert.Equal(t, int64(4), res.Node("call").ItemRetries)
+		assert.Zero(t, res.Node("call").Failed)
+		assert.Equal(t, 2, col.Len())
+		assert.Empty(t, dl.Envelopes())
+
+		var attempts []int
+		var handed []bool
+		for _, e := range pipelinetest.Of[observer.RetryEvent](rec) {
+			attempts, handed = append(attempts, e.Attempt), append(handed, e.HandedOff)
+		}
+		assert.Equal(t, []int{1, 2, 3, 4}, attempts)
+		assert.Equal(t, []bool{false, false, true, true}, handed)
+	}
+}
+
+// A resumed count runs out as it would have in process: MaxRetries = 3,
+// retry 3 is handed off, and its failure exhausts the item.
+func TestHandOffResumedCountExhausts(t *testing.T) {
+	t.Parallel()
+	dl := deadletter.NewMemory(10)
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("handoff", pipeline.WithClock(clock), pipeline.WithDeadLetter(dl),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.ItemRetry.MaxRetries = 3
+			o.ItemRetry.Backoff = resilience.Exponential(time.Second).WithMaxDelay(3 * time.Hour)
+			o.OnItemFailure = resilience.DeadLetter
+		}))
+	br := newSimBroker(time.Minute, 1)
+	f := &scripted{script: map[int][]error{1: {wait(0), wait(0), wait(time.Hour), wait(time.Hour), nil}}}
+	out := pipeline.Transform[delivery, delivery](b, "call", pipeline.Source[delivery](b, "src", br), f)
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[delivery]{})
+	res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), time.Millisecond)
+	require.NoError(t, err)
+	assert.Equal(t, 4, f.calls[1], "3 calls, then retry 3 in the next delivery")
+	assert.Equal(t, []node.Outcome{node.HandedOff, node.DeadLettered}, br.outcomes[1])
+	require.Len(t, dl.Envelopes(), 1)
+	var re *resilience.RetryExhaustedError
+	assert.ErrorAs(t, dl.Envelopes()[0].Err, &re)
+	assert.Equal(t, int64(1), res.Node("call").HandedOff)
+}
+
+// A hand-off the broker refuses, an item that is one of two broadcast
+// parts, and a source that offers no hand-off: each waits in process.
+func TestHandOffFallsBackToWaitingInProcess(t *testing.T) {
+	t.Parallel()
+	cases := map[string]func(br *simBroker) node.Source[delivery]{
+		"refused": func(br *simBroker) node.Source[delivery] { br.handable = false; return br },
+		"no offer": func(br *simBroker) node.Source[delivery] {
+			return node.SourceFunc[delivery](br.Run) // hides HandOffAfter
+		},
+		"broadcast": func(br *simBroker) node.Source[delivery] { return br },
+	}
+	for name, src := range cases {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			clock := clockwork.NewFakeClock()
+			b := pipeline.New("handoff", pipeline.WithClock(clock),
+				pipeline.WithResilience(func(o *resilience.Options) {
+					o.ItemRetry.MaxRetries = 3
+					o.ItemRetry.Backoff = resilience.Exponential(time.Second).WithMaxDelay(3 * time.Hour)
+				}))
+			br := newSimBroker(time.Minute, 1)
+			f := &scripted{script: map[int][]error{1: {wait(time.Hour), nil}}}
+			s := pipeline.Source[delivery](b, "src", src(br))
+			out := pipeline.Transform[delivery, delivery](b, "call", s, f)
+			col := &pipelinetest.Collector[delivery]{}
+			pipeline.Sink(b, "sink", out, col)
+			if name == "broadcast" {
+				pipeline.Sink(b, "other", s, &pipelinetest.Collector[delivery]{})
+			}
+			res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), time.Minute)
+			require.NoError(t, err)
+			assert.Empty(t, br.handOffs)
+			assert.Equal(t, []node.Outcome{node.Delivered}, br.outcomes[1])
+			assert.Equal(t, 2, f.calls[1])
+			assert.Zero(t, res.Node("call").HandedOff)
+			assert.Equal(t, 1, col.Len(), "%v", col.Items())
+		})
+	}
+}
