@@ -1,11 +1,13 @@
 // Package servicetest finds the external services that integration tests
-// need, such as a RabbitMQ broker, and decides what a test does when one is
+// need, such as a RabbitMQ broker, a PostgreSQL server or a Redis server,
+// and decides what a test does when one is
 // missing: on a developer's machine it skips with a message that says how to
 // provide the service; in CI, where SLUICE_REQUIRE_SERVICES=1, it fails, so
 // that a broken service never turns the suite silently green.
 package servicetest
 
 import (
+	"context"
 	"fmt"
 	"net/url"
 	"os"
@@ -13,7 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/redis/go-redis/v9"
 )
 
 // RequireEnv is the variable that turns a missing service into a test
@@ -31,11 +35,29 @@ const DefaultRabbitMQURL = "amqp://guest:guest@127.0.0.1:5672/"
 // local network answers in milliseconds.
 const probeTimeout = 2 * time.Second
 
-var rabbit struct {
-	once sync.Once
-	url  string
-	err  error
+// A probe finds a service once per test binary: target is where it was
+// looked for, err why it did not answer.
+type probe struct {
+	once   sync.Once
+	target string
+	err    error
 }
+
+// find looks for the service at the address in env, or at def, with check,
+// the first time it is called.
+func (p *probe) find(env, def string, check func(string) error) (string, error) {
+	p.once.Do(func() {
+		p.target = os.Getenv(env)
+		if p.target == "" {
+			p.target = def
+		}
+		p.err = check(p.target)
+	})
+	return p.target, p.err
+}
+
+// The probes of the services, replaced by the package's tests.
+var rabbit, postgres, redisServer = &probe{}, &probe{}, &probe{}
 
 // RabbitMQ returns the URL of a RabbitMQ broker that answered an AMQP
 // handshake. When none answers it skips t, or fails it when
@@ -43,18 +65,12 @@ var rabbit struct {
 // URL is SLUICE_RABBITMQ_URL, or [DefaultRabbitMQURL].
 func RabbitMQ(t testing.TB) string {
 	t.Helper()
-	rabbit.once.Do(func() {
-		rabbit.url = os.Getenv(RabbitMQEnv)
-		if rabbit.url == "" {
-			rabbit.url = DefaultRabbitMQURL
-		}
-		rabbit.err = probeRabbitMQ(rabbit.url)
-	})
-	if rabbit.err != nil {
+	u, err := rabbit.find(RabbitMQEnv, DefaultRabbitMQURL, probeRabbitMQ)
+	if err != nil {
 		missing(t, fmt.Sprintf("RabbitMQ not reachable at %s (%v); set %s or start one; CI sets %s=1 to make this a failure",
-			redact(rabbit.url), rabbit.err, RabbitMQEnv, RequireEnv))
+			redact(u), err, RabbitMQEnv, RequireEnv))
 	}
-	return rabbit.url
+	return u
 }
 
 // Required reports whether missing services fail tests instead of skipping
@@ -78,11 +94,83 @@ func probeRabbitMQ(u string) error {
 	return conn.CloseDeadline(time.Now().Add(probeTimeout))
 }
 
+// PostgresEnv is the variable that overrides the connection URL of the
+// PostgreSQL server.
+const PostgresEnv = "SLUICE_POSTGRES_URL"
+
+// DefaultPostgresURL is the server the tests use when PostgresEnv is not
+// set: a local server that trusts local connections, with a database
+// named test.
+const DefaultPostgresURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
+
+// Postgres returns the connection URL of a PostgreSQL server that accepted
+// a connection and answered a query. When none does it skips t, or fails it
+// when SLUICE_REQUIRE_SERVICES=1. The server is probed once per test
+// binary; the URL is SLUICE_POSTGRES_URL, or [DefaultPostgresURL]. Tests
+// share the database: each should use tables of its own and drop them.
+func Postgres(t testing.TB) string {
+	t.Helper()
+	u, err := postgres.find(PostgresEnv, DefaultPostgresURL, probePostgres)
+	if err != nil {
+		missing(t, fmt.Sprintf("PostgreSQL not reachable at %s (%v); set %s or start one; CI sets %s=1 to make this a failure",
+			redact(u), err, PostgresEnv, RequireEnv))
+	}
+	return u
+}
+
+func probePostgres(u string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, u)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	var one int
+	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
+}
+
+// RedisEnv is the variable that overrides the address of the Redis server.
+const RedisEnv = "SLUICE_REDIS_ADDR"
+
+// DefaultRedisAddr is the server the tests use when RedisEnv is not set: a
+// local server on the default port, without a password.
+const DefaultRedisAddr = "127.0.0.1:6379"
+
+// Redis returns the address (host:port) of a Redis server that answered a
+// PING. When none does it skips t, or fails it when
+// SLUICE_REQUIRE_SERVICES=1. The server is probed once per test binary;
+// the address is SLUICE_REDIS_ADDR, or [DefaultRedisAddr]. Tests share the
+// server's database 0: each should use keys of its own and delete them.
+func Redis(t testing.TB) string {
+	t.Helper()
+	addr, err := redisServer.find(RedisEnv, DefaultRedisAddr, probeRedis)
+	if err != nil {
+		missing(t, fmt.Sprintf("Redis not reachable at %s (%v); set %s or start one; CI sets %s=1 to make this a failure",
+			addr, err, RedisEnv, RequireEnv))
+	}
+	return addr
+}
+
+func probeRedis(addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: probeTimeout, DialerRetries: 1, MaxRetries: -1})
+	defer c.Close()
+	return c.Ping(ctx).Err()
+}
+
 // redact hides the password of u, so that a skip message can be logged.
+// A PostgreSQL URL may carry it in its query too; a connection string that
+// is not a URL ("host=... password=...") is not shown at all.
 func redact(u string) string {
 	p, err := url.Parse(u)
-	if err != nil {
+	if err != nil || p.Scheme == "" {
 		return "(unparsable URL)"
+	}
+	if q := p.Query(); q.Has("password") {
+		q.Set("password", "xxxxx")
+		p.RawQuery = q.Encode()
 	}
 	return p.Redacted()
 }

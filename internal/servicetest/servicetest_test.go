@@ -28,9 +28,10 @@ func (f *fakeT) Logf(string, ...any) {}
 
 // TestMissingBroker points the helper at a port nobody listens on: it
 // skips, saying how to provide a broker, or fails when services are
-// required. (The probe runs once per binary, so this is the only test
-// that may call RabbitMQ.)
+// required. (The probe runs once per binary, so these tests forget it
+// before and after, and do not run in parallel.)
 func TestMissingBroker(t *testing.T) {
+	forgetProbes(t)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
@@ -48,6 +49,64 @@ func TestMissingBroker(t *testing.T) {
 	t.Setenv(servicetest.RequireEnv, "1")
 	ft = &fakeT{TB: t}
 	servicetest.RabbitMQ(ft)
+	assert.Empty(t, ft.skipped)
+	assert.Contains(t, ft.fatal, "CI sets SLUICE_REQUIRE_SERVICES=1 to make this a failure")
+}
+
+// forgetProbes forgets what the helpers found, now and when t ends.
+func forgetProbes(t *testing.T) {
+	servicetest.ForgetProbes()
+	t.Cleanup(servicetest.ForgetProbes)
+}
+
+// closedAddr returns an address on which nobody listens.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// TestMissingPostgres is TestMissingBroker for PostgreSQL; the password
+// in the query is hidden too.
+func TestMissingPostgres(t *testing.T) {
+	forgetProbes(t)
+	addr := closedAddr(t)
+	t.Setenv(servicetest.PostgresEnv, "postgres://app:secret@"+addr+"/test?sslmode=disable&password=secret2")
+
+	t.Setenv(servicetest.RequireEnv, "")
+	ft := &fakeT{TB: t}
+	servicetest.Postgres(ft)
+	assert.Empty(t, ft.fatal)
+	assert.Contains(t, ft.skipped, "PostgreSQL not reachable at postgres://app:xxxxx@"+addr+"/test?")
+	assert.Contains(t, ft.skipped, "set SLUICE_POSTGRES_URL or start one")
+	assert.NotContains(t, ft.skipped, "secret", "no password is logged")
+
+	t.Setenv(servicetest.RequireEnv, "1")
+	ft = &fakeT{TB: t}
+	servicetest.Postgres(ft)
+	assert.Empty(t, ft.skipped)
+	assert.Contains(t, ft.fatal, "CI sets SLUICE_REQUIRE_SERVICES=1 to make this a failure")
+}
+
+// TestMissingRedis is TestMissingBroker for Redis.
+func TestMissingRedis(t *testing.T) {
+	forgetProbes(t)
+	addr := closedAddr(t)
+	t.Setenv(servicetest.RedisEnv, addr)
+
+	t.Setenv(servicetest.RequireEnv, "")
+	ft := &fakeT{TB: t}
+	servicetest.Redis(ft)
+	assert.Empty(t, ft.fatal)
+	assert.Contains(t, ft.skipped, "Redis not reachable at "+addr+" (")
+	assert.Contains(t, ft.skipped, "set SLUICE_REDIS_ADDR or start one")
+
+	t.Setenv(servicetest.RequireEnv, "1")
+	ft = &fakeT{TB: t}
+	servicetest.Redis(ft)
 	assert.Empty(t, ft.skipped)
 	assert.Contains(t, ft.fatal, "CI sets SLUICE_REQUIRE_SERVICES=1 to make this a failure")
 }
