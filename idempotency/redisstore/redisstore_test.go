@@ -1,0 +1,121 @@
+package redisstore_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/idempotency"
+	"github.com/sluicehq/sluice/idempotency/redisstore"
+	"github.com/sluicehq/sluice/idempotency/storetest"
+	"github.com/sluicehq/sluice/internal/servicetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// connect returns a client of the test server, or skips t.
+func connect(t *testing.T) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: servicetest.Redis(t)})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// uniquePrefix returns a key prefix no other test uses, and deletes its
+// keys when t ends.
+func uniquePrefix(t *testing.T, c *redis.Client) string {
+	t.Helper()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	prefix := "sluice:idem:test:" + hex.EncodeToString(b[:]) + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := c.Scan(ctx, 0, prefix+"*", 100).Iterator()
+		for iter.Next(ctx) {
+			assert.NoError(t, c.Del(ctx, iter.Val()).Err())
+		}
+		assert.NoError(t, iter.Err())
+	})
+	return prefix
+}
+
+func newStore(t *testing.T, c *redis.Client, opts ...redisstore.Option) *redisstore.Store {
+	t.Helper()
+	opts = append([]redisstore.Option{redisstore.WithPrefix(uniquePrefix(t, c)), redisstore.WithRetention(storetest.Retention)}, opts...)
+	s, err := redisstore.New(c, opts...)
+	require.NoError(t, err)
+	return s
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	storetest.Run(t, func(t *testing.T) idempotency.Store {
+		return newStore(t, connect(t))
+	})
+}
+
+var epoch = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+
+const lease = 30 * time.Second
+
+// The server drops keys on its own clock too: a completed key after the
+// retention, a claim after its lease and the retention.
+func TestKeysExpireOnTheServer(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := connect(t)
+	s := newStore(t, c, redisstore.WithRetention(time.Hour))
+
+	_, err := s.Claim(ctx, "k", "a", epoch, lease)
+	require.NoError(t, err)
+	ttl, err := c.PTTL(ctx, s.Prefix()+"k").Result()
+	require.NoError(t, err)
+	assert.InDelta(t, (time.Hour + lease).Seconds(), ttl.Seconds(), 5, "a claim lives for its lease and the retention")
+
+	require.NoError(t, s.Complete(ctx, "k", "a", epoch.Add(time.Second)))
+	ttl, err = c.PTTL(ctx, s.Prefix()+"k").Result()
+	require.NoError(t, err)
+	assert.InDelta(t, time.Hour.Seconds(), ttl.Seconds(), 5, "a completed key lives for the retention")
+
+	fields, err := c.HGetAll(ctx, s.Prefix()+"k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"state": "completed", "owner": "a", "done": "01772366401000000000"}, fields)
+}
+
+func TestPrefix(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := connect(t)
+	prefix := uniquePrefix(t, c)
+	a, err := redisstore.New(c, redisstore.WithPrefix(prefix+"a:"))
+	require.NoError(t, err)
+	b, err := redisstore.New(c, redisstore.WithPrefix(prefix+"b:"))
+	require.NoError(t, err)
+
+	_, err = a.Claim(ctx, "k", "owner-1", epoch, lease)
+	require.NoError(t, err)
+	st, err := b.Claim(ctx, "k", "owner-2", epoch, lease)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.Claimed, st, "stores with different prefixes share nothing")
+	n, err := c.Exists(ctx, prefix+"a:k", prefix+"b:k").Result()
+	require.NoError(t, err)
+	assert.Equal(t, int64(2), n)
+
+	def, err := redisstore.New(c)
+	require.NoError(t, err)
+	assert.Equal(t, "sluice:idem:", def.Prefix())
+}
+
+func TestNewRefusesBadArguments(t *testing.T) {
+	t.Parallel()
+	_, err := redisstore.New(nil, redisstore.WithRetention(time.Microsecond))
+	require.Error(t, err)
+	assert.Equal(t, "redisstore: WithRetention(1µs): must be at least 1ms\nredisstore: client is nil", err.Error())
+}
