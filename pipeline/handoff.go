@@ -127,3 +127,16 @@ func (nr *nodeRun) handOff(ctx context.Context, h *handOffState, item any, fl *f
 	})
 	return herr == nil && err == nil
 }
+
+// A DeadLetterWriter is a source that writes some items to the pipeline's
+// dead-letter sink itself, such as a broker source that dead-letters a
+// poison message instead of emitting it again. Before each run opens the
+// source, the engine calls UseDeadLetter with the run's dead-letter sink
+// (nil when the pipeline has none) and an envelope holding what the engine
+// knows: Pipeline, RunID, and the source's name as OriginNode and
+// DecisionNode. The node fills in the rest (Item, ItemType, Err, ErrText,
+// Attempts, ...). A write the sink refuses is the node's to report: it must
+// not drop the item.
+type DeadLetterWriter interface {
+	UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope)
+}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
 )
 
@@ -37,6 +38,11 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
 		if handOffAfter != nil {
 			s.handOffAfter = handOffAfter()
+		}
+		if dw, ok := src.(DeadLetterWriter); ok && !isNil(src) {
+			rs := nr.rs
+			dw.UseDeadLetter(rs.p.cfg.deadLetter, deadletter.Envelope{
+				Pipeline: rs.p.name, RunID: rs.id, OriginNode: nr.spec.name, DecisionNode: nr.spec.name})
 		}
 		if needsFlusher(nr.rs.p.cfg, nr.spec) {
 			s.fl = nr.rs.flusher

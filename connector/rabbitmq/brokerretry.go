@@ -82,8 +82,10 @@ func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 		if d.copied.Load() {
 			continue
 		}
-		if err := r.src.copies.publish(ctx, dlxName(r.src.cfg.Queue), "", *d.retryCopy(env)); err != nil {
-			return fmt.Errorf("rabbitmq: send message %s to the retry topology of queue %q: %w", d.id, r.src.cfg.Queue, err)
+		rt := &r.src.cfg.Retry
+		tier := rt.tierName(r.src.cfg.Queue, rt.tierForTrip(d.retries+1))
+		if err := r.src.copies.publish(ctx, "", tier, *d.retryCopy(env, nil)); err != nil {
+			return fmt.Errorf("rabbitmq: send message %s to the retry queue %q of queue %q: %w", d.id, tier, r.src.cfg.Queue, err)
 		}
 		d.copied.Store(true)
 	}

@@ -31,6 +31,15 @@ const (
 	// HeaderQueue is the queue whose retry topology the story belongs to:
 	// a story from another queue is ignored.
 	HeaderQueue = "x-sluice-queue"
+	// HeaderHandOffNode and HeaderHandOffRetry say where a hand-off left
+	// the message's in-process retries: the node, and the retry its next
+	// call there makes (see RetryTopology.HandOffAfter).
+	HeaderHandOffNode  = "x-sluice-handoff-node"
+	HeaderHandOffRetry = "x-sluice-handoff-retry"
+	// HeaderDeliveries counts the deliveries of a message that ended
+	// without an outcome, on a queue where the broker does not count them
+	// (see SourceConfig.MaxDeliveries).
+	HeaderDeliveries = "x-sluice-failed-deliveries"
 )
 
 // Bounds of the story a message carries, so that its headers stay small
@@ -53,6 +62,9 @@ type past struct {
 	first    time.Time
 	origin   string
 	history  []deadletter.Attempt
+	// Where a hand-off left the retries ("" for none).
+	handOffNode  string
+	handOffRetry int
 }
 
 type carriedAttempt struct {
@@ -81,6 +93,11 @@ func pastOf(h amqp.Table, queue string) *past {
 		p.first, _ = time.Parse(time.RFC3339Nano, s)
 	}
 	p.origin, _ = h[HeaderOriginNode].(string)
+	if n, ok := h[HeaderHandOffNode].(string); ok {
+		if r, ok := intHeader(h[HeaderHandOffRetry]); ok && r > 0 {
+			p.handOffNode, p.handOffRetry = n, r
+		}
+	}
 	if s, ok := h[HeaderHistory].(string); ok {
 		var as []carriedAttempt
 		if json.Unmarshal([]byte(s), &as) == nil {
@@ -133,19 +150,24 @@ func (p *past) merge(env deadletter.Envelope) deadletter.Envelope {
 
 // retryCopy returns the message to send to the retry topology for d after
 // the failure env: the original, with the headers that carry env's story.
-// The original's Expiration is left off, so that the retry queue's TTL is
-// the delay.
-func (d *delivery) retryCopy(env deadletter.Envelope) *amqp.Publishing {
+// A hand-off (h not nil) says where the retries go on and is not a trip
+// through the topology; a broker retry is, and starts the in-process
+// retries afresh. The original's Expiration is left off, so that the retry
+// queue's TTL is the delay.
+func (d *delivery) retryCopy(env deadletter.Envelope, ho *handOffAt) *amqp.Publishing {
 	env = d.past.merge(env)
-	o := d.orig
-	h := maps.Clone(o.Headers)
-	if h == nil {
-		h = amqp.Table{}
-	}
-	delete(h, SeqHeader)
-	h[HeaderQueue] = d.src.cfg.Queue
+	pub := d.copyWith(nil)
+	h := pub.Headers
 	h[HeaderAttempts] = int64(env.Attempts)
-	h[HeaderRetries] = int64(d.retries + 1)
+	if ho != nil {
+		h[HeaderRetries] = int64(d.retries)
+		h[HeaderHandOffNode] = ho.node
+		h[HeaderHandOffRetry] = int64(ho.retry)
+	} else {
+		h[HeaderRetries] = int64(d.retries + 1)
+		delete(h, HeaderHandOffNode)
+		delete(h, HeaderHandOffRetry)
+	}
 	if !env.FirstFailure.IsZero() {
 		h[HeaderFirstFailure] = env.FirstFailure.UTC().Format(time.RFC3339Nano)
 	}
@@ -153,6 +175,27 @@ func (d *delivery) retryCopy(env deadletter.Envelope) *amqp.Publishing {
 		h[HeaderOriginNode] = env.OriginNode
 	}
 	h[HeaderHistory] = historyJSON(env.History)
+	return pub
+}
+
+// A handOffAt is where a hand-off leaves a message's retries.
+type handOffAt struct {
+	node  string
+	retry int
+}
+
+// copyWith returns a copy of d's message, with its headers, the source's
+// queue named in HeaderQueue, and the entries of set; without the
+// sequence header and the Expiration.
+func (d *delivery) copyWith(set amqp.Table) *amqp.Publishing {
+	o := d.orig
+	h := maps.Clone(o.Headers)
+	if h == nil {
+		h = amqp.Table{}
+	}
+	delete(h, SeqHeader)
+	h[HeaderQueue] = d.src.cfg.Queue
+	maps.Copy(h, set)
 	return &amqp.Publishing{
 		Headers: h, ContentType: o.ContentType, ContentEncoding: o.ContentEncoding,
 		DeliveryMode: o.DeliveryMode, Priority: o.Priority, CorrelationId: o.CorrelationId,

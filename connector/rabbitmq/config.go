@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -52,6 +53,16 @@ type SourceConfig struct {
 	ConsumerTag string
 	// Retry is the broker's delayed redelivery: see [RetryTopology].
 	Retry RetryTopology
+	// MaxDeliveries, when positive, guards against a poison message: one
+	// whose processing failed MaxDeliveries times (its deliveries ended
+	// without an outcome, as when each run it enters fails) is not emitted
+	// again: the source writes it to the pipeline's dead-letter sink, with
+	// an error matching [ErrPoison], and acks it, whatever the nodes'
+	// failure actions. It needs the pipeline's dead-letter sink
+	// (pipeline.WithDeadLetter): Open fails without one. How failures are
+	// counted depends on the queue: see docs/rabbitmq.md ("Poison
+	// messages"). 0 sets no limit.
+	MaxDeliveries int
 	// DialTimeout bounds connecting and the AMQP handshake. Default
 	// [DefaultDialTimeout].
 	DialTimeout time.Duration
@@ -79,29 +90,53 @@ type QueueDeclaration struct {
 
 // A RetryTopology is RabbitMQ's delayed redelivery: retries that outlive
 // the process and hold no consumer while they wait. With Enabled, Open
-// declares, from the queue's name q:
+// declares, from the queue's name q and its tiers (one per delay):
 //
-//	exchange q_dlx (fanout)  ──▶  queue q_retry (x-message-ttl = Delay,
-//	                                            x-dead-letter-exchange = q_retry)
+//	exchange q_dlx (fanout) ──▶ queue q_retry_<d1> (x-message-ttl = d1,
+//	                                               x-dead-letter-exchange = q_retry)
+//	                            queue q_retry_<d2> (x-message-ttl = d2, …)   …
 //	exchange q_retry (fanout) ──▶ queue q
 //
-// and q dead-letters into q_dlx. An item that failed transiently after the
-// in-process retries, and was dead-lettered through [Source.DeadLetter],
-// is sent again through q_dlx, as a copy whose headers carry the calls
-// it had (see [HeaderAttempts]), then acked; the broker holds it in q_retry
-// for Delay and delivers it to q again. A copy that cannot be published
-// fails the dead-letter write, and so the run, and the message goes back
-// to q. Past MaxRetry trips the item goes to the pipeline's dead-letter
-// sink, with the story of every delivery, and is acked.
+// and q dead-letters into q_dlx, which feeds the first tier. With the
+// single Delay the one tier is named q_retry (no suffix); with Delays, the
+// tiers are named by their delay, such as q_retry_10s or q_retry_1m.
+//
+// Two paths lead into the tiers, both as copies that the source publishes
+// straight to a tier queue (and then acks the message), carrying the
+// message's story in headers (see [HeaderAttempts]):
+//
+//   - the broker's retry: an item that failed transiently after the
+//     in-process retries, and was dead-lettered through [Source.DeadLetter],
+//     goes to the tier of its trip: the first trip to the first tier, the
+//     second to the second, the last tier for every trip after. Past
+//     MaxRetry trips the item goes to the pipeline's dead-letter sink, with
+//     the story of every delivery, and is acked;
+//   - the hand-off: with HandOffAfter, an item whose next in-process retry
+//     would wait at least HandOffAfter goes to the tier of the smallest
+//     delay not shorter than that wait (the longest tier when none is), and
+//     its next delivery continues the in-process retries where they were
+//     (pipeline.HandOffSource). It does not count as a trip.
+//
+// A copy that cannot be published fails the dead-letter write, and so the
+// run, and the message goes back to q; a hand-off that cannot be published
+// waits in process instead.
 type RetryTopology struct {
 	Enabled bool
 	// MaxRetry is how many times the broker redelivers one message; it must
 	// be at least 1. MaxRetry = 3 allows 4 deliveries.
 	MaxRetry int
-	// Delay is the wait before each redelivery, the retry queue's
-	// x-message-ttl, in whole milliseconds; at least 1 ms.
+	// Delay is the wait before each redelivery when there is one tier: the
+	// retry queue's x-message-ttl, in whole milliseconds; at least 1 ms.
+	// Set Delay or Delays, not both.
 	Delay time.Duration
-	// Durable and AutoDelete apply to both exchanges and the retry queue.
+	// Delays are the tiers' waits, rising (such as 1s, 10s, 1m, 10m): trip
+	// n waits Delays[n-1], and every trip past the last tier waits the last.
+	// Each is a whole number of milliseconds, at least 1 ms; at most 16.
+	Delays []time.Duration
+	// HandOffAfter, when positive, hands the in-process retries that would
+	// wait at least this long to the broker; 0 keeps every wait in process.
+	HandOffAfter time.Duration
+	// Durable and AutoDelete apply to both exchanges and the retry queues.
 	Durable    bool
 	AutoDelete bool
 	// Classifier decides which failures the broker retries; the zero value
@@ -111,6 +146,57 @@ type RetryTopology struct {
 	// the error it wraps, since those marks only stop the in-process layers
 	// from multiplying retries.
 	Classifier resilience.Classifier
+}
+
+// maxTiers bounds RetryTopology.Delays.
+const maxTiers = 16
+
+// tiers returns the waits of the retry queues, shortest first.
+func (r *RetryTopology) tiers() []time.Duration {
+	if len(r.Delays) > 0 {
+		return r.Delays
+	}
+	return []time.Duration{r.Delay}
+}
+
+// tierName returns the name of the retry queue of queue that waits d: q_retry
+// with a single Delay, q_retry_<d> with Delays.
+func (r *RetryTopology) tierName(queue string, d time.Duration) string {
+	if len(r.Delays) == 0 {
+		return retryName(queue)
+	}
+	return retryName(queue) + "_" + shortDuration(d)
+}
+
+// tierForTrip returns the wait of a message's trip n (1 for its first).
+func (r *RetryTopology) tierForTrip(n int) time.Duration {
+	t := r.tiers()
+	return t[min(max(n, 1), len(t))-1]
+}
+
+// tierForWait returns the shortest tier not shorter than d, or the
+// longest.
+func (r *RetryTopology) tierForWait(d time.Duration) time.Duration {
+	t := r.tiers()
+	for _, w := range t {
+		if w >= d {
+			return w
+		}
+	}
+	return t[len(t)-1]
+}
+
+// shortDuration writes d in its largest whole unit: 1500ms, 10s, 1m, 2h.
+func shortDuration(d time.Duration) string {
+	for _, u := range []struct {
+		d    time.Duration
+		name string
+	}{{time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if d%u.d == 0 {
+			return strconv.FormatInt(int64(d/u.d), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
 // The names the retry topology derives from a queue's name.
@@ -143,6 +229,9 @@ func (c *SourceConfig) validate() error {
 	if c.DrainTimeout < 0 {
 		add("DrainTimeout", c.DrainTimeout, "must not be negative")
 	}
+	if c.MaxDeliveries < 0 {
+		add("MaxDeliveries", c.MaxDeliveries, "must not be negative; 0 sets no limit")
+	}
 	if c.Declare != nil {
 		if _, ok := c.Declare.Args["x-dead-letter-exchange"]; ok && c.Retry.Enabled {
 			add("Declare.Args[x-dead-letter-exchange]", c.Declare.Args["x-dead-letter-exchange"], "set by the retry topology")
@@ -155,8 +244,26 @@ func (c *SourceConfig) validate() error {
 		if r.MaxRetry < 1 || r.MaxRetry > resilience.MaxRepeats {
 			add("Retry.MaxRetry", r.MaxRetry, "must be in [1, 100]")
 		}
-		if r.Delay < time.Millisecond {
+		switch {
+		case len(r.Delays) > 0 && r.Delay != 0:
+			add("Retry.Delay", r.Delay, "set Delay or Delays, not both")
+		case len(r.Delays) > maxTiers:
+			add("Retry.Delays", len(r.Delays), "at most 16 tiers")
+		case len(r.Delays) > 0:
+			for i, d := range r.Delays {
+				field := "Retry.Delays[" + strconv.Itoa(i) + "]"
+				switch {
+				case d < time.Millisecond || d%time.Millisecond != 0:
+					add(field, d, "must be a whole number of milliseconds, at least 1ms: it is a retry queue's x-message-ttl")
+				case i > 0 && d <= r.Delays[i-1]:
+					add(field, d, "must be longer than the tier before it: tiers rise, and each names its queue")
+				}
+			}
+		case r.Delay < time.Millisecond:
 			add("Retry.Delay", r.Delay, "must be at least 1ms: it is the retry queue's x-message-ttl in milliseconds")
+		}
+		if r.HandOffAfter < 0 {
+			add("Retry.HandOffAfter", r.HandOffAfter, "must not be negative; 0 keeps every wait in process")
 		}
 		switch c.queueType() {
 		case "quorum":

@@ -95,9 +95,14 @@ func (a *admin) cleanup(queues []string, exchanges ...string) {
 	a.exchanges = append(a.exchanges, exchanges...)
 }
 
-// cleanupTopology registers a queue and its retry topology.
-func (a *admin) cleanupTopology(q string) {
-	a.cleanup([]string{q, q + "_retry"}, q+"_dlx", q+"_retry")
+// cleanupTopology registers a queue and its retry topology, with the
+// tiers named by tiers (such as "10s").
+func (a *admin) cleanupTopology(q string, tiers ...string) {
+	queues := []string{q, q + "_retry"}
+	for _, t := range tiers {
+		queues = append(queues, q+"_retry_"+t)
+	}
+	a.cleanup(queues, q+"_dlx", q+"_retry")
 }
 
 // channel opens a channel that closes with the test. A channel the broker

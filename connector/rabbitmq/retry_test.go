@@ -369,30 +369,27 @@ func TestRetryCopyWithLongErrors(t *testing.T) {
 	assert.Equal(t, long.Error(), envs[0].History[15].Err, "the last delivery's are whole")
 }
 
-// A copy that no queue takes (the retry queue is gone) or that cannot be
-// published (the exchange is gone) is an error of the dead-letter write:
-// the run fails saying so, instead of looping, and the message is not lost:
-// it is back in its queue.
+// A copy that no queue takes (the retry queue, or a tier of it, is gone)
+// is an error of the dead-letter write: the run fails saying so, instead
+// of looping, and the message is not lost: it is back in its queue.
 func TestRetryCopyWithABrokenTopology(t *testing.T) {
 	t.Parallel()
-	for name, breakIt := range map[string]func(a *admin, q string){
-		"retry queue deleted": func(a *admin, q string) {
-			_, err := a.channel().QueueDelete(q+"_retry", false, false, false)
-			require.NoError(t, err)
-		},
-		"exchange deleted": func(a *admin, q string) {
-			require.NoError(t, a.channel().ExchangeDelete(q+"_dlx", false, false))
-		},
+	for name, tc := range map[string]struct {
+		topology rabbitmq.RetryTopology
+		gone     string
+	}{
+		"retry queue deleted": {rabbitmq.RetryTopology{Enabled: true, MaxRetry: 3, Delay: time.Hour}, "_retry"},
+		"tier deleted":        {rabbitmq.RetryTopology{Enabled: true, MaxRetry: 3, Delays: []time.Duration{time.Hour, 2 * time.Hour}}, "_retry_1h"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			a := newAdmin(t)
 			ctx := testContext(t)
 			q := uniqueName(t)
-			a.cleanupTopology(q)
+			a.cleanupTopology(q, "1h", "2h")
 			src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{
 				URL: a.url, Queue: q, Declare: &rabbitmq.QueueDeclaration{},
-				Retry: rabbitmq.RetryTopology{Enabled: true, MaxRetry: 3, Delay: time.Hour},
+				Retry: tc.topology,
 			})
 			require.NoError(t, err)
 			require.NoError(t, src.Open(ctx))
@@ -408,7 +405,9 @@ func TestRetryCopyWithABrokenTopology(t *testing.T) {
 			h := pipeline.Transform(b, "handle", pipeline.Source(b, "consume", src),
 				node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
 					if calls.Add(1) == 1 {
-						breakIt(a, q) // while the source runs: Open does not declare it again
+						// While the source runs: Open does not declare it again.
+						_, err := a.channel().QueueDelete(q+tc.gone, false, false, false)
+						require.NoError(t, err)
 					}
 					return m, resilience.MarkTransient(errFlaky)
 				}))
@@ -416,7 +415,7 @@ func TestRetryCopyWithABrokenTopology(t *testing.T) {
 			p, err := b.Build()
 			require.NoError(t, err)
 			_, err = p.Run(ctx)
-			require.ErrorContains(t, err, "to the retry topology of queue")
+			require.ErrorContains(t, err, "to the retry queue \""+q+tc.gone+"\" of queue")
 			assert.Equal(t, int64(1), calls.Load(), "no loop")
 			ready, _ := a.depth(q)
 			assert.Equal(t, 1, ready, "the message is back in its queue")

@@ -19,11 +19,13 @@ const (
 	ack     settlement = iota + 1 // done with it: remove it from the queue
 	requeue                       // not done: put it back for another consumer
 	reject                        // failed: dead-letter it (the retry topology)
+	recount                       // not done: put a counted copy back, ack it
 )
 
 type settle struct {
 	tag uint64
 	how settlement
+	d   *delivery // recount only
 }
 
 // A session is one connection and channel of a [Source], from an Open to
@@ -36,6 +38,10 @@ type settle struct {
 // traffic: callbacks on many goroutines never contend for the connection's
 // writer, and one stuck socket holds up nobody but the acker.
 type session struct {
+	// recount puts a copy of d back in the queue with its count of failed
+	// deliveries (Source.recount); it runs on the acker.
+	recount func(d *delivery) error
+
 	id     string
 	conn   *amqp.Connection
 	ch     *amqp.Channel
@@ -130,6 +136,11 @@ func (s *session) send(st settle) error {
 		return s.ch.Ack(st.tag, false)
 	case reject:
 		return s.ch.Reject(st.tag, false)
+	case recount:
+		if s.recount(st.d) == nil {
+			return s.ch.Ack(st.tag, false)
+		}
+		return s.ch.Nack(st.tag, false, true)
 
 	default:
 		return s.ch.Nack(st.tag, false, true)

@@ -13,7 +13,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // A Source consumes a RabbitMQ queue into a pipeline. It is a
@@ -52,9 +54,18 @@ type Source struct {
 
 	byID sync.Map // delivery id -> *delivery, while in flight
 
-	// copies publishes the copies of messages sent to the retry topology,
-	// on a connection of its own (see retrySink.Write); nil without it.
+	// copies publishes the copies of messages sent to the retry topology
+	// or back to the queue with their count (see retrySink.Write, HandOff
+	// and recount), on a connection of its own; nil without either.
 	copies *pubCore
+
+	// qtype is the queue's type, as Open found it.
+	qtype string
+	// dl and dlBase are the pipeline's dead-letter sink and what it knows
+	// of the envelope, for poison messages (pipeline.DeadLetterWriter).
+	dl       deadletter.Sink
+	dlBase   deadletter.Envelope
+	poisoned atomic.Int64
 }
 
 // NewSource returns a Source for cfg, or every problem of cfg joined, each
@@ -64,27 +75,30 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 		return nil, err
 	}
 	s := &Source{cfg: cfg.withDefaults(), prefix: randomID(), stop: make(chan struct{})}
-	if s.cfg.Retry.Enabled {
-		core, err := newCore(s.cfg.URL, dlxName(s.cfg.Queue), true,
+	if s.cfg.Retry.Enabled || s.cfg.MaxDeliveries > 0 {
+		// Copies go straight to a queue, through the default exchange,
+		// mandatory: a missing queue returns them as an error.
+		core, err := newCore(s.cfg.URL, "", true,
 			Confirms{Enabled: true, WaitFor: true, Timeout: DefaultConfirmTimeout}, PubRetry{Enabled: true},
 			s.cfg.DialTimeout, s.cfg.CloseTimeout, s.cfg.Clock)
 		if err != nil {
 			return nil, err
 		}
-		core.name = "sluice source " + s.cfg.Queue + " retry copies"
+		core.name = "sluice source " + s.cfg.Queue + " copies"
 		s.copies = core
 	}
 	return s, nil
 }
 
-// Redeliveries returns the retry topology's MaxRetry and Delay, (0, 0)
-// without it: a message is delivered at most MaxRetry + 1 times, which
-// pipeline's Plan counts (node.Redeliverer).
+// Redeliveries returns the retry topology's MaxRetry and its longest
+// tier's delay, (0, 0) without it: a message is delivered at most MaxRetry
+// + 1 times, which pipeline's Plan counts (node.Redeliverer).
 func (s *Source) Redeliveries() (int, time.Duration) {
 	if !s.cfg.Retry.Enabled {
 		return 0, 0
 	}
-	return s.cfg.Retry.MaxRetry, s.cfg.Retry.Delay
+	t := s.cfg.Retry.tiers()
+	return s.cfg.Retry.MaxRetry, t[len(t)-1]
 }
 
 // Config returns the source's config with defaults applied.
@@ -112,12 +126,19 @@ func (s *Source) Open(ctx context.Context) error {
 		if err := ch.Qos(s.cfg.Prefetch, 0, false); err != nil {
 			return fmt.Errorf("rabbitmq: set prefetch: %w", err)
 		}
-		if err := declare(ch, &s.cfg); err != nil {
+		qtype, err := declare(conn, ch, &s.cfg)
+		if err != nil {
 			return err
 		}
+		if s.cfg.MaxDeliveries > 0 && s.dl == nil {
+			return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: s.cfg.MaxDeliveries,
+				Reason: "a poison message goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+		}
 		s.mu.Lock()
+		s.qtype = qtype
 		old := s.sess
 		s.sess = newSession(id, conn, ch)
+		s.sess.recount = s.recount
 		s.drain = false
 		s.mu.Unlock()
 		if old != nil { // opened twice without a Close: do not leak the first
@@ -197,6 +218,7 @@ func (s *Source) finish(ctx context.Context, sess *session, tag string, deliveri
 
 func (s *Source) emit(ctx context.Context, sess *session, d amqp.Delivery, out node.Emitter[Message]) error {
 	dl := &delivery{src: s, sess: sess, tag: d.DeliveryTag, orig: d, past: pastOf(d.Headers, s.cfg.Queue)}
+	dl.failures = s.failures(d)
 	dl.orig.Acknowledger = nil
 	dl.retries = xDeathCount(d.Headers, s.cfg.Queue)
 	if dl.past != nil && dl.past.retries > dl.retries {
@@ -207,6 +229,9 @@ func (s *Source) emit(ctx context.Context, sess *session, d amqp.Delivery, out n
 		Body: d.Body, Headers: d.Headers, Exchange: d.Exchange, RoutingKey: d.RoutingKey,
 		MessageID: d.MessageId, ContentType: d.ContentType, Timestamp: d.Timestamp,
 		Redelivered: d.Redelivered, Retries: dl.retries, d: dl,
+	}
+	if s.cfg.MaxDeliveries > 0 && dl.failures >= s.cfg.MaxDeliveries {
+		return s.poison(ctx, dl, msg)
 	}
 	s.byID.Store(dl.id, dl)
 	sess.track()
@@ -274,6 +299,9 @@ type delivery struct {
 	tag     uint64
 	id      string
 	retries int
+	// failures is how many earlier deliveries of the message ended
+	// without an outcome (see Source.failures).
+	failures int
 	// orig is the message as it was delivered, and past what its headers
 	// say of its earlier deliveries (nil: none).
 	orig amqp.Delivery
@@ -295,9 +323,15 @@ func (d *delivery) done(o node.Outcome) {
 	switch o {
 	case node.Delivered, node.Filtered, node.Skipped:
 		how = ack
-	case node.DeadLettered:
+	case node.DeadLettered, node.HandedOff:
 		// In the dead-letter sink, or copied into the retry topology.
 		how = ack
+	default:
+		if d.src.counts() {
+			// Put back with its count, so that a poison message stops.
+			d.sess.settle(settle{tag: d.tag, how: recount, d: d})
+			return
+		}
 	}
 	d.sess.settle(settle{tag: d.tag, how: how})
 }

@@ -1,0 +1,153 @@
+package rabbitmq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/pipeline"
+)
+
+// HandOffAfter returns the retry topology's HandOffAfter, 0 without the
+// topology: the pipeline hands item retries that would wait at least this
+// long to the broker (pipeline.HandOffSource).
+func (s *Source) HandOffAfter() time.Duration {
+	if !s.cfg.Retry.Enabled {
+		return 0
+	}
+	return s.cfg.Retry.HandOffAfter
+}
+
+// HandOff sends a copy of the message, with its story and where its
+// retries stand, to the retry queue whose delay is the shortest not shorter
+// than h.Delay (the longest when none is); the pipeline then acks the
+// message (pipeline.HandOffItem). It fails, and the pipeline waits in
+// process instead, when the message did not come from a source with the
+// retry topology and HandOffAfter, when its channel is gone (the broker has
+// put it back in the queue), or when the copy cannot be published.
+func (m Message) HandOff(ctx context.Context, h pipeline.HandOff) error {
+	d := m.d
+	if d == nil || d.src.HandOffAfter() <= 0 {
+		return errors.New("rabbitmq: the message's source has no hand-off")
+	}
+	if d.sess.isGone() {
+		return errors.New("rabbitmq: the message's channel is gone: it is back in the queue")
+	}
+	q, rt := d.src.cfg.Queue, &d.src.cfg.Retry
+	tier := rt.tierName(q, rt.tierForWait(h.Delay))
+	pub := d.retryCopy(h.Envelope, &handOffAt{node: h.Envelope.DecisionNode, retry: h.Retry})
+	if err := d.src.copies.publish(ctx, "", tier, *pub); err != nil {
+		return fmt.Errorf("rabbitmq: hand message %s to the retry queue %q: %w", d.id, tier, err)
+	}
+	d.copied.Store(true)
+	return nil
+}
+
+// Resumed says where a hand-off left the message's retries: the node, and
+// the retry its next call there makes (pipeline.HandOffItem).
+func (m Message) Resumed() (string, int, bool) {
+	if m.d == nil || m.d.past == nil || m.d.past.handOffNode == "" {
+		return "", 0, false
+	}
+	return m.d.past.handOffNode, m.d.past.handOffRetry, true
+}
+
+// ErrPoison is matched by the error in the dead-letter envelope of a
+// message that the source stopped delivering because it failed
+// SourceConfig.MaxDeliveries times.
+var ErrPoison = errors.New("rabbitmq: poison message")
+
+// UseDeadLetter is how the pipeline gives the source its dead-letter sink,
+// for poison messages (pipeline.DeadLetterWriter).
+func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dl, s.dlBase = sink, base
+}
+
+// Poisoned returns how many poison messages the source dead-lettered.
+func (s *Source) Poisoned() int64 { return s.poisoned.Load() }
+
+// failures returns how many earlier deliveries of d ended without an
+// outcome: the broker's x-delivery-count (a quorum queue counts every
+// delivery it takes back, a crashed consumer's too), the times the broker
+// dead-lettered it out of the queue (x-death), and on other queues the
+// count the source's own copies carry (HeaderDeliveries), plus one for a
+// delivery the broker marks Redelivered (a consumer died or closed with it).
+func (s *Source) failures(d amqp.Delivery) int {
+	q := s.cfg.Queue
+	n := xDeathCount(d.Headers, q)
+	if c, ok := intHeader(d.Headers["x-delivery-count"]); ok {
+		return n + c
+	}
+	if hq, _ := d.Headers[HeaderQueue].(string); hq == q {
+		if c, ok := intHeader(d.Headers[HeaderDeliveries]); ok && c > 0 {
+			n += c
+		}
+	}
+	if d.Redelivered {
+		n++
+	}
+	return n
+}
+
+// counts reports whether the source counts failed deliveries itself, by
+// putting back a counted copy instead of requeueing: with MaxDeliveries,
+// on a queue whose broker does not count them (every type but quorum).
+func (s *Source) counts() bool {
+	if s.cfg.MaxDeliveries <= 0 {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.qtype != "quorum"
+}
+
+// recount puts a copy of d's message back at the end of the queue with
+// its count of failed deliveries, before the acker acks d; an error
+// requeues d uncounted instead.
+func (s *Source) recount(d *delivery) error {
+	pub := d.copyWith(amqp.Table{HeaderDeliveries: int64(d.failures + 1)})
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultConfirmTimeout)
+	defer cancel()
+	return s.copies.publish(ctx, "", s.cfg.Queue, *pub)
+}
+
+// poison writes the message of d, which failed MaxDeliveries times, to the
+// pipeline's dead-letter sink and acks it. An error of the sink ends Run:
+// the message is not acked and goes back to the queue.
+func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
+	s.mu.Lock()
+	sink, env := s.dl, s.dlBase
+	s.mu.Unlock()
+	if sink == nil {
+		return fmt.Errorf("rabbitmq: message %s is poison and the pipeline has no dead-letter sink", d.id)
+	}
+	env.Item, env.ItemType = msg, messageType
+	env.Err = fmt.Errorf("%w: message %s of queue %q failed %d deliveries; MaxDeliveries is %d",
+		ErrPoison, describeMsg(msg), s.cfg.Queue, d.failures, s.cfg.MaxDeliveries)
+	env.ErrText = env.Err.Error()
+	env.CorrelationID = d.id
+	env.LastFailure = s.cfg.Clock.Now()
+	env = d.past.merge(env)
+	if err := sink.Write(ctx, env); err != nil {
+		return fmt.Errorf("rabbitmq: dead-letter poison message %s: %w", d.id, err)
+	}
+	s.poisoned.Add(1)
+	d.sess.track()
+	d.sess.settle(settle{tag: d.tag, how: ack})
+	return nil
+}
+
+// describeMsg names a message by its MessageID, else by the size of its
+// body.
+func describeMsg(m Message) string {
+	if m.MessageID != "" {
+		return fmt.Sprintf("%q", m.MessageID)
+	}
+	return fmt.Sprintf("(no message id, %d-byte body)", len(m.Body))
+}
