@@ -338,6 +338,22 @@ func TestGuardClaimFails(t *testing.T) {
 	assert.Empty(t, rec.items())
 }
 
+func TestGuardOnAFullMemoryStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	store := idempotency.NewMemory(idempotency.WithMaxKeys(1))
+	clock := clockwork.NewFakeClockAt(epoch)
+	_, err := store.Claim(ctx, "other", "another consumer", clock.Now(), lease)
+	require.NoError(t, err)
+	rec := &recorder{}
+
+	err = guard(rec, store, clock).Write(ctx, "order-1")
+	require.ErrorIs(t, err, idempotency.ErrFull)
+	assert.EqualError(t, err, `idempotency: claim (guard "store", key "order-1"): idempotency: memory store is full of live claims (max keys 1)`)
+	assert.False(t, resilience.IsTransient(err), "the bound is too small for the claims in flight")
+	assert.Empty(t, rec.items())
+}
+
 func TestGuardEmptyKey(t *testing.T) {
 	t.Parallel()
 	rec := &recorder{}

@@ -102,7 +102,7 @@ func (m *Memory) Claim(ctx context.Context, key, owner string, now time.Time, le
 	switch {
 	case !ok:
 		if len(m.keys) >= m.maxKeys && !m.evict(now) {
-			return 0, fmt.Errorf("%w (%d keys)", ErrFull, m.maxKeys)
+			return 0, fmt.Errorf("%w (max keys %d)", ErrFull, m.maxKeys)
 		}
 		e = &memEntry{key: key}
 		m.keys[key] = e

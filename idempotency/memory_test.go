@@ -69,7 +69,7 @@ func TestMemoryFullOfLiveClaims(t *testing.T) {
 
 	_, err := m.Claim(ctx, "c", "o", epoch.Add(time.Second), lease)
 	require.ErrorIs(t, err, idempotency.ErrFull)
-	assert.EqualError(t, err, "idempotency: memory store is full of live claims (2 keys)")
+	assert.EqualError(t, err, "idempotency: memory store is full of live claims (max keys 2)")
 	assert.Equal(t, idempotency.Busy, mustClaim(t, m, "a", "p", epoch.Add(time.Second)), "a full store still answers for the keys it holds")
 
 	require.NoError(t, m.Release(ctx, "a", "o"))

@@ -90,7 +90,8 @@ func (s *Store) Prefix() string { return s.prefix }
 // until (a claim's lease end) and done (a completion's time). Times are
 // Unix nanoseconds written as 20 digits, zero-padded, so that Lua compares
 // them exactly as strings: its numbers are doubles, which cannot hold
-// every nanosecond.
+// every nanosecond, while strings of digits of one length order as their
+// numbers do, in any collation.
 
 // claimScript: KEYS[1] the key; ARGV: owner, now, until (now+lease),
 // cutoff (now-retention: a completion at or before it has expired), the
