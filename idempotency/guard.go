@@ -27,7 +27,8 @@ var ErrInProgress = errors.New("idempotency: key claimed by another owner")
 
 // A Guard is a sink that writes an item through the sink it wraps only if
 // the item's key was not completed before in its [Store]. Make one with
-// [Sink]. It is safe for concurrent use, as by a sink node with
+// [Sink]; the zero Guard is not usable. It is safe for concurrent use, as
+// by a sink node with
 // pipeline.Parallel: calls of one guard with the same key at once are told
 // apart too, and only one of them writes.
 //
@@ -51,9 +52,9 @@ type Guard[T any] struct {
 	written, duplicates, busy, released, lost atomic.Int64
 }
 
-// Stats counts what a [Guard] did with the items it was given. Each item
-// counts once as Written or as a Duplicate once it is through; an item that
-// was refused as Busy and retried counts in Busy for each refusal.
+// Stats counts what a [Guard] did in the calls of its Write: an item that
+// was refused as Busy and retried counts in Busy for each refusal, then in
+// Written or Duplicates.
 type Stats struct {
 	// Written is how many items the wrapped sink wrote: its Write returned
 	// nil. An item whose completion then failed counts here too.

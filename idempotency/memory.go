@@ -31,14 +31,16 @@ const DefaultMaxKeys = 100_000
 // every key is a live claim. A completed key older than the retention
 // counts as never seen, and is dropped as new claims come in. Each key
 // costs about 200 bytes besides its own length.
+//
+// The zero Memory is an empty store with the default bounds, ready to use.
 type Memory struct {
-	maxKeys   int
-	retention time.Duration
+	maxKeys   int           // 0: DefaultMaxKeys
+	retention time.Duration // 0: DefaultRetention
 
 	mu        sync.Mutex
-	keys      map[string]*memEntry
-	completed list.List // of *memEntry, in the order they completed
-	claims    claimHeap // the claims, the soonest lease end first
+	keys      map[string]*memEntry // made by the first Claim
+	completed list.List            // of *memEntry, in the order they completed
+	claims    claimHeap            // the claims, the soonest lease end first
 }
 
 type memEntry struct {
@@ -80,7 +82,7 @@ func WithRetention(d time.Duration) MemoryOption {
 // NewMemory returns an empty Memory store. It panics, naming the option,
 // when an option is invalid.
 func NewMemory(opts ...MemoryOption) *Memory {
-	m := &Memory{maxKeys: DefaultMaxKeys, retention: DefaultRetention, keys: make(map[string]*memEntry)}
+	m := &Memory{}
 	for _, o := range opts {
 		if o != nil {
 			o(m)
@@ -97,17 +99,20 @@ func (m *Memory) Claim(ctx context.Context, key, owner string, now time.Time, le
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.keys == nil {
+		m.keys = make(map[string]*memEntry)
+	}
 	m.dropExpired(now)
 	e, ok := m.keys[key]
 	switch {
 	case !ok:
-		if len(m.keys) >= m.maxKeys && !m.evict(now) {
-			return 0, fmt.Errorf("%w (max keys %d)", ErrFull, m.maxKeys)
+		if len(m.keys) >= m.max() && !m.evict(now) {
+			return 0, fmt.Errorf("%w (max keys %d)", ErrFull, m.max())
 		}
 		e = &memEntry{key: key}
 		m.keys[key] = e
 	case e.state == Completed:
-		if now.Before(e.done.Add(m.retention)) {
+		if now.Before(e.done.Add(m.keep())) {
 			return Completed, nil
 		}
 		m.completed.Remove(e.elem)
@@ -172,7 +177,7 @@ func (m *Memory) Len() int {
 func (m *Memory) dropExpired(now time.Time) {
 	for f := m.completed.Front(); f != nil; f = m.completed.Front() {
 		e := f.Value.(*memEntry)
-		if now.Before(e.done.Add(m.retention)) {
+		if now.Before(e.done.Add(m.keep())) {
 			return
 		}
 		m.completed.Remove(f)
@@ -187,7 +192,7 @@ func (m *Memory) evict(now time.Time) bool {
 		e := heap.Pop(&m.claims).(*memEntry)
 		delete(m.keys, e.key)
 	}
-	if len(m.keys) < m.maxKeys {
+	if len(m.keys) < m.max() {
 		return true
 	}
 	f := m.completed.Front()
@@ -197,6 +202,22 @@ func (m *Memory) evict(now time.Time) bool {
 	m.completed.Remove(f)
 	delete(m.keys, f.Value.(*memEntry).key)
 	return true
+}
+
+// max returns the most keys the store holds.
+func (m *Memory) max() int {
+	if m.maxKeys == 0 {
+		return DefaultMaxKeys
+	}
+	return m.maxKeys
+}
+
+// keep returns the retention of completed keys.
+func (m *Memory) keep() time.Duration {
+	if m.retention == 0 {
+		return DefaultRetention
+	}
+	return m.retention
 }
 
 // claimHeap orders claims by the end of their lease, for [heap].

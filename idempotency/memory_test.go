@@ -91,6 +91,16 @@ func TestMemoryDropsKeysPastTheRetention(t *testing.T) {
 	assert.Equal(t, 6, m.Len(), "the five keys completed an hour or more before were dropped, and x was added")
 }
 
+func TestMemoryZeroValueIsReady(t *testing.T) {
+	t.Parallel()
+	var m idempotency.Memory
+	assert.Equal(t, idempotency.Claimed, mustClaim(t, &m, "k", "a", epoch))
+	require.NoError(t, m.Complete(context.Background(), "k", "a", epoch))
+	assert.Equal(t, idempotency.Completed, mustClaim(t, &m, "k", "b", epoch.Add(idempotency.DefaultRetention-time.Nanosecond)))
+	assert.Equal(t, idempotency.Claimed, mustClaim(t, &m, "k", "b", epoch.Add(idempotency.DefaultRetention)))
+	assert.Equal(t, 1, m.Len())
+}
+
 func TestMemoryOptionsPanic(t *testing.T) {
 	t.Parallel()
 	assert.PanicsWithValue(t, "sluice: idempotency.NewMemory: WithMaxKeys(0): must be at least 1", func() {

@@ -8,6 +8,7 @@ import (
 )
 
 // State is the answer of [Store.Claim]: what the caller may do with a key.
+// The zero State is none: a Store answers it only with an error.
 type State int
 
 const (

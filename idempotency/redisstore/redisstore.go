@@ -27,7 +27,8 @@ const DefaultPrefix = "sluice:idem:"
 
 // A Store keeps claims and completed keys in Redis. It is safe for
 // concurrent use, and several Stores, in several processes, may share a
-// prefix: that is what makes it fit consumers on several machines.
+// prefix: that is what makes it fit consumers on several machines. Make
+// one with [New]; the zero Store is not usable.
 type Store struct {
 	client    redis.UniversalClient
 	prefix    string

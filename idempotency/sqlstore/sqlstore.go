@@ -71,7 +71,8 @@ const claimAttempts = 3
 
 // A Store keeps claims and completed keys in one table. It is safe for
 // concurrent use, and several Stores, in several processes, may share one
-// table: that is what makes it fit consumers on several machines.
+// table: that is what makes it fit consumers on several machines. Make
+// one with [New]; the zero Store is not usable.
 type Store struct {
 	db            *sql.DB
 	dialect       Dialect
