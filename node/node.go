@@ -120,6 +120,11 @@ const (
 	DeadLettered
 	// Failed: the run ended before the item reached another outcome.
 	Failed
+	// Rejected: the item failed, its node's failure action said Fail, and
+	// the run failed because of it. Like Failed, the item has no other
+	// outcome; unlike Failed, it is to blame (a broker source counts it
+	// towards a poison message's limit).
+	Rejected
 	// HandedOff: a node's item retry would have waited longer than the
 	// source's hand-off threshold, and the source's broker took the item
 	// over: it holds the item for the wait and delivers it again, and the
@@ -143,6 +148,8 @@ func (o Outcome) String() string {
 		return "failed"
 	case HandedOff:
 		return "handed_off"
+	case Rejected:
+		return "rejected"
 	default:
 		return fmt.Sprintf("Outcome(%d)", int(o))
 	}
@@ -150,7 +157,7 @@ func (o Outcome) String() string {
 
 // Combine returns the outcome of an item whose parts ended in o and p: the
 // more severe of the two, in the order Filtered, Delivered, Skipped,
-// HandedOff, DeadLettered, Failed. An item delivered on one branch of a broadcast and
+// HandedOff, DeadLettered, Failed, Rejected. An item delivered on one branch of a broadcast and
 // filtered on the other is Delivered; one with a dead-lettered part is
 // DeadLettered. A zero Outcome is no outcome yet.
 func (o Outcome) Combine(p Outcome) Outcome {
@@ -174,6 +181,8 @@ func severity(o Outcome) int {
 		return 5
 	case Failed:
 		return 6
+	case Rejected:
+		return 7
 	default:
 		return 0
 	}

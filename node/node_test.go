@@ -12,7 +12,7 @@ import (
 
 func TestOutcomeCombineTakesTheMoreSevere(t *testing.T) {
 	t.Parallel()
-	order := []node.Outcome{0, node.Filtered, node.Delivered, node.Skipped, node.HandedOff, node.DeadLettered, node.Failed}
+	order := []node.Outcome{0, node.Filtered, node.Delivered, node.Skipped, node.HandedOff, node.DeadLettered, node.Failed, node.Rejected}
 	for i, a := range order {
 		for j, b := range order {
 			want := order[max(i, j)]

@@ -402,6 +402,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		}
 		return nil
 	default:
+		tr.blame()
 		return fl.err
 	}
 }

@@ -26,6 +26,7 @@ type tracker struct {
 	src     string             // root only: the source that emitted it
 	ho      *handOffState      // root only: nil unless its item can be handed off
 	parents []*tracker         // group only: by position in the batch, nil for an untracked item
+	blamed  atomic.Bool        // root only: the item failed the run (its outcome then is Rejected)
 	reg     *registry
 }
 
@@ -50,6 +51,21 @@ func (t *tracker) finish(o node.Outcome) {
 	}
 }
 
+// blame records that the item failed its node under the Fail action: if
+// the run then ends with the item unsettled, its outcome is Rejected, not
+// Failed. A batch blames every item in it.
+func (t *tracker) blame() {
+	if t == nil {
+		return
+	}
+	if t.done != nil {
+		t.blamed.Store(true)
+	}
+	for _, p := range t.parents {
+		p.blame()
+	}
+}
+
 // release records that one part ended without an outcome of its own: a
 // batch whose items were handed on with their own trackers.
 func (t *tracker) release() { t.finish(0) }
@@ -62,6 +78,9 @@ func (t *tracker) fire(o node.Outcome) {
 	if t.done != nil {
 		if o == 0 {
 			o = node.Failed // no part reported an outcome: never claim one
+		}
+		if o == node.Failed && t.blamed.Load() {
+			o = node.Rejected
 		}
 		t.reg.remove(t)
 		t.reg.call(t.src, t.done, o)

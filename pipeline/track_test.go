@@ -132,11 +132,14 @@ func TestTrackedItemsOfAFailedRunFail(t *testing.T) {
 			require.NotEmpty(t, got)
 			for i, os := range got {
 				require.Len(t, os, 1, "item %d", i)
-				if i < 10 {
+				switch {
+				case i < 10:
 					// Delivered if the sink wrote it before the failure
 					// stopped the run.
 					assert.Contains(t, []node.Outcome{node.Delivered, node.Failed}, os[0], "item %d", i)
-				} else {
+				case i == 10:
+					assert.Equal(t, node.Rejected, os[0], "the item that failed the run is to blame")
+				default:
 					assert.Equal(t, node.Failed, os[0], "item %d", i)
 				}
 			}

@@ -54,14 +54,18 @@ type SourceConfig struct {
 	// Retry is the broker's delayed redelivery: see [RetryTopology].
 	Retry RetryTopology
 	// MaxDeliveries, when positive, guards against a poison message: one
-	// whose processing failed MaxDeliveries times (its deliveries ended
-	// without an outcome, as when each run it enters fails) is not emitted
-	// again: the source writes it to the pipeline's dead-letter sink, with
-	// an error matching [ErrPoison], and acks it, whatever the nodes'
-	// failure actions. It needs the pipeline's dead-letter sink
-	// (pipeline.WithDeadLetter): Open fails without one. How failures are
-	// counted depends on the queue: see docs/rabbitmq.md ("Poison
-	// messages"). 0 sets no limit.
+	// that failed MaxDeliveries runs (its node's failure action said Fail,
+	// node.Rejected), or that the broker dead-lettered out of the queue that
+	// often, is not emitted again: the source writes it to the pipeline's
+	// dead-letter sink, with an error matching [ErrPoison], and acks it,
+	// whatever the nodes' failure actions. It needs the pipeline's
+	// dead-letter sink (pipeline.WithDeadLetter): Open fails without one.
+	//
+	// To count, the source puts an item that a run left unsettled (Failed
+	// or Rejected) back at the end of the queue as a copy that carries its
+	// count (HeaderDeliveries), and acks the delivery, instead of
+	// requeueing it. A delivery lost with a crashed consumer is not counted:
+	// see docs/rabbitmq.md ("Poison messages"). 0 sets no limit.
 	MaxDeliveries int
 	// DialTimeout bounds connecting and the AMQP handshake. Default
 	// [DefaultDialTimeout].

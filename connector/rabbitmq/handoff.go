@@ -72,46 +72,41 @@ func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
 // Poisoned returns how many poison messages the source dead-lettered.
 func (s *Source) Poisoned() int64 { return s.poisoned.Load() }
 
-// failures returns how many earlier deliveries of d ended without an
-// outcome: the broker's x-delivery-count (a quorum queue counts every
-// delivery it takes back, a crashed consumer's too), the times the broker
-// dead-lettered it out of the queue (x-death), and on other queues the
-// count the source's own copies carry (HeaderDeliveries), plus one for a
-// delivery the broker marks Redelivered (a consumer died or closed with it).
+// failures returns how many earlier deliveries of d failed: those whose
+// item failed the run (node.Rejected), which the copies the source puts
+// back count (HeaderDeliveries), and the times the broker dead-lettered it
+// out of the queue (x-death, such as a quorum queue's x-delivery-limit
+// with the retry topology). An item that only was in flight when a run
+// ended (node.Failed) is put back as a copy that carries its count
+// unchanged.
+//
+// The broker's redelivery marks are not counted: a quorum queue's
+// x-delivery-count and the Redelivered flag also count the messages a
+// consumer had prefetched and never started when its connection closed,
+// so they cannot tell a poison message from its neighbours.
 func (s *Source) failures(d amqp.Delivery) int {
 	q := s.cfg.Queue
 	n := xDeathCount(d.Headers, q)
-	if c, ok := intHeader(d.Headers["x-delivery-count"]); ok {
-		return n + c
-	}
 	if hq, _ := d.Headers[HeaderQueue].(string); hq == q {
 		if c, ok := intHeader(d.Headers[HeaderDeliveries]); ok && c > 0 {
 			n += c
 		}
 	}
-	if d.Redelivered {
-		n++
-	}
 	return n
-}
-
-// counts reports whether the source counts failed deliveries itself, by
-// putting back a counted copy instead of requeueing: with MaxDeliveries,
-// on a queue whose broker does not count them (every type but quorum).
-func (s *Source) counts() bool {
-	if s.cfg.MaxDeliveries <= 0 {
-		return false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.qtype != "quorum"
 }
 
 // recount puts a copy of d's message back at the end of the queue with
 // its count of failed deliveries, before the acker acks d; an error
-// requeues d uncounted instead.
+// requeues d instead.
 func (s *Source) recount(d *delivery) error {
-	pub := d.copyWith(amqp.Table{HeaderDeliveries: int64(d.failures + 1)})
+	n := d.failures
+	if d.rejected {
+		n++
+	}
+	// The copy keeps the x-death entries, which count on their own.
+	n -= xDeathCount(d.orig.Headers, s.cfg.Queue)
+	pub := d.copyWith(amqp.Table{HeaderDeliveries: int64(max(n, 0))})
+	delete(pub.Headers, "x-delivery-count")
 	ctx, cancel := context.WithTimeout(context.Background(), DefaultConfirmTimeout)
 	defer cancel()
 	return s.copies.publish(ctx, "", s.cfg.Queue, *pub)

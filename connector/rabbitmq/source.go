@@ -299,9 +299,10 @@ type delivery struct {
 	tag     uint64
 	id      string
 	retries int
-	// failures is how many earlier deliveries of the message ended
-	// without an outcome (see Source.failures).
+	// failures is how many earlier deliveries of the message failed
+	// (see Source.failures); rejected says this one did.
 	failures int
+	rejected bool
 	// orig is the message as it was delivered, and past what its headers
 	// say of its earlier deliveries (nil: none).
 	orig amqp.Delivery
@@ -327,8 +328,12 @@ func (d *delivery) done(o node.Outcome) {
 		// In the dead-letter sink, or copied into the retry topology.
 		how = ack
 	default:
-		if d.src.counts() {
-			// Put back with its count, so that a poison message stops.
+		if d.src.cfg.MaxDeliveries > 0 {
+			// Put back as a copy that carries its count of failures, one
+			// more when the item failed the run (Rejected), so that a
+			// poison message stops; the broker's own count then only
+			// counts deliveries lost with a consumer.
+			d.rejected = o == node.Rejected
 			d.sess.settle(settle{tag: d.tag, how: recount, d: d})
 			return
 		}
