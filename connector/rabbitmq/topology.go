@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // retryQueueArgs returns the arguments the retry topology declares the
@@ -68,8 +70,8 @@ func declare(conn *amqp.Connection, ch *amqp.Channel, cfg *SourceConfig) (string
 		return "", fmt.Errorf("rabbitmq: queue %q is a stream queue: it neither rejects nor dead-letters messages, so it cannot have a retry topology", q)
 	}
 	if qtype == "quorum" && (!r.Durable || r.AutoDelete) {
-		return "", &ConfigError{Field: "Retry.Durable", Value: r.Durable,
-			Reason: fmt.Sprintf("queue %q is a quorum queue: its retry queues copy its type, so they must be durable and not auto-delete", q)}
+		return "", resilience.MarkPermanent(&ConfigError{Field: "Retry.Durable", Value: r.Durable,
+			Reason: fmt.Sprintf("queue %q is a quorum queue: its retry queues copy its type, so they must be durable and not auto-delete", q)})
 	}
 	for _, ex := range []string{dlxName(q), retryName(q)} {
 		if err := ch.ExchangeDeclare(ex, amqp.ExchangeFanout, r.Durable, r.AutoDelete, false, false, nil); err != nil {
@@ -100,12 +102,13 @@ func declare(conn *amqp.Connection, ch *amqp.Channel, cfg *SourceConfig) (string
 // plugin: it declares q again, with that dead-letter exchange, as each
 // queue type and durability in turn, on a channel of its own (a refused
 // declaration closes the channel). The broker accepts the declaration that
-// matches the queue as it is; one that names x-dead-letter-exchange in
-// every refusal means the queue lacks it, and rejected messages would be
+// matches the queue as it is; a refusal that names x-dead-letter-exchange
+// means the queue has another or none, and rejected messages would be
 // dropped.
 func checkExisting(conn *amqp.Connection, q string) (string, error) {
 	var refusals []string
-	dlxMissing := true
+	dlxWrong := false
+candidates:
 	for _, qtype := range []string{"classic", "quorum"} {
 		for _, durable := range []bool{true, false} {
 			if qtype == "quorum" && !durable {
@@ -128,19 +131,22 @@ func checkExisting(conn *amqp.Connection, q string) (string, error) {
 				return "", fmt.Errorf("rabbitmq: check queue %q: %w", q, err)
 			}
 			refusals = append(refusals, aerr.Reason)
-			if !strings.Contains(aerr.Reason, "x-dead-letter-exchange") {
-				dlxMissing = false
+			if strings.Contains(aerr.Reason, "x-dead-letter-exchange") {
+				// The broker compared it: the queue has another, or none.
+				dlxWrong = true
+				_ = ch.Close()
+				break candidates
 			}
 		}
 	}
-	if dlxMissing {
-		return "", &ConfigError{Field: "Retry.Enabled", Value: true, Reason: fmt.Sprintf(
+	if dlxWrong {
+		return "", resilience.MarkPermanent(&ConfigError{Field: "Retry.Enabled", Value: true, Reason: fmt.Sprintf(
 			"queue %q exists without x-dead-letter-exchange = %q, so the retry topology cannot work (messages the broker rejects would be dropped): "+
 				"declare the queue with that argument, or give SourceConfig.Declare so that Open declares it (the broker says: %s)",
-			q, dlxName(q), refusals[0])}
+			q, dlxName(q), refusals[len(refusals)-1])})
 	}
-	return "", &ConfigError{Field: "Declare", Value: nil, Reason: fmt.Sprintf(
+	return "", resilience.MarkPermanent(&ConfigError{Field: "Declare", Value: nil, Reason: fmt.Sprintf(
 		"cannot check that the existing queue %q dead-letters into %q: the broker refused every declaration Open tried (%s); "+
 			"give SourceConfig.Declare with the queue's settings, so that Open declares it and the broker checks them",
-		q, dlxName(q), strings.Join(refusals, "; "))}
+		q, dlxName(q), strings.Join(refusals, "; "))})
 }
