@@ -100,9 +100,10 @@ type config struct {
 }
 
 // WithTable sets the table's name (default [DefaultTable]): a letter or an
-// underscore, then letters, digits and underscores, 48 at most. It is used
-// unquoted, so PostgreSQL folds it to lower case; to put the table in a
-// PostgreSQL schema, set the connection's search_path.
+// underscore, then letters, digits and underscores, 48 at most. It is
+// quoted in the SQL, so it is used as written, upper case included (in
+// PostgreSQL, "Orders" is then another table than orders); to put the
+// table in a PostgreSQL schema, set the connection's search_path.
 func WithTable(name string) Option {
 	return func(c *config) {
 		if !identifier.MatchString(name) {
@@ -180,7 +181,7 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Store, error) {
 }
 
 func (s *Store) prepareSQL() {
-	t := s.table
+	t := quote(s.table)
 	// $1 key_hash, $2 owner, $3 lease_until, $4 expires_at, $5 now. A
 	// row is taken over when it is a claim whose lease ended or that the
 	// same owner holds, or a completion past its retention.
@@ -203,7 +204,7 @@ WHERE key_hash = $1 AND owner = $2 AND state = 1`
 
 // schema returns the statements that create the table and its index.
 func (s *Store) schema() []string {
-	t := s.table
+	t := quote(s.table)
 	return []string{
 		`CREATE TABLE IF NOT EXISTS ` + t + ` (
 	key_hash     TEXT     NOT NULL PRIMARY KEY, -- hex SHA-256 of the key
@@ -213,7 +214,7 @@ func (s *Store) schema() []string {
 	completed_at BIGINT   NOT NULL,             -- Unix ns: when completed; 0 while claimed
 	expires_at   BIGINT   NOT NULL              -- Unix ns: when the row is no longer needed
 )` + s.dialect.tableOptions,
-		`CREATE INDEX IF NOT EXISTS ` + t + `_expires_at ON ` + t + ` (expires_at)`,
+		`CREATE INDEX IF NOT EXISTS ` + quote(s.table+"_expires_at") + ` ON ` + t + ` (expires_at)`,
 	}
 }
 
@@ -358,6 +359,10 @@ func (s *Store) ensureTable(ctx context.Context) error {
 	s.created.Store(true)
 	return nil
 }
+
+// quote quotes an identifier that [WithTable] checked, so that a reserved
+// word (a table named "order") is a name too.
+func quote(name string) string { return `"` + name + `"` }
 
 // hashKey returns the hex SHA-256 of key: what a row holds instead of it.
 func hashKey(key string) string {

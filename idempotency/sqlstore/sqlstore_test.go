@@ -269,6 +269,35 @@ sqlstore: dialect is not set: use sqlstore.SQLite or sqlstore.Postgres`, err.Err
 	}
 }
 
+// Upper case and a reserved word are table names as good as any.
+func TestTableNamesAreQuoted(t *testing.T) {
+	t.Parallel()
+	dialects(t, func(t *testing.T, db *sql.DB, d sqlstore.Dialect) {
+		ctx := context.Background()
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		names := []string{"Idem_" + hex.EncodeToString(b[:])}
+		if d == sqlstore.SQLite {
+			names = append(names, "order") // a file of its own: the name is this test's
+		}
+		for _, name := range names {
+			t.Cleanup(func() {
+				_, err := db.ExecContext(context.Background(), `DROP TABLE IF EXISTS "`+name+`"`)
+				assert.NoError(t, err)
+			})
+			s, err := sqlstore.New(db, d, sqlstore.WithTable(name))
+			require.NoError(t, err)
+			st, err := s.Claim(ctx, "k", "a", epoch, lease)
+			require.NoError(t, err, "table %q", name)
+			assert.Equal(t, idempotency.Claimed, st)
+			require.NoError(t, s.Complete(ctx, "k", "a", epoch))
+			n, err := s.Prune(ctx, epoch)
+			require.NoError(t, err)
+			assert.Zero(t, n)
+		}
+	})
+}
+
 func TestDialectString(t *testing.T) {
 	t.Parallel()
 	assert.Equal(t, "sqlite", sqlstore.SQLite.String())
