@@ -1,6 +1,7 @@
 // Package redisstore is an [idempotency.Store] in Redis, through
 // github.com/redis/go-redis/v9: for consumers on many machines that share
-// a Redis server (or a cluster: every call touches one key).
+// a Redis server. Every call touches a single key, as Redis Cluster asks
+// of a script; the tests run on a single server.
 //
 // Each key is a hash under a prefix; claim, complete and release are Lua
 // scripts, so each is atomic on the server. Leases and retention are
