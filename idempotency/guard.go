@@ -166,7 +166,13 @@ func (g *Guard[T]) Write(ctx context.Context, item T) error {
 	defer g.leave(key)
 	state, err := g.store.Claim(ctx, key, g.cfg.owner, g.cfg.clock.Now(), g.cfg.lease)
 	if err != nil {
-		return fmt.Errorf("idempotency: claim%s: %w", g.where(key), err)
+		err = fmt.Errorf("idempotency: claim%s: %w", g.where(key), err)
+		if errors.Is(err, ErrFull) {
+			return err // the bound is too small: retrying does not help
+		}
+		// The store is a dependency like any other: its failure is the
+		// item's to retry, not a reason to give the item up.
+		return resilience.MarkTransient(err)
 	}
 	switch state {
 	case Claimed:

@@ -330,6 +330,7 @@ func TestGuardClaimFails(t *testing.T) {
 	err := g.Write(context.Background(), "order-1")
 	require.ErrorIs(t, err, unreachable)
 	assert.EqualError(t, err, `idempotency: claim (guard "store", key "order-1"): store unreachable`)
+	assert.True(t, resilience.IsTransient(err), "a store that fails is retried, the item not given up")
 	assert.Empty(t, rec.items())
 
 	g = guard(rec, &faultyStore{state: 7}, clockwork.NewFakeClockAt(epoch))

@@ -351,12 +351,26 @@ func (s *Store) ensureTable(ctx context.Context) error {
 	if s.created.Load() {
 		return nil
 	}
-	for _, stmt := range s.schema() {
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("sqlstore: create table %s: %w", s.table, err)
-		}
+	err := s.create(ctx)
+	if err != nil && ctx.Err() == nil {
+		// Another process may have created the table at the same moment:
+		// PostgreSQL's CREATE TABLE IF NOT EXISTS then fails on a unique
+		// index of its catalogue. Once more sees the table.
+		err = s.create(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("sqlstore: create table %s: %w", s.table, err)
 	}
 	s.created.Store(true)
+	return nil
+}
+
+func (s *Store) create(ctx context.Context) error {
+	for _, stmt := range s.schema() {
+		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
