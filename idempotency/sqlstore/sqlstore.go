@@ -32,6 +32,10 @@ type Dialect struct {
 	name string
 	// tableOptions follow the column list of CREATE TABLE.
 	tableOptions string
+	// lock, when not empty, is run first in the transaction that creates
+	// the table, with the table's name as its argument, so that processes
+	// creating it at once take turns.
+	lock string
 }
 
 var (
@@ -39,7 +43,7 @@ var (
 	// table is a WITHOUT ROWID table, stored in the order of its key.
 	SQLite = Dialect{name: "sqlite", tableOptions: " WITHOUT ROWID"}
 	// Postgres is the dialect of PostgreSQL 9.5 or later.
-	Postgres = Dialect{name: "postgres"}
+	Postgres = Dialect{name: "postgres", lock: "SELECT pg_advisory_xact_lock(hashtext($1))"}
 )
 
 // String returns the dialect's name: "sqlite" or "postgres".
@@ -351,27 +355,34 @@ func (s *Store) ensureTable(ctx context.Context) error {
 	if s.created.Load() {
 		return nil
 	}
-	err := s.create(ctx)
-	if err != nil && ctx.Err() == nil {
-		// Another process may have created the table at the same moment:
-		// PostgreSQL's CREATE TABLE IF NOT EXISTS then fails on a unique
-		// index of its catalogue. Once more sees the table.
-		err = s.create(ctx)
-	}
-	if err != nil {
+	if err := s.create(ctx); err != nil {
 		return fmt.Errorf("sqlstore: create table %s: %w", s.table, err)
 	}
 	s.created.Store(true)
 	return nil
 }
 
+// create runs the schema in one transaction. PostgreSQL's CREATE TABLE IF
+// NOT EXISTS fails on a unique index of its catalogue when another process
+// creates the same table at the same moment, so there the transaction
+// first takes an advisory lock named by the table.
 func (s *Store) create(ctx context.Context) error {
-	for _, stmt := range s.schema() {
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if s.dialect.lock != "" {
+		if _, err := tx.ExecContext(ctx, s.dialect.lock, s.table); err != nil {
 			return err
 		}
 	}
-	return nil
+	for _, stmt := range s.schema() {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // quote quotes an identifier that [WithTable] checked, so that a reserved

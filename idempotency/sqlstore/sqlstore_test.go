@@ -304,3 +304,28 @@ func TestDialectString(t *testing.T) {
 	assert.Equal(t, "postgres", sqlstore.Postgres.String())
 	assert.Equal(t, "(no dialect)", sqlstore.Dialect{}.String())
 }
+
+// Stores of many processes create one table at once on their first
+// claims: PostgreSQL's CREATE TABLE IF NOT EXISTS can then fail in all but
+// one of them, and each claim must still be answered.
+func TestConcurrentFirstUseCreatesTheTableOnce(t *testing.T) {
+	t.Parallel()
+	for range 5 {
+		db := openPostgres(t)
+		table := uniqueTable(t, db)
+		const n = 8
+		errs := make(chan error, n)
+		for i := range n {
+			go func() {
+				s, err := sqlstore.New(db, sqlstore.Postgres, sqlstore.WithTable(table))
+				if err == nil {
+					_, err = s.Claim(t.Context(), fmt.Sprintf("k%d", i), "owner", time.Unix(1e9, 0), time.Minute)
+				}
+				errs <- err
+			}()
+		}
+		for range n {
+			require.NoError(t, <-errs)
+		}
+	}
+}
