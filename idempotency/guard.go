@@ -32,14 +32,11 @@ var ErrInProgress = errors.New("idempotency: key claimed by another owner")
 // pipeline.Parallel: calls of one guard with the same key at once are told
 // apart too, and only one of them writes.
 //
-// A Guard has Open, Close and Flush, so that the engine, which finds them
-// with type assertions, calls them; each forwards to the wrapped sink's
-// method when it has one, and otherwise returns nil. The engine therefore
-// sees a node with an Open: a node restart or node retry of the sink node
-// closes the guard and opens it again, and both calls reach the wrapped
-// sink. A wrapped sink that has Close but no Open is thus used after its
-// Close once the node was restarted; give such a sink an Open that
-// acquires what Close releases.
+// A Guard has Open, Close and Flush, each forwarded to the wrapped sink's
+// method when it has one, and is a node.Wrapper: the engine asks the
+// wrapped sink whether the node has an Open, so that a node restart closes
+// and opens the guard (and so the wrapped sink) only when the wrapped sink
+// has an Open, as it would without the guard.
 type Guard[T any] struct {
 	sink  node.Sink[T]
 	store Store
@@ -277,6 +274,10 @@ func (g *Guard[T]) where(key string) string {
 	}
 	return " (" + strings.Join(parts, ", ") + ")"
 }
+
+// Unwrap returns the wrapped sink (node.Wrapper): a node restart closes
+// and opens the guard only when the wrapped sink has an Open.
+func (g *Guard[T]) Unwrap() any { return g.sink }
 
 // Open calls the wrapped sink's Open, if it has one.
 func (g *Guard[T]) Open(ctx context.Context) error {

@@ -164,3 +164,50 @@ func advanceUntilAllDone(t *testing.T, clock *clockwork.FakeClock, calls *atomic
 		clock.Advance(time.Second)
 	}
 }
+
+// closeOnly is a sink with Close but no Open: a write after its Close is
+// an error, as it would be for a real sink whose connection Close released.
+type closeOnly struct {
+	closes atomic.Int64
+	writes atomic.Int64
+	fail   atomic.Bool // the next write fails permanently, once
+}
+
+func (s *closeOnly) Write(context.Context, string) error {
+	if s.closes.Load() > 0 {
+		return fmt.Errorf("write after Close")
+	}
+	if s.fail.CompareAndSwap(true, false) {
+		return resilience.MarkPermanent(fmt.Errorf("broken"))
+	}
+	s.writes.Add(1)
+	return nil
+}
+
+func (s *closeOnly) Close(context.Context) error { s.closes.Add(1); return nil }
+
+// A node restart of the sink node does not close a wrapped sink that has
+// no Open: the guard is a node.Wrapper, and the engine asks the wrapped
+// sink. It is closed once, at the end of the run.
+func TestPipelineRestartKeepsAWrappedSinkWithoutOpen(t *testing.T) {
+	t.Parallel()
+	for range 20 {
+		clock := clockwork.NewFakeClockAt(epoch)
+		inner := &closeOnly{}
+		inner.fail.Store(true)
+		b := pipeline.New("restart", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+			o.NodeRestart.MaxRestarts = 1
+			o.NodeRestart.Backoff = resilience.Constant(time.Second)
+		}))
+		src := pipeline.Source[string](b, "src", pipelinetest.NewSliceSource("a", "b", "c"))
+		pipeline.Sink(b, "write", src, idempotency.Sink[string](inner, idempotency.NewMemory(),
+			func(s string) string { return s }, idempotency.WithClock(clock)))
+		p, err := b.Build()
+		require.NoError(t, err)
+		res, err := pipelinetest.AdvanceUntilDone(context.Background(), clock, pipelinetest.Start(context.Background(), p), time.Second)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), res.Node("write").NodeRestarts)
+		assert.Equal(t, int64(3), inner.writes.Load())
+		assert.Equal(t, int64(1), inner.closes.Load(), "closed once, at the end")
+	}
+}

@@ -68,6 +68,15 @@ type Opener interface {
 	Open(ctx context.Context) error
 }
 
+// A Wrapper is a node that wraps another and forwards Open, Close and
+// Flush to it when it has them (an idempotent sink around a sink, say).
+// Unwrap returns the wrapped node: the engine asks it, not the wrapper,
+// whether the node has an Open, so that a wrapped node without Open is
+// never closed before the end of the run, as it would not be unwrapped.
+type Wrapper interface {
+	Unwrap() any
+}
+
 // A Closer is a node that releases resources. Close runs once for every Open
 // that succeeded (and once at the end for nodes without Open), on success
 // and on failure, with a context that is not cancelled by the run's end.

@@ -201,8 +201,16 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 	return err
 }
 
-// hasOpen reports whether v has an Open.
+// hasOpen reports whether v has an Open; a node.Wrapper has one when
+// the node it wraps has (a few levels deep).
 func hasOpen(v any) bool {
+	for range 8 {
+		w, ok := v.(node.Wrapper)
+		if !ok {
+			break
+		}
+		v = w.Unwrap()
+	}
 	_, ok := v.(node.Opener)
 	return ok
 }
