@@ -23,7 +23,8 @@ import (
 //     and the message went through the retry queue fewer than MaxRetry
 //     times: the source then sends a copy that carries the calls made so
 //     far (see [HeaderAttempts]) into the retry topology and acks the
-//     message, and the broker delivers the copy after Delay;
+//     message, and the broker delivers the copy after the delay of the
+//     trip's tier (see [RetryTopology]);
 //   - writes nothing when the delivery's channel is already gone: the
 //     broker has put the message back in the queue, and its next delivery
 //     is judged again;
