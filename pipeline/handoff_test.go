@@ -175,6 +175,7 @@ func TestHandOffGivesLongWaitsToTheBroker(t *testing.T) {
 		assert.Zero(t, res.Node("call").Failed)
 		assert.Equal(t, 2, col.Len())
 		assert.Empty(t, dl.Envelopes())
+		assert.Contains(t, res.String(), "handed off", "the table shows the column when a node handed items off")
 
 		var attempts []int
 		var handed []bool
@@ -249,5 +250,32 @@ func TestHandOffFallsBackToWaitingInProcess(t *testing.T) {
 			assert.Zero(t, res.Node("call").HandedOff)
 			assert.Equal(t, 1, col.Len(), "%v", col.Items())
 		})
+	}
+}
+
+// A run's Result counts its own hand-offs; Stats counts every run's.
+func TestHandOffCountsPerRun(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("handoff", pipeline.WithClock(clock),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.ItemRetry.MaxRetries = 3
+			o.ItemRetry.Backoff = resilience.Exponential(time.Second).WithMaxDelay(3 * time.Hour)
+		}))
+	br := newSimBroker(time.Minute)
+	f := &scripted{script: map[int][]error{1: {wait(time.Hour), nil, wait(time.Hour), nil}}}
+	out := pipeline.Transform[delivery, delivery](b, "call", pipeline.Source[delivery](b, "src", br), f)
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[delivery]{})
+	p := build(t, b)
+	for run := 1; run <= 2; run++ {
+		br.mu.Lock()
+		br.queue, br.pending = make(chan delivery, 64), 1
+		br.queue <- delivery{id: 1, b: br}
+		br.mu.Unlock()
+		res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), p), time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), res.Node("call").HandedOff, "run %d", run)
+		st, _ := p.Stats().Node("call")
+		assert.Equal(t, int64(run), st.HandedOff)
 	}
 }

@@ -112,6 +112,7 @@ func (s NodeStats) minus(o NodeStats) NodeStats {
 	s.DeadLettered -= o.DeadLettered
 	s.Filtered -= o.Filtered
 	s.Fallbacks -= o.Fallbacks
+	s.HandedOff -= o.HandedOff
 	s.ItemRetries -= o.ItemRetries
 	s.NodeRestarts -= o.NodeRestarts
 	s.NodeRetries -= o.NodeRetries
@@ -162,10 +163,24 @@ func (r Result) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "pipeline %s run %s in %s\n", r.Pipeline, r.RunID, r.Duration)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "node\tkind\tin\tout\tfailed\tskipped\tdead-lettered\tfiltered\tretries\trestarts\tnode retries\t")
+	handOffs := false
 	for _, n := range r.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t\n", n.Node, n.Kind, n.In, n.Out, n.Failed,
+		handOffs = handOffs || n.HandedOff != 0
+	}
+	head := "node\tkind\tin\tout\tfailed\tskipped\tdead-lettered\tfiltered\tretries\trestarts\tnode retries\t"
+	if handOffs {
+		// Only when a source handed waits to its broker: the items that
+		// left the node that way.
+		head += "handed off\t"
+	}
+	fmt.Fprintln(tw, head)
+	for _, n := range r.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", n.Node, n.Kind, n.In, n.Out, n.Failed,
 			n.Skipped, n.DeadLettered, n.Filtered, n.ItemRetries, n.NodeRestarts, n.NodeRetries)
+		if handOffs {
+			fmt.Fprintf(tw, "%d\t", n.HandedOff)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
 	return sb.String()

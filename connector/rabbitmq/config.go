@@ -172,6 +172,17 @@ func (r *RetryTopology) tierName(queue string, d time.Duration) string {
 	return retryName(queue) + "_" + shortDuration(d)
 }
 
+// RetryQueues returns the names of the retry queues r declares for
+// queue, shortest delay first: queue_retry with the single Delay, one
+// queue_retry_<delay> per tier with Delays (such as orders_retry_10s).
+func (r RetryTopology) RetryQueues(queue string) []string {
+	var names []string
+	for _, d := range r.tiers() {
+		names = append(names, r.tierName(queue, d))
+	}
+	return names
+}
+
 // tierForTrip returns the wait of a message's trip n (1 for its first).
 func (r *RetryTopology) tierForTrip(n int) time.Duration {
 	t := r.tiers()

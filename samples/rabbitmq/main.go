@@ -1,12 +1,16 @@
 // Command rabbitmq shows Sluice's RabbitMQ connector end to end. It
-// publishes -n messages to a queue with publisher confirms, then consumes
-// them through a pipeline whose handler fails now and then: every
-// -flaky-th message fails on its first two deliveries, every -poison-th
-// always fails. Each failure is first retried in-process (item retry);
-// what still fails goes through the broker's retry topology, which hands
-// it back after -delay without holding a consumer; a message that keeps
-// failing ends in the dead-letter sink after -max-retry trips. The command
-// prints a summary and deletes the queue and its topology (unless -keep).
+// publishes -n messages to a queue with publisher confirms (every -dup-th
+// twice, as a producer that retried would), then consumes them through a
+// pipeline whose handler fails now and then: every -flaky-th message fails
+// on its first two deliveries, every -poison-th always fails, and every
+// -slow-th is rate limited once with a long Retry-After. Each failure is
+// first retried in-process (item retry); a wait of at least -hand-off is
+// handed to the broker instead of holding a worker; what still fails goes
+// through the broker's retry queues, one per delay of -delays, taken in
+// turn; a message that keeps failing ends in the dead-letter sink after
+// -max-retry trips. The sink is idempotent: a duplicate is skipped. The
+// command prints a summary and deletes the queue and its topology (unless
+// -keep).
 //
 //	go run ./samples/rabbitmq                      # a broker on 127.0.0.1:5672
 //	go run ./samples/rabbitmq -url amqp://user:password@host:5672/ -queue demo -n 5000
@@ -23,6 +27,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 )
 
@@ -30,10 +35,13 @@ import (
 type config struct {
 	url, queue   string
 	n            int
-	delay        time.Duration
+	delays       []time.Duration
+	handOff      time.Duration
 	maxRetry     int
 	flaky        int
 	poison       int
+	slow         int
+	dup          int
 	keep         bool
 	publishers   int
 	reportWriter io.Writer
@@ -44,17 +52,26 @@ func main() {
 	flag.StringVar(&cfg.url, "url", "amqp://guest:guest@127.0.0.1:5672/", "the broker's AMQP URI")
 	flag.StringVar(&cfg.queue, "queue", "sluice-sample", "the queue to publish to and consume; the retry topology is named after it")
 	flag.IntVar(&cfg.n, "n", 1000, "how many messages to publish")
-	flag.DurationVar(&cfg.delay, "delay", 200*time.Millisecond, "the broker's wait before redelivering a failed message")
+	delays := flag.String("delays", "100ms,500ms,2s", "the broker's waits before redelivering a failed message, rising: one retry queue each, taken in turn")
+	flag.DurationVar(&cfg.handOff, "hand-off", 250*time.Millisecond, "an in-process retry that would wait at least this long waits in the broker instead (0: never)")
 	flag.IntVar(&cfg.maxRetry, "max-retry", 3, "how many times the broker redelivers one message")
 	flag.IntVar(&cfg.flaky, "flaky", 10, "every flaky-th message fails on its first two deliveries (0: none)")
 	flag.IntVar(&cfg.poison, "poison", 97, "every poison-th message always fails (0: none)")
+	flag.IntVar(&cfg.slow, "slow", 25, "every slow-th message is rate limited once, with a Retry-After of twice -hand-off (0: none)")
+	flag.IntVar(&cfg.dup, "dup", 50, "every dup-th message is published twice (0: none)")
 	flag.IntVar(&cfg.publishers, "publishers", 8, "publishes in flight at once")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the queue and its topology at the end")
 	flag.Parse()
+	var err error
+	if cfg.delays, err = parseDelays(*delays); err != nil {
+		fmt.Fprintln(os.Stderr, "rabbitmq:", err)
+		os.Exit(2)
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	s, err := run(ctx, cfg)
+	var s summary
+	s, err = run(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "rabbitmq:", err)
 		os.Exit(1)
@@ -71,8 +88,34 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: -n must be at least 1", errConfig)
 	case c.publishers < 1:
 		return fmt.Errorf("%w: -publishers must be at least 1", errConfig)
-	case c.flaky < 0 || c.poison < 0:
-		return fmt.Errorf("%w: -flaky and -poison must not be negative", errConfig)
+	case c.flaky < 0 || c.poison < 0 || c.slow < 0 || c.dup < 0:
+		return fmt.Errorf("%w: -flaky, -poison, -slow and -dup must not be negative", errConfig)
+	case c.slow > 0 && c.handOff <= 0:
+		return fmt.Errorf("%w: -slow needs -hand-off", errConfig)
 	}
 	return nil
+}
+
+// parseDelays reads a comma-separated list of durations.
+func parseDelays(s string) ([]time.Duration, error) {
+	var ds []time.Duration
+	for _, f := range strings.Split(s, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%w: -delays: %w", errConfig, err)
+		}
+		ds = append(ds, d)
+	}
+	return ds, nil
+}
+
+// isDup says whether message i is published twice.
+func (c config) isDup(i int) bool { return c.dup > 0 && i%c.dup == c.dup-1 }
+
+// dupCount is how many messages are published twice.
+func (c config) dupCount() int {
+	if c.dup <= 0 {
+		return 0
+	}
+	return c.n / c.dup
 }

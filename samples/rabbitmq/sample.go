@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/connector/rabbitmq"
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/idempotency"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
@@ -22,18 +23,20 @@ import (
 // summary is what a run did.
 type summary struct {
 	published, delivered, deadLettered int
-	brokerRetries                      int // trips through the retry queue of the delivered messages
-	itemRetries                        int64
+	duplicates                         int // published twice, written once: absorbed by the idempotency guard
+	brokerRetries                      int // trips through the retry queues of the delivered messages
+	itemRetries, handedOff             int64
 	publish, consume                   time.Duration
 	consumeResult                      pipeline.Result
 }
 
 func (s summary) print(w io.Writer) {
 	fmt.Fprintf(w, "published      %6d messages in %s (confirmed one by one)\n", s.published, s.publish.Round(time.Millisecond))
-	fmt.Fprintf(w, "delivered      %6d messages in %s\n", s.delivered, s.consume.Round(time.Millisecond))
-	fmt.Fprintf(w, "dead-lettered  %6d messages, after their last trip through the retry queue\n", s.deadLettered)
-	fmt.Fprintf(w, "item retries   %6d (in-process, layer 1)\n", s.itemRetries)
-	fmt.Fprintf(w, "broker retries %6d trips through the retry queue by delivered messages\n\n", s.brokerRetries)
+	fmt.Fprintf(w, "delivered      %6d messages in %s, each written once\n", s.delivered, s.consume.Round(time.Millisecond))
+	fmt.Fprintf(w, "duplicates     %6d messages published twice, skipped by the idempotent sink\n", s.duplicates)
+	fmt.Fprintf(w, "dead-lettered  %6d messages, after their last trip through the retry queues\n", s.deadLettered)
+	fmt.Fprintf(w, "item retries   %6d (layer 1), of which %d long waits handed to the broker\n", s.itemRetries, s.handedOff)
+	fmt.Fprintf(w, "broker retries %6d trips through the retry queues by delivered messages\n\n", s.brokerRetries)
 	fmt.Fprint(w, s.consumeResult.String())
 }
 
@@ -48,7 +51,10 @@ func run(ctx context.Context, cfg config) (summary, error) {
 	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{
 		URL: cfg.url, Queue: cfg.queue, Prefetch: 128,
 		Declare: &rabbitmq.QueueDeclaration{Durable: true},
-		Retry:   rabbitmq.RetryTopology{Enabled: true, MaxRetry: cfg.maxRetry, Delay: cfg.delay, Durable: true},
+		// Rising waits, one retry queue each; an in-process retry that
+		// would wait at least handOff waits in the broker instead.
+		Retry: rabbitmq.RetryTopology{Enabled: true, MaxRetry: cfg.maxRetry, Delays: cfg.delays,
+			HandOffAfter: cfg.handOff, Durable: true},
 	})
 	if err != nil {
 		return s, err
@@ -62,24 +68,25 @@ func run(ctx context.Context, cfg config) (summary, error) {
 		return s, err
 	}
 	if !cfg.keep {
-		defer deleteTopology(cfg.url, cfg.queue)
+		defer deleteTopology(cfg.url, cfg.queue, src.Config().Retry)
 	}
 
 	start := time.Now()
 	if err := publish(ctx, cfg); err != nil {
 		return s, err
 	}
-	s.published, s.publish = cfg.n, time.Since(start)
+	s.published, s.publish = cfg.n+cfg.dupCount(), time.Since(start)
 
 	start = time.Now()
 	res, err := consume(ctx, cfg, src, &s)
 	s.consume, s.consumeResult = time.Since(start), res
-	s.itemRetries = res.Node("handle").ItemRetries
+	s.itemRetries, s.handedOff = res.Node("handle").ItemRetries, res.Node("handle").HandedOff
 	return s, err
 }
 
 // publish sends messages "msg-0" to "msg-<n-1>" with a Publisher, waiting
-// for each confirm, several at once.
+// for each confirm, several at once; every dup-th message is published
+// twice, with the same MessageId, as a producer that retried would.
 func publish(ctx context.Context, cfg config) error {
 	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig[int]{
 		URL: cfg.url, RoutingKey: cfg.queue,
@@ -99,6 +106,11 @@ func publish(ctx context.Context, cfg config) error {
 			if err := out.Emit(ctx, i); err != nil {
 				return err
 			}
+			if cfg.isDup(i) {
+				if err := out.Emit(ctx, i); err != nil {
+					return err
+				}
+			}
 		}
 		return nil
 	}))
@@ -111,13 +123,14 @@ func publish(ctx context.Context, cfg config) error {
 	return err
 }
 
-// consume runs the messages through a failing handler until each one is
-// delivered or dead-lettered, then stops the source, which lets the
-// pipeline drain.
+// consume runs the messages through a failing handler and an idempotent
+// sink until each one is delivered, skipped as a duplicate or
+// dead-lettered, then stops the source, which lets the pipeline drain.
 func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) (pipeline.Result, error) {
 	var mu sync.Mutex
+	total := cfg.n + cfg.dupCount()
 	finished := func() {
-		if s.delivered+s.deadLettered == cfg.n {
+		if s.delivered+s.duplicates+s.deadLettered == total {
 			src.Stop()
 		}
 	}
@@ -128,14 +141,28 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 		finished()
 		return nil
 	})
-	store := node.SinkFunc[rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) error {
+	write := node.SinkFunc[rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		s.delivered++
 		s.brokerRetries += m.Retries
+		return nil
+	})
+	// The sink writes each MessageId once: a duplicate is skipped. One
+	// process keeps its keys in memory; consumers in many processes share
+	// a store in PostgreSQL or Redis (docs/idempotency.md).
+	guard := idempotency.Sink(write, idempotency.NewMemory(), func(m rabbitmq.Message) string { return m.MessageID })
+	store := node.SinkFunc[rabbitmq.Message](func(ctx context.Context, m rabbitmq.Message) error {
+		if err := guard.Write(ctx, m); err != nil {
+			return err
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		s.duplicates = int(guard.Stats().Duplicates)
 		finished()
 		return nil
 	})
+	var slowOnce sync.Map
 	handle := node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
 		i, _ := strconv.Atoi(strings.TrimPrefix(m.MessageID, "msg-"))
 		switch {
@@ -143,6 +170,12 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 			return m, resilience.MarkTransient(errFlaky)
 		case cfg.flaky > 0 && i%cfg.flaky == cfg.flaky-1 && m.Retries < 2:
 			return m, resilience.MarkTransient(errFlaky)
+		case cfg.slow > 0 && i%cfg.slow == cfg.slow-1:
+			// A rate limit that asks for a long wait, once per message:
+			// the wait is handed to the broker.
+			if _, again := slowOnce.LoadOrStore(m.MessageID, true); !again {
+				return m, resilience.RetryAfter(errThrottled, 2*cfg.handOff)
+			}
 		}
 		return m, nil
 	})
@@ -155,7 +188,7 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 		pipeline.WithResilience(func(o *resilience.Options) {
 			o.OnItemFailure = resilience.DeadLetter
 			o.ItemRetry.MaxRetries = 2
-			o.ItemRetry.Backoff = resilience.Exponential(5 * time.Millisecond)
+			o.ItemRetry.Backoff = resilience.Exponential(5 * time.Millisecond).WithMaxDelay(time.Minute)
 		}))
 	msgs := pipeline.Source(b, "consume", src, pipeline.NodeResilience(func(o *resilience.Options) {
 		o.NodeRestart.MaxRestarts = 10 // reconnect when the connection is lost
@@ -169,8 +202,11 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 	return p.Run(ctx)
 }
 
+// errThrottled is the rate limit the handler simulates.
+var errThrottled = errors.New("rate limited")
+
 // deleteTopology deletes the queue and what the retry topology declared.
-func deleteTopology(url, queue string) {
+func deleteTopology(url, queue string, r rabbitmq.RetryTopology) {
 	conn, err := amqp.Dial(url)
 	if err != nil {
 		return
@@ -181,7 +217,9 @@ func deleteTopology(url, queue string) {
 		return
 	}
 	_, _ = ch.QueueDelete(queue, false, false, false)
-	_, _ = ch.QueueDelete(queue+"_retry", false, false, false)
+	for _, q := range r.RetryQueues(queue) {
+		_, _ = ch.QueueDelete(q, false, false, false)
+	}
 	_ = ch.ExchangeDelete(queue+"_dlx", false, false)
 	_ = ch.ExchangeDelete(queue+"_retry", false, false)
 }
