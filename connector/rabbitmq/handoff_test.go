@@ -184,6 +184,25 @@ func TestOpenChecksAnExistingQueue(t *testing.T) {
 		_, err = a.channel().QueueDeclarePassive(q+"_retry", false, false, false, false, nil)
 		assert.Error(t, err, "nothing of the topology is declared")
 	})
+	t.Run("classic with the exchange", func(t *testing.T) {
+		t.Parallel()
+		a := newAdmin(t)
+		for _, durable := range []bool{true, false} {
+			q := uniqueName(t)
+			a.cleanupTopology(q)
+			_, err := a.channel().QueueDeclare(q, durable, false, false, false, amqp.Table{"x-dead-letter-exchange": q + "_dlx"})
+			require.NoError(t, err)
+			src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{URL: a.url, Queue: q,
+				Retry: rabbitmq.RetryTopology{Enabled: true, MaxRetry: 1, Delay: time.Second}})
+			require.NoError(t, err)
+			ctx := testContext(t)
+			require.NoError(t, src.Open(ctx), "durable %v", durable)
+			require.NoError(t, src.Close(ctx))
+			_, err = a.channel().QueueDeclare(q+"_retry", false, false, false, false, amqp.Table{
+				"x-message-ttl": int64(1000), "x-dead-letter-exchange": q + "_retry", "x-queue-type": "classic"})
+			require.NoError(t, err, "the retry queue is a classic queue")
+		}
+	})
 	t.Run("quorum", func(t *testing.T) {
 		t.Parallel()
 		a := newAdmin(t)
