@@ -39,7 +39,7 @@ import (
 // set, configured by the variables below; they report on stdout:
 // "did <id>" for each row written, "dead <id>" for each dead letter
 // stored, "stalled" when they hang on purpose, and "stats <written>
-// <duplicates> <busy>" when they end.
+// <duplicates> <busy> <handed off>" when they end.
 const (
 	childEnv     = "SLUICE_E2E_CHILD"
 	envURL       = "SLUICE_E2E_URL"
@@ -153,9 +153,9 @@ func consume() error {
 		<-sigs
 		src.Stop()
 	}()
-	_, err = p.Run(context.Background())
+	res, err := p.Run(context.Background())
 	st := guard.Stats()
-	fmt.Println("stats", st.Written, st.Duplicates, st.Busy)
+	fmt.Println("stats", st.Written, st.Duplicates, st.Busy, res.Node("write").HandedOff)
 	return err
 }
 
@@ -316,7 +316,7 @@ func TestConsumersWriteExactlyOnce(t *testing.T) {
 	}
 	require.True(t, killed, "a consumer was killed while it held a claim")
 	require.Equal(t, 2, cuts)
-	var duplicates, busy int64
+	var duplicates, busy, handedOff int64
 	for _, c := range others {
 		require.NoError(t, c.cmd.Process.Signal(syscall.SIGTERM))
 	}
@@ -325,9 +325,9 @@ func TestConsumersWriteExactlyOnce(t *testing.T) {
 		for {
 			select {
 			case l := <-lines:
-				var w, d, b int64
-				if n, _ := fmt.Sscanf(l.text, "stats %d %d %d", &w, &d, &b); n == 3 {
-					duplicates, busy = duplicates+d, busy+b
+				var w, d, b, h int64
+				if n, _ := fmt.Sscanf(l.text, "stats %d %d %d %d", &w, &d, &b, &h); n == 4 {
+					duplicates, busy, handedOff = duplicates+d, busy+b, handedOff+h
 				}
 			case <-c.done:
 				break drain
@@ -346,5 +346,7 @@ func TestConsumersWriteExactlyOnce(t *testing.T) {
 	info, err := ch.QueueDeclarePassive(queue, false, false, false, false, nil)
 	require.NoError(t, err)
 	assert.Zero(t, info.Messages, "nothing is left in the queue")
-	t.Logf("the guard absorbed %d duplicates; %d writes found their key busy", duplicates, busy)
+	assert.Positive(t, handedOff, "long waits went to the broker")
+	t.Logf("the guard absorbed %d duplicates; %d writes found their key busy; %d waits were handed to the broker (the killed consumer's counts are lost with it)",
+		duplicates, busy, handedOff)
 }
