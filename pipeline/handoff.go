@@ -30,13 +30,25 @@ type HandOffSource interface {
 // node waits the delay itself and retries, as without hand-off. HandOff
 // runs on the node's goroutine and may block, as a dead-letter write does.
 //
-// Resumed says where the item's previous delivery was handed off: the node
-// and the retry its next call makes there. That node's item retry then
-// continues the count (its first call is that retry, its next delay the
-// backoff's for the retry after it) instead of starting again.
+// Resumed says where the item's previous delivery was handed off (ok
+// false for none): the node, the retry its next call makes there, and
+// when the retries started. That node's item retry then continues the
+// count (its first call is that retry, its next delay the backoff's for
+// the retry after it, and MaxElapsed counts from Since) instead of
+// starting again.
 type HandOffItem interface {
 	HandOff(ctx context.Context, h HandOff) error
-	Resumed() (node string, retry int, ok bool)
+	Resumed() (r Resume, ok bool)
+}
+
+// A Resume is where a hand-off left an item's retries.
+type Resume struct {
+	// Node is the node whose item retry handed the item off.
+	Node string
+	// Retry is the retry the item's next call at Node makes (HandOff.Retry).
+	Retry int
+	// Since is when the retries started (HandOff.Since); zero for unknown.
+	Since time.Time
 }
 
 // A HandOff is an item's retry given to its source's broker.
@@ -52,16 +64,19 @@ type HandOff struct {
 	// Delay is the wait the node's backoff (or the error's Retry-After)
 	// chose before that retry.
 	Delay time.Duration
+	// Since is when the item's retries at the node started, on the
+	// pipeline's clock: the item retry's MaxElapsed counts from there, in
+	// this delivery and the next ones. Give it back in Resume.Since.
+	Since time.Time
 }
 
 // handOffState is what a root tracker knows of its item's hand-off.
 type handOffState struct {
 	item  HandOffItem
 	after time.Duration
-	// resume: the node whose retries the item's delivery continues, and
-	// the retry its first call there is ("" once taken).
-	node  string
-	retry int
+	// resume: where the item's delivery continues its retries (Node ""
+	// once taken).
+	resume Resume
 	// split: the item was ever split into parts (broadcast, FlatMap,
 	// Unbatch): a part cannot be delivered again alone.
 	split atomic.Bool
@@ -75,31 +90,31 @@ func newHandOff[T any](item T, after time.Duration) *handOffState {
 		return nil
 	}
 	h := &handOffState{item: hi, after: after}
-	if n, r, ok := resumed(hi); ok && r > 0 {
-		h.node, h.retry = n, r
+	if r, ok := resumed(hi); ok && r.Retry > 0 && r.Node != "" {
+		h.resume = r
 	}
 	return h
 }
 
 // resumed calls the item's Resumed under the panic guard: a panic says
 // nothing was handed off.
-func resumed(hi HandOffItem) (n string, r int, ok bool) {
+func resumed(hi HandOffItem) (r Resume, ok bool) {
 	defer func() {
 		if recover() != nil {
-			n, r, ok = "", 0, false
+			r, ok = Resume{}, false
 		}
 	}()
 	return hi.Resumed()
 }
 
-// resume returns the retry that the item's first call at node continues,
-// 0 when it starts afresh; it is taken once.
-func (t *tracker) resume(node string) int {
-	if t == nil || t.ho == nil || t.ho.node == "" || t.ho.node != node {
-		return 0
+// resume returns where the item's first call at node continues its
+// retries, the zero Resume when it starts afresh; it is taken once.
+func (t *tracker) resume(node string) Resume {
+	if t == nil || t.ho == nil || t.ho.resume.Node == "" || t.ho.resume.Node != node {
+		return Resume{}
 	}
-	r := t.ho.retry
-	t.ho.node = ""
+	r := t.ho.resume
+	t.ho.resume.Node = ""
 	return r
 }
 
@@ -117,13 +132,13 @@ func (t *tracker) handOffFor(d time.Duration) *handOffState {
 
 // handOff gives item's retry to its source's broker; it reports whether
 // the broker took it.
-func (nr *nodeRun) handOff(ctx context.Context, h *handOffState, item any, fl *failure, retry int, d time.Duration) bool {
+func (nr *nodeRun) handOff(ctx context.Context, h *handOffState, item any, fl *failure, retry int, d time.Duration, since time.Time) bool {
 	env, err := nr.envelope(item, fl)
 	if err != nil {
 		return false
 	}
 	herr := protect(func() {
-		err = h.item.HandOff(ctx, HandOff{Envelope: env, Retry: retry, Delay: d})
+		err = h.item.HandOff(ctx, HandOff{Envelope: env, Retry: retry, Delay: d, Since: since})
 	})
 	return herr == nil && err == nil
 }

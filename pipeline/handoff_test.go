@@ -40,6 +40,7 @@ type delivery struct {
 	id    int
 	node  string
 	retry int
+	since time.Time
 	b     *simBroker
 }
 
@@ -51,11 +52,13 @@ func (d delivery) HandOff(_ context.Context, h pipeline.HandOff) error {
 	defer d.b.mu.Unlock()
 	d.b.handOffs = append(d.b.handOffs, h)
 	d.b.pending++
-	d.b.queue <- delivery{id: d.id, node: h.Envelope.DecisionNode, retry: h.Retry, b: d.b}
+	d.b.queue <- delivery{id: d.id, node: h.Envelope.DecisionNode, retry: h.Retry, since: h.Since, b: d.b}
 	return nil
 }
 
-func (d delivery) Resumed() (string, int, bool) { return d.node, d.retry, d.node != "" }
+func (d delivery) Resumed() (pipeline.Resume, bool) {
+	return pipeline.Resume{Node: d.node, Retry: d.retry, Since: d.since}, d.node != ""
+}
 
 func newSimBroker(after time.Duration, ids ...int) *simBroker {
 	b := &simBroker{after: after, handable: true, ids: ids, queue: make(chan delivery, 64), outcomes: map[int][]node.Outcome{}}

@@ -129,9 +129,9 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 	retry := 0
 	if prior != nil {
 		fl = *prior
-	} else {
+	} else if r := tr.resume(n.name); r.Retry > 0 {
 		// A delivery after a hand-off continues the retries it had.
-		retry = tr.resume(n.name)
+		retry, started = r.Retry, r.Since
 	}
 	for {
 		var (
@@ -227,7 +227,11 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		n.stats.retry(resilience.ItemRetry)
 		handedOff := false
 		if h := tr.handOffFor(d); h != nil {
-			handedOff = nr.handOff(ctx, h, in, &fl, retry, d)
+			since := started
+			if since.IsZero() {
+				since = nr.rs.p.cfg.clock.Now()
+			}
+			handedOff = nr.handOff(ctx, h, in, &fl, retry, d, since)
 		}
 		if nr.rs.observed {
 			// Building the event reads the clock: not for nobody.

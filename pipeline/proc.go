@@ -226,6 +226,9 @@ func rescueCall[In, R any](ctx context.Context, f func(context.Context, In, erro
 // handle runs one item through layer 1 and its failure action; it reports
 // whether there is a result to deliver.
 func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket, idle idleFunc) (R, bool, error) {
+	if t.prior != nil {
+		env.tr.unblame()
+	}
 	r, fl := attempt(ctx, p.nr, p.call, env.val, env.tr, t.prior, idle)
 	if fl != nil {
 		r, fl = p.fallback(ctx, env.val, fl)
@@ -285,6 +288,7 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *tally, items []envelope[In], prior *failure, idle idleFunc) error {
 	i := 0
 	if prior != nil {
+		items[0].tr.unblame()
 		if err := p.retry(ctx, w, done, items, 0, prior, errRefused, idle); err != nil {
 			return err
 		}

@@ -53,16 +53,29 @@ func (t *tracker) finish(o node.Outcome) {
 
 // blame records that the item failed its node under the Fail action: if
 // the run then ends with the item unsettled, its outcome is Rejected, not
-// Failed. A batch blames every item in it.
+// Failed. A batch blames its item only when it holds one: the items of a
+// larger batch may be innocent neighbours of the one that failed it, and
+// would otherwise be blamed with it every time.
 func (t *tracker) blame() {
-	if t == nil {
-		return
-	}
-	if t.done != nil {
+	switch {
+	case t == nil:
+	case t.done != nil:
 		t.blamed.Store(true)
+	case len(t.parents) == 1:
+		t.parents[0].blame()
 	}
-	for _, p := range t.parents {
-		p.blame()
+}
+
+// unblame forgets a blame once a node restart took the item up again: a
+// failure it got over does not make it Rejected in a run that another item
+// failed.
+func (t *tracker) unblame() {
+	switch {
+	case t == nil:
+	case t.done != nil:
+		t.blamed.Store(false)
+	case len(t.parents) == 1:
+		t.parents[0].unblame()
 	}
 }
 

@@ -49,6 +49,11 @@ type retrySink struct {
 
 // Write decides env's fate as DeadLetter describes.
 func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
+	if errors.Is(env.Err, ErrPoison) {
+		// The source's own poison letter: its story is merged already, and
+		// the broker must not retry it.
+		return r.next.Write(ctx, env)
+	}
 	ds := r.deliveries(env)
 	final := env
 	if len(ds) == 1 {

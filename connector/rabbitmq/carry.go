@@ -36,6 +36,9 @@ const (
 	// call there makes (see RetryTopology.HandOffAfter).
 	HeaderHandOffNode  = "x-sluice-handoff-node"
 	HeaderHandOffRetry = "x-sluice-handoff-retry"
+	// HeaderHandOffSince is when those retries started (RFC 3339, UTC),
+	// from which the item retry's MaxElapsed counts.
+	HeaderHandOffSince = "x-sluice-handoff-since"
 	// HeaderDeliveries counts the deliveries of a message that ended
 	// without an outcome, on a queue where the broker does not count them
 	// (see SourceConfig.MaxDeliveries).
@@ -65,6 +68,7 @@ type past struct {
 	// Where a hand-off left the retries ("" for none).
 	handOffNode  string
 	handOffRetry int
+	handOffSince time.Time
 }
 
 type carriedAttempt struct {
@@ -96,6 +100,9 @@ func pastOf(h amqp.Table, queue string) *past {
 	if n, ok := h[HeaderHandOffNode].(string); ok {
 		if r, ok := intHeader(h[HeaderHandOffRetry]); ok && r > 0 {
 			p.handOffNode, p.handOffRetry = n, r
+			if s, ok := h[HeaderHandOffSince].(string); ok {
+				p.handOffSince, _ = time.Parse(time.RFC3339Nano, s)
+			}
 		}
 	}
 	if s, ok := h[HeaderHistory].(string); ok {
@@ -163,10 +170,16 @@ func (d *delivery) retryCopy(env deadletter.Envelope, ho *handOffAt) *amqp.Publi
 		h[HeaderRetries] = int64(d.retries)
 		h[HeaderHandOffNode] = ho.node
 		h[HeaderHandOffRetry] = int64(ho.retry)
+		if ho.since.IsZero() {
+			delete(h, HeaderHandOffSince)
+		} else {
+			h[HeaderHandOffSince] = ho.since.UTC().Format(time.RFC3339Nano)
+		}
 	} else {
 		h[HeaderRetries] = int64(d.retries + 1)
 		delete(h, HeaderHandOffNode)
 		delete(h, HeaderHandOffRetry)
+		delete(h, HeaderHandOffSince)
 	}
 	if !env.FirstFailure.IsZero() {
 		h[HeaderFirstFailure] = env.FirstFailure.UTC().Format(time.RFC3339Nano)
@@ -182,6 +195,7 @@ func (d *delivery) retryCopy(env deadletter.Envelope, ho *handOffAt) *amqp.Publi
 type handOffAt struct {
 	node  string
 	retry int
+	since time.Time
 }
 
 // copyWith returns a copy of d's message, with its headers, the source's

@@ -117,7 +117,8 @@ type QueueDeclaration struct {
 //     the story of every delivery, and is acked;
 //   - the hand-off: with HandOffAfter, an item whose next in-process retry
 //     would wait at least HandOffAfter goes to the tier of the smallest
-//     delay not shorter than that wait (the longest tier when none is), and
+//     delay not shorter than that wait (a wait longer than every tier stays
+//     in process: no tier would honour it), and
 //     its next delivery continues the in-process retries where they were
 //     (pipeline.HandOffSource). It does not count as a trip.
 //

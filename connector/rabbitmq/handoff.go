@@ -24,11 +24,14 @@ func (s *Source) HandOffAfter() time.Duration {
 
 // HandOff sends a copy of the message, with its story and where its
 // retries stand, to the retry queue whose delay is the shortest not shorter
-// than h.Delay (the longest when none is); the pipeline then acks the
-// message (pipeline.HandOffItem). It fails, and the pipeline waits in
-// process instead, when the message did not come from a source with the
-// retry topology and HandOffAfter, when its channel is gone (the broker has
-// put it back in the queue), or when the copy cannot be published.
+// than h.Delay; the pipeline then acks the message (pipeline.HandOffItem).
+// It fails, and the pipeline waits in process instead, when the message
+// did not come from a source with the retry topology and HandOffAfter,
+// when no retry queue waits that long (the longest would cut the wait
+// short), when its channel is gone (the broker has put it back in the
+// queue), or when the copy cannot be published. The copy is published
+// before the message is acked: if the ack is lost with the connection, the
+// broker delivers the message again as well (at least once).
 func (m Message) HandOff(ctx context.Context, h pipeline.HandOff) error {
 	d := m.d
 	if d == nil || d.src.HandOffAfter() <= 0 {
@@ -38,8 +41,13 @@ func (m Message) HandOff(ctx context.Context, h pipeline.HandOff) error {
 		return errors.New("rabbitmq: the message's channel is gone: it is back in the queue")
 	}
 	q, rt := d.src.cfg.Queue, &d.src.cfg.Retry
-	tier := rt.tierName(q, rt.tierForWait(h.Delay))
-	pub := d.retryCopy(h.Envelope, &handOffAt{node: h.Envelope.DecisionNode, retry: h.Retry})
+	wait := rt.tierForWait(h.Delay)
+	if wait < h.Delay {
+		// The longest retry queue would cut the wait short.
+		return fmt.Errorf("rabbitmq: no retry queue of queue %q waits %s; the longest waits %s", q, h.Delay, wait)
+	}
+	tier := rt.tierName(q, wait)
+	pub := d.retryCopy(h.Envelope, &handOffAt{node: h.Envelope.DecisionNode, retry: h.Retry, since: h.Since})
 	if err := d.src.copies.publish(ctx, "", tier, *pub); err != nil {
 		return fmt.Errorf("rabbitmq: hand message %s to the retry queue %q: %w", d.id, tier, err)
 	}
@@ -47,13 +55,15 @@ func (m Message) HandOff(ctx context.Context, h pipeline.HandOff) error {
 	return nil
 }
 
-// Resumed says where a hand-off left the message's retries: the node, and
-// the retry its next call there makes (pipeline.HandOffItem).
-func (m Message) Resumed() (string, int, bool) {
+// Resumed says where a hand-off left the message's retries: the node, the
+// retry its next call there makes, and when they started
+// (pipeline.HandOffItem).
+func (m Message) Resumed() (pipeline.Resume, bool) {
 	if m.d == nil || m.d.past == nil || m.d.past.handOffNode == "" {
-		return "", 0, false
+		return pipeline.Resume{}, false
 	}
-	return m.d.past.handOffNode, m.d.past.handOffRetry, true
+	p := m.d.past
+	return pipeline.Resume{Node: p.handOffNode, Retry: p.handOffRetry, Since: p.handOffSince}, true
 }
 
 // ErrPoison is matched by the error in the dead-letter envelope of a
