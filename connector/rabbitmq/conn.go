@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -14,6 +15,10 @@ import (
 func dial(ctx context.Context, url, name string, timeout time.Duration) (*amqp.Connection, error) {
 	props := amqp.NewConnectionProperties()
 	props.SetClientConnectionName(name)
+	var (
+		mu  sync.Mutex
+		raw net.Conn
+	)
 	cfg := amqp.Config{
 		Properties: props,
 		Dial: func(network, addr string) (net.Conn, error) {
@@ -28,10 +33,27 @@ func dial(ctx context.Context, url, name string, timeout time.Duration) (*amqp.C
 				_ = c.Close()
 				return nil, err
 			}
+			mu.Lock()
+			raw = c
+			mu.Unlock()
 			return c, nil
 		},
 	}
+	// ctx ends the handshake too: a broker that accepted the TCP
+	// connection and went silent does not hold the caller for timeout.
+	stop := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if raw != nil {
+			_ = raw.SetDeadline(time.Now())
+		}
+	})
 	conn, err := amqp.DialConfig(url, cfg)
+	if !stop() && err == nil {
+		// ctx ended as the handshake finished: the deadline may be set.
+		_ = conn.Close()
+		err = context.Cause(ctx)
+	}
 	if err != nil {
 		return nil, classify(fmt.Errorf("rabbitmq: connect: %w", err))
 	}

@@ -107,8 +107,10 @@ func (s *Source) failures(d amqp.Delivery) int {
 
 // recount puts a copy of d's message back at the end of the queue with
 // its count of failed deliveries, before the acker acks d; an error
-// requeues d instead.
-func (s *Source) recount(d *delivery) error {
+// requeues d instead. ctx ends when the session's Close gives up waiting
+// (CloseTimeout): a copy the broker took but did not confirm by then may
+// then be in the queue beside the requeued message (at least once).
+func (s *Source) recount(ctx context.Context, d *delivery) error {
 	n := d.failures
 	if d.rejected {
 		n++
@@ -117,7 +119,7 @@ func (s *Source) recount(d *delivery) error {
 	n -= xDeathCount(d.orig.Headers, s.cfg.Queue)
 	pub := d.copyWith(amqp.Table{HeaderDeliveries: int64(max(n, 0))})
 	delete(pub.Headers, "x-delivery-count")
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultConfirmTimeout)
+	ctx, cancel := context.WithTimeout(ctx, DefaultConfirmTimeout)
 	defer cancel()
 	return s.copies.publish(ctx, "", s.cfg.Queue, *pub)
 }

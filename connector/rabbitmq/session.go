@@ -39,8 +39,11 @@ type settle struct {
 // writer, and one stuck socket holds up nobody but the acker.
 type session struct {
 	// recount puts a copy of d back in the queue with its count of failed
-	// deliveries (Source.recount); it runs on the acker.
-	recount func(d *delivery) error
+	// deliveries (Source.recount); it runs on the acker, under abort,
+	// which close cancels once CloseTimeout has passed.
+	recount func(ctx context.Context, d *delivery) error
+	abort   context.Context
+	cancel  context.CancelFunc
 
 	id     string
 	conn   *amqp.Connection
@@ -60,8 +63,9 @@ type session struct {
 }
 
 func newSession(id string, conn *amqp.Connection, ch *amqp.Channel) *session {
+	abort, cancel := context.WithCancel(context.Background())
 	s := &session{
-		id: id, conn: conn, ch: ch,
+		id: id, conn: conn, ch: ch, abort: abort, cancel: cancel,
 		closed:   ch.NotifyClose(make(chan *amqp.Error, 1)),
 		wake:     make(chan struct{}, 1),
 		dead:     make(chan struct{}),
@@ -137,7 +141,7 @@ func (s *session) send(st settle) error {
 	case reject:
 		return s.ch.Reject(st.tag, false)
 	case recount:
-		if s.recount(st.d) == nil {
+		if s.recount(s.abort, st.d) == nil {
 			return s.ch.Ack(st.tag, false)
 		}
 		return s.ch.Nack(st.tag, false, true)
@@ -201,10 +205,14 @@ func (s *session) close(clock clockwork.Clock, timeout time.Duration) error {
 	select {
 	case <-s.ackerEnd:
 	case <-t.Chan():
+		// A copy still being put back (recount) gives up: its message is
+		// requeued uncounted when the connection closes.
+		s.cancel()
 	}
 	t.Stop()
 	err := closeConn(s.conn, timeout)
 	<-s.ackerEnd
+	s.cancel()
 	return err
 }
 
