@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"maps"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -201,6 +202,12 @@ type handOffAt struct {
 // copyWith returns a copy of d's message, with its headers, the source's
 // queue named in HeaderQueue, and the entries of set; without the
 // sequence header and the Expiration.
+//
+// The copy leaves the broker's x-death behind: a copy that carried an
+// x-death entry for the source's queue (the message was once dead-lettered
+// out of it) would, on its way back from a retry queue, look to RabbitMQ
+// like a dead-letter cycle without a rejection, which it drops silently.
+// What the entries counted for the queue goes on in HeaderDeliveries.
 func (d *delivery) copyWith(set amqp.Table) *amqp.Publishing {
 	o := d.orig
 	h := maps.Clone(o.Headers)
@@ -208,6 +215,15 @@ func (d *delivery) copyWith(set amqp.Table) *amqp.Publishing {
 		h = amqp.Table{}
 	}
 	delete(h, SeqHeader)
+	if n := xDeathCount(h, d.src.cfg.Queue); n > 0 {
+		c, _ := intHeader(h[HeaderDeliveries])
+		h[HeaderDeliveries] = int64(max(c, 0) + n)
+	}
+	for k := range h {
+		if k == "x-death" || strings.HasPrefix(k, "x-first-death-") || strings.HasPrefix(k, "x-last-death-") {
+			delete(h, k)
+		}
+	}
 	h[HeaderQueue] = d.src.cfg.Queue
 	maps.Copy(h, set)
 	return &amqp.Publishing{

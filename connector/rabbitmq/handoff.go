@@ -85,8 +85,7 @@ func (s *Source) Poisoned() int64 { return s.poisoned.Load() }
 // failures returns how many earlier deliveries of d failed: those whose
 // item failed the run (node.Rejected), which the copies the source puts
 // back count (HeaderDeliveries), and the times the broker dead-lettered it
-// out of the queue (x-death, such as a quorum queue's x-delivery-limit
-// with the retry topology). An item that only was in flight when a run
+// out of the queue (x-death). An item that only was in flight when a run
 // ended (node.Failed) is put back as a copy that carries its count
 // unchanged.
 //
@@ -115,9 +114,8 @@ func (s *Source) recount(ctx context.Context, d *delivery) error {
 	if d.rejected {
 		n++
 	}
-	// The copy keeps the x-death entries, which count on their own.
-	n -= xDeathCount(d.orig.Headers, s.cfg.Queue)
-	pub := d.copyWith(amqp.Table{HeaderDeliveries: int64(max(n, 0))})
+	// The copy leaves x-death behind (copyWith): its count is in n.
+	pub := d.copyWith(amqp.Table{HeaderDeliveries: int64(n)})
 	delete(pub.Headers, "x-delivery-count")
 	ctx, cancel := context.WithTimeout(ctx, DefaultConfirmTimeout)
 	defer cancel()

@@ -178,7 +178,7 @@ func TestOpenChecksAnExistingQueue(t *testing.T) {
 		err = src.Open(testContext(t))
 		var ce *rabbitmq.ConfigError
 		require.ErrorAs(t, err, &ce)
-		assert.Equal(t, "Retry.Enabled", ce.Field)
+		assert.Equal(t, "Retry.Enabled", ce.Field, "%v", err)
 		assert.Contains(t, err.Error(), "x-dead-letter-exchange")
 		assert.False(t, resilience.IsTransient(err), "node retry does not try again")
 		_, err = a.channel().QueueDeclarePassive(q+"_retry", false, false, false, false, nil)

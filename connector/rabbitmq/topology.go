@@ -4,7 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"strings"
+	"regexp"
+	"strconv"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -84,8 +85,10 @@ func declare(conn *amqp.Connection, ch *amqp.Channel, cfg *SourceConfig) (string
 			return "", fmt.Errorf("rabbitmq: declare retry queue %q: %w", name, err)
 		}
 		if i == 0 {
-			// What the broker itself dead-letters out of q (a quorum
-			// queue's delivery limit, a rejection) waits the first tier.
+			// What the broker itself dead-letters out of q (a rejection)
+			// waits the first tier. (A quorum queue's delivery limit is
+			// not rescued this way: the broker drops a message whose
+			// dead-letter cycle holds no rejection.)
 			if err := ch.QueueBind(name, "", dlxName(q), false, nil); err != nil {
 				return "", fmt.Errorf("rabbitmq: bind retry queue %q to %q: %w", name, dlxName(q), err)
 			}
@@ -99,54 +102,138 @@ func declare(conn *amqp.Connection, ch *amqp.Channel, cfg *SourceConfig) (string
 
 // checkExisting checks that the existing queue q dead-letters into the
 // retry topology's exchange, and finds its type, without the management
-// plugin: it declares q again, with that dead-letter exchange, as each
-// queue type and durability in turn, on a channel of its own (a refused
-// declaration closes the channel). The broker accepts the declaration that
-// matches the queue as it is; a refusal that names x-dead-letter-exchange
-// means the queue has another or none, and rejected messages would be
-// dropped.
+// plugin: it declares q again with that dead-letter exchange, on a channel
+// of its own each time (a refused declaration closes the channel). The
+// broker compares the declaration with the queue and names the first
+// setting that differs, with the queue's own value: Open takes that value
+// and declares again, until the broker accepts (the queue is as checked)
+// or names x-dead-letter-exchange (the queue dead-letters elsewhere or
+// nowhere, and rejected messages would be dropped).
 func checkExisting(conn *amqp.Connection, q string) (string, error) {
-	var refusals []string
-	dlxWrong := false
-candidates:
-	for _, qtype := range []string{"classic", "quorum"} {
-		for _, durable := range []bool{true, false} {
-			if qtype == "quorum" && !durable {
+	durable, autoDelete := true, false
+	args := amqp.Table{"x-dead-letter-exchange": dlxName(q)}
+	var last string
+	for range 16 {
+		ch, err := conn.Channel()
+		if err != nil {
+			return "", fmt.Errorf("rabbitmq: check queue %q: open channel: %w", q, err)
+		}
+		_, err = ch.QueueDeclare(q, durable, autoDelete, false, false, args)
+		if err == nil {
+			_ = ch.Close()
+			if t, ok := args["x-queue-type"].(string); ok && t != "" {
+				return t, nil
+			}
+			return "classic", nil
+		}
+		var aerr *amqp.Error
+		if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed {
+			_ = ch.Close()
+			return "", fmt.Errorf("rabbitmq: check queue %q: %w", q, err)
+		}
+		last = aerr.Reason
+		name, current, ok := inequivalent(aerr.Reason)
+		if !ok {
+			break
+		}
+		switch name {
+		case "x-dead-letter-exchange":
+			return "", resilience.MarkPermanent(&ConfigError{Field: "Retry.Enabled", Value: true, Reason: fmt.Sprintf(
+				"queue %q exists without x-dead-letter-exchange = %q, so the retry topology cannot work (messages the broker rejects would be dropped): "+
+					"declare the queue with that argument, or give SourceConfig.Declare so that Open declares it (the broker says: %s)",
+				q, dlxName(q), aerr.Reason)})
+		case "durable", "auto_delete":
+			if current != "'true'" && current != "'false'" {
+				break
+			}
+			if name == "durable" {
+				durable = current == "'true'"
+			} else {
+				autoDelete = current == "'true'"
+			}
+			continue
+		case "exclusive":
+			// Another connection's queue: it cannot be consumed anyway.
+		default:
+			if current == "none" {
+				delete(args, name)
 				continue
 			}
-			ch, err := conn.Channel()
-			if err != nil {
-				return "", fmt.Errorf("rabbitmq: check queue %q: open channel: %w", q, err)
-			}
-			_, err = ch.QueueDeclare(q, durable, false, false, false, amqp.Table{
-				"x-dead-letter-exchange": dlxName(q), "x-queue-type": qtype,
-			})
-			if err == nil {
-				_ = ch.Close()
-				return qtype, nil
-			}
-			var aerr *amqp.Error
-			if !errors.As(err, &aerr) || aerr.Code != amqp.PreconditionFailed {
-				_ = ch.Close()
-				return "", fmt.Errorf("rabbitmq: check queue %q: %w", q, err)
-			}
-			refusals = append(refusals, aerr.Reason)
-			if strings.Contains(aerr.Reason, "x-dead-letter-exchange") {
-				// The broker compared it: the queue has another, or none.
-				dlxWrong = true
-				_ = ch.Close()
-				break candidates
+			if v, ok := argValue(current); ok {
+				args[name] = v
+				continue
 			}
 		}
-	}
-	if dlxWrong {
-		return "", resilience.MarkPermanent(&ConfigError{Field: "Retry.Enabled", Value: true, Reason: fmt.Sprintf(
-			"queue %q exists without x-dead-letter-exchange = %q, so the retry topology cannot work (messages the broker rejects would be dropped): "+
-				"declare the queue with that argument, or give SourceConfig.Declare so that Open declares it (the broker says: %s)",
-			q, dlxName(q), refusals[len(refusals)-1])})
+		break
 	}
 	return "", resilience.MarkPermanent(&ConfigError{Field: "Declare", Value: nil, Reason: fmt.Sprintf(
-		"cannot check that the existing queue %q dead-letters into %q: the broker refused every declaration Open tried (%s); "+
+		"cannot check that the existing queue %q dead-letters into %q: the broker refused the declarations Open tried (last: %s); "+
 			"give SourceConfig.Declare with the queue's settings, so that Open declares it and the broker checks them",
-		q, dlxName(q), strings.Join(refusals, "; "))})
+		q, dlxName(q), last)})
+}
+
+// The broker's refusal of a declaration that differs from the queue reads
+// "PRECONDITION_FAILED - inequivalent arg 'x-max-length' for queue 'q' in
+// vhost '/': received none but current is the value '1000' of type
+// 'signedint'", cut at 255 bytes (a long queue name can cut off the
+// value).
+var (
+	inequivalentRE = regexp.MustCompile(`inequivalent arg '([^']+)'`)
+	currentRE      = regexp.MustCompile(`but current is (none|'[^']*'|the value '[^']*' of type '[^']*')$`)
+)
+
+// inequivalent returns the setting a refusal names and the queue's own
+// value of it, as the broker wrote it ("" when the text was cut before it).
+func inequivalent(reason string) (name, current string, ok bool) {
+	m := inequivalentRE.FindStringSubmatch(reason)
+	if m == nil {
+		return "", "", false
+	}
+	if c := currentRE.FindStringSubmatch(reason); c != nil {
+		current = c[1]
+	}
+	return m[1], current, true
+}
+
+var argValueRE = regexp.MustCompile(`^the value '([^']*)' of type '([^']*)'$`)
+
+// argValue turns the broker's "the value 'V' of type 'T'" into the Go
+// value that AMQP encodes as that type.
+func argValue(s string) (any, bool) {
+	m := argValueRE.FindStringSubmatch(s)
+	if m == nil {
+		return nil, false
+	}
+	v, t := m[1], m[2]
+	var err error
+	var out any
+	switch t {
+	case "longstr":
+		return v, true
+	case "bool":
+		out, err = strconv.ParseBool(v)
+	case "long":
+		out, err = strconv.ParseInt(v, 10, 64)
+	case "signedint":
+		var n int64
+		n, err = strconv.ParseInt(v, 10, 32)
+		out = int32(n)
+	case "short":
+		var n int64
+		n, err = strconv.ParseInt(v, 10, 16)
+		out = int16(n)
+	case "byte":
+		var n int64
+		n, err = strconv.ParseInt(v, 10, 8)
+		out = int8(n)
+	case "double":
+		out, err = strconv.ParseFloat(v, 64)
+	case "float":
+		var f float64
+		f, err = strconv.ParseFloat(v, 32)
+		out = float32(f)
+	default:
+		return nil, false
+	}
+	return out, err == nil
 }
