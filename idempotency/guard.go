@@ -45,6 +45,7 @@ type Guard[T any] struct {
 
 	mu       sync.Mutex
 	inFlight map[string]struct{} // keys this guard is claiming or writing
+	pending  map[string]struct{} // keys this guard wrote and could not complete yet
 
 	written, duplicates, busy, released, lost atomic.Int64
 }
@@ -141,16 +142,19 @@ func (g *Guard[T]) Stats() Stats {
 // does not end, bounded by [WithStoreTimeout], so that a write that
 // succeeded is recorded even when the run is stopping.
 //
-// If completion fails, the item was written but the key is not recorded,
-// and Write returns an error wrapping the store's; the claim is kept, so
-// that no other owner writes the item before the lease runs out, but a
-// retry by this guard writes it again. If completion fails with
-// [ErrLostClaim] (the write overran its lease and another owner took the
-// key over, and may have written it too), the error is marked transient:
-// a retry finds the key completed by the other owner, or busy.
+// If completion fails, the item was written but the key is not recorded:
+// Write returns a transient error wrapping the store's, and keeps the key
+// pending in this guard, so that the item's retry only records it and
+// never writes it again; the claim is kept, so that no other owner writes
+// the item before the lease runs out. If completion finds the claim lost
+// ([ErrLostClaim]: the write overran its lease and another owner took the
+// key over, and may have written it too), Write counts it in LostClaims
+// and returns nil, since the item was written; when the key is free again,
+// it claims and records it.
 //
-// A key that is empty gives a permanent error matching [ErrEmptyKey], and
-// an error of the store's Claim is returned wrapped.
+// A key that is empty gives a permanent error matching [ErrEmptyKey]; an
+// error of the store's Claim is returned wrapped, transient (but for
+// [ErrFull]).
 func (g *Guard[T]) Write(ctx context.Context, item T) error {
 	key := g.key(item)
 	if key == "" {
@@ -161,6 +165,11 @@ func (g *Guard[T]) Write(ctx context.Context, item T) error {
 		return resilience.MarkTransient(fmt.Errorf("%w%s", ErrInProgress, g.where(key)))
 	}
 	defer g.leave(key)
+	if g.pendingComplete(key) {
+		// Written by this guard, not yet recorded: record it, and never
+		// write it again.
+		return g.complete(key, ctx)
+	}
 	state, err := g.store.Claim(ctx, key, g.cfg.owner, g.cfg.clock.Now(), g.cfg.lease)
 	if err != nil {
 		err = fmt.Errorf("idempotency: claim%s: %w", g.where(key), err)
@@ -197,19 +206,63 @@ func (g *Guard[T]) write(ctx context.Context, key string, item T) error {
 		return err
 	}
 	written = true
+	defer g.written.Add(1) // after Complete, so that a count read says the key is recorded, if it could be
+	return g.complete(key, ctx)
+}
+
+// complete records key as completed after this guard wrote it. A claim
+// lost meanwhile (the write overran its lease, and another owner took the
+// key over) is counted, and the item is done: it was written; if the key
+// is free again, the guard claims and completes it. Another failure keeps
+// the key pending in this guard, and returns a transient error: the
+// item's retry records it then, without writing again.
+func (g *Guard[T]) complete(key string, ctx context.Context) error {
 	sctx, cancel := g.storeContext(ctx)
 	defer cancel()
 	err := g.store.Complete(sctx, key, g.cfg.owner, g.cfg.clock.Now())
-	g.written.Add(1) // after Complete, so that a count read says the key is recorded, if it could be
-	if err == nil {
+	switch {
+	case err == nil:
+		g.setPending(key, false)
+		return nil
+	case errors.Is(err, ErrLostClaim):
+		g.lost.Add(1)
+		// Nobody may hold the key now (the owner that took it over failed
+		// and released it): claim it again and record the write, so that
+		// a redelivery does not write it once more. Another owner's live
+		// claim or completion is theirs.
+		if st, cerr := g.store.Claim(sctx, key, g.cfg.owner, g.cfg.clock.Now(), g.cfg.lease); cerr == nil && st == Claimed {
+			if err := g.store.Complete(sctx, key, g.cfg.owner, g.cfg.clock.Now()); err != nil && !errors.Is(err, ErrLostClaim) {
+				g.setPending(key, true)
+				return resilience.MarkTransient(fmt.Errorf("idempotency: complete after the write%s: %w", g.where(key), err))
+			}
+		}
+		g.setPending(key, false)
 		return nil
 	}
-	err = fmt.Errorf("idempotency: complete after the write%s: %w", g.where(key), err)
-	if errors.Is(err, ErrLostClaim) {
-		g.lost.Add(1)
-		return resilience.MarkTransient(err)
+	g.setPending(key, true)
+	return resilience.MarkTransient(fmt.Errorf("idempotency: complete after the write%s: %w", g.where(key), err))
+}
+
+// pendingComplete reports whether this guard wrote key and could not
+// record it yet.
+func (g *Guard[T]) pendingComplete(key string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.pending[key]
+	return ok
+}
+
+func (g *Guard[T]) setPending(key string, on bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if on {
+		if g.pending == nil {
+			g.pending = map[string]struct{}{}
+		}
+		g.pending[key] = struct{}{}
+	} else {
+		delete(g.pending, key)
 	}
-	return err
 }
 
 // release drops the claim on key after a failed write. An error is not

@@ -5,7 +5,9 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jonboulle/clockwork"
 )
@@ -78,6 +80,10 @@ func WithOwner(owner string) Option {
 	return func(c *config) {
 		if owner == "" {
 			c.problem("WithOwner(\"\"): the owner must not be empty")
+			return
+		}
+		if !utf8.ValidString(owner) || strings.ContainsRune(owner, 0) {
+			c.problem("WithOwner(%q): the owner must be UTF-8 text without NUL (a SQL store keeps it as text)", owner)
 			return
 		}
 		c.owner = owner

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -134,7 +135,7 @@ return 1
 // the server becomes the lease plus the retention.
 func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lease time.Duration) (idempotency.State, error) {
 	n, err := claimScript.Run(ctx, s.client, []string{s.prefix + key},
-		owner, stamp(now), stamp(now.Add(lease)), stamp(now.Add(-s.retention)), ms(lease+s.retention)).Int()
+		owner, stamp(now), stamp(now.Add(lease)), stamp(before(now, s.retention)), ms(addSat(lease, s.retention))).Int()
 	if err != nil {
 		return 0, fmt.Errorf("redisstore: claim: %w", err)
 	}
@@ -174,7 +175,30 @@ func (s *Store) Release(ctx context.Context, key, owner string) error {
 // counts as 1970.
 func stamp(t time.Time) string { return fmt.Sprintf("%020d", max(t.UnixNano(), 0)) }
 
-// ms returns d in whole milliseconds, at least 1, for PEXPIRE.
-func ms(d time.Duration) int64 { return max(d.Milliseconds(), 1) }
+// maxTTL caps a key's time to live on the server: a "keep forever"
+// retention (math.MaxInt64) would overflow the server's expiry time.
+const maxTTL = 100 * 365 * 24 * time.Hour
+
+// ms returns d in whole milliseconds, at least 1 and at most maxTTL's,
+// for PEXPIRE.
+func ms(d time.Duration) int64 { return max(min(d, maxTTL).Milliseconds(), 1) }
+
+// addSat is a+b for non-negative durations, saturating instead of
+// wrapping around.
+func addSat(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
+// before is now less d, no earlier than 1970 (stamp's floor), without
+// overflow for a d as long as math.MaxInt64.
+func before(now time.Time, d time.Duration) time.Time {
+	if since := now.Sub(time.Unix(0, 0)); d > since {
+		return time.Unix(0, 0)
+	}
+	return now.Add(-d)
+}
 
 var _ idempotency.Store = (*Store)(nil)

@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,10 @@ type Dialect struct {
 	// the table, with the table's name as its argument, so that processes
 	// creating it at once take turns.
 	lock string
+	// exists, when not empty, tells with the quoted table name as its
+	// argument whether the table is there, so that a role without the
+	// right to create tables can use one an administrator made.
+	exists string
 }
 
 var (
@@ -43,7 +48,8 @@ var (
 	// table is a WITHOUT ROWID table, stored in the order of its key.
 	SQLite = Dialect{name: "sqlite", tableOptions: " WITHOUT ROWID"}
 	// Postgres is the dialect of PostgreSQL 9.5 or later.
-	Postgres = Dialect{name: "postgres", lock: "SELECT pg_advisory_xact_lock(hashtext($1))"}
+	Postgres = Dialect{name: "postgres", lock: "SELECT pg_advisory_xact_lock(hashtext($1))",
+		exists: "SELECT to_regclass($1) IS NOT NULL"}
 )
 
 // String returns the dialect's name: "sqlite" or "postgres".
@@ -238,7 +244,7 @@ func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lea
 	until := now.Add(lease).UnixNano()
 	for range claimAttempts {
 		var state int
-		err := s.db.QueryRowContext(ctx, s.claimSQL, h, owner, until, until+int64(s.retention), now.UnixNano()).Scan(&state)
+		err := s.db.QueryRowContext(ctx, s.claimSQL, h, owner, until, addSat(until, int64(s.retention)), now.UnixNano()).Scan(&state)
 		if err == nil {
 			return idempotency.Claimed, nil
 		}
@@ -270,7 +276,7 @@ func (s *Store) Complete(ctx context.Context, key, owner string, now time.Time) 
 	}
 	h := hashKey(key)
 	done := now.UnixNano()
-	res, err := s.db.ExecContext(ctx, s.completeSQL, h, owner, done, done+int64(s.retention))
+	res, err := s.db.ExecContext(ctx, s.completeSQL, h, owner, done, addSat(done, int64(s.retention)))
 	if err != nil {
 		return fmt.Errorf("sqlstore: complete: %w", err)
 	}
@@ -355,7 +361,16 @@ func (s *Store) ensureTable(ctx context.Context) error {
 	if s.created.Load() {
 		return nil
 	}
-	if err := s.create(ctx); err != nil {
+	var err error
+	for range 5 {
+		// SQLite refuses a writer at once (SQLITE_BUSY, not waiting its
+		// busy timeout) when two handles of a new file both upgrade a
+		// read lock to write: one of them tries again.
+		if err = s.create(ctx); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
 		return fmt.Errorf("sqlstore: create table %s: %w", s.table, err)
 	}
 	s.created.Store(true)
@@ -367,6 +382,12 @@ func (s *Store) ensureTable(ctx context.Context) error {
 // creates the same table at the same moment, so there the transaction
 // first takes an advisory lock named by the table.
 func (s *Store) create(ctx context.Context) error {
+	if s.dialect.exists != "" {
+		var there bool
+		if err := s.db.QueryRowContext(ctx, s.dialect.exists, quote(s.table)).Scan(&there); err == nil && there {
+			return nil
+		}
+	}
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -383,6 +404,15 @@ func (s *Store) create(ctx context.Context) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// addSat is a+b for a non-negative b, saturating instead of wrapping
+// around: a "keep forever" retention (math.MaxInt64) expires never.
+func addSat(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // quote quotes an identifier that [WithTable] checked, so that a reserved
