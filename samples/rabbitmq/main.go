@@ -57,7 +57,7 @@ func main() {
 	flag.IntVar(&cfg.maxRetry, "max-retry", 3, "how many times the broker redelivers one message")
 	flag.IntVar(&cfg.flaky, "flaky", 10, "every flaky-th message fails on its first two deliveries (0: none)")
 	flag.IntVar(&cfg.poison, "poison", 97, "every poison-th message always fails (0: none)")
-	flag.IntVar(&cfg.slow, "slow", 25, "every slow-th message is rate limited once, with a Retry-After of twice -hand-off (0: none)")
+	flag.IntVar(&cfg.slow, "slow", 25, "every slow-th message is rate limited once, with a Retry-After of the longest of -delays (0: none)")
 	flag.IntVar(&cfg.dup, "dup", 50, "every dup-th message is published twice (0: none)")
 	flag.IntVar(&cfg.publishers, "publishers", 8, "publishes in flight at once")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the queue and its topology at the end")
@@ -90,8 +90,8 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: -publishers must be at least 1", errConfig)
 	case c.flaky < 0 || c.poison < 0 || c.slow < 0 || c.dup < 0:
 		return fmt.Errorf("%w: -flaky, -poison, -slow and -dup must not be negative", errConfig)
-	case c.slow > 0 && c.handOff <= 0:
-		return fmt.Errorf("%w: -slow needs -hand-off", errConfig)
+	case c.slow > 0 && (c.handOff <= 0 || len(c.delays) == 0 || c.handOff > c.delays[len(c.delays)-1]):
+		return fmt.Errorf("%w: -slow needs a -hand-off no longer than the longest of -delays", errConfig)
 	}
 	return nil
 }

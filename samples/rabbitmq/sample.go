@@ -171,10 +171,10 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 		case cfg.flaky > 0 && i%cfg.flaky == cfg.flaky-1 && m.Retries < 2:
 			return m, resilience.MarkTransient(errFlaky)
 		case cfg.slow > 0 && i%cfg.slow == cfg.slow-1:
-			// A rate limit that asks for a long wait, once per message:
-			// the wait is handed to the broker.
+			// A rate limit that asks for a long wait (the longest retry
+			// queue's), once per message: the wait is handed to the broker.
 			if _, again := slowOnce.LoadOrStore(m.MessageID, true); !again {
-				return m, resilience.RetryAfter(errThrottled, 2*cfg.handOff)
+				return m, resilience.RetryAfter(errThrottled, cfg.delays[len(cfg.delays)-1])
 			}
 		}
 		return m, nil
