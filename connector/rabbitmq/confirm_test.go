@@ -253,7 +253,7 @@ func TestPubRetryGivesUp(t *testing.T) {
 	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: uniqueName(t), Confirms: waitConfirms,
 		PubRetry: rabbitmq.PubRetry{Enabled: true, MaxRetry: 2, Delay: time.Millisecond}})
 	require.NoError(t, pub.Open(ctx))
-	px.close()
+	px.Close()
 
 	err := pub.Write(ctx, "lost")
 	require.Error(t, err)

@@ -163,7 +163,7 @@ func TestSourceNoBroker(t *testing.T) {
 	a := newAdmin(t)
 	px := newProxy(t, a.url)
 	url := px.url(a.url)
-	px.close()
+	px.Close()
 	src := newSource(t, rabbitmq.SourceConfig{URL: url, Queue: "none", DialTimeout: time.Second})
 	err := src.Open(testContext(t))
 	require.Error(t, err)

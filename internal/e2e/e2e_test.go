@@ -30,6 +30,7 @@ import (
 	"github.com/sluicehq/sluice/idempotency"
 	"github.com/sluicehq/sluice/idempotency/sqlstore"
 	"github.com/sluicehq/sluice/internal/servicetest"
+	"github.com/sluicehq/sluice/internal/tcpproxy"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
@@ -268,9 +269,9 @@ func TestConsumersWriteExactlyOnce(t *testing.T) {
 		require.True(t, ok)
 	}
 
-	px := newProxy(t, rmqURL)
+	px := tcpproxy.New(t, rmqURL)
 	env := func(stallAt int) map[string]string {
-		return map[string]string{envURL: px.url(rmqURL), envQueue: queue, envDSN: dsn, envTable: table, envStallAt: strconv.Itoa(stallAt)}
+		return map[string]string{envURL: px.URL(rmqURL), envQueue: queue, envDSN: dsn, envTable: table, envStallAt: strconv.Itoa(stallAt)}
 	}
 	lines := make(chan line, 4096)
 	a := start(t, env(300), lines)
@@ -298,7 +299,7 @@ func TestConsumersWriteExactlyOnce(t *testing.T) {
 				others = append(others, start(t, env(0), lines))
 			}
 			if (cuts == 0 && len(written) >= 150) || (cuts == 1 && len(written) >= 900) {
-				px.cut()
+				px.Cut()
 				cuts++
 			}
 		case <-ctx.Done():
