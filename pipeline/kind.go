@@ -14,6 +14,8 @@ const (
 	KindBatch                         // Batch
 	KindUnbatch                       // Unbatch
 	KindMerge                         // Merge
+	KindRoute                         // Route or Split: the node that picks a branch
+	KindBranch                        // one branch of a Route or Split
 )
 
 var kindNames = [...]string{
@@ -25,6 +27,8 @@ var kindNames = [...]string{
 	KindBatch:     "batch",
 	KindUnbatch:   "unbatch",
 	KindMerge:     "merge",
+	KindRoute:     "route",
+	KindBranch:    "branch",
 }
 
 // NodeKinds returns every kind, in the order of their values.
@@ -38,7 +42,7 @@ func NodeKinds() []NodeKind {
 
 // String returns the kind's name in lower case, as used in tables, logs
 // and metric labels: "source", "transform", "sink", "filter", "flatmap",
-// "batch", "unbatch" or "merge".
+// "batch", "unbatch", "merge", "route" or "branch".
 func (k NodeKind) String() string {
 	if k > 0 && int(k) < len(kindNames) {
 		return kindNames[k]
@@ -74,7 +78,7 @@ func (k NodeKind) consumes() bool { return k != KindSource }
 // meaningful count.
 func (k NodeKind) inFlight() bool {
 	switch k {
-	case KindTransform, KindSink, KindFilter, KindMerge:
+	case KindTransform, KindSink, KindFilter, KindMerge, KindRoute, KindBranch:
 		return true
 	}
 	return false
