@@ -123,8 +123,18 @@ func TestSplitMapAndSinkFunc(t *testing.T) {
 	small, large := pipeline.Split(b, "size", doubled, func(s string) bool { return len(s) == 1 })
 	var mu sync.Mutex
 	var got [2][]string
-	pipeline.SinkFunc(b, "small", small, func(_ context.Context, s string) error { mu.Lock(); got[0] = append(got[0], s); mu.Unlock(); return nil })
-	pipeline.SinkFunc(b, "large", large, func(_ context.Context, s string) error { mu.Lock(); got[1] = append(got[1], s); mu.Unlock(); return nil })
+	pipeline.SinkFunc(b, "small", small, func(_ context.Context, s string) error {
+		mu.Lock()
+		got[0] = append(got[0], s)
+		mu.Unlock()
+		return nil
+	})
+	pipeline.SinkFunc(b, "large", large, func(_ context.Context, s string) error {
+		mu.Lock()
+		got[1] = append(got[1], s)
+		mu.Unlock()
+		return nil
+	})
 	_, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"0", "2", "4", "6", "8"}, got[0])
