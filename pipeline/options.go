@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sync"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 
@@ -45,6 +46,8 @@ type config struct {
 	buffer     int
 	bufferSet  bool // else the profile's
 	handOver   int  // -1: the profile's
+	// drainTimeout bounds a drain (WithDrainTimeout); 0: none.
+	drainTimeout time.Duration
 }
 
 // WithProfile starts the pipeline from a profile: its resilience options

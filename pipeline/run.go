@@ -34,6 +34,7 @@ type runState struct {
 	// observed is false when the observer is observer.Nop: hot paths then
 	// build no event, which would read the clock.
 	observed bool
+	drains   drainState
 }
 
 func (p *Pipeline) run(parent context.Context) (Result, error) {
@@ -52,6 +53,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	rs.before = before
 	p.current.Store(rs)
 	defer rs.ended.Store(true)
+	defer rs.stopDrain()
 
 	rs.edges = make([]any, len(p.nodes))
 	for _, n := range p.nodes {

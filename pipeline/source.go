@@ -91,6 +91,9 @@ type sourceRunner[T any] struct {
 	// handOffAfter is the shortest wait the source's broker takes over
 	// (HandOffSource); 0: none.
 	handOffAfter time.Duration
+	// sctx is the context the source's current Run got (see
+	// runState.sourceContext).
+	sctx context.Context
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
@@ -120,11 +123,11 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 // run's end never counts a refused item as one left on its way; tr is its
 // tracker when the hand-over failed.
 func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome)) (tr *tracker, err error) {
-	if call == s.nr.ctx {
-		call = nil // the node's own: watched anyway
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if call == s.nr.ctx || call == s.sctx {
+		call = nil // the node's own, or the one its Run got: watched anyway
+	}
 	if err := s.check(call); err != nil {
 		return nil, err
 	}
@@ -161,11 +164,24 @@ func (s *sourceRunner[T]) tryFlush() flushResult {
 	return flushDone
 }
 
-func (s *sourceRunner[T]) body(ctx context.Context) (err error) {
+func (s *sourceRunner[T]) body(ctx context.Context) error {
+	sctx, done := s.nr.rs.sourceContext(ctx)
+	defer done()
+	s.mu.Lock()
+	s.sctx = sctx
+	s.mu.Unlock()
+	err := s.runSource(sctx)
+	if s.nr.rs.drained(err, sctx) {
+		return nil // drained: the input ends here, cleanly
+	}
+	return err
+}
+
+func (s *sourceRunner[T]) runSource(sctx context.Context) (err error) {
 	s.setRunning(true)
 	defer s.setRunning(false)
 	defer recovered(&err)
-	return s.src.Run(ctx, (*emitter[T])(s))
+	return s.src.Run(sctx, (*emitter[T])(s))
 }
 
 // setRunning says whether the source's Run is running. When it returns,
@@ -228,6 +244,8 @@ func (s *sourceRunner[T]) check(call context.Context) error {
 		return fmt.Errorf("%w (source %q)", ErrEmitAfterReturn, s.nr.spec.name)
 	case s.count&(stopEvery-1) == 0 && s.nr.ctx.Err() != nil:
 		return context.Cause(s.nr.ctx)
+	case s.count&(stopEvery-1) == 0 && s.nr.rs.drains.on.Load():
+		return ErrDrained
 	case call != nil && call.Err() != nil:
 		return call.Err()
 	}

@@ -1,0 +1,104 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// ErrDrained is the cause of a source's context once [Pipeline.Drain] was
+// called: the source should stop emitting and return. A source that
+// returns after a drain (with this error, its context's error or nil) ends
+// cleanly.
+var ErrDrained = errors.New("pipeline: draining: no new items")
+
+// ErrDrainTimeout is the cause of a run that a drain did not finish within
+// the time [WithDrainTimeout] gave it: the run is cancelled, and items
+// still in flight end Failed, as for any cancellation.
+var ErrDrainTimeout = errors.New("pipeline: drain timed out")
+
+// WithDrainTimeout bounds a drain (see [Pipeline.Drain]): d after Drain, on
+// the pipeline's clock, the run is cancelled with [ErrDrainTimeout]. 0, the
+// default, waits for every item in flight however long it takes.
+func WithDrainTimeout(d time.Duration) Option {
+	return func(c *config) { c.drainTimeout = d }
+}
+
+// drainState is a run's drain.
+type drainState struct {
+	on      atomic.Bool
+	mu      sync.Mutex
+	cancels []context.CancelCauseFunc // of the sources' Run contexts
+	timer   clockwork.Timer
+}
+
+// Drain stops the current run's sources from emitting, lets every item
+// already emitted reach its outcome, and so ends the run as if the input
+// had ended: Run returns nil once every item is settled. Each source's Run
+// context is cancelled with [ErrDrained] as its cause, and Emit refuses new
+// items soon after; a broker source stops consuming, and the messages it
+// held but had not emitted go back to the queue when it closes.
+//
+// With [WithDrainTimeout], a drain that takes longer cancels the run. Drain
+// reports whether a run was there to drain; it is safe to call more than
+// once and from any goroutine.
+func (p *Pipeline) Drain() bool {
+	rs := p.current.Load()
+	if rs == nil || rs.ended.Load() {
+		return false
+	}
+	rs.drain()
+	return true
+}
+
+func (rs *runState) drain() {
+	d := &rs.drains
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.on.Swap(true) {
+		return
+	}
+	for _, cancel := range d.cancels {
+		cancel(ErrDrained)
+	}
+	if t := rs.p.cfg.drainTimeout; t > 0 {
+		d.timer = rs.p.cfg.clock.AfterFunc(t, func() { rs.cancel(ErrDrainTimeout) })
+	}
+}
+
+// sourceContext returns the context a source's Run gets: ctx, cancelled
+// with ErrDrained when the run drains.
+func (rs *runState) sourceContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	sctx, cancel := context.WithCancelCause(ctx)
+	d := &rs.drains
+	d.mu.Lock()
+	if d.on.Load() {
+		cancel(ErrDrained)
+	}
+	d.cancels = append(d.cancels, cancel)
+	d.mu.Unlock()
+	return sctx, func() { cancel(nil) }
+}
+
+// stopDrain stops the drain's timer at the end of the run.
+func (rs *runState) stopDrain() {
+	d := &rs.drains
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+}
+
+// drained reports whether err ended a source's Run because of a drain: the
+// run drains, its own context is live, and err is the drain's echo (the
+// cause ErrDrained, or the plain cancellation of the source's context), not
+// a failure of the source's own.
+func (rs *runState) drained(err error, sctx context.Context) bool {
+	return err != nil && rs.drains.on.Load() && rs.ctx.Err() == nil && errors.Is(context.Cause(sctx), ErrDrained) &&
+		(errors.Is(err, ErrDrained) || errors.Is(err, context.Canceled))
+}
