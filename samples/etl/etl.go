@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -65,8 +66,11 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 	return p, st, err
 }
 
-// runETL runs the job once and returns its summary.
-func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.Writer) (summary, error) {
+// runETL runs the job once and returns its summary. Once drain is closed
+// (nil: never), the job stops reading rows and lets every row already read
+// reach its outcome; a run that fails or is cancelled still returns the
+// summary of what it did, with the error.
+func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.Writer, drain <-chan struct{}) (summary, error) {
 	if err := os.MkdirAll(filepath.Dir(cfg.db), 0o755); err != nil {
 		return summary{}, err
 	}
@@ -97,21 +101,54 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 
 	start := clock.Now()
 	stopProgress := showProgress(p, clock, cfg, progress)
+	var drained atomic.Bool
+	stopDrain := watchDrain(p, drain, &drained)
 	res, runErr := p.Run(ctx)
+	stopDrain()
 	stopProgress()
 	err = errors.Join(runErr, dlq.Close(), m.stop())
-	if err != nil {
-		return summary{}, err
-	}
-	inTable, err := count(ctx, cfg.db)
-	if err != nil {
-		return summary{}, fmt.Errorf("etl: count rows: %w", err)
+	// Count with a context of its own: after a cancelled run, what the
+	// table holds is still worth saying.
+	inTable, cerr := count(context.WithoutCancel(ctx), cfg.db)
+	if cerr != nil {
+		err = errors.Join(err, fmt.Errorf("etl: count rows: %w", cerr))
 	}
 	return summary{
 		cfg: cfg, res: res, elapsed: clock.Since(start),
 		changed: st.changed.Load(), inTable: inTable,
 		reasons: obs.snapshot(), trips: obs.trips(),
-	}, nil
+		drained: drained.Load(), stopped: runErr,
+	}, err
+}
+
+// watchDrain drains p once drain is closed, and sets drained. A drain
+// asked for before the run started waits for it. It returns a function
+// that stops watching.
+func watchDrain(p *pipeline.Pipeline, drain <-chan struct{}, drained *atomic.Bool) (stop func()) {
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		select {
+		case <-drain:
+		case <-done:
+			return
+		}
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for !p.Drain() {
+			select {
+			case <-tick.C:
+			case <-done:
+				return
+			}
+		}
+		drained.Store(true)
+	}()
+	return func() {
+		close(done)
+		<-ended
+	}
 }
 
 // A reason groups dead letters: the node where they failed and why.

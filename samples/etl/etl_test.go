@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -29,12 +30,13 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // a millisecond each time the job waits on it.
 func runOnFakeClock(t *testing.T, cfg config) summary {
 	t.Helper()
-	return runOnFakeClockWith(t, cfg, &bytes.Buffer{}, nil)
+	return runOnFakeClockWith(t, cfg, &bytes.Buffer{}, nil, nil)
 }
 
-// runOnFakeClockWith is runOnFakeClock writing progress to w and calling
-// paused, if not nil, once, the first time the job waits on the clock.
-func runOnFakeClockWith(t *testing.T, cfg config, w io.Writer, paused func()) summary {
+// runOnFakeClockWith is runOnFakeClock writing progress to w, calling
+// paused, if not nil, once, the first time the job waits on the clock, and
+// draining the job once drain is closed.
+func runOnFakeClockWith(t *testing.T, cfg config, w io.Writer, paused func(), drain <-chan struct{}) summary {
 	t.Helper()
 	clock := clockwork.NewFakeClock()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -45,7 +47,7 @@ func runOnFakeClockWith(t *testing.T, cfg config, w io.Writer, paused func()) su
 	}
 	done := make(chan result, 1)
 	go func() {
-		s, err := runETL(ctx, cfg, clock, w)
+		s, err := runETL(ctx, cfg, clock, w, drain)
 		done <- result{s, err}
 	}()
 	for {
@@ -192,15 +194,15 @@ func dataFailures(byWhy map[string]int) map[string]int {
 func TestFlags(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
-	assert.Equal(t, 0, run(t.Context(), []string{"-help"}, &bytes.Buffer{}, &stderr))
+	assert.Equal(t, 0, run(t.Context(), []string{"-help"}, &bytes.Buffer{}, &stderr, nil))
 	for _, flag := range []string{"-rows", "-fail-rate", "-outage", "-db", "-dlq", "-metrics-addr", "-seed"} {
 		assert.Contains(t, stderr.String(), flag)
 	}
 	stderr.Reset()
-	assert.Equal(t, 2, run(t.Context(), []string{"-fail-rate", "2"}, &bytes.Buffer{}, &stderr))
+	assert.Equal(t, 2, run(t.Context(), []string{"-fail-rate", "2"}, &bytes.Buffer{}, &stderr, nil))
 	assert.Contains(t, stderr.String(), "-fail-rate 2: must be in [0, 1]")
 	stderr.Reset()
-	assert.Equal(t, 2, run(t.Context(), []string{"extra"}, &bytes.Buffer{}, &stderr))
+	assert.Equal(t, 2, run(t.Context(), []string{"extra"}, &bytes.Buffer{}, &stderr, nil))
 	assert.Contains(t, stderr.String(), `unexpected argument "extra"`)
 }
 
@@ -265,7 +267,7 @@ func TestMetricsWhileRunning(t *testing.T) {
 		body, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
 		scraped = string(body)
-	})
+	}, nil)
 	assert.Contains(t, scraped, `sluice_items_in_total{node="parse",pipeline="orders-etl"}`)
 	assert.Contains(t, scraped, `sluice_circuit_state{node="enrich",pipeline="orders-etl"}`)
 	assert.True(t, strings.HasPrefix(out.String(), "metrics on http://127.0.0.1:"))
@@ -278,4 +280,24 @@ func (s summary) byWhy() map[string]int {
 		out[r.why] += r.n
 	}
 	return out
+}
+
+// The first Ctrl-C drains the job: it stops reading rows, every row it read
+// reaches its outcome (loaded or dead-lettered), and the summary says so.
+func TestDrainStopsReadingAndSettlesWhatWasRead(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.rows = 50_000
+	drain := make(chan struct{})
+	out := &lockedBuffer{}
+	s := runOnFakeClockWith(t, cfg, out, func() { close(drain) }, drain)
+	read := s.res.Node("read").Out
+	assert.True(t, s.drained)
+	assert.NoError(t, s.stopped)
+	assert.Less(t, read, int64(cfg.rows), "it stopped reading")
+	assert.Equal(t, read, s.res.Node("validate").Out+s.deadLettered(), "every row read was loaded or dead-lettered")
+	assert.Equal(t, s.res.Node("validate").Out, s.inTable, "and the table holds the loaded ones")
+	var buf bytes.Buffer
+	s.print(&buf)
+	assert.Contains(t, buf.String(), fmt.Sprintf("drained: it stopped reading after %d of 50000 rows", read))
 }

@@ -41,15 +41,29 @@ type config struct {
 	tty         bool          // redraw one progress line instead of printing lines
 }
 
+// main runs the job. The first Ctrl-C drains it: no more rows are read,
+// and every row read reaches its outcome; a second Ctrl-C cancels it at
+// once. Either way a partial summary is printed.
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	interrupts := make(chan os.Signal, 2)
+	signal.Notify(interrupts, os.Interrupt)
+	drain := make(chan struct{})
+	go func() {
+		<-interrupts
+		fmt.Fprintln(os.Stderr, "\netl: draining: the rows read finish; Ctrl-C again to stop at once")
+		close(drain)
+		<-interrupts
+		fmt.Fprintln(os.Stderr, "\netl: stopping")
+		cancel()
+	}()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, drain))
 }
 
 // run runs the command with args and returns its exit status: 0 when the
 // job ran (dead letters included), 1 when it failed, 2 for bad flags.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, drain <-chan struct{}) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -59,12 +73,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg.tty = isTerminal(stdout)
-	sum, err := runETL(ctx, cfg, clockwork.NewRealClock(), stdout)
+	sum, err := runETL(ctx, cfg, clockwork.NewRealClock(), stdout, drain)
+	if sum.res.RunID != "" {
+		sum.print(stdout)
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "etl:", err)
 		return 1
 	}
-	sum.print(stdout)
 	return 0
 }
 

@@ -23,6 +23,8 @@ type summary struct {
 	inTable int64
 	reasons []reasonCount
 	trips   int
+	drained bool  // the run was drained: it stopped reading, and settled what it read
+	stopped error // the run failed or was cancelled: the counts are partial
 }
 
 func (s summary) deadLettered() int64 {
@@ -47,7 +49,14 @@ func (s summary) print(w io.Writer) {
 	if s.elapsed > 0 {
 		rate = float64(read) / s.elapsed.Seconds()
 	}
-	fmt.Fprintf(w, "\nSluice ETL demo: %d rows in %s (%s rows/s), run %s\n\n", read, s.elapsed.Round(10*time.Millisecond), human(rate), s.res.RunID)
+	fmt.Fprintf(w, "\nSluice ETL demo: %d rows in %s (%s rows/s), run %s\n", read, s.elapsed.Round(10*time.Millisecond), human(rate), s.res.RunID)
+	switch {
+	case s.stopped != nil:
+		fmt.Fprintf(w, "  stopped before the end (%v): the counts are partial, and the rows in flight go again next run\n", s.stopped)
+	case s.drained:
+		fmt.Fprintf(w, "  drained: it stopped reading after %d of %d rows, and every row it read reached its outcome\n", read, s.cfg.rows)
+	}
+	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  read\t%d\trows generated\n", read)
 	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.res.Node("validate").Out)
