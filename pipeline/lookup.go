@@ -1,0 +1,192 @@
+package pipeline
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// LookupOptions configure a [Lookup].
+type LookupOptions struct {
+	// Size is how many keys the cache holds; the least recently used goes
+	// first. 0 takes 10 000.
+	Size int
+	// TTL is how long a fetched value is served from the cache, on Clock.
+	// 0 takes 1 minute; errors are never cached.
+	TTL time.Duration
+	// Clock is what TTL is measured on; nil takes the real clock. Give it
+	// the pipeline's clock (pipeline.WithClock) in tests.
+	Clock clockwork.Clock
+}
+
+// A Lookup fetches values by key through a bounded cache with a time to
+// live, and fetches one key once at a time: callers that ask for a key
+// being fetched wait for that fetch instead of starting their own. It is
+// safe for concurrent use; use it from a Map or with [Enrich].
+type Lookup[K comparable, V any] struct {
+	fetch func(context.Context, K) (V, error)
+	size  int
+	ttl   time.Duration
+	clock clockwork.Clock
+
+	mu      sync.Mutex
+	entries map[K]*list.Element // of *lookupEntry[K, V]
+	order   *list.List          // most recently used first
+	flights map[K]*flight[V]
+	stats   LookupStats
+}
+
+// LookupStats count a Lookup's answers.
+type LookupStats struct {
+	Hits    int64 // served from the cache
+	Fetches int64 // calls of the fetch function
+	Shared  int64 // waited for another caller's fetch of the same key
+}
+
+type lookupEntry[K comparable, V any] struct {
+	key     K
+	val     V
+	expires time.Time
+}
+
+type flight[V any] struct {
+	done chan struct{}
+	val  V
+	err  error
+}
+
+// NewLookup returns a Lookup that fetches with fetch. It panics when fetch
+// is nil or an option is negative: a mistake in the program.
+func NewLookup[K comparable, V any](fetch func(context.Context, K) (V, error), o LookupOptions) *Lookup[K, V] {
+	switch {
+	case fetch == nil:
+		panic("sluice: pipeline.NewLookup: fetch is nil")
+	case o.Size < 0:
+		panic(fmt.Sprintf("sluice: pipeline.NewLookup: Size %d is negative", o.Size))
+	case o.TTL < 0:
+		panic(fmt.Sprintf("sluice: pipeline.NewLookup: TTL %s is negative", o.TTL))
+	}
+	if o.Size == 0 {
+		o.Size = 10_000
+	}
+	if o.TTL == 0 {
+		o.TTL = time.Minute
+	}
+	if o.Clock == nil {
+		o.Clock = clockwork.NewRealClock()
+	}
+	return &Lookup[K, V]{fetch: fetch, size: o.Size, ttl: o.TTL, clock: o.Clock,
+		entries: map[K]*list.Element{}, order: list.New(), flights: map[K]*flight[V]{}}
+}
+
+// Get returns the value of key: from the cache while it is fresh, else
+// from the fetch that is under way for key, else from a fetch of its own
+// under ctx. An error is returned as the fetch returned it, and not cached.
+// When the caller whose fetch others wait for is cancelled, each waiter
+// whose own ctx is live fetches again.
+func (l *Lookup[K, V]) Get(ctx context.Context, key K) (V, error) {
+	for {
+		l.mu.Lock()
+		if e, ok := l.entries[key]; ok {
+			ent := e.Value.(*lookupEntry[K, V])
+			if l.clock.Now().Before(ent.expires) {
+				l.order.MoveToFront(e)
+				l.stats.Hits++
+				l.mu.Unlock()
+				return ent.val, nil
+			}
+			l.order.Remove(e)
+			delete(l.entries, key)
+		}
+		if f, ok := l.flights[key]; ok {
+			l.stats.Shared++
+			l.mu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				var zero V
+				return zero, context.Cause(ctx)
+			}
+			if f.err != nil && isCtxErr(f.err) && ctx.Err() == nil {
+				continue // the fetcher was cancelled, not this caller
+			}
+			return f.val, f.err
+		}
+		f := &flight[V]{done: make(chan struct{})}
+		l.flights[key] = f
+		l.stats.Fetches++
+		l.mu.Unlock()
+		f.val, f.err = l.call(ctx, key)
+		l.mu.Lock()
+		delete(l.flights, key)
+		if f.err == nil {
+			l.store(key, f.val)
+		}
+		l.mu.Unlock()
+		close(f.done)
+		return f.val, f.err
+	}
+}
+
+// call calls fetch; a panic becomes an error, so that the waiters are
+// released.
+func (l *Lookup[K, V]) call(ctx context.Context, key K) (v V, err error) {
+	defer recovered(&err)
+	return l.fetch(ctx, key)
+}
+
+func (l *Lookup[K, V]) store(key K, v V) {
+	ent := &lookupEntry[K, V]{key: key, val: v, expires: l.clock.Now().Add(l.ttl)}
+	l.entries[key] = l.order.PushFront(ent)
+	for l.order.Len() > l.size {
+		last := l.order.Back()
+		l.order.Remove(last)
+		delete(l.entries, last.Value.(*lookupEntry[K, V]).key)
+	}
+}
+
+// Stats returns the counts of the Lookup's answers so far.
+func (l *Lookup[K, V]) Stats() LookupStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
+
+// Len returns how many keys the cache holds, fresh or not.
+func (l *Lookup[K, V]) Len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.order.Len()
+}
+
+func isCtxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// Enrich adds a transform that joins each item of in with the value of its
+// key from lookup: join(item, value). A lookup's error is the item's error,
+// for the node's layers (a transient fetch failure is retried, and a
+// retry finds the value cached once a fetch succeeded).
+func Enrich[T any, K comparable, V, Out any](b *Builder, name string, in Stream[T], key func(T) K, lookup *Lookup[K, V], join func(T, V) Out, opts ...NodeOption) Stream[Out] {
+	var f func(context.Context, T) (Out, error)
+	if key != nil && lookup != nil && join != nil {
+		f = func(ctx context.Context, v T) (Out, error) {
+			val, err := lookup.Get(ctx, key(v))
+			if err != nil {
+				var zero Out
+				return zero, err
+			}
+			return join(v, val), nil
+		}
+	}
+	out := Map(b, name, in, f, opts...)
+	if f == nil {
+		b.errs = append(b.errs, &BuildError{Node: name, Err: errors.New("Enrich: key, lookup and join must not be nil")})
+	}
+	return out
+}
