@@ -16,6 +16,7 @@ const (
 	KindMerge                         // Merge
 	KindRoute                         // Route or Split: the node that picks a branch
 	KindBranch                        // one branch of a Route or Split
+	KindAggregate                     // Aggregate: windows of items reduced to a value
 )
 
 var kindNames = [...]string{
@@ -29,6 +30,7 @@ var kindNames = [...]string{
 	KindMerge:     "merge",
 	KindRoute:     "route",
 	KindBranch:    "branch",
+	KindAggregate: "aggregate",
 }
 
 // NodeKinds returns every kind, in the order of their values.
@@ -42,7 +44,7 @@ func NodeKinds() []NodeKind {
 
 // String returns the kind's name in lower case, as used in tables, logs
 // and metric labels: "source", "transform", "sink", "filter", "flatmap",
-// "batch", "unbatch", "merge", "route" or "branch".
+// "batch", "unbatch", "merge", "route", "branch" or "aggregate".
 func (k NodeKind) String() string {
 	if k > 0 && int(k) < len(kindNames) {
 		return kindNames[k]

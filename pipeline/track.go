@@ -27,6 +27,7 @@ type tracker struct {
 	ho      *handOffState      // root only: nil unless its item can be handed off
 	parents []*tracker         // group only: by position in the batch, nil for an untracked item
 	blamed  atomic.Bool        // root only: the item failed the run (its outcome then is Rejected)
+	window  bool               // group only: of an Aggregate window, whose value is not its items
 	reg     *registry
 }
 
@@ -148,7 +149,7 @@ func group[T any](items []envelope[T]) *tracker {
 // on with its own tracker adds a part to it first, and releases tr once
 // every item was handed on.
 func (tr *tracker) ungroup(n int) []*tracker {
-	if tr == nil || tr.parents == nil || len(tr.parents) != n {
+	if tr == nil || tr.parents == nil || len(tr.parents) != n || tr.window {
 		return nil
 	}
 	return tr.parents
