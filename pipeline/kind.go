@@ -17,6 +17,7 @@ const (
 	KindRoute                         // Route or Split: the node that picks a branch
 	KindBranch                        // one branch of a Route or Split
 	KindAggregate                     // Aggregate: windows of items reduced to a value
+	KindJoin                          // Join: two streams joined by key within a time window
 )
 
 var kindNames = [...]string{
@@ -31,6 +32,7 @@ var kindNames = [...]string{
 	KindRoute:     "route",
 	KindBranch:    "branch",
 	KindAggregate: "aggregate",
+	KindJoin:      "join",
 }
 
 // NodeKinds returns every kind, in the order of their values.
@@ -44,7 +46,7 @@ func NodeKinds() []NodeKind {
 
 // String returns the kind's name in lower case, as used in tables, logs
 // and metric labels: "source", "transform", "sink", "filter", "flatmap",
-// "batch", "unbatch", "merge", "route", "branch" or "aggregate".
+// "batch", "unbatch", "merge", "route", "branch", "aggregate" or "join".
 func (k NodeKind) String() string {
 	if k > 0 && int(k) < len(kindNames) {
 		return kindNames[k]

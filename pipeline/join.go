@@ -1,0 +1,250 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/node"
+)
+
+// either is an item of one of a Join's two inputs.
+type either[L, R any] struct {
+	left bool
+	l    L
+	r    R
+}
+
+// Join adds a node that joins two streams by key within a time window: a
+// left and a right item with equal keys that arrive at the node less than
+// within apart, on the pipeline's clock, are handed on as join(l, r) (an
+// inner join: an item joins every partner in its window, in the order the
+// partners arrived). An item that found no partner within its window is
+// dropped on purpose: a tracked one ends Filtered; one that joined
+// completes when its joins do. At the end of input, items still waiting
+// are dropped the same way.
+//
+// The join reads both inputs through two nodes, "name/left" and
+// "name/right", that tag each item with its side; the node called name
+// holds the items of the window (kind join). key functions run once per
+// item; join once per pair, on one goroutine.
+func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[L], right Stream[R], keyL func(L) K, keyR func(R) K, within time.Duration, join func(L, R) Out, opts ...NodeOption) Stream[Out] {
+	var tagL func(context.Context, L) (either[L, R], error)
+	var tagR func(context.Context, R) (either[L, R], error)
+	if keyL != nil && keyR != nil {
+		tagL = func(_ context.Context, v L) (either[L, R], error) { return either[L, R]{left: true, l: v}, nil }
+		tagR = func(_ context.Context, v R) (either[L, R], error) { return either[L, R]{r: v}, nil }
+	}
+	in := Merge(b, name+"/in", Map(b, name+"/left", left, tagL), Map(b, name+"/right", right, tagR))
+	s := b.add(name, KindJoin, opts, in.s)
+	s.validate = func() []error {
+		errs := parallelRefused(s)
+		if keyL == nil || keyR == nil || join == nil {
+			errs = append(errs, fmt.Errorf("Join: the key functions and join must not be nil"))
+		}
+		if within <= 0 {
+			errs = append(errs, fmt.Errorf("Join window %s: must be positive", within))
+		}
+		return errs
+	}
+	s.newEdge = edgeOf[either[L, R]]
+	s.newRunner = func(nr *nodeRun) runner {
+		n := nr.spec
+		r := newReader(nr.rs.edges[n.id].(edge[either[L, R]]), &n.stats.in)
+		j := &joiner[L, R, K, Out]{nr: nr, in: r, w: newWriter(outEdges[Out](nr), &n.stats.out), keyL: keyL, keyR: keyR,
+			join: join, within: within, clock: nr.rs.p.cfg.clock, lefts: map[K][]*waiting[L]{}, rights: map[K][]*waiting[R]{}}
+		r.idle = j.w.flush
+		return j
+	}
+	return Stream[Out]{b.output(s)}
+}
+
+// waiting is an item of one side that waits for partners.
+type waiting[T any] struct {
+	val     T
+	tr      *tracker
+	expires time.Time
+	joined  int
+}
+
+type joiner[L, R any, K comparable, Out any] struct {
+	nr     *nodeRun
+	in     *reader[either[L, R]]
+	w      *writer[Out]
+	keyL   func(L) K
+	keyR   func(R) K
+	join   func(L, R) Out
+	within time.Duration
+	clock  clockwork.Clock
+	lefts  map[K][]*waiting[L]
+	rights map[K][]*waiting[R]
+	took   bool
+	joins  int64
+}
+
+func (j *joiner[L, R, K, Out]) open(context.Context) error       { return nil }
+func (j *joiner[L, R, K, Out]) close(context.Context) error      { return nil }
+func (j *joiner[L, R, K, Out]) consumed() bool                   { return j.took }
+func (j *joiner[L, R, K, Out]) progress() int64                  { return j.joins }
+func (j *joiner[L, R, K, Out]) restarting()                      {}
+func (j *joiner[L, R, K, Out]) reopens() bool                    { return false }
+func (j *joiner[L, R, K, Out]) finish(ctx context.Context) error { return j.w.close(ctx) }
+
+func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
+	defer j.in.n.flush()
+	defer j.w.out.flush()
+	defer recovered(&err)
+	var timer clockwork.Timer
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		var expired <-chan time.Time
+		if timer != nil {
+			expired = timer.Chan()
+		}
+		env, ok, timedOut, err := j.in.nextOr(ctx, expired)
+		switch {
+		case err != nil:
+			return err
+		case !ok && !timedOut:
+			j.expire(time.Time{}, true)
+			return nil
+		}
+		now := j.clock.Now()
+		j.expire(now, false)
+		if !timedOut {
+			j.took = true
+			if err := j.arrive(ctx, env, now); err != nil {
+				return err
+			}
+		}
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		if next, ok := j.nextExpiry(); ok {
+			timer = j.clock.NewTimer(max(next.Sub(now), 0))
+		}
+	}
+}
+
+// arrive joins env with the partners waiting for it, then lets it wait.
+func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L, R]], now time.Time) error {
+	e := env.val
+	if e.left {
+		k := j.keyL(e.l)
+		me := &waiting[L]{val: e.l, tr: env.tr, expires: now.Add(j.within)}
+		for _, p := range j.rights[k] {
+			if err := j.emit(ctx, e.l, p.val, me.tr, p.tr); err != nil {
+				return err
+			}
+			me.joined++
+			p.joined++
+		}
+		j.lefts[k] = append(j.lefts[k], me)
+		return nil
+	}
+	k := j.keyR(e.r)
+	me := &waiting[R]{val: e.r, tr: env.tr, expires: now.Add(j.within)}
+	for _, p := range j.lefts[k] {
+		if err := j.emit(ctx, p.val, e.r, p.tr, me.tr); err != nil {
+			return err
+		}
+		me.joined++
+		p.joined++
+	}
+	j.rights[k] = append(j.rights[k], me)
+	return nil
+}
+
+// emit hands on one pair; its tracker finishes both items' parts.
+func (j *joiner[L, R, K, Out]) emit(ctx context.Context, l L, r R, lt, rt *tracker) error {
+	var tr *tracker
+	if lt != nil || rt != nil {
+		tr = &tracker{parents: []*tracker{lt, rt}, window: true}
+		tr.refs.Store(1)
+		for _, p := range tr.parents {
+			if p != nil {
+				p.add(1) // one more part: this pair
+			}
+		}
+	}
+	j.joins++
+	return j.w.push(ctx, envelope[Out]{val: j.join(l, r), tr: tr})
+}
+
+// expire lets go of the items whose window ended by now (all of them with
+// all): one that joined ends its own part without an outcome; one that
+// did not is Filtered.
+func (j *joiner[L, R, K, Out]) expire(now time.Time, all bool) {
+	st := j.nr.spec.stats
+	end := func(tr *tracker, joined int) {
+		if joined == 0 {
+			st.filtered.Add(1)
+		}
+		if tr == nil {
+			return
+		}
+		if joined == 0 {
+			tr.finish(node.Filtered)
+		} else {
+			tr.release()
+		}
+	}
+	for k, ws := range j.lefts {
+		kept := ws[:0]
+		for _, w := range ws {
+			if all || !now.Before(w.expires) {
+				end(w.tr, w.joined)
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		if len(kept) == 0 {
+			delete(j.lefts, k)
+		} else {
+			j.lefts[k] = kept
+		}
+	}
+	for k, ws := range j.rights {
+		kept := ws[:0]
+		for _, w := range ws {
+			if all || !now.Before(w.expires) {
+				end(w.tr, w.joined)
+			} else {
+				kept = append(kept, w)
+			}
+		}
+		if len(kept) == 0 {
+			delete(j.rights, k)
+		} else {
+			j.rights[k] = kept
+		}
+	}
+}
+
+// nextExpiry returns when the first waiting item's window ends.
+func (j *joiner[L, R, K, Out]) nextExpiry() (time.Time, bool) {
+	var first time.Time
+	found := false
+	for _, ws := range j.lefts {
+		for _, w := range ws {
+			if !found || w.expires.Before(first) {
+				first, found = w.expires, true
+			}
+		}
+	}
+	for _, ws := range j.rights {
+		for _, w := range ws {
+			if !found || w.expires.Before(first) {
+				first, found = w.expires, true
+			}
+		}
+	}
+	return first, found
+}
