@@ -31,9 +31,20 @@ func WithDrainTimeout(d time.Duration) Option {
 // drainState is a run's drain.
 type drainState struct {
 	on      atomic.Bool
+	ch      chan struct{} // closed by the drain
 	mu      sync.Mutex
 	cancels []context.CancelCauseFunc // of the sources' Run contexts
 	timer   clockwork.Timer
+	stopped bool // the run ended: a drain arms no timer
+}
+
+// errDrainWoke ends a source's restart or retry backoff when the run
+// drains.
+var errDrainWoke = errors.New("pipeline: drained while waiting")
+
+// drainedSource reports whether nr is a source of a run that drains.
+func (nr *nodeRun) drainedSource() bool {
+	return nr.spec.kind == KindSource && nr.rs.drains.on.Load()
 }
 
 // Drain stops the current run's sources from emitting, lets every item
@@ -59,9 +70,10 @@ func (rs *runState) drain() {
 	d := &rs.drains
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.on.Swap(true) {
+	if d.stopped || d.on.Swap(true) {
 		return
 	}
+	close(d.ch)
 	for _, cancel := range d.cancels {
 		cancel(ErrDrained)
 	}
@@ -89,6 +101,7 @@ func (rs *runState) stopDrain() {
 	d := &rs.drains
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.stopped = true
 	if d.timer != nil {
 		d.timer.Stop()
 	}
@@ -99,6 +112,10 @@ func (rs *runState) stopDrain() {
 // cause ErrDrained, or the plain cancellation of the source's context), not
 // a failure of the source's own.
 func (rs *runState) drained(err error, sctx context.Context) bool {
-	return err != nil && rs.drains.on.Load() && rs.ctx.Err() == nil && errors.Is(context.Cause(sctx), ErrDrained) &&
-		(errors.Is(err, ErrDrained) || errors.Is(err, context.Canceled))
+	if err == nil || !rs.drains.on.Load() || rs.ctx.Err() != nil {
+		return false
+	}
+	// Emit may refuse with ErrDrained a moment before the drain cancels
+	// the source's context.
+	return errors.Is(err, ErrDrained) || (errors.Is(err, context.Canceled) && errors.Is(context.Cause(sctx), ErrDrained))
 }

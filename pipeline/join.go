@@ -2,12 +2,14 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // either is an item of one of a Join's two inputs.
@@ -69,6 +71,14 @@ type waiting[T any] struct {
 	joined  int
 }
 
+// queued is a waiting item in the order of arrival, which is the order of
+// expiry: every item waits the same time.
+type queued[K comparable] struct {
+	key     K
+	left    bool
+	expires time.Time
+}
+
 type joiner[L, R any, K comparable, Out any] struct {
 	nr     *nodeRun
 	in     *reader[either[L, R]]
@@ -80,6 +90,7 @@ type joiner[L, R any, K comparable, Out any] struct {
 	clock  clockwork.Clock
 	lefts  map[K][]*waiting[L]
 	rights map[K][]*waiting[R]
+	queue  []queued[K]
 	took   bool
 	joins  int64
 }
@@ -95,13 +106,31 @@ func (j *joiner[L, R, K, Out]) finish(ctx context.Context) error { return j.w.cl
 func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 	defer j.in.n.flush()
 	defer j.w.out.flush()
+	defer func() {
+		// A panic in a key function or join leaves the item it was
+		// placing nowhere: the node fails for good, not restarted.
+		var pe *resilience.PanicError
+		if err != nil && errors.As(err, &pe) {
+			err = &notRestartable{err}
+		}
+	}()
 	defer recovered(&err)
 	var timer clockwork.Timer
+	arm := func(now time.Time) {
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		if len(j.queue) > 0 {
+			timer = j.clock.NewTimer(max(j.queue[0].expires.Sub(now), 0))
+		}
+	}
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
+	arm(j.clock.Now())
 	for {
 		var expired <-chan time.Time
 		if timer != nil {
@@ -115,30 +144,26 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 			j.expire(time.Time{}, true)
 			return nil
 		}
-		now := j.clock.Now()
-		j.expire(now, false)
+		j.expire(j.clock.Now(), false)
 		if !timedOut {
 			j.took = true
-			if err := j.arrive(ctx, env, now); err != nil {
+			if err := j.arrive(ctx, env); err != nil {
 				return err
 			}
 		}
-		if timer != nil {
-			timer.Stop()
-			timer = nil
-		}
-		if next, ok := j.nextExpiry(); ok {
-			timer = j.clock.NewTimer(max(next.Sub(now), 0))
-		}
+		arm(j.clock.Now())
 	}
 }
 
 // arrive joins env with the partners waiting for it, then lets it wait.
-func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L, R]], now time.Time) error {
+func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L, R]]) error {
 	e := env.val
+	now := j.clock.Now()
 	if e.left {
 		k := j.keyL(e.l)
 		me := &waiting[L]{val: e.l, tr: env.tr, expires: now.Add(j.within)}
+		j.lefts[k] = append(j.lefts[k], me)
+		j.queue = append(j.queue, queued[K]{key: k, left: true, expires: me.expires})
 		for _, p := range j.rights[k] {
 			if err := j.emit(ctx, e.l, p.val, me.tr, p.tr); err != nil {
 				return err
@@ -146,11 +171,12 @@ func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L
 			me.joined++
 			p.joined++
 		}
-		j.lefts[k] = append(j.lefts[k], me)
 		return nil
 	}
 	k := j.keyR(e.r)
 	me := &waiting[R]{val: e.r, tr: env.tr, expires: now.Add(j.within)}
+	j.rights[k] = append(j.rights[k], me)
+	j.queue = append(j.queue, queued[K]{key: k, expires: me.expires})
 	for _, p := range j.lefts[k] {
 		if err := j.emit(ctx, p.val, e.r, p.tr, me.tr); err != nil {
 			return err
@@ -158,12 +184,13 @@ func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L
 		me.joined++
 		p.joined++
 	}
-	j.rights[k] = append(j.rights[k], me)
 	return nil
 }
 
-// emit hands on one pair; its tracker finishes both items' parts.
+// emit hands on one pair; its tracker finishes both items' parts. The
+// pair is made before either item gets a part for it.
 func (j *joiner[L, R, K, Out]) emit(ctx context.Context, l L, r R, lt, rt *tracker) error {
+	v := j.join(l, r)
 	var tr *tracker
 	if lt != nil || rt != nil {
 		tr = &tracker{parents: []*tracker{lt, rt}, window: true}
@@ -175,76 +202,46 @@ func (j *joiner[L, R, K, Out]) emit(ctx context.Context, l L, r R, lt, rt *track
 		}
 	}
 	j.joins++
-	return j.w.push(ctx, envelope[Out]{val: j.join(l, r), tr: tr})
+	return j.w.push(ctx, envelope[Out]{val: v, tr: tr})
 }
 
 // expire lets go of the items whose window ended by now (all of them with
-// all): one that joined ends its own part without an outcome; one that
-// did not is Filtered.
+// all), from the front of the queue: one that joined ends its own part
+// without an outcome; one that did not is Filtered.
 func (j *joiner[L, R, K, Out]) expire(now time.Time, all bool) {
-	st := j.nr.spec.stats
-	end := func(tr *tracker, joined int) {
-		if joined == 0 {
-			st.filtered.Add(1)
-		}
-		if tr == nil {
-			return
-		}
-		if joined == 0 {
-			tr.finish(node.Filtered)
-		} else {
-			tr.release()
-		}
-	}
-	for k, ws := range j.lefts {
-		kept := ws[:0]
-		for _, w := range ws {
-			if all || !now.Before(w.expires) {
-				end(w.tr, w.joined)
-			} else {
-				kept = append(kept, w)
+	for len(j.queue) > 0 && (all || !now.Before(j.queue[0].expires)) {
+		q := j.queue[0]
+		j.queue = j.queue[1:]
+		if q.left {
+			j.lefts[q.key] = letGo(j, j.lefts[q.key])
+			if len(j.lefts[q.key]) == 0 {
+				delete(j.lefts, q.key)
 			}
-		}
-		if len(kept) == 0 {
-			delete(j.lefts, k)
 		} else {
-			j.lefts[k] = kept
-		}
-	}
-	for k, ws := range j.rights {
-		kept := ws[:0]
-		for _, w := range ws {
-			if all || !now.Before(w.expires) {
-				end(w.tr, w.joined)
-			} else {
-				kept = append(kept, w)
+			j.rights[q.key] = letGo(j, j.rights[q.key])
+			if len(j.rights[q.key]) == 0 {
+				delete(j.rights, q.key)
 			}
-		}
-		if len(kept) == 0 {
-			delete(j.rights, k)
-		} else {
-			j.rights[k] = kept
 		}
 	}
 }
 
-// nextExpiry returns when the first waiting item's window ends.
-func (j *joiner[L, R, K, Out]) nextExpiry() (time.Time, bool) {
-	var first time.Time
-	found := false
-	for _, ws := range j.lefts {
-		for _, w := range ws {
-			if !found || w.expires.Before(first) {
-				first, found = w.expires, true
-			}
+// letGo ends the first (oldest) item of ws, the one the queue's front
+// names, and returns the rest.
+func letGo[L, R any, K comparable, Out, T any](j *joiner[L, R, K, Out], ws []*waiting[T]) []*waiting[T] {
+	if len(ws) == 0 {
+		return ws
+	}
+	w := ws[0]
+	if w.joined == 0 {
+		j.nr.spec.stats.filtered.Add(1)
+	}
+	if w.tr != nil {
+		if w.joined == 0 {
+			w.tr.finish(node.Filtered)
+		} else {
+			w.tr.release()
 		}
 	}
-	for _, ws := range j.rights {
-		for _, w := range ws {
-			if !found || w.expires.Before(first) {
-				first, found = w.expires, true
-			}
-		}
-	}
-	return first, found
+	return ws[1:]
 }

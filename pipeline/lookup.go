@@ -58,6 +58,9 @@ type flight[V any] struct {
 	done chan struct{}
 	val  V
 	err  error
+	// cancelled: the caller that fetched was cancelled, so its error is
+	// not the key's.
+	cancelled bool
 }
 
 // NewLookup returns a Lookup that fetches with fetch. It panics when fetch
@@ -90,6 +93,7 @@ func NewLookup[K comparable, V any](fetch func(context.Context, K) (V, error), o
 // When the caller whose fetch others wait for is cancelled, each waiter
 // whose own ctx is live fetches again.
 func (l *Lookup[K, V]) Get(ctx context.Context, key K) (V, error) {
+	shared := false
 	for {
 		l.mu.Lock()
 		if e, ok := l.entries[key]; ok {
@@ -104,7 +108,10 @@ func (l *Lookup[K, V]) Get(ctx context.Context, key K) (V, error) {
 			delete(l.entries, key)
 		}
 		if f, ok := l.flights[key]; ok {
-			l.stats.Shared++
+			if !shared {
+				l.stats.Shared++
+				shared = true
+			}
 			l.mu.Unlock()
 			select {
 			case <-f.done:
@@ -112,7 +119,7 @@ func (l *Lookup[K, V]) Get(ctx context.Context, key K) (V, error) {
 				var zero V
 				return zero, context.Cause(ctx)
 			}
-			if f.err != nil && isCtxErr(f.err) && ctx.Err() == nil {
+			if f.cancelled && ctx.Err() == nil {
 				continue // the fetcher was cancelled, not this caller
 			}
 			return f.val, f.err
@@ -121,7 +128,15 @@ func (l *Lookup[K, V]) Get(ctx context.Context, key K) (V, error) {
 		l.flights[key] = f
 		l.stats.Fetches++
 		l.mu.Unlock()
-		f.val, f.err = l.call(ctx, key)
+		l.lead(ctx, key, f)
+		return f.val, f.err
+	}
+}
+
+// lead fetches key for flight f and releases its waiters, however the
+// fetch ends (a runtime.Goexit included).
+func (l *Lookup[K, V]) lead(ctx context.Context, key K, f *flight[V]) {
+	defer func() {
 		l.mu.Lock()
 		delete(l.flights, key)
 		if f.err == nil {
@@ -129,8 +144,10 @@ func (l *Lookup[K, V]) Get(ctx context.Context, key K) (V, error) {
 		}
 		l.mu.Unlock()
 		close(f.done)
-		return f.val, f.err
-	}
+	}()
+	f.err = errors.New("pipeline: Lookup fetch did not return") // until it does
+	f.val, f.err = l.call(ctx, key)
+	f.cancelled = f.err != nil && ctx.Err() != nil
 }
 
 // call calls fetch; a panic becomes an error, so that the waiters are
@@ -162,10 +179,6 @@ func (l *Lookup[K, V]) Len() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.order.Len()
-}
-
-func isCtxErr(err error) bool {
-	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // Enrich adds a transform that joins each item of in with the value of its

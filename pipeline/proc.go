@@ -110,7 +110,11 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 		}
 		edges := outEdges[Out](nr)
 		for range writers {
-			p.writers = append(p.writers, newWriter(edges, &n.stats.out))
+			w := newWriter(edges, &n.stats.out)
+			if n.kind == KindRoute && w.fan != nil {
+				w.fan.route = true
+			}
+			p.writers = append(p.writers, w)
 		}
 		if n.cfg.parallel == 1 {
 			r.idle = p.writers[0].flush

@@ -47,8 +47,12 @@ var ErrNoBranch = fmt.Errorf("pipeline: no such branch")
 // handles (with OnItemFailure = DeadLetter, the item is dead-lettered by
 // the router). pick must be safe for concurrent use under Parallel.
 //
-// A tracked item's done reports the outcome it has on its branch. Items
-// keep their order within a branch (without Parallel on the router).
+// A tracked item's done reports the outcome it has on its branch, as soon
+// as it has it, whatever the other branches do; an item that its branch
+// has not taken when the run stops ends Failed. Items keep their order
+// within a branch (without Parallel on the router). Every branch sees
+// every item and passes on its own, so one branch that stops reading
+// soon stops the router, and so the others.
 //
 // The router is a node named name; branch i is a node named
 // "name[i]", of kind branch, whose In counts every item the router handed
@@ -89,12 +93,10 @@ func Route[T any](b *Builder, name string, in Stream[T], n int, pick func(T) int
 			call := func(_ context.Context, rv routed[T]) (routed[T], error) { return rv, nil }
 			return newProc(nr, nil, call, func(ctx context.Context, w *writer[T], _ *tally, env envelope[routed[T]], rv routed[T]) error {
 				if rv.branch != i {
-					// Another branch's item: this part of it ends without
-					// an outcome, so its done reports its own branch's.
+					// Another branch's item: that branch carries it, and
+					// its tracker, on (the router adds no part for this
+					// copy), so its done reports its own branch's outcome.
 					st.filtered.Add(1)
-					if env.tr != nil {
-						env.tr.release()
-					}
 					return nil
 				}
 				return w.push(ctx, envelope[T]{val: rv.val, tr: env.tr})

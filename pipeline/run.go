@@ -41,6 +41,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, start: p.cfg.clock.Now()}
+	rs.drains.ch = make(chan struct{})
 	_, nop := p.cfg.observer.(observer.Nop)
 	rs.observed = !nop
 	rs.reg = newRegistry(func(src string, err error) {
@@ -202,6 +203,28 @@ func (rs *runState) wait(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// waitOr is wait that also ends, with errDrainWoke, when woke is closed.
+func (rs *runState) waitOr(ctx context.Context, d time.Duration, woke <-chan struct{}) error {
+	select {
+	case <-woke:
+		return errDrainWoke
+	default:
+	}
+	if d <= 0 {
+		return context.Cause(ctx)
+	}
+	t := rs.p.cfg.clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return context.Cause(ctx)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-woke:
+		return errDrainWoke
+	}
+}
+
 // A runner is one node's runtime for one run. The driver in nodeRun calls
 // open, then body until it succeeds or the layers give up, then finish on
 // success, and close for every open that succeeded.
@@ -287,7 +310,13 @@ func (nr *nodeRun) nodeRetry() error {
 				return errors.Join(err, cerr)
 			}
 		}
+		if nr.drainedSource() {
+			return nr.r.finish(nr.ctx)
+		}
 		if err := nr.backoff(resilience.NodeRetry, o.Backoff, retry+1, err, elapsed); err != nil {
+			if errors.Is(err, errDrainWoke) {
+				return nr.r.finish(nr.ctx)
+			}
 			return err
 		}
 	}
@@ -300,6 +329,10 @@ func (nr *nodeRun) nodeRestart() error {
 	rs, n := nr.rs, nr.spec
 	o := n.res.NodeRestart
 	ctx := nr.ctx
+	if nr.drainedSource() {
+		// Drained before it opened: its input ends here.
+		return nr.r.finish(ctx)
+	}
 	if err := nr.open(); err != nil {
 		return err
 	}
@@ -331,6 +364,11 @@ func (nr *nodeRun) nodeRestart() error {
 				}
 				return nr.exhausted(resilience.NodeRestart, restarts+1, err)
 			}
+			if nr.drainedSource() {
+				// A restart would only be drained: the input ends here,
+				// and the broker keeps what was not emitted.
+				return nr.r.finish(ctx)
+			}
 			restarts++
 			reopen := nr.r.reopens()
 			if reopen {
@@ -339,6 +377,9 @@ func (nr *nodeRun) nodeRestart() error {
 				}
 			}
 			if werr := nr.backoff(resilience.NodeRestart, o.Backoff, restarts, err, elapsed); werr != nil {
+				if errors.Is(werr, errDrainWoke) {
+					return nr.r.finish(ctx)
+				}
 				return werr
 			}
 			if !reopen {
@@ -402,6 +443,10 @@ func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry i
 	}
 	n.stats.retry(k)
 	notify(rs, n, observer.Observer.OnRetry, observer.RetryEvent{Event: rs.event(n), Kind: k, Attempt: retry, Delay: d, Err: cause})
+	if n.kind == KindSource {
+		// A drain ends a source's wait: it will not be opened again.
+		return rs.waitOr(nr.ctx, d, rs.drains.ch)
+	}
 	return rs.wait(nr.ctx, d)
 }
 

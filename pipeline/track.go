@@ -101,7 +101,9 @@ func (t *tracker) fire(o node.Outcome) {
 		return
 	}
 	for _, p := range t.parents {
-		p.finish(o)
+		if p != nil { // an untracked item of the batch, window or pair
+			p.finish(o)
+		}
 	}
 }
 

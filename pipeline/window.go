@@ -2,11 +2,14 @@ package pipeline
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // A WindowSpec says how [Aggregate] cuts a key's items into windows:
@@ -95,7 +98,7 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 
 type windowID[K comparable] struct {
 	key   K
-	start int64 // Unix ns of a time window's start; a count window's sequence
+	start int64 // Unix ns of a time window's start; a count window's serial
 }
 
 type openWindow[T any, K comparable, A any] struct {
@@ -115,7 +118,8 @@ type aggregator[T any, K comparable, A any] struct {
 
 	wins    map[windowID[K]]*openWindow[T, K, A]
 	order   []windowID[K] // open windows, in the order they opened
-	seq     map[K]int64   // a count window's sequence, by key
+	seq     map[K]int64   // the serial of a key's open count window
+	serial  int64         // the last count window's serial
 	took    bool
 	emitted int64
 }
@@ -129,17 +133,37 @@ func (a *aggregator[T, K, A]) reopens() bool                    { return false }
 func (a *aggregator[T, K, A]) finish(ctx context.Context) error { return a.w.close(ctx) }
 
 // body adds each item to its windows and hands on the windows that
-// complete; at the end of input it hands on the open ones, Partial.
+// complete; at the end of input it hands on the open ones, Partial. A
+// panic in key, init or add fails the node for good: the item it was
+// placing is then in no window, and a restart would lose it.
 func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 	defer a.in.n.flush()
 	defer a.w.out.flush()
+	defer func() {
+		if err != nil {
+			var pe *resilience.PanicError
+			if errors.As(err, &pe) {
+				err = &notRestartable{err}
+			}
+		}
+	}()
 	defer recovered(&err)
 	var timer clockwork.Timer
+	arm := func() {
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+		if end, ok := a.nextEnd(); ok {
+			timer = a.clock.NewTimer(max(end.Sub(a.clock.Now()), 0))
+		}
+	}
 	defer func() {
 		if timer != nil {
 			timer.Stop()
 		}
 	}()
+	arm() // windows kept open across a restart close on time too
 	for {
 		var expired <-chan time.Time
 		if timer != nil {
@@ -150,33 +174,37 @@ func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 		case err != nil:
 			return err
 		case !ok && !timedOut:
-			return a.flush(ctx, time.Time{}, true)
+			return a.flushAll(ctx)
 		}
 		if !timedOut {
 			a.took = true
-			a.place(env)
+			if id, full := a.place(env); full {
+				if err := a.hand(ctx, id, false); err != nil {
+					return err
+				}
+			}
 		}
-		if err := a.flush(ctx, a.clock.Now(), false); err != nil {
+		if err := a.flushDue(ctx, a.clock.Now()); err != nil {
 			return err
 		}
-		if timer != nil {
-			timer.Stop()
-			timer = nil
-		}
-		if end, ok := a.nextEnd(); ok {
-			timer = a.clock.NewTimer(max(end.Sub(a.clock.Now()), 0))
-		}
+		arm()
 	}
 }
 
 // place adds env to every window its item falls in, opening them as need
-// be. A count window that fills is complete at once.
-func (a *aggregator[T, K, A]) place(env envelope[T]) {
+// be. For a count window, it reports the window and whether it is full.
+func (a *aggregator[T, K, A]) place(env envelope[T]) (windowID[K], bool) {
 	k := a.key(env.val)
 	var ids []windowID[K]
 	var starts []time.Time
 	if a.spec.count > 0 {
-		ids = append(ids, windowID[K]{key: k, start: a.seq[k]})
+		serial, ok := a.seq[k]
+		if !ok {
+			a.serial++
+			serial = a.serial
+			a.seq[k] = serial
+		}
+		ids = append(ids, windowID[K]{key: k, start: serial})
 		starts = append(starts, time.Time{})
 	} else {
 		now := a.clock.Now()
@@ -199,7 +227,20 @@ func (a *aggregator[T, K, A]) place(env envelope[T]) {
 				w.win.End = w.win.Start.Add(a.spec.size)
 			}
 			a.wins[id] = w
-			a.order = append(a.order, id)
+			if a.spec.count > 0 {
+				a.order = append(a.order, id)
+			} else {
+				// Kept in the order of End (ties in the order they
+				// opened): a sliding window of one key can open after a
+				// later-ending one of another.
+				at, _ := slices.BinarySearchFunc(a.order, w.win.End, func(o windowID[K], end time.Time) int {
+					if a.wins[o].win.End.After(end) {
+						return 1
+					}
+					return -1
+				})
+				a.order = slices.Insert(a.order, at, id)
+			}
 		}
 		w.win.Value = a.add(w.win.Value, env.val)
 		w.win.Count++
@@ -209,63 +250,77 @@ func (a *aggregator[T, K, A]) place(env envelope[T]) {
 		}
 		w.items = append(w.items, env)
 	}
+	if a.spec.count > 0 && a.wins[ids[0]].win.Count >= a.spec.count {
+		// The key's next item opens a new window; the key is forgotten
+		// until then, so that keys seen once do not pile up.
+		delete(a.seq, k)
+		return ids[0], true
+	}
+	return windowID[K]{}, false
+}
+
+// hand hands window id on and forgets it.
+func (a *aggregator[T, K, A]) hand(ctx context.Context, id windowID[K], partial bool) error {
+	w := a.wins[id]
+	delete(a.wins, id)
+	switch {
+	case len(a.order) > 0 && a.order[0] == id:
+		a.order = a.order[1:]
+	case len(a.order) > 2*len(a.wins)+16:
+		// A count window completes anywhere in the order: the order
+		// skips the windows handed on, and is compacted now and then.
+		a.order = slices.DeleteFunc(a.order, func(o windowID[K]) bool { return a.wins[o] == nil })
+	}
+	w.win.Partial = partial
+	tr := group(w.items)
+	if tr != nil {
+		tr.window = true
+	}
+	a.emitted++
+	return a.w.push(ctx, envelope[Window[K, A]]{val: w.win, tr: tr})
+}
+
+// flushDue hands on the time windows whose end passed by now: they are at
+// the front of the order, which time windows keep by End.
+func (a *aggregator[T, K, A]) flushDue(ctx context.Context, now time.Time) error {
 	if a.spec.count > 0 {
-		if w := a.wins[ids[0]]; w.win.Count >= a.spec.count {
-			a.seq[k]++
+		return nil
+	}
+	for len(a.order) > 0 {
+		id := a.order[0]
+		if now.Before(a.wins[id].win.End) {
+			return nil
+		}
+		if err := a.hand(ctx, id, false); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
-// complete reports whether window id is complete at now.
-func (a *aggregator[T, K, A]) complete(id windowID[K], w *openWindow[T, K, A], now time.Time) bool {
-	if a.spec.count > 0 {
-		return w.win.Count >= a.spec.count
-	}
-	return !now.Before(w.win.End)
-}
-
-// flush hands on the windows complete at now, in the order they opened;
-// with all, every open window, as Partial when it is not complete.
-func (a *aggregator[T, K, A]) flush(ctx context.Context, now time.Time, all bool) error {
-	kept := a.order[:0]
-	var err error
-	for i, id := range a.order {
+// flushAll hands on every open window at the end of input, Partial unless
+// it is complete.
+func (a *aggregator[T, K, A]) flushAll(ctx context.Context) error {
+	now := a.clock.Now()
+	for len(a.order) > 0 {
+		id := a.order[0]
 		w := a.wins[id]
-		done := all || a.complete(id, w, now)
-		if !done || err != nil {
-			kept = append(kept, id)
+		if w == nil { // handed on already
+			a.order = a.order[1:]
 			continue
 		}
-		if all && !a.complete(id, w, a.clock.Now()) {
-			w.win.Partial = true
-		}
-		delete(a.wins, id)
-		tr := group(w.items)
-		if tr != nil {
-			tr.window = true
-		}
-		a.emitted++
-		if err = a.w.push(ctx, envelope[Window[K, A]]{val: w.win, tr: tr}); err != nil {
-			// The windows not yet handed on stay open; this one is gone
-			// with the run, which is stopping.
-			kept = append(kept, a.order[i+1:]...)
-			break
+		complete := (a.spec.count > 0 && w.win.Count >= a.spec.count) || (a.spec.count == 0 && !now.Before(w.win.End))
+		if err := a.hand(ctx, id, !complete); err != nil {
+			return err
 		}
 	}
-	a.order = kept
-	return err
+	return nil
 }
 
-// nextEnd returns the earliest end of an open time window.
+// nextEnd returns the earliest end of an open time window: the first's.
 func (a *aggregator[T, K, A]) nextEnd() (time.Time, bool) {
 	if a.spec.count > 0 || len(a.order) == 0 {
 		return time.Time{}, false
 	}
-	first := a.wins[a.order[0]].win.End
-	for _, id := range a.order[1:] {
-		if e := a.wins[id].win.End; e.Before(first) {
-			first = e
-		}
-	}
-	return first, true
+	return a.wins[a.order[0]].win.End, true
 }

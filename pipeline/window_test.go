@@ -217,3 +217,32 @@ func TestAggregateBadInput(t *testing.T) {
 		assert.ErrorContains(t, err, want)
 	}
 }
+
+// A panic in add fails the node for good, naming it, even with node
+// restart armed: the item it was placing would be lost by a restart. Every
+// tracked item still ends once.
+func TestAggregatePanicFailsTheRun(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("agg", pipeline.WithResilience(func(o *resilience.Options) {
+		*o = resilience.Options{}
+		o.NodeRestart = resilience.NodeRestartOptions{MaxRestarts: 3, Backoff: resilience.NoBackoff(), MaxReplayWindow: 64}
+	}))
+	src := pipelinetest.NewTrackedSource(ints(20)...)
+	wins := pipeline.Aggregate(b, "sum", pipeline.Source[int](b, "src", src), func(int) int { return 0 }, pipeline.CountWindow(5), zero,
+		func(a, v int) int {
+			if v == 7 {
+				panic("bad add")
+			}
+			return a + v
+		})
+	pipeline.Sink(b, "store", wins, &pipelinetest.Collector[pipeline.Window[int, int]]{})
+	res, err := build(t, b).Run(t.Context())
+	var ne *pipeline.NodeError
+	require.ErrorAs(t, err, &ne)
+	assert.Equal(t, "sum", ne.Node)
+	assert.ErrorContains(t, err, "bad add")
+	assert.Zero(t, res.Node("sum").NodeRestarts, "not restarted")
+	for i, os := range src.Outcomes() {
+		assert.Len(t, os, 1, "item %d ends once", i)
+	}
+}

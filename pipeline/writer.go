@@ -188,6 +188,10 @@ func (w *writer[T]) close(ctx context.Context) error {
 type fanOut[T any] struct {
 	edges []edge[T]
 	owed  [][]envelope[T] // per edge: committed items it has not taken yet
+	// route: every edge gets every item, but only one of them, the item's
+	// branch, carries it on (a Route's router): no part is added for the
+	// others, which drop it without a word.
+	route bool
 }
 
 func newFanOut[T any](edges []edge[T]) *fanOut[T] {
@@ -244,7 +248,7 @@ func (f *fanOut[T]) trySend(items []envelope[T]) (committed, pending bool) {
 // part on every branch, each of which completes on its own.
 func (f *fanOut[T]) commit(items []envelope[T]) {
 	for _, it := range items {
-		if it.tr != nil {
+		if it.tr != nil && !f.route {
 			it.tr.add(len(f.edges) - 1)
 		}
 	}
