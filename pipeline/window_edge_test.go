@@ -24,25 +24,7 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-func rvRestartOnce(o *resilience.Options) {
-	o.NodeRestart = resilience.NodeRestartOptions{MaxRestarts: 1, Backoff: resilience.NoBackoff(), MaxReplayWindow: 64}
-}
-
 func rvNoResilience(o *resilience.Options) { *o = resilience.Options{} }
-
-// waitFor polls cond until it holds or d passes on the real clock. It is
-// only used to show that something does NOT happen.
-func rvWaitFor(d time.Duration, cond func() bool) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	for ctx.Err() == nil {
-		if cond() {
-			return true
-		}
-		runtime.Gosched()
-	}
-	return cond()
-}
 
 // Lookup: waiters fetch again only when the caller whose fetch they wait
 // for was cancelled, not when the fetch returns a context error of its own
