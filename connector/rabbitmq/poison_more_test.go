@@ -52,19 +52,19 @@ func TestPoisonThroughTheRetrySink(t *testing.T) {
 			mem := deadletter.NewMemory(10)
 			runCtx, cancel := context.WithCancel(ctx)
 			defer cancel()
-			b := pipeline.New("poison", pipeline.WithDeadLetter(src.DeadLetter(mem)))
+			// The dead letter's arrival ends the run; if it never came,
+			// the test's deadline would fail Run.
+			stopping := deadletter.Func(func(ctx context.Context, env deadletter.Envelope) error {
+				defer src.Stop()
+				return mem.Write(ctx, env)
+			})
+			b := pipeline.New("poison", pipeline.WithDeadLetter(src.DeadLetter(stopping)))
 			pipeline.Sink(b, "store", pipeline.Source(b, "consume", src), node.SinkFunc[rabbitmq.Message](func(context.Context, rabbitmq.Message) error {
 				t.Error("the poison message was emitted")
 				return nil
 			}))
 			p, err := b.Build()
 			require.NoError(t, err)
-			go func() {
-				for src.Poisoned() == 0 && runCtx.Err() == nil {
-					time.Sleep(10 * time.Millisecond) // poll for the event
-				}
-				src.Stop()
-			}()
 			_, err = p.Run(runCtx)
 			require.NoError(t, err)
 			assert.Equal(t, int64(1), src.Poisoned())
