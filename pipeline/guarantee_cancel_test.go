@@ -493,6 +493,8 @@ func TestSiblingsOfAFailingItemAreNotFailures(t *testing.T) {
 		{"ordered", nil, false},
 		{"unordered", []pipeline.NodeOption{pipeline.Unordered()}, false},
 		{"sink", nil, true},
+		{"keyed", []pipeline.NodeOption{pipeline.Keyed(workers, func(x int) int { return x })}, false},
+		{"keyed-sink", []pipeline.NodeOption{pipeline.Keyed(workers, func(x int) int { return x })}, true},
 	}
 	for _, v := range variants {
 		for _, m := range modes {

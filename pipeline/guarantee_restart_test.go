@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -56,6 +57,9 @@ func TestRestartsDeliverEveryItemOnce(t *testing.T) {
 		{"par-flatmap", []pipeline.NodeOption{pipeline.Parallel(3)}, "flatmap"},
 		{"seq-sink", nil, "sink"},
 		{"par-sink", []pipeline.NodeOption{pipeline.Parallel(3)}, "sink"},
+		{"keyed-transform", []pipeline.NodeOption{pipeline.Keyed(3, mod7)}, "transform"},
+		{"keyed-flatmap", []pipeline.NodeOption{pipeline.Keyed(3, mod7)}, "flatmap"},
+		{"keyed-sink", []pipeline.NodeOption{pipeline.Keyed(3, mod7)}, "sink"},
 		{"batch-flatmap-same-len", nil, "batchflat"},
 	}
 	for _, v := range variants {
@@ -133,9 +137,12 @@ func TestRestartsDeliverEveryItemOnce(t *testing.T) {
 					mu.Lock()
 					sorted := slices.Clone(got)
 					mu.Unlock()
-					ordered := v.name != "par-unordered" && v.name != "par-sink"
+					ordered := v.name != "par-unordered" && v.name != "par-sink" && !strings.HasPrefix(v.name, "keyed")
 					if ordered {
 						assert.Equal(t, ints(items), sorted, "iteration %d: order/once", it)
+					}
+					if strings.HasPrefix(v.name, "keyed") {
+						assertPerKeyOrder(t, sorted, mod7, "iteration %d", it)
 					}
 					slices.Sort(sorted)
 					require.Equal(t, ints(items), sorted, "iteration %d: every item once", it)

@@ -28,6 +28,7 @@ func TestResultsAreHandedOverBeforeARetryWaits(t *testing.T) {
 	}{
 		{"sequential", nil},
 		{"unordered", []pipeline.NodeOption{pipeline.Parallel(2), pipeline.Unordered()}},
+		{"keyed", []pipeline.NodeOption{pipeline.Keyed(2, func(x int) int { return x })}},
 	} {
 		for _, m := range modes {
 			t.Run(fmt.Sprintf("%s/%s", v.name, m.name), func(t *testing.T) {

@@ -15,7 +15,7 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 	s := b.add(name, KindTransform, opts, in.s)
 	nilErr := notNil(isNil(t), "transform is nil")
 	s.validate = func() []error {
-		errs := nilErr()
+		errs := append(nilErr(), keyedCheck[In](s.cfg)...)
 		switch f := s.cfg.fallback.(type) {
 		case nil, func(context.Context, In, error) (Out, error):
 		case error:
@@ -66,7 +66,7 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 // is flushed after its last item when the run succeeds.
 func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...NodeOption) {
 	n := b.add(name, KindSink, opts, in.s)
-	n.validate = notNil(isNil(s), "sink is nil")
+	n.validate = withKeyed[T](n, notNil(isNil(s), "sink is nil"))
 	n.newEdge = edgeOf[T]
 	n.newRunner = func(nr *nodeRun) runner {
 		write := func(ctx context.Context, v T) (struct{}, error) { return struct{}{}, s.Write(ctx, v) }
@@ -108,7 +108,7 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 // under Parallel.
 func Filter[T any](b *Builder, name string, in Stream[T], keep func(T) bool, opts ...NodeOption) Stream[T] {
 	s := b.add(name, KindFilter, opts, in.s)
-	s.validate = notNil(keep == nil, "filter function is nil")
+	s.validate = withKeyed[T](s, notNil(keep == nil, "filter function is nil"))
 	s.newEdge = edgeOf[T]
 	s.newRunner = func(nr *nodeRun) runner {
 		st := nr.spec.stats
@@ -133,7 +133,7 @@ func Filter[T any](b *Builder, name string, in Stream[T], keep func(T) bool, opt
 // whole call: f should not have effects a retry would repeat.
 func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context.Context, In) ([]Out, error), opts ...NodeOption) Stream[Out] {
 	s := b.add(name, KindFlatMap, opts, in.s)
-	s.validate = notNil(f == nil, "flat map function is nil")
+	s.validate = withKeyed[In](s, notNil(f == nil, "flat map function is nil"))
 	s.newEdge = edgeOf[In]
 	s.newRunner = func(nr *nodeRun) runner { return newProc(nr, nil, f, spread[In, Out](nr.spec.stats)) }
 	return Stream[Out]{b.output(s)}
@@ -244,8 +244,14 @@ func notNil(nilValue bool, msg string) func() []error {
 	}
 }
 
+// withKeyed adds the checks of the node's Keyed option to validate; In is
+// the node's input type.
+func withKeyed[In any](s *spec, validate func() []error) func() []error {
+	return func() []error { return append(validate(), keyedCheck[In](s.cfg)...) }
+}
+
 func parallelRefused(s *spec) []error {
-	if s.cfg.parallel > 1 {
+	if s.cfg.parallel > 1 && s.cfg.keyed == nil { // Build names Keyed
 		return []error{errParallelNotSupported}
 	}
 	return nil

@@ -126,8 +126,12 @@ func WithHandOverBatch(n int) Option {
 type NodeOption func(*nodeConfig)
 
 type nodeConfig struct {
-	parallel   int
-	unordered  bool
+	parallel  int
+	unordered bool
+	// keyed is the Keyed option's key function (a laneMaker), or the
+	// error it found; keyedN the workers it asked for.
+	keyed      any
+	keyedN     int
 	buffer     int // -1: the pipeline's
 	resilience []func(*resilience.Options)
 	// fallback is the Fallback function, checked by the node's kind.

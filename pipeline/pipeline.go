@@ -247,7 +247,12 @@ func (b *Builder) Build() (*Pipeline, error) {
 		} else if len(n.output.consumers) == 0 {
 			fail(n.name, errors.New("output stream is consumed by no node: every stream needs a consumer, such as a sink"))
 		}
-		if n.cfg.parallel < 1 {
+		switch {
+		case n.cfg.keyed != nil && n.kind != KindTransform && n.kind != KindSink && n.kind != KindFilter && n.kind != KindFlatMap:
+			fail(n.name, fmt.Errorf("Keyed: only transforms, sinks, filters and flat maps keep per-key order, not a %s", n.kind))
+		case n.cfg.keyed != nil && n.cfg.keyedN < 1:
+			fail(n.name, fmt.Errorf("Keyed(%d): must be at least 1", n.cfg.keyedN))
+		case n.cfg.parallel < 1:
 			fail(n.name, fmt.Errorf("Parallel(%d): must be at least 1", n.cfg.parallel))
 		}
 		if n.cfg.buffer < -1 {

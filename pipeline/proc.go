@@ -105,7 +105,7 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 	p.in = newInbox(r, window)
 	if !p.sink {
 		writers := 1
-		if n.cfg.parallel > 1 && n.cfg.unordered {
+		if n.cfg.parallel > 1 && (n.cfg.unordered || n.cfg.keyed != nil) {
 			writers = n.cfg.parallel
 		}
 		edges := outEdges[Out](nr)
@@ -154,6 +154,8 @@ func (p *proc[In, R, Out]) body(ctx context.Context) error {
 	// failed or cancelled run reports what it did.
 	defer p.flushCounts()
 	switch {
+	case p.nr.spec.cfg.parallel > 1 && p.nr.spec.cfg.keyed != nil:
+		return p.keyed(ctx)
 	case p.nr.spec.cfg.parallel > 1 && (p.nr.spec.cfg.unordered || p.sink):
 		return p.unordered(ctx)
 	case p.nr.spec.cfg.parallel > 1:

@@ -26,7 +26,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		if isNil(src) {
 			errs = append(errs, errors.New("source is nil"))
 		}
-		if s.cfg.parallel > 1 {
+		if s.cfg.parallel > 1 && s.cfg.keyed == nil { // Build names Keyed
 			errs = append(errs, errParallelNotSupported)
 		}
 		if s.cfg.buffer != -1 {

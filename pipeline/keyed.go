@@ -1,0 +1,494 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"runtime/debug"
+	"sync"
+
+	"github.com/sluicehq/sluice/resilience"
+	"golang.org/x/sync/errgroup"
+)
+
+// Keyed runs the node on n workers with per-key order: items whose key
+// (key's result) is the same are handled one at a time, in the order they
+// arrived, and handed downstream in that order; items of other keys go on
+// meanwhile, on the other workers. An item that layer 1 is retrying holds
+// back only the items of its own key: before it waits, its worker hands
+// the rest of its work to the others. A node restart replays each key's
+// unfinished items in their order.
+//
+// Items of different keys leave in no set order. The items waiting inside
+// the node, behind their keys or for a worker, are bounded by the node's
+// buffer (at least 64 per worker): when one key holds that many back, the
+// node stops reading until it moves on.
+//
+// key is called once per item, on one goroutine; it must not block. A
+// panic in key fails that item, which goes to the node's failure action.
+// Keys that are not equal to themselves (a float NaN) share one order.
+//
+// Keyed is for transforms, sinks, filters and flat maps, in place of
+// [Parallel]: giving both is a Build error, as is a key function whose
+// input is not the node's.
+func Keyed[In any, K comparable](n int, key func(In) K) NodeOption {
+	return func(c *nodeConfig) {
+		c.parallel, c.keyedN = n, n
+		if key == nil {
+			c.keyed = errNilKey
+			return
+		}
+		c.keyed = keyFunc[In, K](key)
+	}
+}
+
+var errNilKey = errors.New("Keyed: the key function is nil")
+
+// A keyFunc is the key of a Keyed node; a laneMaker for its input type.
+type keyFunc[In any, K comparable] func(In) K
+
+// A laneMaker makes the table of a Keyed node's keys for one run.
+type laneMaker[In any] interface {
+	lanes() laneMap[In]
+	describe() string
+}
+
+func (f keyFunc[In, K]) lanes() laneMap[In] {
+	return &laneMapOf[In, K]{key: f, m: make(map[K]*lane[In])}
+}
+
+func (f keyFunc[In, K]) describe() string { return reflect.TypeFor[func(In) K]().String() }
+
+// keyedCheck returns the Build errors of a node's Keyed option; In is the
+// node's input type.
+func keyedCheck[In any](c nodeConfig) []error {
+	switch k := c.keyed.(type) {
+	case nil:
+		return nil
+	case error:
+		return []error{k}
+	case laneMaker[In]:
+		var errs []error
+		if c.parallel != c.keyedN {
+			errs = append(errs, fmt.Errorf("Keyed(%d) and Parallel(%d): Keyed sets the workers; leave Parallel out", c.keyedN, c.parallel))
+		}
+		return errs
+	default:
+		var want func(In)
+		return []error{fmt.Errorf("Keyed: the key function takes the node's input, %s, not %s",
+			reflect.TypeOf(want).In(0), k.(interface{ describe() string }).describe())}
+	}
+}
+
+// A lane is the order of one key: its items waiting behind the one being
+// handled. A key has a lane from its first item's arrival until its last
+// item left the node (was handed over, or ended); the lane is held by one
+// item at a time.
+type lane[In any] struct {
+	id   int
+	q    []job[In] // waiting, oldest first from head
+	head int
+}
+
+func (l *lane[In]) pop() (job[In], bool) {
+	if l.head == len(l.q) {
+		return job[In]{}, false
+	}
+	j := l.q[l.head]
+	l.q[l.head] = job[In]{}
+	l.head++
+	if l.head == len(l.q) {
+		l.q, l.head = l.q[:0], 0
+	}
+	return j, true
+}
+
+// A laneMap finds the lane of an item's key. Its methods are called with
+// the keyed run's lock held.
+type laneMap[In any] interface {
+	// find returns the lane of v's key, taking fresh() for a key that has
+	// none; a panic in the key function is returned as err.
+	find(v In, fresh func() *lane[In]) (l *lane[In], made bool, err error)
+	drop(l *lane[In])
+}
+
+type laneMapOf[In any, K comparable] struct {
+	key  func(In) K
+	m    map[K]*lane[In]
+	keys []K       // by lane id
+	nan  *lane[In] // the lane of the keys not equal to themselves
+}
+
+func (t *laneMapOf[In, K]) find(v In, fresh func() *lane[In]) (l *lane[In], made bool, err error) {
+	k, err := t.keyOf(v)
+	if err != nil {
+		return nil, false, err
+	}
+	l, nan, ok, err := t.lookup(k)
+	switch {
+	case err != nil || ok:
+		return l, false, err
+	case nan:
+		if t.nan == nil {
+			t.nan, made = fresh(), true
+		}
+		return t.nan, made, nil
+	}
+	l = fresh()
+	t.m[k] = l
+	for len(t.keys) <= l.id {
+		var zero K
+		t.keys = append(t.keys, zero)
+	}
+	t.keys[l.id] = k
+	return l, true, nil
+}
+
+// keyOf calls the key function under the panic guard.
+func (t *laneMapOf[In, K]) keyOf(v In) (k K, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("Keyed: the key function panicked: %w", &resilience.PanicError{Value: r, Stack: debug.Stack()})
+		}
+	}()
+	return t.key(v), nil
+}
+
+// lookup finds k's lane, or reports that k is not equal to itself (a
+// NaN, never found in a map); a key whose dynamic type cannot be compared
+// (a slice in an interface) is an error.
+func (t *laneMapOf[In, K]) lookup(k K) (l *lane[In], nan, ok bool, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("Keyed: the key %v (%T) cannot be compared: %v", any(k), any(k), r)
+		}
+	}()
+	if k != k {
+		return nil, true, false, nil
+	}
+	l, ok = t.m[k]
+	return l, false, ok, nil
+}
+
+func (t *laneMapOf[In, K]) drop(l *lane[In]) {
+	if l == t.nan {
+		t.nan = nil
+		return
+	}
+	var zero K
+	delete(t.m, t.keys[l.id])
+	t.keys[l.id] = zero
+}
+
+// A kjob is an item of a Keyed node with the lane it holds.
+type kjob[In any] struct {
+	job[In]
+	l *lane[In]
+}
+
+// A keyedRun is the shared state of a Keyed node's body: its dealer reads
+// the input and puts each item behind its key, or, when its key is free,
+// on ready, where the workers take it. A worker that finished an item of a
+// lane takes the lane's next item itself; when there is none, it keeps the
+// lane until its writer handed the item over, so that a later item of the
+// key, taken by another worker, cannot overtake it downstream.
+type keyedRun[In any] struct {
+	mu     sync.Mutex
+	lanes  laneMap[In]
+	free   []*lane[In]
+	nlanes int
+	inside int // items read and not yet ended: waiting, ready or being handled
+	limit  int
+	ended  bool // the input ended
+	closed bool // ready is closed
+	// waiting is set while the dealer waits for inside to fall below
+	// limit; a worker then signals room.
+	waiting bool
+	room    chan struct{}
+	// ready holds the items that hold their lanes and wait for a worker.
+	// Every item in it counts in inside, which never exceeds limit, so
+	// that sending to it never waits.
+	ready chan []kjob[In]
+}
+
+func (k *keyedRun[In]) fresh() *lane[In] {
+	if n := len(k.free); n > 0 {
+		l := k.free[n-1]
+		k.free = k.free[:n-1]
+		return l
+	}
+	l := &lane[In]{id: k.nlanes}
+	k.nlanes++
+	return l
+}
+
+// drop ends a lane whose last item left; mu is held.
+func (k *keyedRun[In]) drop(l *lane[In]) {
+	k.lanes.drop(l)
+	if cap(l.q) > 64 {
+		l.q = nil
+	}
+	if len(k.free) < k.limit {
+		k.free = append(k.free, l)
+	}
+}
+
+// left records that an item ended; mu is held.
+func (k *keyedRun[In]) left() {
+	k.inside--
+	if k.waiting && k.inside < k.limit {
+		k.waiting = false
+		k.room <- struct{}{}
+	}
+	k.closeIfDone()
+}
+
+func (k *keyedRun[In]) closeIfDone() {
+	if k.ended && k.inside == 0 && !k.closed {
+		k.closed = true
+		close(k.ready)
+	}
+}
+
+// keyed runs a Keyed node's body: a dealer and n workers.
+func (p *proc[In, R, Out]) keyed(ctx context.Context) error {
+	// After a restart, what the workers of the failed body gathered goes
+	// first: a replayed item of a key must not overtake it.
+	for _, w := range p.writers {
+		if err := w.flush(ctx); err != nil {
+			return err
+		}
+	}
+	n := p.nr.spec.cfg.parallel
+	limit := max(p.buffer(), n*maxChunk*minDepth)
+	k := &keyedRun[In]{
+		lanes: p.nr.spec.cfg.keyed.(laneMaker[In]).lanes(),
+		limit: limit,
+		room:  make(chan struct{}, 1),
+		ready: make(chan []kjob[In], limit),
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	free := make(chan []kjob[In], limit)
+	g.Go(func() error { return p.keyedDeal(gctx, k, free) })
+	for w := range n {
+		g.Go(func() error { return p.keyedWork(ctx, gctx, k, w, free) })
+	}
+	return g.Wait()
+}
+
+// keyedDeal reads the input and admits each item: behind its key, or on
+// ready when its key is free.
+func (p *proc[In, R, Out]) keyedDeal(ctx context.Context, k *keyedRun[In], free chan []kjob[In]) error {
+	n := p.nr.spec.cfg.parallel
+	var one [1]envelope[In]
+	for {
+		var items []envelope[In]
+		var t ticket
+		if p.in.windowed {
+			env, tk, ok, err := p.in.next(ctx)
+			if err != nil || !ok {
+				return p.keyedEnd(k, err)
+			}
+			one[0], t, items = env, tk, one[:]
+		} else {
+			run, ok, err := p.in.r.nextRun(ctx)
+			if err != nil || !ok {
+				return p.keyedEnd(k, err)
+			}
+			p.in.took = true
+			items = run
+		}
+		size := min(max(len(items)/n, 1), maxChunk)
+		c := take(free)
+		k.mu.Lock()
+		for _, env := range items {
+			for k.inside >= k.limit {
+				k.waiting = true
+				k.mu.Unlock()
+				if len(c) > 0 {
+					k.ready <- c
+					c = take(free)
+				}
+				p.in.r.n.flush()
+				select {
+				case <-k.room:
+				case <-ctx.Done():
+					return context.Cause(ctx)
+				}
+				k.mu.Lock()
+			}
+			l, made, kerr := k.lanes.find(env.val, k.fresh)
+			if kerr != nil {
+				k.mu.Unlock()
+				if err := p.keyFailed(ctx, env, t, kerr); err != nil {
+					return err
+				}
+				k.mu.Lock()
+				continue
+			}
+			k.inside++
+			j := job[In]{env, t}
+			if !made {
+				l.q = append(l.q, j)
+				continue
+			}
+			c = append(c, kjob[In]{j, l})
+			if len(c) == size {
+				k.ready <- c
+				c = take(free)
+			}
+		}
+		k.mu.Unlock()
+		if len(c) > 0 {
+			k.ready <- c
+		} else {
+			give(free, c)
+		}
+	}
+}
+
+// keyedEnd ends the dealer: at the end of input, ready closes once the
+// last item inside ended.
+func (p *proc[In, R, Out]) keyedEnd(k *keyedRun[In], err error) error {
+	if err != nil {
+		return err
+	}
+	k.mu.Lock()
+	k.ended = true
+	k.closeIfDone()
+	k.mu.Unlock()
+	return nil
+}
+
+// keyFailed ends an item whose key could not be computed: it goes to the
+// node's failure action.
+func (p *proc[In, R, Out]) keyFailed(ctx context.Context, env envelope[In], t ticket, kerr error) error {
+	fl := p.nr.failed(ctx, kerr)
+	if err := p.nr.itemFailed(ctx, env.val, env.tr, fl); err != nil {
+		p.in.spent(t, fl)
+		return err
+	}
+	p.in.ack(t)
+	return nil
+}
+
+// A keyedWorker is one worker of a Keyed node.
+type keyedWorker[In, R, Out any] struct {
+	p    *proc[In, R, Out]
+	k    *keyedRun[In]
+	out  *writer[Out]
+	done tally
+	// held are the lanes whose last item this worker handed to its
+	// writer, which has not sent it yet.
+	held []*lane[In]
+	// cur is the chunk the worker is at, i its position in it.
+	cur  []kjob[In]
+	i    int
+	tick uint
+}
+
+func (p *proc[In, R, Out]) keyedWork(ctx, gctx context.Context, k *keyedRun[In], w int, free chan []kjob[In]) error {
+	kw := &keyedWorker[In, R, Out]{p: p, k: k, out: p.writer(w), done: tally{dst: &p.nr.spec.stats.out}}
+	defer kw.done.flush()
+	flush := p.idle(kw.out, &kw.done, false)
+	idle := func(ctx context.Context) error {
+		// Layer 1 is about to wait on the item at cur[i]: only its own
+		// key waits with it.
+		if err := flush(ctx); err != nil {
+			return err
+		}
+		kw.release()
+		if rest := kw.cur[kw.i+1:]; len(rest) > 0 {
+			k.ready <- append([]kjob[In](nil), rest...)
+			clear(rest)
+			kw.cur = kw.cur[:kw.i+1]
+		}
+		return nil
+	}
+	for {
+		if len(kw.held) > 0 || (kw.out != nil && kw.out.pending()) {
+			if err := flush(gctx); err != nil {
+				return err
+			}
+			kw.release()
+		}
+		kw.done.flush()
+		c, ok, err := recv[[]kjob[In], Out](gctx, k.ready, nil)
+		if err != nil || !ok {
+			return err
+		}
+		kw.cur = c
+		for kw.i = 0; kw.i < len(kw.cur); kw.i++ {
+			if err := kw.lane(ctx, gctx, kw.cur[kw.i], idle); err != nil {
+				return err
+			}
+			if len(kw.held) > 0 && !kw.out.pending() {
+				kw.release()
+			}
+		}
+		give(free, kw.cur)
+		kw.cur = nil
+	}
+}
+
+// lane handles kj and then the items of its lane that wait behind it.
+func (kw *keyedWorker[In, R, Out]) lane(ctx, gctx context.Context, kj kjob[In], idle idleFunc) error {
+	p, k := kw.p, kw.k
+	j, l := kj.job, kj.l
+	for {
+		if kw.tick++; kw.tick%stopEvery == 0 {
+			if err := p.stopping(gctx); err != nil {
+				return err
+			}
+		}
+		r, deliver, err := p.handle(gctx, j.env, j.t, idle)
+		if err != nil {
+			return err
+		}
+		if deliver {
+			if err := p.deliver(ctx, kw.out, &kw.done, j.env, r); err != nil { // see ordered
+				return err
+			}
+			p.in.ack(j.t)
+		}
+		k.mu.Lock()
+		next, more := l.pop()
+		if !more {
+			if kw.out == nil || !kw.out.pending() {
+				k.drop(l)
+			} else {
+				kw.held = append(kw.held, l)
+			}
+		}
+		k.left()
+		k.mu.Unlock()
+		if !more {
+			return nil
+		}
+		j = next
+	}
+}
+
+// release gives up the lanes the worker held until its writer sent their
+// items: a lane with items waiting goes back to ready with the first.
+func (kw *keyedWorker[In, R, Out]) release() {
+	if len(kw.held) == 0 {
+		return
+	}
+	var back []kjob[In]
+	kw.k.mu.Lock()
+	for _, l := range kw.held {
+		if j, ok := l.pop(); ok {
+			back = append(back, kjob[In]{j, l})
+		} else {
+			kw.k.drop(l)
+		}
+	}
+	kw.k.mu.Unlock()
+	clear(kw.held)
+	kw.held = kw.held[:0]
+	if len(back) > 0 {
+		kw.k.ready <- back
+	}
+}
