@@ -5,6 +5,8 @@ package bench_test
 
 import (
 	"context"
+	"hash/maphash"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice/node"
@@ -36,6 +38,60 @@ func BenchmarkBatched(b *testing.B) {
 func BenchmarkOrdered2(b *testing.B) {
 	b.Run("impl=handwritten", handOrderedFanOut)
 	b.Run("impl=sluice-parallel2", func(b *testing.B) { runEngine(b, nil, pipeline.Parallel(2)) })
+}
+
+// BenchmarkKeyed2 moves the items over 1 000 keys (i mod 1000) through two
+// workers that keep each key's order: the hand-written baseline is the
+// usual key-partitioned fan-out (each key always on the same worker, by
+// its hash), beside Keyed(2) and, for the speed of plain parallel work,
+// Parallel(2).
+func BenchmarkKeyed2(b *testing.B) {
+	b.Run("impl=handwritten", handKeyedFanOut)
+	b.Run("impl=sluice-parallel2", func(b *testing.B) { runEngine(b, nil, pipeline.Parallel(2)) })
+	b.Run("impl=sluice-keyed2", func(b *testing.B) {
+		runEngine(b, nil, pipeline.Keyed(2, func(x int) int { return x % 1000 }))
+	})
+}
+
+// handKeyedFanOut deals each item to the worker its key hashes to, over
+// channels of 32, and merges the workers' results into one channel: each
+// key's items stay in order, across keys in none.
+func handKeyedFanOut(b *testing.B) {
+	b.ReportAllocs()
+	const workers = 2
+	n := b.N
+	b.ResetTimer()
+	var in [workers]chan int
+	for w := range workers {
+		in[w] = make(chan int, 32)
+	}
+	out := make(chan int, 64)
+	seed := maphash.MakeSeed()
+	go func() {
+		for i := range n {
+			in[maphash.Comparable(seed, i%1000)%workers] <- i
+		}
+		for w := range workers {
+			close(in[w])
+		}
+	}()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for v := range in[w] {
+				out <- v * 2
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	s := 0
+	for v := range out {
+		s += v
+	}
+	sinkSum = s
 }
 
 // handChannels is a source, a transform and a sink written by hand as three

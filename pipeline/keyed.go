@@ -50,12 +50,12 @@ type keyFunc[In any, K comparable] func(In) K
 
 // A laneMaker makes the table of a Keyed node's keys for one run.
 type laneMaker[In any] interface {
-	lanes() laneMap[In]
+	lanes(bound int) laneMap[In]
 	describe() string
 }
 
-func (f keyFunc[In, K]) lanes() laneMap[In] {
-	return &laneMapOf[In, K]{key: f, m: make(map[K]*lane[In])}
+func (f keyFunc[In, K]) lanes(bound int) laneMap[In] {
+	return &laneMapOf[In, K]{key: f, bound: bound, m: make(map[K]*lane[In])}
 }
 
 func (f keyFunc[In, K]) describe() string { return reflect.TypeFor[func(In) K]().String() }
@@ -82,11 +82,12 @@ func keyedCheck[In any](c nodeConfig) []error {
 }
 
 // A lane is the order of one key: its items waiting behind the one being
-// handled. A key has a lane from its first item's arrival until its last
-// item left the node (was handed over, or ended); the lane is held by one
-// item at a time.
+// handled. A lane is busy from the arrival of an item of its key until its
+// last item left the node (was handed over, or ended), and held by one
+// item at a time meanwhile. An idle lane stays in the table, so that a key
+// seen again costs no insertion, until the table grows past its bound.
 type lane[In any] struct {
-	id   int
+	busy bool
 	q    []job[In] // waiting, oldest first from head
 	head int
 }
@@ -107,42 +108,46 @@ func (l *lane[In]) pop() (job[In], bool) {
 // A laneMap finds the lane of an item's key. Its methods are called with
 // the keyed run's lock held.
 type laneMap[In any] interface {
-	// find returns the lane of v's key, taking fresh() for a key that has
-	// none; a panic in the key function is returned as err.
-	find(v In, fresh func() *lane[In]) (l *lane[In], made bool, err error)
-	drop(l *lane[In])
+	// find returns the lane of v's key; free reports that it was idle
+	// (or new), and is busy now. A panic in the key function, or a key
+	// that cannot be compared, is returned as err.
+	find(v In) (l *lane[In], free bool, err error)
+	// idle records that l's last item left.
+	idle(l *lane[In])
 }
 
 type laneMapOf[In any, K comparable] struct {
-	key  func(In) K
-	m    map[K]*lane[In]
-	keys []K       // by lane id
-	nan  *lane[In] // the lane of the keys not equal to themselves
+	key   func(In) K
+	m     map[K]*lane[In]
+	nan   *lane[In] // the lane of the keys not equal to themselves
+	bound int       // the most lanes kept before the idle ones go
+	spare []*lane[In]
 }
 
-func (t *laneMapOf[In, K]) find(v In, fresh func() *lane[In]) (l *lane[In], made bool, err error) {
+func (t *laneMapOf[In, K]) find(v In) (l *lane[In], free bool, err error) {
 	k, err := t.keyOf(v)
 	if err != nil {
 		return nil, false, err
 	}
 	l, nan, ok, err := t.lookup(k)
 	switch {
-	case err != nil || ok:
-		return l, false, err
+	case err != nil:
+		return nil, false, err
 	case nan:
 		if t.nan == nil {
-			t.nan, made = fresh(), true
+			t.nan = t.fresh()
 		}
-		return t.nan, made, nil
+		l = t.nan
+	case !ok:
+		if len(t.m) >= t.bound {
+			t.sweep()
+		}
+		l = t.fresh()
+		t.m[k] = l
 	}
-	l = fresh()
-	t.m[k] = l
-	for len(t.keys) <= l.id {
-		var zero K
-		t.keys = append(t.keys, zero)
-	}
-	t.keys[l.id] = k
-	return l, true, nil
+	free = !l.busy
+	l.busy = true
+	return l, free, nil
 }
 
 // keyOf calls the key function under the panic guard.
@@ -171,14 +176,34 @@ func (t *laneMapOf[In, K]) lookup(k K) (l *lane[In], nan, ok bool, err error) {
 	return l, false, ok, nil
 }
 
-func (t *laneMapOf[In, K]) drop(l *lane[In]) {
-	if l == t.nan {
-		t.nan = nil
-		return
+func (t *laneMapOf[In, K]) fresh() *lane[In] {
+	if n := len(t.spare); n > 0 {
+		l := t.spare[n-1]
+		t.spare = t.spare[:n-1]
+		return l
 	}
-	var zero K
-	delete(t.m, t.keys[l.id])
-	t.keys[l.id] = zero
+	return &lane[In]{}
+}
+
+func (t *laneMapOf[In, K]) idle(l *lane[In]) {
+	l.busy = false
+	if cap(l.q) > 64 {
+		l.q = nil // a burst of one key is not kept
+	}
+}
+
+// sweep drops the idle lanes, keeping a few for new keys: busy lanes are
+// at most the items inside the node, so that at most half the bound is
+// busy and a sweep costs its share of the insertions since the last.
+func (t *laneMapOf[In, K]) sweep() {
+	for k, l := range t.m {
+		if !l.busy {
+			delete(t.m, k)
+			if len(t.spare) < t.bound/2 {
+				t.spare = append(t.spare, l)
+			}
+		}
+	}
 }
 
 // A kjob is an item of a Keyed node with the lane it holds.
@@ -196,8 +221,6 @@ type kjob[In any] struct {
 type keyedRun[In any] struct {
 	mu     sync.Mutex
 	lanes  laneMap[In]
-	free   []*lane[In]
-	nlanes int
 	inside int // items read and not yet ended: waiting, ready or being handled
 	limit  int
 	ended  bool // the input ended
@@ -212,31 +235,12 @@ type keyedRun[In any] struct {
 	ready chan []kjob[In]
 }
 
-func (k *keyedRun[In]) fresh() *lane[In] {
-	if n := len(k.free); n > 0 {
-		l := k.free[n-1]
-		k.free = k.free[:n-1]
-		return l
-	}
-	l := &lane[In]{id: k.nlanes}
-	k.nlanes++
-	return l
-}
-
 // drop ends a lane whose last item left; mu is held.
-func (k *keyedRun[In]) drop(l *lane[In]) {
-	k.lanes.drop(l)
-	if cap(l.q) > 64 {
-		l.q = nil
-	}
-	if len(k.free) < k.limit {
-		k.free = append(k.free, l)
-	}
-}
+func (k *keyedRun[In]) drop(l *lane[In]) { k.lanes.idle(l) }
 
-// left records that an item ended; mu is held.
-func (k *keyedRun[In]) left() {
-	k.inside--
+// wake wakes the dealer when items ended and it waits for room, and closes
+// ready after the last item; mu is held.
+func (k *keyedRun[In]) wake() {
 	if k.waiting && k.inside < k.limit {
 		k.waiting = false
 		k.room <- struct{}{}
@@ -263,11 +267,13 @@ func (p *proc[In, R, Out]) keyed(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
 	limit := max(p.buffer(), n*maxChunk*minDepth)
 	k := &keyedRun[In]{
-		lanes: p.nr.spec.cfg.keyed.(laneMaker[In]).lanes(),
 		limit: limit,
 		room:  make(chan struct{}, 1),
 		ready: make(chan []kjob[In], limit),
 	}
+	// Busy lanes are at most limit: a bound of twice that, and at least
+	// a few thousand keys, keeps a sweep rare.
+	k.lanes = p.nr.spec.cfg.keyed.(laneMaker[In]).lanes(max(2*limit, 4096))
 	g, gctx := errgroup.WithContext(ctx)
 	free := make(chan []kjob[In], limit)
 	g.Go(func() error { return p.keyedDeal(gctx, k, free) })
@@ -318,7 +324,7 @@ func (p *proc[In, R, Out]) keyedDeal(ctx context.Context, k *keyedRun[In], free 
 				}
 				k.mu.Lock()
 			}
-			l, made, kerr := k.lanes.find(env.val, k.fresh)
+			l, made, kerr := k.lanes.find(env.val)
 			if kerr != nil {
 				k.mu.Unlock()
 				if err := p.keyFailed(ctx, env, t, kerr); err != nil {
@@ -373,7 +379,9 @@ func (p *proc[In, R, Out]) keyFailed(ctx context.Context, env envelope[In], t ti
 	return nil
 }
 
-// A keyedWorker is one worker of a Keyed node.
+// A keyedWorker is one worker of a Keyed node. It handles a chunk of items
+// from ready, then, under one lock, ends them: a lane with an item waiting
+// gives it to the worker's next chunk, a lane without keeps its hold.
 type keyedWorker[In, R, Out any] struct {
 	p    *proc[In, R, Out]
 	k    *keyedRun[In]
@@ -382,10 +390,13 @@ type keyedWorker[In, R, Out any] struct {
 	// held are the lanes whose last item this worker handed to its
 	// writer, which has not sent it yet.
 	held []*lane[In]
-	// cur is the chunk the worker is at, i its position in it.
-	cur  []kjob[In]
-	i    int
-	tick uint
+	// cur is the chunk the worker is at, i the item it is handling; the
+	// items before from have ended.
+	cur      []kjob[In]
+	i, from  int
+	next     []kjob[In] // the lanes' waiting items, for after cur
+	tick     uint
+	pushback []kjob[In]
 }
 
 func (p *proc[In, R, Out]) keyedWork(ctx, gctx context.Context, k *keyedRun[In], w int, free chan []kjob[In]) error {
@@ -393,11 +404,12 @@ func (p *proc[In, R, Out]) keyedWork(ctx, gctx context.Context, k *keyedRun[In],
 	defer kw.done.flush()
 	flush := p.idle(kw.out, &kw.done, false)
 	idle := func(ctx context.Context) error {
-		// Layer 1 is about to wait on the item at cur[i]: only its own
-		// key waits with it.
+		// Layer 1 is about to wait on the item at cur[i]: once what the
+		// worker gathered is handed over, only its own key waits with it.
 		if err := flush(ctx); err != nil {
 			return err
 		}
+		kw.end(kw.i, true)
 		kw.release()
 		if rest := kw.cur[kw.i+1:]; len(rest) > 0 {
 			k.ready <- append([]kjob[In](nil), rest...)
@@ -418,56 +430,79 @@ func (p *proc[In, R, Out]) keyedWork(ctx, gctx context.Context, k *keyedRun[In],
 		if err != nil || !ok {
 			return err
 		}
-		kw.cur = c
-		for kw.i = 0; kw.i < len(kw.cur); kw.i++ {
-			if err := kw.lane(ctx, gctx, kw.cur[kw.i], idle); err != nil {
-				return err
+		for len(c) > 0 {
+			kw.cur, kw.from = c, 0
+			for kw.i = 0; kw.i < len(kw.cur); kw.i++ {
+				if err := kw.handle(ctx, gctx, kw.cur[kw.i].job, idle); err != nil {
+					return err
+				}
 			}
+			kw.end(len(kw.cur), false)
+			// The lanes' waiting items are the next chunk; cur's slice
+			// gathers the round after.
+			spent := kw.cur
+			clear(spent)
+			c, kw.next, kw.cur = kw.next, spent[:0], nil
 			if len(kw.held) > 0 && !kw.out.pending() {
 				kw.release()
 			}
 		}
-		give(free, kw.cur)
-		kw.cur = nil
+		if cap(c) > 0 {
+			give(free, c)
+		}
 	}
 }
 
-// lane handles kj and then the items of its lane that wait behind it.
-func (kw *keyedWorker[In, R, Out]) lane(ctx, gctx context.Context, kj kjob[In], idle idleFunc) error {
-	p, k := kw.p, kw.k
-	j, l := kj.job, kj.l
-	for {
-		if kw.tick++; kw.tick%stopEvery == 0 {
-			if err := p.stopping(gctx); err != nil {
-				return err
-			}
-		}
-		r, deliver, err := p.handle(gctx, j.env, j.t, idle)
-		if err != nil {
+// handle takes one item through layer 1 and hands its result over.
+func (kw *keyedWorker[In, R, Out]) handle(ctx, gctx context.Context, j job[In], idle idleFunc) error {
+	p := kw.p
+	if kw.tick++; kw.tick%stopEvery == 0 {
+		if err := p.stopping(gctx); err != nil {
 			return err
 		}
-		if deliver {
-			if err := p.deliver(ctx, kw.out, &kw.done, j.env, r); err != nil { // see ordered
-				return err
-			}
-			p.in.ack(j.t)
-		}
-		k.mu.Lock()
-		next, more := l.pop()
-		if !more {
-			if kw.out == nil || !kw.out.pending() {
-				k.drop(l)
-			} else {
-				kw.held = append(kw.held, l)
-			}
-		}
-		k.left()
-		k.mu.Unlock()
-		if !more {
-			return nil
-		}
-		j = next
 	}
+	r, deliver, err := p.handle(gctx, j.env, j.t, idle)
+	if err != nil {
+		return err
+	}
+	if deliver {
+		if err := p.deliver(ctx, kw.out, &kw.done, j.env, r); err != nil { // see ordered
+			return err
+		}
+		p.in.ack(j.t)
+	}
+	return nil
+}
+
+// end records that the items of cur from kw.from to upto ended. The next
+// item of each of their lanes joins kw.next, or, when the worker is about
+// to wait (away), goes back to ready for another worker: what the worker
+// gathered was handed over first. A lane with no item waiting is held
+// until the worker's writer sent its last item.
+func (kw *keyedWorker[In, R, Out]) end(upto int, away bool) {
+	if kw.from >= upto {
+		return
+	}
+	k := kw.k
+	k.mu.Lock()
+	for _, kj := range kw.cur[kw.from:upto] {
+		l := kj.l
+		k.inside--
+		switch next, ok := l.pop(); {
+		case ok && away:
+			kw.pushback = append(kw.pushback, kjob[In]{next, l})
+		case ok:
+			kw.next = append(kw.next, kjob[In]{next, l})
+		case kw.out == nil || !kw.out.pending():
+			k.drop(l)
+		default:
+			kw.held = append(kw.held, l)
+		}
+	}
+	k.wake()
+	k.mu.Unlock()
+	kw.from = upto
+	kw.sendBack()
 }
 
 // release gives up the lanes the worker held until its writer sent their
@@ -476,11 +511,10 @@ func (kw *keyedWorker[In, R, Out]) release() {
 	if len(kw.held) == 0 {
 		return
 	}
-	var back []kjob[In]
 	kw.k.mu.Lock()
 	for _, l := range kw.held {
 		if j, ok := l.pop(); ok {
-			back = append(back, kjob[In]{j, l})
+			kw.pushback = append(kw.pushback, kjob[In]{j, l})
 		} else {
 			kw.k.drop(l)
 		}
@@ -488,7 +522,14 @@ func (kw *keyedWorker[In, R, Out]) release() {
 	kw.k.mu.Unlock()
 	clear(kw.held)
 	kw.held = kw.held[:0]
-	if len(back) > 0 {
-		kw.k.ready <- back
+	kw.sendBack()
+}
+
+// sendBack puts the items gathered in pushback on ready.
+func (kw *keyedWorker[In, R, Out]) sendBack() {
+	if len(kw.pushback) > 0 {
+		kw.k.ready <- append([]kjob[In](nil), kw.pushback...)
+		clear(kw.pushback)
+		kw.pushback = kw.pushback[:0]
 	}
 }

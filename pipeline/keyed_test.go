@@ -484,3 +484,45 @@ func TestKeyedLaterItemDoesNotOvertakeAGatheredOne(t *testing.T) {
 		assert.Less(t, slices.Index(got, 0), slices.Index(got, 32), "item 32 overtook item 0: %v", got)
 	}
 }
+
+// With more keys than the node keeps lanes for, idle lanes are swept while
+// busy ones keep their order: here every seventh item shares one key and
+// the others each have their own.
+func TestKeyedManyKeys(t *testing.T) {
+	t.Parallel()
+	const n = 30_000
+	key := func(x int) int {
+		if x%7 == 0 {
+			return -1
+		}
+		return x
+	}
+	for _, m := range modes {
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			b := pipeline.New("many", m.opts...)
+			src := pipelinetest.NewTrackedSource(ints(n)...)
+			work := pipeline.Map(b, "work", pipeline.Source[int](b, "src", src), func(_ context.Context, x int) (int, error) {
+				if x%7 == 0 {
+					runtime.Gosched()
+				}
+				return x, nil
+			}, pipeline.Keyed(3, key))
+			var hot []int
+			count := 0
+			pipeline.SinkFunc(b, "sink", work, func(_ context.Context, x int) error {
+				count++
+				if x%7 == 0 {
+					hot = append(hot, x)
+				}
+				return nil
+			})
+			_, err := build(t, b).Run(t.Context())
+			require.NoError(t, err)
+			assert.Equal(t, repeat(node.Delivered, n), once(t, src, n))
+			assert.Equal(t, n, count)
+			assert.True(t, slices.IsSorted(hot), "the shared key keeps its order")
+			assert.Len(t, hot, (n+6)/7)
+		})
+	}
+}
