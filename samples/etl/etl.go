@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -23,9 +24,10 @@ import (
 )
 
 // build returns the job's pipeline and what it loads into.
-func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.Observer) (*pipeline.Pipeline, *store, error) {
+func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.Observer) (*pipeline.Pipeline, *store, *totalsStore, error) {
 	rates := newRateService(clock, cfg.seed, cfg.latency, cfg.failRate, cfg.outageAfter, cfg.outage)
 	st := &store{path: cfg.db}
+	tot := &totalsStore{store: store{path: cfg.db}}
 
 	b := pipeline.New("orders-etl",
 		pipeline.WithClock(clock),
@@ -62,8 +64,19 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 		o.OnItemFailure = resilience.Fail
 		o.NodeRestart.MaxRestarts = 2
 	}))
+	// The valid orders also go to a window per customer that spans the
+	// whole run: each is handed on, marked partial, when the input ends,
+	// and the customers' totals are loaded in batches.
+	totals := pipeline.Aggregate(b, "totals", valid, func(o Order) string { return o.Customer },
+		pipeline.CountWindow(math.MaxInt), func() total { return total{} },
+		func(t total, o Order) total { return total{t.Orders + 1, t.EURCents + o.EURCents} })
+	pipeline.Sink(b, "load-totals", pipeline.Batch(b, "batch-totals", totals, 500, 250*time.Millisecond), tot,
+		pipeline.NodeResilience(func(o *resilience.Options) {
+			o.OnItemFailure = resilience.Fail
+			o.NodeRestart.MaxRestarts = 2
+		}))
 	p, err := b.Build()
-	return p, st, err
+	return p, st, tot, err
 }
 
 // runETL runs the job once and returns its summary. Once drain is closed
@@ -91,7 +104,7 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	if err != nil {
 		return summary{}, errors.Join(err, dlq.Close())
 	}
-	p, st, err := build(cfg, clock, dlq, observer.Multi(obs, m.observer()))
+	p, st, tot, err := build(cfg, clock, dlq, observer.Multi(obs, m.observer()))
 	if err == nil {
 		err = m.observe(p)
 	}
@@ -115,7 +128,7 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	}
 	return summary{
 		cfg: cfg, res: res, elapsed: clock.Since(start),
-		changed: st.changed.Load(), inTable: inTable,
+		changed: st.changed.Load(), inTable: inTable, totals: tot,
 		reasons: obs.snapshot(), trips: obs.trips(),
 		drained: drained.Load(), stopped: runErr,
 	}, err

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"net/http"
@@ -130,6 +131,12 @@ func TestETLEndToEnd(t *testing.T) {
 		}
 	}
 
+	// The per-customer window totals agree with the orders loaded, customer
+	// by customer.
+	assertTotalsMatchOrders(t, cfg.db)
+	customers, top := s.totals.largest()
+	assert.Equal(t, s.res.Node("totals").Out, customers, "one total per customer")
+
 	// The summary says all of it.
 	var out bytes.Buffer
 	s.print(&out)
@@ -137,6 +144,7 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Contains(t, text, "Sluice ETL demo: 3000 rows")
 	assert.Regexp(t, regexp.MustCompile(`dead-lettered\s+`+strconv.FormatInt(s.deadLettered(), 10)), text)
 	assert.Contains(t, text, "go run ./cmd/sluice dlq stats "+cfg.dlq)
+	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(customers, 10)+`\s+customers' order counts and euro totals, in customer_totals \(largest: `+top.Key+`, `), text)
 
 	// A second run on the same database loads nothing twice: it changes
 	// only orders the first run could not load because the service was
@@ -166,6 +174,33 @@ func TestETLEndToEnd(t *testing.T) {
 		all++
 	}
 	assert.Equal(t, int(s.deadLettered()+again.deadLettered()), all)
+}
+
+// assertTotalsMatchOrders checks that customer_totals holds, for every
+// customer, the count and euro sum of the customer's rows in orders.
+func assertTotalsMatchOrders(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	require.NoError(t, err)
+	defer db.Close()
+	query := func(q string) map[string]total {
+		rows, err := db.QueryContext(t.Context(), q)
+		require.NoError(t, err)
+		defer rows.Close()
+		out := map[string]total{}
+		for rows.Next() {
+			var c string
+			var v total
+			require.NoError(t, rows.Scan(&c, &v.Orders, &v.EURCents))
+			out[c] = v
+		}
+		require.NoError(t, rows.Err())
+		return out
+	}
+	want := query("SELECT customer, count(*), sum(eur_cents) FROM orders GROUP BY customer")
+	got := query("SELECT customer, orders, eur_cents FROM customer_totals")
+	require.NotEmpty(t, want)
+	assert.Equal(t, want, got)
 }
 
 // seededFailures are the dead letters that seed 42's 3000 rows cause by

@@ -3,8 +3,10 @@
 // rows) from a fixed seed, parses each row, converts its amount to euro
 // through a simulated exchange-rate service that is slow, fails now and then
 // and goes down for a few seconds, checks business rules, and loads the
-// orders into a SQLite file in batches with upserts. What fails for good
-// lands in a dead-letter file next to the database.
+// orders into a SQLite file in batches with upserts, with each customer's
+// order count and euro total, summed by a window per customer, in a table
+// beside them. What fails for good lands in a dead-letter file next to the
+// database.
 //
 //	go run ./samples/etl            # what make demo runs
 //	go run ./samples/etl -help

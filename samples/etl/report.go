@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -21,6 +22,7 @@ type summary struct {
 	elapsed time.Duration
 	changed int64 // rows inserted or changed by this run
 	inTable int64
+	totals  *totalsStore
 	reasons []reasonCount
 	trips   int
 	drained bool  // the run was drained: it stopped reading, and settled what it read
@@ -61,6 +63,14 @@ func (s summary) print(w io.Writer) {
 	fmt.Fprintf(tw, "  read\t%d\trows generated\n", read)
 	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.res.Node("validate").Out)
 	fmt.Fprintf(tw, "  changed\t%d\trows this run inserted or changed (%d in the table; run again: 0)\n", s.changed, s.inTable)
+	if s.totals != nil {
+		n, top := s.totals.largest()
+		line := "customers' order counts and euro totals, in customer_totals"
+		if n > 0 {
+			line += fmt.Sprintf(" (largest: %s, %d orders, %s EUR)", top.Key, top.Value.Orders, euros(top.Value.EURCents))
+		}
+		fmt.Fprintf(tw, "  totals\t%d\t%s\n", n, line)
+	}
 	fmt.Fprintf(tw, "  dead-lettered\t%d\t\n", s.deadLettered())
 	for _, r := range s.reasons {
 		fmt.Fprintf(tw, "  \t%d\t  %s (%s)\n", r.n, r.why, r.node)
@@ -71,6 +81,15 @@ func (s summary) print(w io.Writer) {
 	tw.Flush()
 	fmt.Fprintf(w, "\nOutputs\n  database      %s\n  dead letters  %s (this run's; earlier runs' are in %s.000001, ...)\n", s.cfg.db, s.cfg.dlq, filepath.Base(s.cfg.dlq))
 	fmt.Fprintf(w, "\nInspect the dead letters:\n  go run ./cmd/sluice dlq stats %s\n  go run ./cmd/sluice dlq ls %s\n", s.cfg.dlq, s.cfg.dlq)
+}
+
+// euros formats cents as euros with a thousands separator: 12,345.67.
+func euros(cents int64) string {
+	whole := strconv.FormatInt(cents/100, 10)
+	for i := len(whole) - 3; i > 0; i -= 3 {
+		whole = whole[:i] + "," + whole[i:]
+	}
+	return fmt.Sprintf("%s.%02d", whole, cents%100)
 }
 
 // showProgress reports the run's progress from p.Stats() every

@@ -4,7 +4,10 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"sync"
 	"sync/atomic"
+
+	"github.com/sluicehq/sluice/pipeline"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 )
@@ -26,6 +29,11 @@ CREATE TABLE IF NOT EXISTS orders (
 	currency  TEXT NOT NULL,
 	eur_cents INTEGER NOT NULL,
 	day       TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS customer_totals (
+	customer  TEXT PRIMARY KEY,
+	orders    INTEGER NOT NULL,
+	eur_cents INTEGER NOT NULL
 )`
 
 const upsert = `
@@ -95,6 +103,62 @@ func (s *store) Write(ctx context.Context, batch []Order) (err error) {
 	}
 	s.changed.Add(changed)
 	return nil
+}
+
+// A total is one customer's orders in a run, as the totals window sums
+// them.
+type total struct {
+	Orders   int64
+	EURCents int64
+}
+
+// A totalsStore writes the customers' totals into the customer_totals
+// table, replacing what an earlier run wrote for the same customer, and
+// keeps the largest for the summary.
+type totalsStore struct {
+	store
+	mu      sync.Mutex
+	written int64
+	top     pipeline.Window[string, total]
+}
+
+// Write upserts one batch of customers' totals in one transaction.
+func (s *totalsStore) Write(ctx context.Context, batch []pipeline.Window[string, total]) (err error) {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("etl: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	for _, w := range batch {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO customer_totals (customer, orders, eur_cents) VALUES (?, ?, ?)
+ON CONFLICT (customer) DO UPDATE SET orders = excluded.orders, eur_cents = excluded.eur_cents`,
+			w.Key, w.Value.Orders, w.Value.EURCents); err != nil {
+			return fmt.Errorf("etl: upsert the total of %s: %w", w.Key, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("etl: commit: %w", err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.written += int64(len(batch))
+	for _, w := range batch {
+		if w.Value.EURCents > s.top.Value.EURCents || (w.Value.EURCents == s.top.Value.EURCents && w.Key < s.top.Key) {
+			s.top = w
+		}
+	}
+	return nil
+}
+
+// largest returns how many totals were written and the largest.
+func (s *totalsStore) largest() (int64, pipeline.Window[string, total]) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.written, s.top
 }
 
 // count returns the number of rows in the table.
