@@ -9,6 +9,7 @@
 package observer
 
 import (
+	"errors"
 	"time"
 
 	"github.com/sluicehq/sluice/resilience"
@@ -45,6 +46,13 @@ type Event struct {
 type NodeEvent struct {
 	Event
 	Err error
+	// Stopped says the node did not fail itself: the run ended for another
+	// reason, which Err holds, and the node stopped with it. StoppedBy
+	// names the node whose failure ended the run; it is empty when the
+	// caller cancelled the run. A node that failed itself, or ended on the
+	// caller's deadline, is not Stopped.
+	Stopped   bool
+	StoppedBy string
 }
 
 // A RetryEvent reports a retry about to wait: Attempt is the 1-based retry
@@ -112,7 +120,8 @@ func (Nop) OnDrop(DropEvent)                     {}
 func (Nop) OnCircuitStateChanged(CircuitEvent)   {}
 
 // Multi returns an Observer that passes every event to each of obs in
-// order. Nil observers are left out.
+// order, and the counters of the pipelines it observes to those of obs
+// that are [StatsUser]s. Nil observers are left out.
 func Multi(obs ...Observer) Observer {
 	m := make(multi, 0, len(obs))
 	for _, o := range obs {
@@ -124,6 +133,20 @@ func Multi(obs ...Observer) Observer {
 }
 
 type multi []Observer
+
+// UseStats passes r to every observer that reads counters; their errors
+// are joined.
+func (m multi) UseStats(r StatsReader) error {
+	var errs []error
+	for _, o := range m {
+		if u, ok := o.(StatsUser); ok {
+			if err := u.UseStats(r); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
 
 func (m multi) OnNodeStarted(e NodeEvent) {
 	for _, o := range m {

@@ -107,7 +107,7 @@ type spec struct {
 
 // add records a node; in are the streams it reads.
 func (b *Builder) add(name string, kind NodeKind, opts []NodeOption, in ...*stream) *spec {
-	s := &spec{id: len(b.nodes), name: name, kind: kind, inputs: in, consumes: kind.consumes(),
+	s := &spec{id: len(b.nodes), name: name, kind: kind, inputs: in, consumes: consumes(kind),
 		cfg: nodeConfig{parallel: 1, buffer: -1}}
 	for i, o := range opts {
 		if o == nil {
@@ -347,7 +347,19 @@ func (b *Builder) Build() (*Pipeline, error) {
 			n.breaker = resilience.NewBreaker(n.name, n.res.CircuitBreaker, cfg.clock, p.circuitChanged(n))
 		}
 	}
+	if u, ok := cfg.observer.(observer.StatsUser); ok {
+		if err := useStats(u, p); err != nil {
+			return nil, &BuildError{Pipeline: b.name, Err: fmt.Errorf("observer: %w", err)}
+		}
+	}
 	return p, nil
+}
+
+// useStats hands p's counters to an observer that reads them, under the
+// panic guard: UseStats is the observer's code.
+func useStats(u observer.StatsUser, p *Pipeline) (err error) {
+	defer recoveredPolicy("UseStats", &err)
+	return u.UseStats(p)
 }
 
 // snapshot returns a copy of the Builder's graph: every spec copied, with
@@ -438,7 +450,7 @@ func (p *Pipeline) Stats() Stats {
 		if live && s.Nodes[i].HasInFlight() {
 			// Stages publish their counts in small tallies, so the
 			// difference can briefly dip below zero: it is an estimate.
-			s.Nodes[i].InFlight = max(0, s.Nodes[i].held()-rs.before[i].held())
+			s.Nodes[i].InFlight = max(0, held(s.Nodes[i])-held(rs.before[i]))
 		}
 	}
 	return s

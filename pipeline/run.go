@@ -114,7 +114,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	res := Result{Pipeline: p.name, RunID: rs.id, Start: rs.start, Duration: p.cfg.clock.Since(rs.start),
 		Nodes: make([]NodeStats, len(p.nodes))}
 	for i, n := range p.nodes {
-		res.Nodes[i] = n.stats.snapshot(n.name, n.kind).minus(before[i])
+		res.Nodes[i] = minus(n.stats.snapshot(n.name, n.kind), before[i])
 		if n.breaker != nil {
 			res.Nodes[i].Circuit = n.breaker.State()
 		}
@@ -279,7 +279,20 @@ func (nr *nodeRun) run() error {
 	if isCancellation(rs.ctx, err) {
 		err = context.Cause(rs.ctx)
 	}
-	notify(rs, n, observer.Observer.OnNodeCompleted, observer.NodeEvent{Event: rs.event(n), Err: err})
+	ev := observer.NodeEvent{Event: rs.event(n), Err: err}
+	var ne *NodeError
+	switch {
+	case err == nil:
+	case errors.As(err, &ne):
+		// The run's cause names the node that failed: the others stopped.
+		ev.Stopped, ev.StoppedBy = ne.Node != n.name, ne.Node
+		if !ev.Stopped {
+			ev.StoppedBy = ""
+		}
+	case errors.Is(err, context.Canceled):
+		ev.Stopped = true
+	}
+	notify(rs, n, observer.Observer.OnNodeCompleted, ev)
 	return err
 }
 

@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -45,66 +46,22 @@ func (c *counters) snapshot(name string, kind NodeKind) NodeStats {
 	}
 }
 
-// NodeStats are the counts of one node.
-//
-// In counts the items the node took in (for a source: none); Out the items
-// it handed downstream (for a sink: the items written). Failed counts items
-// whose processing failed after item retries, whatever happened next;
-// Skipped and DeadLettered count those the failure action dropped or
-// dead-lettered, Filtered those a Filter dropped or a FlatMap or Unbatch
-// turned into nothing. The retry counts are the retries each layer made.
-type NodeStats struct {
-	Node         string
-	Kind         NodeKind
-	In, Out      int64
-	Failed       int64
-	Skipped      int64
-	DeadLettered int64
-	Filtered     int64
-	// Fallbacks counts the items a Fallback rescued: layer 1 gave up on
-	// them, and the fallback's result was handed on (they count in Out).
-	Fallbacks int64
-	// HandedOff counts the items whose retry the source's broker took
-	// over (HandOffSource): they left the node, to come back in a later
-	// delivery.
-	HandedOff    int64
-	ItemRetries  int64
-	NodeRestarts int64
-	NodeRetries  int64
-	// Circuit is the node's breaker state; CircuitClosed when it has none.
-	Circuit resilience.CircuitState
-	// InFlight is, for a node that hands on at most one item per item it
-	// takes in (see HasInFlight), the items it took in during the current
-	// run and has not yet handed on, written, filtered, skipped or
-	// dead-lettered: an estimate, since stages publish their counts every
-	// 64 items and whenever they wait. It is 0 between runs and for other
-	// kinds, and in a Result.
-	InFlight int64
-}
+// NodeStats are the counts of one node; see [observer.NodeStats]. They
+// are defined in package observer, so that plug-ins need not import
+// pipeline.
+type NodeStats = observer.NodeStats
 
-// HasInFlight reports whether InFlight means something for the node's
-// kind: transforms, sinks, filters and merges.
-func (s NodeStats) HasInFlight() bool { return s.Kind.inFlight() }
+// Stats is a snapshot of a pipeline's counters; see [observer.Stats]. The
+// counts add up every run of the Pipeline, as metrics counters do; a run's
+// own counts are in its [Result].
+type Stats = observer.Stats
 
 // held is what the node has taken in and not yet let go of, over every run.
-func (s NodeStats) held() int64 {
+func held(s NodeStats) int64 {
 	return s.In - s.Out - s.Filtered - s.Skipped - s.DeadLettered
 }
 
-// Retries returns the retries of layer k, one of [resilience.RetryKinds].
-func (s NodeStats) Retries(k resilience.RetryKind) int64 {
-	switch k {
-	case resilience.ItemRetry:
-		return s.ItemRetries
-	case resilience.NodeRestart:
-		return s.NodeRestarts
-	case resilience.NodeRetry:
-		return s.NodeRetries
-	}
-	return 0
-}
-
-func (s NodeStats) minus(o NodeStats) NodeStats {
+func minus(s, o NodeStats) NodeStats {
 	s.In -= o.In
 	s.Out -= o.Out
 	s.Failed -= o.Failed
@@ -117,26 +74,6 @@ func (s NodeStats) minus(o NodeStats) NodeStats {
 	s.NodeRestarts -= o.NodeRestarts
 	s.NodeRetries -= o.NodeRetries
 	return s
-}
-
-// Stats is a snapshot of a pipeline's counters. The counts add up every run
-// of the Pipeline, as metrics counters do; a run's own counts are in its
-// [Result].
-type Stats struct {
-	Pipeline string
-	RunID    string // the running or last run; empty before the first
-	Running  bool
-	Nodes    []NodeStats // in the order the nodes were added
-}
-
-// Node returns the stats of the node called name.
-func (s Stats) Node(name string) (NodeStats, bool) {
-	for _, n := range s.Nodes {
-		if n.Node == name {
-			return n, true
-		}
-	}
-	return NodeStats{}, false
 }
 
 // Result is what one run did.

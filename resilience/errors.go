@@ -79,6 +79,10 @@ const (
 	LimitBudget
 )
 
+// Limits returns every Limit, in the order of their values: the values of
+// the limit label of the metrics plug-ins.
+func Limits() []Limit { return []Limit{LimitCount, LimitElapsed, LimitBudget} }
+
 // String returns "count", "elapsed" or "budget".
 func (l Limit) String() string {
 	switch l {

@@ -24,7 +24,6 @@ import (
 	"fmt"
 
 	"github.com/sluicehq/sluice/observer"
-	"github.com/sluicehq/sluice/pipeline"
 )
 
 // An Event names a kind of observer event, as counted in [Counts].
@@ -101,11 +100,6 @@ type Subject struct {
 	// Observer receives the events of every pipeline Run drives. It is
 	// shared by pipelines running at the same time.
 	Observer observer.Observer
-
-	// Attach, if not nil, is called with each pipeline once it is built and
-	// before it runs, for observers that read a pipeline's Stats when they
-	// are scraped. An error fails the test.
-	Attach func(p *pipeline.Pipeline) error
 
 	// Events are the kinds of events Counts reports. Run compares the
 	// counts of these kinds, and only these, with what happened.

@@ -112,9 +112,6 @@ func (sc scenario) run(t *testing.T, s Subject, counter *Counter) {
 	sc.nodes(b)
 	p, err := b.Build()
 	require.NoError(t, err, "observertest: building scenario %s", sc.name)
-	if s.Attach != nil {
-		require.NoError(t, s.Attach(p), "observertest: Subject.Attach")
-	}
 	run := pipelinetest.Start(ctx, p)
 	_, err = pipelinetest.AdvanceUntilDone(ctx, clock, run, sc.step)
 	if !run.Finished() {

@@ -18,7 +18,6 @@ func TestConformance(t *testing.T) {
 	o, reader := newObserver(t)
 	observertest.Run(t, observertest.Subject{
 		Observer: o,
-		Attach:   o.Observe,
 		Events:   []observertest.Event{observertest.Retry, observertest.RetryExhausted, observertest.DeadLetter, observertest.Drop},
 		Counts:   func() (observertest.Counts, error) { return collected(t, reader) },
 	})

@@ -4,7 +4,7 @@
 //
 // An [Observer] is an [observer.Observer] to give to
 // [pipeline.WithObserver]. Per-item counts are observable instruments: a
-// callback reads them with [pipeline.Pipeline.Stats] when the SDK collects,
+// callback reads them through [observer.StatsReader] when the SDK collects,
 // so a pipeline that fails nothing pays nothing per item for being
 // measured. Exhausted retries and the retry delay histogram, which no
 // counter holds, are recorded from events.
@@ -12,8 +12,7 @@
 //	o, err := otel.New(meterProvider)
 //	b := pipeline.New("orders", pipeline.WithObserver(o))
 //	// ... add nodes ...
-//	p, err := b.Build()
-//	err = o.Observe(p)
+//	p, err := b.Build() // the Observer now reads p's counters
 //
 // Instrument names and units are chosen so that the OpenTelemetry
 // Prometheus exporter produces the names of package observer/prometheus:
@@ -34,7 +33,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/sluicehq/sluice/observer"
-	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -65,11 +63,6 @@ const (
 	AttrLimit    = attribute.Key("limit") // what ended a layer's retries: count, elapsed, budget
 )
 
-// defaultDelayBuckets are the bounds, in seconds, of the retry delay
-// histogram: from a millisecond up to the five minutes of the longest
-// pause a breaker allows by default.
-var defaultDelayBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
-
 // An Option configures an Observer.
 type Option func(*config)
 
@@ -86,9 +79,9 @@ func WithDelayBuckets(bounds ...float64) Option {
 }
 
 // An Observer records the metrics of the pipelines it observes. Give it to
-// [pipeline.WithObserver] when building each pipeline, then to
-// [Observer.Observe] with the built pipeline. Several pipelines may share
-// one Observer; their measurements differ by the pipeline attribute.
+// pipeline.WithObserver when building each pipeline: Build hands it the
+// pipeline's counters (see [Observer.UseStats]). Several pipelines may
+// share one Observer; their measurements differ by the pipeline attribute.
 //
 // An Observer is safe for concurrent use. Create one with [New].
 type Observer struct {
@@ -110,7 +103,7 @@ type Observer struct {
 
 // A target is an observed pipeline with the attributes of its nodes.
 type target struct {
-	p     *pipeline.Pipeline
+	r     observer.StatsReader
 	nodes []metric.MeasurementOption   // pipeline, node
 	kinds [][]metric.MeasurementOption // pipeline, node, kind; by node, then RetryKind - 1
 }
@@ -120,13 +113,16 @@ type kindKey struct {
 	kind           resilience.RetryKind
 }
 
-var kinds = resilience.RetryKinds()
+var (
+	kinds  = resilience.RetryKinds()
+	limits = resilience.Limits()
+)
 
 // New returns an Observer whose instruments come from a meter of mp named
 // [ScopeName]. A nil mp is the global MeterProvider. It fails when an
 // instrument or the callback cannot be created.
 func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
-	cfg := config{buckets: defaultDelayBuckets}
+	cfg := config{buckets: observer.DelayBuckets()}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -172,37 +168,40 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// Observe makes the Observer report p's counters at every collection. Call
-// it once the pipeline is built. Observing the same pipeline again does
-// nothing; observing another pipeline of the same name is an error, since
-// their measurements could not be told apart.
-func (o *Observer) Observe(p *pipeline.Pipeline) error {
-	if p == nil {
-		return errors.New("otel: Observe: nil pipeline")
+// UseStats makes the Observer report the counters r reads at every
+// collection; pipeline.Builder.Build calls it with each pipeline built
+// with the Observer. Observing the same pipeline again does nothing;
+// observing another pipeline of the same name is an error, which fails the
+// Build, since their measurements could not be told apart.
+func (o *Observer) UseStats(r observer.StatsReader) error {
+	if r == nil {
+		return errors.New("otel: UseStats: nil reader")
 	}
+	s := r.Stats()
+	name := s.Pipeline
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if t, ok := o.byName[p.Name()]; ok {
-		if t.p == p {
+	if t, ok := o.byName[name]; ok {
+		if t.r == r {
 			return nil
 		}
-		return fmt.Errorf("otel: Observe: a pipeline named %q is already observed", p.Name())
+		return fmt.Errorf("otel: a pipeline named %q is already observed", name)
 	}
-	t := &target{p: p}
-	for _, n := range p.Stats().Nodes {
-		t.nodes = append(t.nodes, metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(p.Name()), AttrNode.String(n.Node))))
+	t := &target{r: r}
+	for _, n := range s.Nodes {
+		t.nodes = append(t.nodes, metric.WithAttributeSet(attribute.NewSet(AttrPipeline.String(name), AttrNode.String(n.Node))))
 		byKind := make([]metric.MeasurementOption, len(kinds))
 		for i, k := range kinds {
-			byKind[i] = o.attrs(p.Name(), n.Node, k)
+			byKind[i] = o.attrs(name, n.Node, k)
 			// Exhaustion counters start at zero, as the Prometheus ones do.
 			for _, l := range limits {
-				o.exhausted.Add(context.Background(), 0, o.limitAttrs(p.Name(), n.Node, k, l))
+				o.exhausted.Add(context.Background(), 0, o.limitAttrs(name, n.Node, k, l))
 			}
 		}
 		t.kinds = append(t.kinds, byKind)
 	}
 	o.targets = append(o.targets, t)
-	o.byName[p.Name()] = t
+	o.byName[name] = t
 	return nil
 }
 
@@ -216,8 +215,6 @@ func (o *Observer) Close() error {
 }
 
 // attrs returns the attributes of a measurement about layer k of a node.
-// limits are the values of the limit attribute of RetriesExhausted.
-var limits = []resilience.Limit{resilience.LimitCount, resilience.LimitElapsed, resilience.LimitBudget}
 
 // limitAttrs returns the attributes of an exhaustion: attrs' and the limit.
 func (o *Observer) limitAttrs(pl, node string, k resilience.RetryKind, l resilience.Limit) metric.MeasurementOption {
@@ -251,7 +248,7 @@ func (o *Observer) observe(_ context.Context, ob metric.Observer) error {
 	ts := slices.Clone(o.targets)
 	o.mu.RUnlock()
 	for _, t := range ts {
-		s := t.p.Stats()
+		s := t.r.Stats()
 		for i, n := range s.Nodes {
 			at := t.nodes[i]
 			ob.ObserveInt64(o.in, n.In, at)
@@ -300,4 +297,4 @@ func (o *Observer) OnDrop(observer.DropEvent) {}
 // OnCircuitStateChanged does nothing: the state is read at collection time.
 func (o *Observer) OnCircuitStateChanged(observer.CircuitEvent) {}
 
-var _ observer.Observer = (*Observer)(nil)
+var _ observer.StatsUser = (*Observer)(nil)

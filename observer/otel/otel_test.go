@@ -166,7 +166,6 @@ func TestCollectAfterAScriptedRun(t *testing.T) {
 	o, reader := newObserver(t)
 	clock := clockwork.NewFakeClock()
 	p := scripted(t, clock, o)
-	require.NoError(t, o.Observe(p))
 
 	run := pipelinetest.Start(t.Context(), p)
 	_, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second)
@@ -231,12 +230,14 @@ func TestObserveAndClose(t *testing.T) {
 		return p
 	}
 	p := build()
-	require.NoError(t, o.Observe(p))
-	assert.NoError(t, o.Observe(p), "observing the same pipeline again does nothing")
-	assert.EqualError(t, o.Observe(build()), `otel: Observe: a pipeline named "twice" is already observed`)
-	assert.EqualError(t, o.Observe(nil), "otel: Observe: nil pipeline")
+	assert.NoError(t, o.UseStats(p), "observing the same pipeline again does nothing")
+	b := pipeline.New("twice", pipeline.WithObserver(o))
+	pipeline.Sink(b, "sink", pipeline.Source(b, "src", pipelinetest.NewSliceSource(1, 2)), &pipelinetest.Collector[int]{})
+	_, err := b.Build()
+	assert.EqualError(t, err, `pipeline "twice": observer: otel: a pipeline named "twice" is already observed`)
+	assert.EqualError(t, o.UseStats(nil), "otel: UseStats: nil reader")
 
-	_, err := p.Run(t.Context())
+	_, err = p.Run(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, 2.0, flat(collect(t, reader))["sluice.items.out{twice/src}"])
 	require.NoError(t, o.Close())

@@ -22,7 +22,6 @@ func TestConformance(t *testing.T) {
 	require.NoError(t, reg.Register(c))
 	observertest.Run(t, observertest.Subject{
 		Observer: c,
-		Attach:   c.Observe,
 		Events:   []observertest.Event{observertest.Retry, observertest.RetryExhausted, observertest.DeadLetter, observertest.Drop},
 		Counts:   func() (observertest.Counts, error) { return scraped(reg) },
 	})

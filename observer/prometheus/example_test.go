@@ -23,11 +23,8 @@ func Example() {
 	hello := pipeline.Transform(b, "hello", names, node.TransformFunc[string, string](
 		func(_ context.Context, name string) (string, error) { return "hello " + name, nil }))
 	pipeline.Sink(b, "print", hello, &pipelinetest.Collector[string]{})
-	p, err := b.Build()
+	p, err := b.Build() // Build hands c the pipeline's counters
 	if err != nil {
-		panic(err)
-	}
-	if err := c.Observe(p); err != nil {
 		panic(err)
 	}
 	reg := promclient.NewRegistry()

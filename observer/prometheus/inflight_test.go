@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	promclient "github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -85,7 +87,6 @@ func TestItemsInFlightCountsTheCurrentRunOnly(t *testing.T) {
 	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 	p, err := b.Build()
 	require.NoError(t, err)
-	require.NoError(t, c.Observe(p))
 	reg := promclient.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 
@@ -127,19 +128,28 @@ func TestItemsInFlightCountsTheCurrentRunOnly(t *testing.T) {
 	assert.Zero(t, v)
 }
 
-func TestObserve(t *testing.T) {
+// Build hands the Collector the pipeline's counters, also through Multi;
+// a second pipeline of the same name fails its Build, naming the clash.
+func TestBuildHandsOverStats(t *testing.T) {
 	t.Parallel()
-	build := func() *pipeline.Pipeline {
-		b := pipeline.New("twice")
-		pipeline.Sink(b, "sink", pipeline.Source(b, "src", pipelinetest.NewSliceSource(1)), &pipelinetest.Collector[int]{})
-		p, err := b.Build()
-		require.NoError(t, err)
-		return p
-	}
 	c := prometheus.New()
-	p := build()
-	require.NoError(t, c.Observe(p))
-	assert.NoError(t, c.Observe(p), "observing the same pipeline again does nothing")
-	assert.EqualError(t, c.Observe(build()), `prometheus: Observe: a pipeline named "twice" is already observed`)
-	assert.EqualError(t, c.Observe(nil), "prometheus: Observe: nil pipeline")
+	build := func() (*pipeline.Pipeline, error) {
+		b := pipeline.New("twice", pipeline.WithObserver(observer.Multi(observer.Nop{}, c)))
+		pipeline.Sink(b, "sink", pipeline.Source(b, "src", pipelinetest.NewSliceSource(1, 2, 3)), &pipelinetest.Collector[int]{})
+		return b.Build()
+	}
+	p, err := build()
+	require.NoError(t, err)
+	assert.NoError(t, c.UseStats(p), "observing the same pipeline again does nothing")
+	_, err = build()
+	assert.EqualError(t, err, `pipeline "twice": observer: prometheus: a pipeline named "twice" is already observed`)
+	assert.EqualError(t, c.UseStats(nil), "prometheus: UseStats: nil reader")
+
+	_, err = p.Run(t.Context())
+	require.NoError(t, err)
+	reg := promclient.NewRegistry()
+	reg.MustRegister(c)
+	text, err := testutil.GatherAndFormat(reg, expfmt.TypeTextPlain, prometheus.ItemsOut)
+	require.NoError(t, err)
+	assert.Contains(t, string(text), `sluice_items_out_total{node="sink",pipeline="twice"} 3`, "the counters were read without an Observe step")
 }

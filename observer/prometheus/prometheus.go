@@ -6,7 +6,7 @@
 // A [Collector] is both a [prometheus.Collector], to register on any
 // registry, and an [observer.Observer], to give to [pipeline.WithObserver].
 // Per-item counts live in the engine as atomic counters: the Collector reads
-// them with [pipeline.Pipeline.Stats] when it is scraped, so a pipeline that
+// them through [observer.StatsReader] when it is scraped, so a pipeline that
 // fails nothing pays nothing per item for being measured. Only the figures
 // that the counters do not hold (exhausted retries and the retry delay
 // histogram) are taken from events.
@@ -14,8 +14,7 @@
 //	c := prometheus.New()
 //	b := pipeline.New("orders", pipeline.WithObserver(c))
 //	// ... add nodes ...
-//	p, err := b.Build()
-//	err = c.Observe(p)
+//	p, err := b.Build() // the Collector now reads p's counters
 //	registry.MustRegister(c)
 //
 // The metric names, types and labels are listed in docs/observability.md.
@@ -30,7 +29,6 @@ import (
 	promclient "github.com/prometheus/client_golang/prometheus"
 
 	"github.com/sluicehq/sluice/observer"
-	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -50,14 +48,6 @@ const (
 	Fallbacks        = "sluice_fallbacks_total"
 )
 
-// limits are the values of the limit label of RetriesExhausted.
-var limits = []resilience.Limit{resilience.LimitCount, resilience.LimitElapsed, resilience.LimitBudget}
-
-// defaultDelayBuckets are the upper bounds, in seconds, of the retry delay
-// histogram: from a millisecond up to the five minutes of the longest
-// pause a breaker allows by default.
-var defaultDelayBuckets = []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
-
 // An Option configures a Collector.
 type Option func(*config)
 
@@ -67,22 +57,23 @@ type config struct {
 
 // WithDelayBuckets sets the upper bounds, in seconds and strictly
 // increasing, of the buckets of the retry delay histogram. The default is
-// 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60 and 300.
+// [observer.DelayBuckets]: 0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1,
+// 2.5, 5, 10, 30, 60 and 300.
 func WithDelayBuckets(bounds ...float64) Option {
 	return func(c *config) { c.buckets = slices.Clone(bounds) }
 }
 
 // A Collector exports the metrics of the pipelines it observes. Give it to
-// [pipeline.WithObserver] when building each pipeline, then to
-// [Collector.Observe] with the built pipeline, and register it on a
+// pipeline.WithObserver when building each pipeline (Build hands it the
+// pipeline's counters, see [Collector.UseStats]), and register it on a
 // registry. Several pipelines may share one Collector; their series differ
 // by the pipeline label.
 //
 // A Collector is safe for concurrent use. Create one with [New].
 type Collector struct {
 	mu        sync.RWMutex
-	observed  []*pipeline.Pipeline
-	byName    map[string]*pipeline.Pipeline
+	observed  []observer.StatsReader
+	byName    map[string]observer.StatsReader
 	exhausted *promclient.CounterVec
 	delay     *promclient.HistogramVec
 
@@ -91,14 +82,14 @@ type Collector struct {
 
 // New returns a Collector that observes no pipeline yet.
 func New(opts ...Option) *Collector {
-	cfg := config{buckets: defaultDelayBuckets}
+	cfg := config{buckets: observer.DelayBuckets()}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	node := []string{"pipeline", "node"}
 	kind := []string{"pipeline", "node", "kind"}
 	return &Collector{
-		byName: make(map[string]*pipeline.Pipeline),
+		byName: make(map[string]observer.StatsReader),
 		exhausted: promclient.NewCounterVec(promclient.CounterOpts{
 			Name: RetriesExhausted,
 			Help: "Times a resilience layer of a node ran out of retries, by layer (kind) and by what ended them (limit): count, elapsed, budget.",
@@ -122,37 +113,42 @@ func New(opts ...Option) *Collector {
 	}
 }
 
-// Observe makes the Collector report p's counters at every scrape. Call it
-// once the pipeline is built. Observing the same pipeline again does
-// nothing; observing another pipeline of the same name is an error, since
-// their series could not be told apart.
-func (c *Collector) Observe(p *pipeline.Pipeline) error {
-	if p == nil {
-		return errors.New("prometheus: Observe: nil pipeline")
+// UseStats makes the Collector report the counters r reads at every
+// scrape; pipeline.Builder.Build calls it with each pipeline built with
+// the Collector. Observing the same pipeline again does nothing;
+// observing another pipeline of the same name is an error, which fails the
+// Build, since their series could not be told apart.
+func (c *Collector) UseStats(r observer.StatsReader) error {
+	if r == nil {
+		return errors.New("prometheus: UseStats: nil reader")
 	}
+	s := r.Stats()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q, ok := c.byName[p.Name()]; ok {
-		if q == p {
+	if q, ok := c.byName[s.Pipeline]; ok {
+		if q == r {
 			return nil
 		}
-		return fmt.Errorf("prometheus: Observe: a pipeline named %q is already observed", p.Name())
+		return fmt.Errorf("prometheus: a pipeline named %q is already observed", s.Pipeline)
 	}
-	c.observed = append(c.observed, p)
-	c.byName[p.Name()] = p
+	c.observed = append(c.observed, r)
+	c.byName[s.Pipeline] = r
 	// Exhaustion counters start at zero, so that the first exhaustion is
 	// an increase that rate() can see.
-	for _, n := range p.Stats().Nodes {
+	for _, n := range s.Nodes {
 		for _, k := range kinds {
 			for _, l := range limits {
-				c.exhausted.WithLabelValues(p.Name(), n.Node, k.String(), l.String())
+				c.exhausted.WithLabelValues(s.Pipeline, n.Node, k.String(), l.String())
 			}
 		}
 	}
 	return nil
 }
 
-var kinds = resilience.RetryKinds()
+var (
+	kinds  = resilience.RetryKinds()
+	limits = resilience.Limits()
+)
 
 // Describe sends the descriptions of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *promclient.Desc) {
@@ -225,5 +221,5 @@ func (c *Collector) OnCircuitStateChanged(observer.CircuitEvent) {}
 
 var (
 	_ promclient.Collector = (*Collector)(nil)
-	_ observer.Observer    = (*Collector)(nil)
+	_ observer.StatsUser   = (*Collector)(nil)
 )

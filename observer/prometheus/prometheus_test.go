@@ -67,7 +67,6 @@ func TestScrapeAfterAScriptedRun(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	c := prometheus.New()
 	p := scripted(t, clock, c)
-	require.NoError(t, c.Observe(p))
 	reg := promclient.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 
@@ -102,7 +101,6 @@ func TestCircuitStateGauge(t *testing.T) {
 	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 	p, err := b.Build()
 	require.NoError(t, err)
-	require.NoError(t, c.Observe(p))
 	reg := promclient.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	v, _ := gauge(t, reg, prometheus.CircuitState, "call")

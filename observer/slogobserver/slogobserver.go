@@ -17,11 +17,9 @@ package slogobserver
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 
 	"github.com/sluicehq/sluice/observer"
-	"github.com/sluicehq/sluice/pipeline"
 )
 
 // The messages of the records an Observer writes.
@@ -66,22 +64,11 @@ func (o *Observer) OnNodeCompleted(e observer.NodeEvent) {
 	switch {
 	case e.Err == nil:
 		o.log(slog.LevelInfo, MsgNodeCompleted, e.Event)
-	case stopped(e):
+	case e.Stopped:
 		o.log(slog.LevelInfo, MsgNodeStopped, e.Event, slog.Any("error", e.Err))
 	default:
 		o.log(slog.LevelError, MsgNodeFailed, e.Event, slog.Any("error", e.Err))
 	}
-}
-
-// stopped reports whether a node's error only says that the run ended for
-// another reason: the engine completes such a node with the run's cause,
-// which names the node that failed, or with the caller's cancellation.
-func stopped(e observer.NodeEvent) bool {
-	var ne *pipeline.NodeError
-	if errors.As(e.Err, &ne) {
-		return ne.Node != e.Node
-	}
-	return errors.Is(e.Err, context.Canceled)
 }
 
 // OnRetry logs at DEBUG, with kind, attempt, delay and error.

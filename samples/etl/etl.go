@@ -105,9 +105,6 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 		return summary{}, errors.Join(err, dlq.Close())
 	}
 	p, st, tot, err := build(cfg, clock, dlq, observer.Multi(obs, m.observer()))
-	if err == nil {
-		err = m.observe(p)
-	}
 	if err != nil {
 		return summary{}, errors.Join(err, m.stop(), dlq.Close())
 	}

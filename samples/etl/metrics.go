@@ -14,7 +14,6 @@ import (
 
 	"github.com/sluicehq/sluice/observer"
 	sluiceprom "github.com/sluicehq/sluice/observer/prometheus"
-	"github.com/sluicehq/sluice/pipeline"
 )
 
 // metrics serves the job's Prometheus metrics while it runs.
@@ -61,14 +60,6 @@ func (m *metrics) observer() observer.Observer {
 		return nil
 	}
 	return m.c
-}
-
-// observe makes the collector read p's counters at scrape time.
-func (m *metrics) observe(p *pipeline.Pipeline) error {
-	if m == nil {
-		return nil
-	}
-	return m.c.Observe(p)
 }
 
 // stop shuts the server down and waits for it.

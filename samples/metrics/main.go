@@ -112,9 +112,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := collector.Observe(p); err != nil {
-		return err
-	}
 	reg := promclient.NewRegistry()
 	reg.MustRegister(collector, collectors.NewGoCollector())
 

@@ -1,0 +1,187 @@
+package observer
+
+import (
+	"fmt"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// DelayBuckets returns the default upper bounds, in seconds, of the
+// metrics plug-ins' retry delay histograms: from a millisecond up to the
+// five minutes of the longest pause a breaker allows by default.
+func DelayBuckets() []float64 {
+	return []float64{0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+}
+
+// A StatsReader reads the live counters of one pipeline; a
+// *pipeline.Pipeline is one. Reading is lock-free and may happen at any
+// time, during a run or between runs.
+type StatsReader interface {
+	Stats() Stats
+}
+
+// A StatsUser is an Observer that also reads the counters of the pipelines
+// it observes, such as a metrics exporter that reads them when it is
+// scraped. Build hands every pipeline it builds with the observer to
+// UseStats, once, before the pipeline's first event; an error fails the
+// Build. [Multi] passes it on to the observers it holds.
+type StatsUser interface {
+	Observer
+	UseStats(StatsReader) error
+}
+
+// A NodeKind says what a node does: the pipeline function that added it.
+type NodeKind int
+
+const (
+	KindSource    NodeKind = iota + 1 // Source
+	KindTransform                     // Transform
+	KindSink                          // Sink
+	KindFilter                        // Filter
+	KindFlatMap                       // FlatMap
+	KindBatch                         // Batch
+	KindUnbatch                       // Unbatch
+	KindMerge                         // Merge
+	KindRoute                         // Route or Split: the node that picks a branch
+	KindBranch                        // one branch of a Route or Split
+	KindAggregate                     // Aggregate: windows of items reduced to a value
+	KindJoin                          // Join: two streams joined by key within a time window
+)
+
+var kindNames = [...]string{
+	KindSource:    "source",
+	KindTransform: "transform",
+	KindSink:      "sink",
+	KindFilter:    "filter",
+	KindFlatMap:   "flatmap",
+	KindBatch:     "batch",
+	KindUnbatch:   "unbatch",
+	KindMerge:     "merge",
+	KindRoute:     "route",
+	KindBranch:    "branch",
+	KindAggregate: "aggregate",
+	KindJoin:      "join",
+}
+
+// NodeKinds returns every kind, in the order of their values.
+func NodeKinds() []NodeKind {
+	kinds := make([]NodeKind, 0, len(kindNames)-1)
+	for k := KindSource; int(k) < len(kindNames); k++ {
+		kinds = append(kinds, k)
+	}
+	return kinds
+}
+
+// String returns the kind's name in lower case, as used in tables, logs
+// and metric labels: "source", "transform", "sink", "filter", "flatmap",
+// "batch", "unbatch", "merge", "route", "branch", "aggregate" or "join".
+func (k NodeKind) String() string {
+	if k > 0 && int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("NodeKind(%d)", int(k))
+}
+
+// MarshalText returns the kind's name.
+func (k NodeKind) MarshalText() ([]byte, error) {
+	if k > 0 && int(k) < len(kindNames) {
+		return []byte(kindNames[k]), nil
+	}
+	return nil, fmt.Errorf("observer: cannot encode unknown NodeKind(%d)", int(k))
+}
+
+// UnmarshalText parses a name written by MarshalText.
+func (k *NodeKind) UnmarshalText(b []byte) error {
+	for i, name := range kindNames {
+		if i > 0 && name == string(b) {
+			*k = NodeKind(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("observer: unknown node kind %q", b)
+}
+
+// HandsOnOnePerItem reports whether a node of the kind hands on at most
+// one item per item it takes in, so that what it took and has not let go
+// of (NodeStats.InFlight) is a meaningful count.
+func (k NodeKind) HandsOnOnePerItem() bool {
+	switch k {
+	case KindTransform, KindSink, KindFilter, KindMerge, KindRoute, KindBranch:
+		return true
+	}
+	return false
+}
+
+// NodeStats are the counts of one node.
+//
+// In counts the items the node took in (for a source: none); Out the items
+// it handed downstream (for a sink: the items written). Failed counts items
+// whose processing failed after item retries, whatever happened next;
+// Skipped and DeadLettered count those the failure action dropped or
+// dead-lettered, Filtered those a Filter dropped or a FlatMap or Unbatch
+// turned into nothing. The retry counts are the retries each layer made.
+type NodeStats struct {
+	Node         string
+	Kind         NodeKind
+	In, Out      int64
+	Failed       int64
+	Skipped      int64
+	DeadLettered int64
+	Filtered     int64
+	// Fallbacks counts the items a Fallback rescued: layer 1 gave up on
+	// them, and the fallback's result was handed on (they count in Out).
+	Fallbacks int64
+	// HandedOff counts the items whose retry the source's broker took
+	// over (HandOffSource): they left the node, to come back in a later
+	// delivery.
+	HandedOff    int64
+	ItemRetries  int64
+	NodeRestarts int64
+	NodeRetries  int64
+	// Circuit is the node's breaker state; CircuitClosed when it has none.
+	Circuit resilience.CircuitState
+	// InFlight is, for a node that hands on at most one item per item it
+	// takes in (see HasInFlight), the items it took in during the current
+	// run and has not yet handed on, written, filtered, skipped or
+	// dead-lettered: an estimate, since stages publish their counts every
+	// 64 items and whenever they wait. It is 0 between runs and for other
+	// kinds, and in a Result.
+	InFlight int64
+}
+
+// HasInFlight reports whether InFlight means something for the node's
+// kind: transforms, sinks, filters, merges, routes and branches.
+func (s NodeStats) HasInFlight() bool { return s.Kind.HandsOnOnePerItem() }
+
+// Retries returns the retries of layer k, one of [resilience.RetryKinds].
+func (s NodeStats) Retries(k resilience.RetryKind) int64 {
+	switch k {
+	case resilience.ItemRetry:
+		return s.ItemRetries
+	case resilience.NodeRestart:
+		return s.NodeRestarts
+	case resilience.NodeRetry:
+		return s.NodeRetries
+	}
+	return 0
+}
+
+// Stats is a snapshot of a pipeline's counters. The counts add up every run
+// of the Pipeline, as metrics counters do; a run's own counts are in its
+// pipeline's Result.
+type Stats struct {
+	Pipeline string
+	RunID    string // the running or last run; empty before the first
+	Running  bool
+	Nodes    []NodeStats // in the order the nodes were added
+}
+
+// Node returns the stats of the node called name.
+func (s Stats) Node(name string) (NodeStats, bool) {
+	for _, n := range s.Nodes {
+		if n.Node == name {
+			return n, true
+		}
+	}
+	return NodeStats{}, false
+}
