@@ -166,7 +166,6 @@ func scrapedAfterScriptedRun(t *testing.T) (exported, []string) {
 	clock := clockwork.NewFakeClock()
 	c := prometheus.New()
 	p := scripted(t, clock, c)
-	require.NoError(t, c.Observe(p))
 	reg := promclient.NewPedanticRegistry()
 	require.NoError(t, reg.Register(c))
 	run := pipelinetest.Start(t.Context(), p)
