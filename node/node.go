@@ -40,6 +40,14 @@ type Emitter[T any] interface {
 	EmitTracked(ctx context.Context, item T, done func(Outcome)) error
 }
 
+// Sized is implemented by a source that knows how many items it emits in a
+// run, such as a file of known length: progress displays show an ETA.
+// Size is called while the pipeline runs, from other goroutines, and must
+// be quick and safe for concurrent use; a negative size means unknown.
+type Sized interface {
+	Size() int64
+}
+
 // A Transform turns one input item into one output item.
 type Transform[In, Out any] interface {
 	Process(ctx context.Context, in In) (Out, error)

@@ -60,6 +60,9 @@ type NodeEvent struct {
 // included), Err the failure that caused it.
 type RetryEvent struct {
 	Event
+	// Key is the item's correlation key (pipeline.WithKey, or the item's
+	// CorrelationID); empty for a node's own retries and unkeyed items.
+	Key     string
 	Kind    resilience.RetryKind
 	Attempt int
 	Delay   time.Duration
@@ -74,6 +77,7 @@ type RetryEvent struct {
 // counts every call, the first one included.
 type RetryExhaustedEvent struct {
 	Event
+	Key      string // the item's correlation key, as in RetryEvent
 	Kind     resilience.RetryKind
 	Attempts int
 	// Limit is what ended the retries: their count, MaxElapsed or the
@@ -86,6 +90,7 @@ type RetryExhaustedEvent struct {
 // the node that decided; OriginNode is where the item failed.
 type DeadLetterEvent struct {
 	Event
+	Key        string // the item's correlation key, as in RetryEvent
 	OriginNode string
 	Attempts   int
 	Err        error
@@ -95,6 +100,7 @@ type DeadLetterEvent struct {
 // OnItemFailure is Skip.
 type DropEvent struct {
 	Event
+	Key      string // the item's correlation key, as in RetryEvent
 	Attempts int
 	Err      error
 }

@@ -138,6 +138,10 @@ type NodeStats struct {
 	ItemRetries  int64
 	NodeRestarts int64
 	NodeRetries  int64
+	// Size is, for a source that implements node.Sized (Sized set), how
+	// many items it emits in a run: with Out, a progress display's ETA.
+	Size  int64
+	Sized bool
 	// Circuit is the node's breaker state; CircuitClosed when it has none.
 	Circuit resilience.CircuitState
 	// InFlight is, for a node that hands on at most one item per item it

@@ -123,3 +123,25 @@ func TestNodeCompletedSaysWhoStoppedIt(t *testing.T) {
 		assert.Empty(t, e.StoppedBy, e.Node)
 	}
 }
+
+type panickySize struct{ pipelinetest.SliceSource[int] }
+
+func (*panickySize) Size() int64 { panic("no size") }
+
+// A source that knows its size shows it in Stats; one whose Size panics or
+// is negative shows none, and Stats does not panic.
+func TestStatsShowASourcesSize(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("sized")
+	a := pipeline.Source(b, "a", pipelinetest.NewSliceSource(1, 2, 3))
+	c := pipeline.Source[int](b, "c", &panickySize{})
+	pipeline.SinkFunc(b, "sink", pipeline.Merge(b, "m", a, c), func(context.Context, int) error { return nil })
+	p := build(t, b)
+	s, _ := p.Stats().Node("a")
+	assert.True(t, s.Sized)
+	assert.Equal(t, int64(3), s.Size)
+	s, _ = p.Stats().Node("c")
+	assert.False(t, s.Sized)
+	s, _ = p.Stats().Node("sink")
+	assert.False(t, s.Sized, "only sources have a size")
+}

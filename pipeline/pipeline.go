@@ -96,6 +96,8 @@ type spec struct {
 	limiter *limiter
 	// redeliveries is a source's node.Redeliverer, for Plan; nil without.
 	redeliveries func() (int, time.Duration)
+	// size is a source's node.Sized, for Stats; nil without.
+	size func() int64
 
 	// validate reports problems of the node's own settings.
 	validate func() []error
@@ -433,6 +435,18 @@ type Pipeline struct {
 // Name returns the pipeline's name.
 func (p *Pipeline) Name() string { return p.name }
 
+// sourceSize asks a node.Sized source for its size; a panic or a negative
+// size is an unknown size, since Stats is read from any goroutine.
+func sourceSize(size func() int64) (z int64, ok bool) {
+	defer func() {
+		if recover() != nil {
+			z, ok = 0, false
+		}
+	}()
+	z = size()
+	return z, z >= 0
+}
+
 // Stats returns a snapshot of every node's counters. It takes no lock and
 // may be called at any time, also while the pipeline runs.
 func (p *Pipeline) Stats() Stats {
@@ -444,6 +458,11 @@ func (p *Pipeline) Stats() Stats {
 	live := rs != nil && !rs.ended.Load()
 	for i, n := range p.nodes {
 		s.Nodes[i] = n.stats.snapshot(n.name, n.kind)
+		if n.size != nil {
+			if z, ok := sourceSize(n.size); ok {
+				s.Nodes[i].Size, s.Nodes[i].Sized = z, true
+			}
+		}
 		if n.breaker != nil {
 			s.Nodes[i].Circuit = n.breaker.State()
 		}

@@ -17,6 +17,9 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	if r, ok := src.(node.Redeliverer); ok && !isNil(src) {
 		s.redeliveries = r.Redeliveries
 	}
+	if z, ok := src.(node.Sized); ok && !isNil(src) {
+		s.size = z.Size
+	}
 	var handOffAfter func() time.Duration
 	if h, ok := src.(HandOffSource); ok && !isNil(src) {
 		handOffAfter = h.HandOffAfter

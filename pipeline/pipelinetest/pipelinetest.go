@@ -23,6 +23,9 @@ type SliceSource[T any] struct {
 	runs     int
 }
 
+// Size returns how many items a run emits: a SliceSource is a node.Sized.
+func (s *SliceSource[T]) Size() int64 { return int64(len(s.Items)) }
+
 // NewSliceSource returns a source of items.
 func NewSliceSource[T any](items ...T) *SliceSource[T] {
 	return &SliceSource[T]{Items: items}
