@@ -195,7 +195,7 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		if retry >= o.MaxRetries {
 			nr.record(&fl, ctx, err, calls, 0)
 			if retry > 0 {
-				fl.err = nr.exhausted(resilience.ItemRetry, calls, err)
+				fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, err, resilience.LimitCount, keyOf(in, tr))
 			}
 			return zero, fl.out()
 		}
@@ -213,14 +213,14 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			}
 			if now.Add(d).After(started.Add(o.MaxElapsed)) {
 				nr.record(&fl, ctx, err, calls, 0)
-				fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, err, resilience.LimitElapsed)
+				fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, err, resilience.LimitElapsed, keyOf(in, tr))
 				return zero, fl.out()
 			}
 		}
 		if b := n.res.RetryBudget; b != nil && !probe && !b.Withdraw() {
 			// The shared budget is spent: no retry, the failure action now.
 			nr.record(&fl, ctx, err, calls, 0)
-			fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, err, resilience.LimitBudget)
+			fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, err, resilience.LimitBudget, keyOf(in, tr))
 			return zero, fl.out()
 		}
 		nr.record(&fl, ctx, err, calls, d)
@@ -236,7 +236,7 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		if nr.rs.observed {
 			// Building the event reads the clock: not for nobody.
 			notify(nr.rs, n, observer.Observer.OnRetry, observer.RetryEvent{
-				Event: nr.rs.event(n), Kind: resilience.ItemRetry, Attempt: retry, Delay: d, Err: err, HandedOff: handedOff})
+				Event: nr.rs.event(n), Key: keyOf(in, tr), Kind: resilience.ItemRetry, Attempt: retry, Delay: d, Err: err, HandedOff: handedOff})
 		}
 		if handedOff {
 			fl.handedOff = true
@@ -389,18 +389,19 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 	switch action {
 	case resilience.Skip:
 		n.stats.skipped.Add(1)
-		notify(rs, n, observer.Observer.OnDrop, observer.DropEvent{Event: rs.event(n), Attempts: fl.total(), Err: fl.err})
+		notify(rs, n, observer.Observer.OnDrop, observer.DropEvent{Event: rs.event(n), Key: keyOf(item, tr), Attempts: fl.total(), Err: fl.err})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.Skip))
 		}
 		return nil
 	case resilience.DeadLetter:
-		if err := nr.deadLetter(ctx, item, fl); err != nil {
+		key := keyOf(item, tr)
+		if err := nr.deadLetter(ctx, item, key, fl); err != nil {
 			return err
 		}
 		n.stats.deadLettered.Add(1)
 		notify(rs, n, observer.Observer.OnDeadLetter,
-			observer.DeadLetterEvent{Event: rs.event(n), OriginNode: n.name, Attempts: fl.total(), Err: fl.err})
+			observer.DeadLetterEvent{Event: rs.event(n), Key: key, OriginNode: n.name, Attempts: fl.total(), Err: fl.err})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.DeadLetter))
 		}
@@ -414,9 +415,12 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 // deadLetter writes item's envelope to the dead-letter sink, retrying with
 // the sink's own backoff. When the sink still fails, the run fails with
 // both the item's error and the sink's.
-func (nr *nodeRun) deadLetter(ctx context.Context, item any, fl *failure) error {
+func (nr *nodeRun) deadLetter(ctx context.Context, item any, key string, fl *failure) error {
 	rs := nr.rs
 	env, err := nr.envelope(item, fl)
+	if env.CorrelationID == "" {
+		env.CorrelationID = key
+	}
 	if err != nil {
 		return err
 	}
@@ -507,6 +511,22 @@ func retryAfterOf(err error) (d time.Duration, ok bool, perr error) {
 func delay(b resilience.Backoff, n int, r resilience.Rand) (d time.Duration, err error) {
 	defer recoveredPolicy("custom backoff", &err)
 	return b.DelayForRand(n, r), nil
+}
+
+// keyOf returns the correlation key of item at its node: the key its
+// source gave it (WithKey), else its own CorrelationID
+// (deadletter.Correlated), else "". It serves events, so a CorrelationID
+// that panics gives "" here; the dead-letter envelope reports that panic.
+func keyOf[T any](item T, tr *tracker) string {
+	if k := tr.keyOf(); k != "" {
+		return k
+	}
+	if c, ok := any(item).(deadletter.Correlated); ok {
+		if id, err := correlationID(c); err == nil {
+			return id
+		}
+	}
+	return ""
 }
 
 // correlationID asks an item for its correlation id; a panic fails the node.

@@ -193,7 +193,7 @@ func (j *joiner[L, R, K, Out]) emit(ctx context.Context, l L, r R, lt, rt *track
 	v := j.join(l, r)
 	var tr *tracker
 	if lt != nil || rt != nil {
-		tr = &tracker{parents: []*tracker{lt, rt}, window: true}
+		tr = &tracker{parents: []*tracker{lt, rt}, window: true, quiet: (lt == nil || lt.quiet) && (rt == nil || rt.quiet)}
 		tr.refs.Store(1)
 		for _, p := range tr.parents {
 			if p != nil {

@@ -132,6 +132,9 @@ type nodeConfig struct {
 	// error it found; keyedN the workers it asked for.
 	keyed      any
 	keyedN     int
+	// withKey is the WithKey option's func(T) string, or the error it
+	// found; checked by Source.
+	withKey any
 	buffer     int // -1: the pipeline's
 	resilience []func(*resilience.Options)
 	// fallback is the Fallback function, checked by the node's kind.
@@ -163,6 +166,29 @@ func Buffer(n int) NodeOption {
 // pipeline's.
 func NodeResilience(f func(*resilience.Options)) NodeOption {
 	return func(c *nodeConfig) { c.resilience = append(c.resilience, f) }
+}
+
+// WithKey gives every item a source emits a correlation key, key(item),
+// such as an order's ID. The key goes with the item and everything derived
+// from it through every node: it is the Key of the events about it
+// (observer.RetryEvent, RetryExhaustedEvent, DeadLetterEvent, DropEvent),
+// which the log plug-in writes, and the CorrelationID of its dead-letter
+// envelope when the item at the node that failed it has none of its own
+// (deadletter.Correlated). An item of a batch, window or join is named by
+// the first keyed item it holds ("ord-7 and 499 more").
+//
+// WithKey is a Source option; T must be the source's item type. key runs
+// once per item, on the source's Emit; a panic in it fails the source. An
+// item that carries a key costs a small allocation, which an untracked
+// item does not otherwise have.
+func WithKey[T any](key func(T) string) NodeOption {
+	return func(c *nodeConfig) {
+		if key == nil {
+			c.withKey = errors.New("WithKey: the key function is nil")
+			return
+		}
+		c.withKey = key
+	}
 }
 
 // lockedRand serialises a Rand that is not safe for concurrent use.

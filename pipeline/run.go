@@ -452,7 +452,7 @@ func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry i
 		return perr
 	}
 	if elapsed.over(rs.p.cfg.clock.Now(), d) {
-		return nr.exhaustedBy(k, retry, cause, resilience.LimitElapsed)
+		return nr.exhaustedBy(k, retry, cause, resilience.LimitElapsed, "")
 	}
 	n.stats.retry(k)
 	notify(rs, n, observer.Observer.OnRetry, observer.RetryEvent{Event: rs.event(n), Kind: k, Attempt: retry, Delay: d, Err: cause})
@@ -464,13 +464,14 @@ func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry i
 }
 
 func (nr *nodeRun) exhausted(k resilience.RetryKind, attempts int, err error) error {
-	return nr.exhaustedBy(k, attempts, err, resilience.LimitCount)
+	return nr.exhaustedBy(k, attempts, err, resilience.LimitCount, "")
 }
 
-// exhaustedBy reports that layer k gave up, ended by limit.
-func (nr *nodeRun) exhaustedBy(k resilience.RetryKind, attempts int, err error, limit resilience.Limit) error {
+// exhaustedBy reports that layer k gave up, ended by limit; key is the
+// item's, for layer 1.
+func (nr *nodeRun) exhaustedBy(k resilience.RetryKind, attempts int, err error, limit resilience.Limit, key string) error {
 	rs, n := nr.rs, nr.spec
-	notify(rs, n, observer.Observer.OnRetryExhausted, observer.RetryExhaustedEvent{Event: rs.event(n), Kind: k, Attempts: attempts, Limit: limit, Err: err})
+	notify(rs, n, observer.Observer.OnRetryExhausted, observer.RetryExhaustedEvent{Event: rs.event(n), Key: key, Kind: k, Attempts: attempts, Limit: limit, Err: err})
 	return &resilience.RetryExhaustedError{Node: n.name, Kind: k, Attempts: attempts, Limit: limit, Err: err}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"sync"
 	"time"
 
@@ -29,6 +30,14 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		if isNil(src) {
 			errs = append(errs, errors.New("source is nil"))
 		}
+		switch k := s.cfg.withKey.(type) {
+		case nil, func(T) string:
+		case error:
+			errs = append(errs, k)
+		default:
+			var want func(T) string
+			errs = append(errs, fmt.Errorf("WithKey: the source emits %s: the key function must be a %T, not %T", reflect.TypeFor[T](), want, k))
+		}
 		if s.cfg.parallel > 1 && s.cfg.keyed == nil { // Build names Keyed
 			errs = append(errs, errParallelNotSupported)
 		}
@@ -39,6 +48,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	}
 	s.newRunner = func(nr *nodeRun) runner {
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
+		s.key, _ = nr.spec.cfg.withKey.(func(T) string)
 		if handOffAfter != nil {
 			s.handOffAfter = handOffAfter()
 		}
@@ -97,6 +107,8 @@ type sourceRunner[T any] struct {
 	// sctx is the context the source's current Run got (see
 	// runState.sourceContext).
 	sctx context.Context
+	// key is the WithKey function, nil without.
+	key func(T) string
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
@@ -134,13 +146,27 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 	if err := s.check(call); err != nil {
 		return nil, err
 	}
+	var key string
+	if s.key != nil {
+		if key, err = itemKey(s.key, item); err != nil {
+			return nil, err
+		}
+	}
 	if done != nil {
 		tr = s.nr.rs.reg.root(s.nr.spec.name, done)
+		tr.key = key
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}
+	} else if s.key != nil {
+		// Not tracked: the tracker only carries the key.
+		tr = &tracker{key: key, quiet: true}
+		tr.refs.Store(1)
 	}
 	if err := s.w.add(s.nr.ctx, call, envelope[T]{val: item, tr: tr}); err != nil {
+		if tr != nil && tr.quiet {
+			tr = nil // nothing to report
+		}
 		return tr, err
 	}
 	s.count++
@@ -149,6 +175,13 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		s.fl.arm(s)
 	}
 	return nil, nil
+}
+
+// itemKey calls a WithKey function; a panic there fails the source, which
+// names it: the key function is the program's, not the item's.
+func itemKey[T any](key func(T) string, item T) (k string, err error) {
+	defer recoveredPolicy("the WithKey function", &err)
+	return key(item), nil
 }
 
 func (s *sourceRunner[T]) tryFlush() flushResult {

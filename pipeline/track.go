@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -29,6 +30,35 @@ type tracker struct {
 	blamed  atomic.Bool        // root only: the item failed the run (its outcome then is Rejected)
 	window  bool               // group only: of an Aggregate window, whose value is not its items
 	reg     *registry
+	// key is the item's correlation key (WithKey), root only. quiet marks
+	// a root that only carries a key: the item is not tracked (nobody
+	// waits for its outcome), so it is handed over in batches as untracked
+	// items are, and the run's end does not report it.
+	key   string
+	quiet bool
+}
+
+// keyOf returns the correlation key of t's item: a root's key; for a
+// group (a batch, a window, a joined pair), its first keyed item's, with
+// how many items more it holds.
+func (t *tracker) keyOf() string {
+	switch {
+	case t == nil:
+		return ""
+	case t.parents == nil:
+		return t.key
+	}
+	first, n := "", 0
+	for _, p := range t.parents {
+		if k := p.keyOf(); k != "" && first == "" {
+			first = k
+		}
+		n++
+	}
+	if first != "" && n > 1 {
+		return fmt.Sprintf("%s and %d more", first, n-1)
+	}
+	return first
 }
 
 func (t *tracker) add(n int) {
@@ -138,9 +168,11 @@ func group[T any](items []envelope[T]) *tracker {
 	if !tracked {
 		return nil
 	}
-	t := &tracker{parents: make([]*tracker, len(items))}
+	t := &tracker{parents: make([]*tracker, len(items)), quiet: true}
 	for i, it := range items {
 		t.parents[i] = it.tr
+		// A group is quiet when its items only carry keys.
+		t.quiet = t.quiet && (it.tr == nil || it.tr.quiet)
 	}
 	t.refs.Store(1)
 	return t

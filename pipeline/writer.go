@@ -47,7 +47,7 @@ func newWriter[T any](edges []edge[T], out *atomic.Int64) *writer[T] {
 func (w *writer[T]) push(ctx context.Context, env envelope[T]) error {
 	// The common case, small enough to be inlined: an untracked item and
 	// room left in the batch.
-	if env.tr == nil && len(w.buf)+1 < w.max {
+	if (env.tr == nil || env.tr.quiet) && len(w.buf)+1 < w.max {
 		w.buf = append(w.buf, env)
 		return nil
 	}
@@ -58,7 +58,7 @@ func (w *writer[T]) push(ctx context.Context, env envelope[T]) error {
 // env was not taken and is no longer gathered; what was gathered before it
 // stays, to be sent later.
 func (w *writer[T]) add(ctx, call context.Context, env envelope[T]) error {
-	if env.tr == nil && len(w.buf)+1 < w.max {
+	if (env.tr == nil || env.tr.quiet) && len(w.buf)+1 < w.max {
 		w.buf = append(w.buf, env)
 		return nil
 	}
