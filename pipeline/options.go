@@ -130,11 +130,11 @@ type nodeConfig struct {
 	unordered bool
 	// keyed is the Keyed option's key function (a laneMaker), or the
 	// error it found; keyedN the workers it asked for.
-	keyed      any
-	keyedN     int
+	keyed  any
+	keyedN int
 	// withKey is the WithKey option's func(T) string, or the error it
 	// found; checked by Source.
-	withKey any
+	withKey    any
 	buffer     int // -1: the pipeline's
 	resilience []func(*resilience.Options)
 	// fallback is the Fallback function, checked by the node's kind.
