@@ -226,7 +226,9 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		nr.record(&fl, ctx, err, calls, d)
 		n.stats.retry(resilience.ItemRetry)
 		handedOff := false
-		if h := tr.handOffFor(d); h != nil {
+		// A Keyed node waits in process: a handed-off item would come back
+		// behind its key's later items.
+		if h := tr.handOffFor(d); h != nil && n.cfg.keyed == nil {
 			since := started
 			if since.IsZero() {
 				since = nr.rs.p.cfg.clock.Now()

@@ -23,15 +23,22 @@ import (
 // Items of different keys leave in no set order. The items waiting inside
 // the node, behind their keys or for a worker, are bounded by the node's
 // buffer (at least 64 per worker): when one key holds that many back, the
-// node stops reading until it moves on.
+// node stops reading until it moves on. Under node restart the replay
+// window bounds them too: a retrying item is the window's checkpoint, so
+// after MaxReplayWindow later items the node stops reading until it ends.
+// A Keyed node never hands a wait over to its source's broker
+// ([HandOffSource]): a handed-off item would come back behind its key's
+// later items, so it waits in process.
 //
-// key is called once per item, on one goroutine; it must not block. A
-// panic in key fails that item, which goes to the node's failure action.
-// Keys that are not equal to themselves (a float NaN) share one order.
+// key is called once per item the node reads (again for an item a restart
+// replays), on one goroutine; it must not block. A panic in key fails that
+// item, which goes to the node's failure action. Keys that are not equal
+// to themselves (a float NaN) share one order.
 //
 // Keyed is for transforms, sinks, filters and flat maps, in place of
-// [Parallel]: giving both is a Build error, as is a key function whose
-// input is not the node's.
+// [Parallel] and [Unordered]: giving either with it is a Build error, as is
+// a key function whose input is not the node's. Keyed(1, key) has one
+// worker, and still calls key.
 func Keyed[In any, K comparable](n int, key func(In) K) NodeOption {
 	return func(c *nodeConfig) {
 		c.parallel, c.keyedN = n, n
@@ -70,8 +77,11 @@ func keyedCheck[In any](c nodeConfig) []error {
 		return []error{k}
 	case laneMaker[In]:
 		var errs []error
-		if c.parallel != c.keyedN {
-			errs = append(errs, fmt.Errorf("Keyed(%d) and Parallel(%d): Keyed sets the workers; leave Parallel out", c.keyedN, c.parallel))
+		if c.parallelSet {
+			errs = append(errs, fmt.Errorf("Keyed(%d) and Parallel: Keyed sets the workers; leave Parallel out", c.keyedN))
+		}
+		if c.unordered {
+			errs = append(errs, fmt.Errorf("Keyed(%d) and Unordered: a Keyed node keeps each key's order and no other; leave Unordered out", c.keyedN))
 		}
 		return errs
 	default:
@@ -397,6 +407,10 @@ type keyedWorker[In, R, Out any] struct {
 	next     []kjob[In] // the lanes' waiting items, for after cur
 	tick     uint
 	pushback []kjob[In]
+	// owed is set when a held lane has items waiting: they wait for the
+	// worker's writer, which must hand over soon, even if the worker's
+	// own items give it nothing more to send.
+	owed bool
 }
 
 func (p *proc[In, R, Out]) keyedWork(ctx, gctx context.Context, k *keyedRun[In], w int, free chan []kjob[In]) error {
@@ -443,6 +457,11 @@ func (p *proc[In, R, Out]) keyedWork(ctx, gctx context.Context, k *keyedRun[In],
 			spent := kw.cur
 			clear(spent)
 			c, kw.next, kw.cur = kw.next, spent[:0], nil
+			if kw.owed {
+				if err := flush(gctx); err != nil {
+					return err
+				}
+			}
 			if len(kw.held) > 0 && !kw.out.pending() {
 				kw.release()
 			}
@@ -499,6 +518,13 @@ func (kw *keyedWorker[In, R, Out]) end(upto int, away bool) {
 			kw.held = append(kw.held, l)
 		}
 	}
+	kw.owed = false
+	for _, l := range kw.held {
+		if l.head < len(l.q) {
+			kw.owed = true
+			break
+		}
+	}
 	k.wake()
 	k.mu.Unlock()
 	kw.from = upto
@@ -521,7 +547,7 @@ func (kw *keyedWorker[In, R, Out]) release() {
 	}
 	kw.k.mu.Unlock()
 	clear(kw.held)
-	kw.held = kw.held[:0]
+	kw.held, kw.owed = kw.held[:0], false
 	kw.sendBack()
 }
 

@@ -301,7 +301,7 @@ func TestKeyedBuildErrors(t *testing.T) {
 		}, `node "n": Keyed: the key function takes the node's input, int, not func(string) string`},
 		{"with Parallel", func(b *pipeline.Builder, s pipeline.Stream[int]) {
 			pipeline.SinkFunc(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed(2, mod7), pipeline.Parallel(4))
-		}, `node "n": Keyed(2) and Parallel(4): Keyed sets the workers; leave Parallel out`},
+		}, `node "n": Keyed(2) and Parallel: Keyed sets the workers; leave Parallel out`},
 		{"on a batch", func(b *pipeline.Builder, s pipeline.Stream[int]) {
 			bt := pipeline.Batch(b, "n", s, 4, 0, pipeline.Keyed(2, mod7))
 			pipeline.SinkFunc(b, "sink", bt, func(context.Context, []int) error { return nil })

@@ -132,6 +132,8 @@ type nodeConfig struct {
 	// error it found; keyedN the workers it asked for.
 	keyed  any
 	keyedN int
+	// parallelSet: Parallel was given (Keyed refuses it).
+	parallelSet bool
 	// withKey is the WithKey option's func(T) string, or the error it
 	// found; checked by Source.
 	withKey    any
@@ -148,7 +150,7 @@ type nodeConfig struct {
 // Parallel runs the node's work on n goroutines. Output keeps the input's
 // order unless [Unordered] is given as well. n must be at least 1.
 func Parallel(n int) NodeOption {
-	return func(c *nodeConfig) { c.parallel = n }
+	return func(c *nodeConfig) { c.parallel, c.parallelSet = n, true }
 }
 
 // Unordered lets a parallel node hand over each output as soon as it is

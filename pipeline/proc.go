@@ -97,9 +97,10 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 	}
 	r := newReader(nr.rs.edges[n.id].(edge[In]), &n.stats.in)
 	// Only parallel workers need a replay window: a single worker's
-	// checkpoint is the item it is at (see runs).
+	// checkpoint is the item it is at (see runs). A Keyed node's workers
+	// are parallel workers, even when there is one.
 	window := 0
-	if n.res.NodeRestart.MaxRestarts > 0 && n.cfg.parallel > 1 {
+	if n.res.NodeRestart.MaxRestarts > 0 && (n.cfg.parallel > 1 || n.cfg.keyed != nil) {
 		window = n.res.NodeRestart.MaxReplayWindow
 	}
 	p.in = newInbox(r, window)
@@ -116,7 +117,9 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 			}
 			p.writers = append(p.writers, w)
 		}
-		if n.cfg.parallel == 1 {
+		if n.cfg.parallel == 1 && n.cfg.keyed == nil {
+			// The reader's goroutine owns the writer: it hands over what
+			// is gathered before it waits for input.
 			r.idle = p.writers[0].flush
 		}
 	}
@@ -154,7 +157,7 @@ func (p *proc[In, R, Out]) body(ctx context.Context) error {
 	// failed or cancelled run reports what it did.
 	defer p.flushCounts()
 	switch {
-	case p.nr.spec.cfg.parallel > 1 && p.nr.spec.cfg.keyed != nil:
+	case p.nr.spec.cfg.keyed != nil:
 		return p.keyed(ctx)
 	case p.nr.spec.cfg.parallel > 1 && (p.nr.spec.cfg.unordered || p.sink):
 		return p.unordered(ctx)
