@@ -137,12 +137,13 @@ func TestRecordsOfAScriptedRun(t *testing.T) {
 			map[string]any{"time": at(2 * time.Second), "level": "DEBUG", "msg": "retry", "pipeline": "orders", "node": "ship",
 				"kind": "item_retry", "attempt": 1.0, "delay": 1e9, "error": "flaky"},
 			map[string]any{"time": at(3 * time.Second), "level": "WARN", "msg": "retries exhausted", "pipeline": "orders", "node": "ship",
-				"kind": "item_retry", "attempts": 2.0, "error": "flaky", "limit": "count"},
+				"kind": "item_retry", "attempts": 2.0, "error": "flaky", "limit": "count", "reason": "flaky"},
 			map[string]any{"time": at(3 * time.Second), "level": "WARN", "msg": "item dead-lettered", "pipeline": "orders", "node": "ship",
-				"origin_node": "ship", "attempts": 2.0, "error": "resilience: item_retry exhausted after 2 attempts: flaky"}),
+				"origin_node": "ship", "attempts": 2.0, "error": "resilience: item_retry exhausted after 2 attempts: flaky",
+				"reason": "resilience: item_retry exhausted after # attempts: flaky"}),
 		"check": with("check",
 			map[string]any{"time": at(3 * time.Second), "level": "WARN", "msg": "item dropped", "pipeline": "orders", "node": "check",
-				"attempts": 1.0, "error": "bad item"}),
+				"attempts": 1.0, "error": "bad item", "reason": "bad item"}),
 		"store": with("store"),
 	}, byNode(t, buf.records(t), res.RunID))
 }

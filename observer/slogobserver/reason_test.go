@@ -1,0 +1,101 @@
+package slogobserver_test
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"syscall"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/sluicehq/sluice/observer/slogobserver"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+func TestReason(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct{ err, want string }{
+		{"rates: HTTP 503", "rates: HTTP #"},
+		{"etl: upsert order o-000123: database is locked", "etl: upsert order #: database is locked"},
+		{`malformed row "o-7,c-12,12.5O,EUR,2026-03-01": amount: bad cents`, `malformed row "…": amount: bad cents`},
+		{`rates: unknown currency "XAU"`, `rates: unknown currency "…"`},
+		{`say "a \"quoted\" word" twice`, `say "…" twice`},
+		{`a "closed" and an "unclosed quote`, `a "…" and an "unclosed quote`},
+		{"order 7 has no lines", "order # has no lines"},
+		{"row 1234: 5 fields, want 7", "row #: # fields, want #"},
+		{"dial tcp 10.0.0.12:5432: connection refused", "dial tcp #:#: connection refused"},
+		{"id 123e4567-e89b-12d3-a456-426614174000 unknown", "id # unknown"},
+		{"timed out after 1.5s", "timed out after #"},
+		{"status 404.", "status #."},
+		{"x509: bad certificate", "#: bad certificate"},
+		{"item_retry exhausted", "item_retry exhausted"},
+		{"  two\n\tlines  \n", "two lines"},
+		{"Größe 12345 ungültig", "Größe # ungültig"},
+	} {
+		assert.Equal(t, c.want, slogobserver.Reason(errors.New(c.err)), c.err)
+	}
+}
+
+// statusError is an HTTP error, as the default classifier reads them.
+type statusError struct{ code int }
+
+func (e *statusError) Error() string   { return fmt.Sprintf("HTTP %d", e.code) }
+func (e *statusError) StatusCode() int { return e.code }
+
+func TestReasonKeepsTheStatus(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&statusError{503}, "HTTP 503"},
+		{fmt.Errorf("price order 1234: %w", &statusError{400}), "price order #: HTTP 400"},
+		{fmt.Errorf("retry 503 of %w", &statusError{404}), "retry # of HTTP 404"},
+		{&resilience.RetryExhaustedError{Kind: resilience.ItemRetry, Attempts: 4, Err: &statusError{503}},
+			"resilience: item_retry exhausted after # attempts: HTTP 503"},
+	} {
+		assert.Equal(t, c.want, slogobserver.Reason(c.err), c.err.Error())
+	}
+}
+
+func TestReasonOfWrappedErrors(t *testing.T) {
+	t.Parallel()
+	assert.Equal(t, "rates: dial: connection refused", slogobserver.Reason(fmt.Errorf("rates: dial: %w", syscall.ECONNREFUSED)))
+	assert.Equal(t, "first second", slogobserver.Reason(errors.Join(errors.New("first"), errors.New("second"))))
+	assert.Empty(t, slogobserver.Reason(nil))
+}
+
+func TestReasonIsCut(t *testing.T) {
+	t.Parallel()
+	long := slogobserver.Reason(errors.New(strings.Repeat("é", 1000)))
+	assert.LessOrEqual(t, len(long), slogobserver.MaxReasonLen)
+	assert.True(t, utf8.ValidString(long))
+	assert.True(t, strings.HasSuffix(long, "é…"), long)
+	assert.Equal(t, strings.Repeat("a", slogobserver.MaxReasonLen),
+		slogobserver.Reason(errors.New(strings.Repeat("a", slogobserver.MaxReasonLen))), "a reason of the limit's length is whole")
+	// Quotes and numbers shrink long texts before the cut.
+	assert.Equal(t, `rows "…" "…" "…"`, slogobserver.Reason(errors.New(
+		`rows "`+strings.Repeat("x", 300)+`" "`+strings.Repeat("y", 300)+`" "`+strings.Repeat("z", 300)+`"`)))
+}
+
+func FuzzReason(f *testing.F) {
+	f.Add(`malformed row "o-7,12.5O": amount 12345`)
+	f.Add("\"\\\"\"\"")
+	f.Fuzz(func(t *testing.T, s string) {
+		r := slogobserver.Reason(errors.New(s))
+		if len(r) > slogobserver.MaxReasonLen {
+			t.Fatalf("reason of %q is %d bytes", s, len(r))
+		}
+		if utf8.ValidString(s) && !utf8.ValidString(r) {
+			t.Fatalf("reason of %q is not UTF-8: %q", s, r)
+		}
+		if r != strings.TrimSpace(r) || strings.Contains(r, "  ") || strings.ContainsAny(r, "\n\t") {
+			t.Fatalf("reason of %q has stray white space: %q", s, r)
+		}
+		if again := slogobserver.Reason(errors.New(s)); again != r {
+			t.Fatalf("reason of %q is %q, then %q", s, r, again)
+		}
+	})
+}
