@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/graphdoc"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 	"github.com/sluicehq/sluice/resilience"
@@ -228,74 +229,26 @@ func TestGraphWithStats(t *testing.T) {
 	assert.Equal(t, strings.Replace(m, " of 1"+sp+"500", "", 1), fromResult.Mermaid())
 }
 
-// A Mermaid node definition and edge, as Graph.Mermaid writes them.
-var (
-	mermaidNode = regexp.MustCompile(`^    (\w+)(\(\[|\[\(|\{\{|\[|\()"([^"]*)"(\]\)|\)\]|\}\}|\]|\)):::(\w+)$`)
-	mermaidEdge = regexp.MustCompile(`^    (\w+) -->\|"([^"]*)"\| (\w+)$`)
-	mermaidEnt  = regexp.MustCompile(`#(\w+);`)
-)
-
-// checkMermaid parses g's Mermaid loosely: every line is a comment, the
-// header, a node, an edge or a style; every node is defined once, with a
-// label whose first line decodes to the node's name; every edge joins two
-// defined nodes; and nodes and edges are g's.
+// checkMermaid parses g's Mermaid loosely (graphdoc.ParseMermaid: every
+// line a comment, the header, a node, an edge or a style; every node
+// defined once with an escaped label; every edge between defined nodes)
+// and checks that its nodes, in order, are g's, each label's first line
+// its name, and its edges g's.
 func checkMermaid(t *testing.T, g pipeline.Graph) {
 	t.Helper()
-	lines := strings.Split(strings.TrimSuffix(g.Mermaid(), "\n"), "\n")
-	require.Contains(t, lines, "flowchart TD")
-	ids := map[string]int{}
-	var defined []string
-	var edges [][2]string
-	for _, line := range lines {
-		switch {
-		case strings.HasPrefix(line, "%%"), line == "flowchart TD", strings.HasPrefix(line, "    classDef "):
-		case strings.HasPrefix(line, "    style "):
-			id := strings.Fields(line)[1]
-			assert.Contains(t, ids, id, "style of an undefined node")
-		case mermaidNode.MatchString(line):
-			m := mermaidNode.FindStringSubmatch(line)
-			id, label := m[1], m[3]
-			_, dup := ids[id]
-			require.False(t, dup, "node %s defined twice", id)
-			ids[id] = len(defined)
-			defined = append(defined, id)
-			bare := strings.ReplaceAll(label, "<br>", "\n")
-			assert.NotContains(t, bare, "<", line)
-			assert.NotContains(t, bare, ">", line)
-			assert.NotContains(t, bare, "`", line)
-			assert.NotContains(t, mermaidEnt.ReplaceAllString(bare, ""), "#", "a # outside an entity: %s", line)
-			name := strings.SplitN(decodeMermaid(bare), "\n", 2)[0]
-			assert.Equal(t, printableName(g.Nodes[len(defined)-1].Name), name)
-		case mermaidEdge.MatchString(line):
-			m := mermaidEdge.FindStringSubmatch(line)
-			edges = append(edges, [2]string{m[1], m[3]})
-		default:
-			t.Errorf("unexpected Mermaid line %q", line)
-		}
+	f, err := graphdoc.ParseMermaid(g.Mermaid())
+	require.NoError(t, err)
+	require.Len(t, f.Nodes, len(g.Nodes))
+	index := map[string]int{}
+	for i, n := range f.Nodes {
+		index[n.ID] = i
+		assert.Equal(t, printableName(g.Nodes[i].Name), strings.SplitN(n.Label, "\n", 2)[0])
 	}
-	require.Len(t, defined, len(g.Nodes))
-	require.Len(t, edges, len(g.Edges))
-	for i, e := range edges {
-		assert.Contains(t, ids, e[0], "edge from an undefined node")
-		assert.Contains(t, ids, e[1], "edge to an undefined node")
-		assert.Equal(t, g.Edges[i].From, ids[e[0]])
-		assert.Equal(t, g.Edges[i].To, ids[e[1]])
+	require.Len(t, f.Edges, len(g.Edges))
+	for i, e := range f.Edges {
+		assert.Equal(t, g.Edges[i].From, index[e.From])
+		assert.Equal(t, g.Edges[i].To, index[e.To])
 	}
-}
-
-func decodeMermaid(s string) string {
-	named := map[string]string{"quot": `"`, "lt": "<", "gt": ">", "amp": "&"}
-	return mermaidEnt.ReplaceAllStringFunc(s, func(e string) string {
-		code := e[1 : len(e)-1]
-		if v, ok := named[code]; ok {
-			return v
-		}
-		var r rune
-		if _, err := fmt.Sscanf(code, "%d", &r); err == nil {
-			return string(r)
-		}
-		return e
-	})
 }
 
 // printableName is a name as labels show it: control characters and
