@@ -43,6 +43,12 @@ type GraphNode struct {
 	// tagging nodes ("name/left", "name/right") call nothing that fails.
 	Layers []string
 	// Stats are the node's counts, when WithStats added them; nil without.
+	// Labels show In and Out (a source: Out, and its Size when known),
+	// then what is not zero: filtered, skipped, "dead" (dead-lettered),
+	// "failed" (the failures neither skipped nor dead-lettered: those
+	// that failed the node), retries, restarts, node retries, fallbacks,
+	// handed off, in flight, and a breaker that is not closed. Nodes with
+	// failures, dead letters or a breaker not closed get a red border.
 	Stats *NodeStats
 }
 
@@ -199,7 +205,10 @@ func (n GraphNode) counts() string {
 	add("filtered", s.Filtered, false)
 	add("skipped", s.Skipped, false)
 	add("dead", s.DeadLettered, false)
-	add("failed", s.Failed, false)
+	// Failed counts every item layer 1 gave up on; those skipped or
+	// dead-lettered show above, so only the rest: items that failed the
+	// node, for a restart or the end of the run.
+	add("failed", s.Failed-s.Skipped-s.DeadLettered, false)
 	add("retries", s.ItemRetries, false)
 	add("restarts", s.NodeRestarts, false)
 	add("node retries", s.NodeRetries, false)

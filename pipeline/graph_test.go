@@ -210,7 +210,7 @@ func TestGraphWithStats(t *testing.T) {
 	const sp = "\u00a0"
 	for _, want := range []string{
 		"read<br>source · node retry 3<br>out 1" + sp + "500 of 1" + sp + "500",
-		"call<br>transform · node retry 3, dead letter<br>in 1" + sp + "500 · out 1" + sp + "497 · dead 3 · failed 3",
+		"call<br>transform · node retry 3, dead letter<br>in 1" + sp + "500 · out 1" + sp + "497 · dead 3",
 		"keep<br>filter · dead letter<br>in 1" + sp + "497 · out 750 · filtered 747",
 		"store<br>sink · node retry 3, dead letter<br>in 750 · out 750",
 		"%% counts of run " + res.RunID + "\n",
@@ -219,7 +219,7 @@ func TestGraphWithStats(t *testing.T) {
 		assert.Contains(t, m, want)
 	}
 	assert.Equal(t, 1, strings.Count(m, "    style "), "only the node with dead letters is marked")
-	assert.Contains(t, g.DOT(), `label="call\ntransform · node retry 3, dead letter\nin 1`+sp+`500 · out 1`+sp+`497 · dead 3 · failed 3", fillcolor="#fff8e1", style=filled, color="#c62828", penwidth=3];`)
+	assert.Contains(t, g.DOT(), `label="call\ntransform · node retry 3, dead letter\nin 1`+sp+`500 · out 1`+sp+`497 · dead 3", fillcolor="#fff8e1", style=filled, color="#c62828", penwidth=3];`)
 	checkMermaid(t, g)
 	checkDOT(t, g)
 
@@ -364,4 +364,25 @@ func unquoteDOT(s string) string {
 		sb.WriteByte(s[i])
 	}
 	return sb.String()
+}
+
+// An item that failed the run shows as failed; the layers' retries show.
+func TestGraphShowsAFailedRun(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("fails", pipeline.WithResilience(func(o *resilience.Options) {
+		o.ItemRetry.MaxRetries = 2
+		o.ItemRetry.Backoff = resilience.NoBackoff()
+		o.ItemRetry.Classifier = resilience.AllTransient()
+	}))
+	src := pipeline.Source(b, "read", pipelinetest.NewSliceSource(1, 2, 3))
+	tr := pipeline.Transform(b, "call", src, pipelinetest.FailAlways(errors.New("boom"), 2))
+	pipeline.Sink(b, "store", tr, &pipelinetest.Collector[int]{})
+	p := build(t, b)
+	_, err := p.Run(t.Context())
+	require.Error(t, err)
+	g := p.Graph().WithStats(p.Stats())
+	checkMermaid(t, g)
+	m := g.Mermaid()
+	assert.Regexp(t, `n1_call\["call<br>transform · retry 2, node retry 3<br>in \d · out \d · failed 1 · retries 2"\]:::work`, m)
+	assert.Contains(t, m, "    style n1_call stroke:#c62828,stroke-width:3px\n")
 }
