@@ -135,8 +135,8 @@ func ExamplePipeline_Graph() {
 	live := p.Graph().WithStats(p.Stats()).Mermaid()
 	fmt.Println(strings.Split(live, "\n")[4])
 	// Output:
-	// %% pipeline words: edges are channels, labelled with their capacity in items (hand-over batch 64)
 	// flowchart TD
+	//     %% pipeline words: edges are channels, labelled with their capacity in items (hand-over batch 64)
 	//     n0_read(["read<br>source"]):::source
 	//     n1_upper["upper<br>transform · ×4 · retry 3"]:::work
 	//     n2_store[("store<br>sink · retry 3")]:::sink

@@ -337,12 +337,14 @@ var mermaidText = strings.NewReplacer(
 // name renders as written.
 func (g Graph) Mermaid() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "%%%% pipeline %s: edges are channels, labelled with their capacity in items (hand-over batch %d)\n",
+	// The comments follow the header: a renderer that looks for the
+	// diagram's type on the first line finds it there.
+	sb.WriteString("flowchart TD\n")
+	fmt.Fprintf(&sb, "    %%%% pipeline %s: edges are channels, labelled with their capacity in items (hand-over batch %d)\n",
 		printable(g.Pipeline), g.HandOver)
 	if g.RunID != "" {
-		fmt.Fprintf(&sb, "%%%% counts of run %s\n", printable(g.RunID))
+		fmt.Fprintf(&sb, "    %%%% counts of run %s\n", printable(g.RunID))
 	}
-	sb.WriteString("flowchart TD\n")
 	ids := make([]string, len(g.Nodes))
 	for i, n := range g.Nodes {
 		ids[i] = nodeID(i, n.Name)
@@ -388,12 +390,12 @@ var dotText = strings.NewReplacer(`\`, `\\`, `"`, `\"`)
 // the labels of [Graph.Mermaid]; render it with dot -Tsvg.
 func (g Graph) DOT() string {
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "// pipeline %s: edges are channels, labelled with their capacity in items (hand-over batch %d)\n",
+	fmt.Fprintf(&sb, "digraph \"%s\" {\n", dotText.Replace(printable(g.Pipeline)))
+	fmt.Fprintf(&sb, "    // pipeline %s: edges are channels, labelled with their capacity in items (hand-over batch %d)\n",
 		printable(g.Pipeline), g.HandOver)
 	if g.RunID != "" {
-		fmt.Fprintf(&sb, "// counts of run %s\n", printable(g.RunID))
+		fmt.Fprintf(&sb, "    // counts of run %s\n", printable(g.RunID))
 	}
-	fmt.Fprintf(&sb, "digraph \"%s\" {\n", dotText.Replace(printable(g.Pipeline)))
 	sb.WriteString("    node [shape=box, style=\"rounded,filled\", fontname=\"Helvetica\", fontsize=11];\n")
 	sb.WriteString("    edge [fontname=\"Helvetica\", fontsize=10];\n")
 	fills := map[string]string{"source": "#e3f2fd", "sink": "#e8f5e9", "work": "#fff8e1", "structure": "#f5f5f5"}

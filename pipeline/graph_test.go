@@ -213,7 +213,7 @@ func TestGraphWithStats(t *testing.T) {
 		"call<br>transform · node retry 3, dead letter<br>in 1" + sp + "500 · out 1" + sp + "497 · dead 3",
 		"keep<br>filter · dead letter<br>in 1" + sp + "497 · out 750 · filtered 747",
 		"store<br>sink · node retry 3, dead letter<br>in 750 · out 750",
-		"%% counts of run " + res.RunID + "\n",
+		"\n    %% counts of run " + res.RunID + "\n",
 		"    style n1_call stroke:#c62828,stroke-width:3px\n",
 	} {
 		assert.Contains(t, m, want)

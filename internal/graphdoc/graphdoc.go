@@ -42,25 +42,23 @@ var (
 	shapes   = map[string]string{"([": "])", "[(": ")]", "{{": "}}", "[": "]", "(": ")"}
 )
 
-// ParseMermaid parses a flowchart as pipeline.Graph.Mermaid writes it:
-// comments, the header, then one node or edge per line, then class and
-// style lines. It fails on any other line, on a label with a raw <, >, `
+// ParseMermaid parses a flowchart as pipeline.Graph.Mermaid writes it: the
+// header, comments, then one node or edge per line, then class and style
+// lines. It fails on any other line, on a label with a raw <, >, `
 // or a # outside an entity code, on a node defined twice, and on an edge
 // or a style of an undefined node.
 func ParseMermaid(s string) (*Flowchart, error) {
 	f := &Flowchart{}
 	defined := map[string]bool{}
-	header := false
 	for i, line := range strings.Split(strings.TrimSuffix(s, "\n"), "\n") {
 		bad := func(format string, a ...any) error {
 			return fmt.Errorf("line %d %q: %s", i+1, line, fmt.Sprintf(format, a...))
 		}
 		switch {
-		case strings.HasPrefix(line, "%%") && !strings.HasPrefix(line, "%%{"):
-		case line == "flowchart TD":
-			header = true
-		case !header:
-			return nil, bad("before the flowchart header")
+		case i == 0 && line != "flowchart TD":
+			return nil, bad("the first line must be the flowchart header")
+		case i == 0:
+		case strings.HasPrefix(line, "    %%") && !strings.HasPrefix(line, "    %%{"):
 		case strings.HasPrefix(line, "    classDef "):
 		case strings.HasPrefix(line, "    style "):
 			if id := strings.Fields(line)[1]; !defined[id] {
@@ -91,9 +89,6 @@ func ParseMermaid(s string) (*Flowchart, error) {
 		default:
 			return nil, bad("not a line of a pipeline's flowchart")
 		}
-	}
-	if !header {
-		return nil, fmt.Errorf("no flowchart header")
 	}
 	return f, nil
 }

@@ -13,8 +13,8 @@ import (
 	"github.com/sluicehq/sluice/internal/graphdoc"
 )
 
-const chart = `%% pipeline p
-flowchart TD
+const chart = `flowchart TD
+    %% pipeline p
     n0_a(["a #quot;x#quot; #35;1<br>source"]):::source
     n1_b[("b<br>sink")]:::sink
     n0_a -->|"64"| n1_b
@@ -39,6 +39,7 @@ func TestParseMermaid(t *testing.T) {
 		"undefined style": "flowchart TD\n    style n3 stroke:#000\n",
 		"mismatched":      "flowchart TD\n    n0([\"a\")]:::x\n",
 		"other line":      "flowchart TD\n    n0 --- n1\n",
+		"comment first":   "%% p\nflowchart TD\n",
 	} {
 		_, err := graphdoc.ParseMermaid(bad)
 		assert.Error(t, err, name)
