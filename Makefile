@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 10s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test demo tour bench compare fuzz lint
+.PHONY: all test demo tour docs bench compare fuzz lint
 
 all: lint test
 
@@ -19,6 +19,11 @@ demo:
 ## tour: the retry curves and jitter, printed.
 tour:
 	$(GO) run ./samples/retrydelay
+
+## docs: regenerate the pipeline graphs that docs/graph.md embeds (one
+## package at a time: each rewrites the page).
+docs:
+	UPDATE_DOCS=1 $(GO) test -p 1 -count=1 -run '^TestDocGraph$$' ./samples/...
 
 ## bench: every benchmark beside its hand-written baseline, summarised by benchstat.
 BENCHSTAT = golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da

@@ -8,6 +8,7 @@ import (
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // A first pipeline: read words, upper-case them on four workers (order is
@@ -107,4 +108,43 @@ func ExampleSource_tracked() {
 	// Unordered output:
 	// line "to be": delivered
 	// line "": filtered
+}
+
+// Graph draws the built pipeline as Mermaid (or Graphviz DOT, with
+// DOT): each node with its kind, workers and the resilience layers armed
+// on it, each channel with its capacity (Buffer sizes the channel in front
+// of its node). WithStats adds the counts of Stats, or of a Result.
+func ExamplePipeline_Graph() {
+	b := pipeline.New("words", pipeline.WithResilience(func(o *resilience.Options) { o.NodeRetry.MaxRetries = 0 }))
+	words := pipeline.Source(b, "read", pipelinetest.NewSliceSource("sluice", "moves", "water"))
+	upper := pipeline.Map(b, "upper", words, func(_ context.Context, w string) (string, error) {
+		return strings.ToUpper(w), nil
+	}, pipeline.Parallel(4), pipeline.Buffer(16))
+	pipeline.Sink(b, "store", upper, &pipelinetest.Collector[string]{})
+	p, err := b.Build()
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Print(p.Graph().Mermaid())
+
+	if _, err := p.Run(context.Background()); err != nil {
+		fmt.Println(err)
+		return
+	}
+	live := p.Graph().WithStats(p.Stats()).Mermaid()
+	fmt.Println(strings.Split(live, "\n")[4])
+	// Output:
+	// flowchart TD
+	//     %% pipeline words: edges are channels, labelled with their capacity in items (hand-over batch 64)
+	//     n0_read(["read<br>source"]):::source
+	//     n1_upper["upper<br>transform · ×4 · retry 3"]:::work
+	//     n2_store[("store<br>sink · retry 3")]:::sink
+	//     n0_read -->|"16"| n1_upper
+	//     n1_upper -->|"64"| n2_store
+	//     classDef source fill:#e3f2fd,stroke:#1565c0
+	//     classDef sink fill:#e8f5e9,stroke:#2e7d32
+	//     classDef work fill:#fff8e1,stroke:#f9a825
+	//     classDef structure fill:#f5f5f5,stroke:#757575
+	//     n1_upper["upper<br>transform · ×4 · retry 3<br>in 3 · out 3"]:::work
 }

@@ -39,7 +39,9 @@ func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[
 		tagL = func(_ context.Context, v L) (either[L, R], error) { return either[L, R]{left: true, l: v}, nil }
 		tagR = func(_ context.Context, v R) (either[L, R], error) { return either[L, R]{r: v}, nil }
 	}
-	in := Merge(b, name+"/in", Map(b, name+"/left", left, tagL), Map(b, name+"/right", right, tagR))
+	tl, tr := Map(b, name+"/left", left, tagL), Map(b, name+"/right", right, tagR)
+	tl.s.producer.tagging, tr.s.producer.tagging = true, true
+	in := Merge(b, name+"/in", tl, tr)
 	s := b.add(name, KindJoin, opts, in.s)
 	s.validate = func() []error {
 		errs := parallelRefused(s)

@@ -98,6 +98,9 @@ type spec struct {
 	redeliveries func() (int, time.Duration)
 	// size is a source's node.Sized, for Stats; nil without.
 	size func() int64
+	// tagging marks a Join's tagging transforms, whose function never
+	// fails: Graph shows no layer on them.
+	tagging bool
 
 	// validate reports problems of the node's own settings.
 	validate func() []error

@@ -116,7 +116,7 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	res, runErr := p.Run(ctx)
 	stopDrain()
 	stopProgress()
-	err = errors.Join(runErr, dlq.Close(), m.stop())
+	err = errors.Join(runErr, dlq.Close(), m.stop(), writeGraph(graphPath(cfg), p))
 	// Count with a context of its own: after a cancelled run, what the
 	// table holds is still worth saying.
 	inTable, cerr := count(context.WithoutCancel(ctx), cfg.db)
@@ -129,6 +129,21 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 		reasons: obs.snapshot(), trips: obs.trips(),
 		drained: drained.Load(), stopped: runErr,
 	}, err
+}
+
+// graphPath is where the job writes the picture of its pipeline: beside
+// the database, as sluice-demo/pipeline.mmd by default.
+func graphPath(cfg config) string { return filepath.Join(filepath.Dir(cfg.db), "pipeline.mmd") }
+
+// writeGraph writes p's graph, with the counts of the run that ended, as
+// a Mermaid flowchart to path: paste it into a ```mermaid block of a
+// markdown page, or open it in a Mermaid viewer, to see where the rows
+// went.
+func writeGraph(path string, p *pipeline.Pipeline) error {
+	if err := os.WriteFile(path, []byte(p.Graph().WithStats(p.Stats()).Mermaid()), 0o644); err != nil {
+		return fmt.Errorf("etl: write the pipeline's graph: %w", err)
+	}
+	return nil
 }
 
 // watchDrain drains p once drain is closed, and sets drained. A drain

@@ -23,6 +23,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/graphdoc"
+	"github.com/sluicehq/sluice/observer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -261,7 +263,7 @@ func TestDemoCommand(t *testing.T) {
 	require.NoError(t, cmd.Run(), stderr.String())
 	assert.Contains(t, stdout.String(), "Sluice ETL demo: 100000 rows")
 	assert.Contains(t, stdout.String(), "Inspect the dead letters")
-	for _, f := range []string{"sluice-demo/orders.db", "sluice-demo/dead-letters.jsonl"} {
+	for _, f := range []string{"sluice-demo/orders.db", "sluice-demo/dead-letters.jsonl", "sluice-demo/pipeline.mmd"} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		assert.NoError(t, err, f)
 	}
@@ -335,4 +337,42 @@ func TestDrainStopsReadingAndSettlesWhatWasRead(t *testing.T) {
 	var buf bytes.Buffer
 	s.print(&buf)
 	assert.Contains(t, buf.String(), fmt.Sprintf("drained: it stopped reading after %d of 50000 rows", read))
+}
+
+// The job writes its pipeline's graph, with the run's counts, beside the
+// database, and the file parses as the flowchart Graph writes.
+func TestGraphFileBesideTheDatabase(t *testing.T) {
+	t.Parallel()
+	cfg := testConfig(t)
+	cfg.rows = 300
+	cfg.db = filepath.Join(t.TempDir(), "elsewhere", "orders.db")
+	s := runOnFakeClock(t, cfg)
+
+	raw, err := os.ReadFile(filepath.Join(filepath.Dir(cfg.db), "pipeline.mmd"))
+	require.NoError(t, err)
+	f, err := graphdoc.ParseMermaid(string(raw))
+	require.NoError(t, err)
+	labels := map[string]string{}
+	for _, n := range f.Nodes {
+		labels[strings.SplitN(n.Label, "\n", 2)[0]] = n.Label
+	}
+	for _, n := range s.res.Nodes {
+		assert.Contains(t, labels, n.Node)
+	}
+	assert.Contains(t, labels["read"], "\nout 300")
+	assert.Contains(t, labels["enrich"], "transform · ×8 unordered · retry 4, node retry 3, breaker, dead letter\n")
+	assert.Contains(t, labels["load"], fmt.Sprintf("\nin %d · out %d", s.res.Node("load").In, s.res.Node("load").Out))
+	assert.Contains(t, string(raw), "    %% counts of run "+s.res.RunID+"\n")
+	assert.Len(t, f.Edges, len(s.res.Nodes)-1, "a tree: every node but the source has one input")
+	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n6_totals", Label: "64 · broadcast"})
+}
+
+// docs/graph.md embeds the demo's graph, as make demo builds it with its
+// default flags, and it is what Graph renders now.
+func TestDocGraph(t *testing.T) {
+	cfg, err := parseFlags(nil, io.Discard)
+	require.NoError(t, err)
+	p, _, _, err := build(cfg, clockwork.NewFakeClock(), deadletter.NewMemory(1), observer.Nop{})
+	require.NoError(t, err)
+	graphdoc.Embedded(t, filepath.Join("..", "..", "docs", "graph.md"), "samples/etl", p.Graph().Mermaid())
 }

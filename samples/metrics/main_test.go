@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"sync"
 	"testing"
@@ -15,6 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/graphdoc"
+	"github.com/sluicehq/sluice/observer"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -242,4 +247,14 @@ func TestFlagErrors(t *testing.T) {
 		require.Error(t, err, "%v", c.args)
 		assert.Contains(t, err.Error(), c.err, "%v", c.args)
 	}
+}
+
+// docs/graph.md embeds the graph of this sample with its default flags,
+// and it is what Graph renders now.
+func TestDocGraph(t *testing.T) {
+	s, err := parse(nil, io.Discard)
+	require.NoError(t, err)
+	p, err := build(s, observer.Nop{})
+	require.NoError(t, err)
+	graphdoc.Embedded(t, filepath.Join("..", "..", "docs", "graph.md"), "samples/metrics", p.Graph().Mermaid())
 }

@@ -63,6 +63,23 @@ func run(ctx context.Context, stdout io.Writer, dlqPath string) error {
 	}
 	defer dlq.Close()
 
+	p, err := build(stdout, dlq)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, p.Plan())
+	res, err := p.Run(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprint(stdout, res)
+	return nil
+}
+
+// build builds the pipeline of steps 3 to 5: it reads words, counts their
+// letters and prints the counts to stdout, dead-lettering what it cannot
+// count to dlq.
+func build(stdout io.Writer, dlq deadletter.Sink) (*pipeline.Pipeline, error) {
 	b := pipeline.New("letters",
 		pipeline.WithDeadLetter(dlq),
 		pipeline.WithResilience(func(o *resilience.Options) {
@@ -76,17 +93,7 @@ func run(ctx context.Context, stdout io.Writer, dlqPath string) error {
 		_, err := fmt.Fprintf(stdout, "%s has %d letters\n", c.Word, c.Letters)
 		return err
 	}))
-	p, err := b.Build()
-	if err != nil {
-		return err
-	}
-	fmt.Fprint(stdout, p.Plan())
-	res, err := p.Run(ctx)
-	if err != nil {
-		return err
-	}
-	fmt.Fprint(stdout, res)
-	return nil
+	return b.Build()
 }
 
 func main() {

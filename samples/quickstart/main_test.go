@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"path/filepath"
 	"testing"
 
@@ -10,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/graphdoc"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -27,4 +29,12 @@ func TestQuickstart(t *testing.T) {
 		dead = append(dead, env.ErrText)
 	}
 	assert.Equal(t, []string{`"r2d2" is not a word`}, dead)
+}
+
+// docs/graph.md embeds the quickstart's graph, and it is what Graph
+// renders now.
+func TestDocGraph(t *testing.T) {
+	p, err := build(io.Discard, deadletter.NewMemory(1))
+	require.NoError(t, err)
+	graphdoc.Embedded(t, filepath.Join("..", "..", "docs", "graph.md"), "samples/quickstart", p.Graph().Mermaid())
 }
