@@ -250,23 +250,24 @@ func TestTTYRedrawsInPlace(t *testing.T) {
 		require.Len(t, w, 1, "a frame is one write")
 		frames = append(frames, w[0])
 	}
-	assert.NotContains(t, frames[0], "\x1b[4A", "the first frame moves up over nothing")
+	assert.NotContains(t, frames[0], "\x1b[5A", "the first frame moves up over nothing")
 	for i, f := range frames {
 		lines := strings.Split(strings.TrimSuffix(f, "\x1b[J"), "\n")
-		require.Len(t, lines, 5, "frame %d: a header and three nodes, then the erase below", i)
+		require.Len(t, lines, 6, "frame %d: a header, column titles and three nodes, then the erase below", i)
 		assert.Contains(t, lines[0], "orders  ")
-		assert.Contains(t, lines[1], "read")
-		assert.Contains(t, lines[2], "enrich")
-		assert.Contains(t, lines[3], "store")
+		assert.Regexp(t, `^\r  node  +in  +out  +rate  +avg\x1b\[K$`, lines[1])
+		assert.Contains(t, lines[2], "read")
+		assert.Contains(t, lines[3], "enrich")
+		assert.Contains(t, lines[4], "store")
 		if i > 0 {
-			assert.True(t, strings.HasPrefix(f, "\x1b[4A\r"), "frame %d moves up over the last one: %q", i, f)
+			assert.True(t, strings.HasPrefix(f, "\x1b[5A\r"), "frame %d moves up over the last one: %q", i, f)
 		}
 	}
 	last := frames[2]
 	assert.Contains(t, last, "of 1000 (30%)")
 	assert.Contains(t, last, "ETA 1s") // 700 left at 500/s
 	assert.Contains(t, last, "retries 21  dead 30  breaker open")
-	assert.Regexp(t, `enrich  in +300  out +270`, last)
+	assert.Regexp(t, `enrich +300 +270 +450/s +450/s`, last)
 }
 
 // TestFinalFrameWhenRunEnds checks that a run that ends gets a final
@@ -354,7 +355,7 @@ func TestStopMidRun(t *testing.T) {
 	h.rep.Stop()
 	w := h.out.take()
 	require.Len(t, w, 1)
-	assert.True(t, strings.HasPrefix(w[0], "\x1b[3A\r"), "%q", w[0])
+	assert.True(t, strings.HasPrefix(w[0], "\x1b[4A\r"), "%q", w[0])
 	assert.Contains(t, w[0], "orders  1.0s  stopped")
 
 	h.rep.Stop()

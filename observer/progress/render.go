@@ -100,11 +100,12 @@ func (r *Reporter) block(p *pipe, now time.Time) []string {
 	if eta, ok := p.eta(now); ok && p.live {
 		head += "  ETA " + eta
 	}
-	lines := []string{head}
-	wide := 0
+	wide := len("node")
 	for _, n := range p.st.Nodes {
 		wide = max(wide, utf8.RuneCountInString(n.Node))
 	}
+	pad := func(name string) string { return name + strings.Repeat(" ", wide-utf8.RuneCountInString(name)) }
+	lines := []string{head, fmt.Sprintf("  %s  %8s  %8s  %8s  %8s", pad("node"), "in", "out", "rate", "avg")}
 	for i, n := range p.st.Nodes {
 		c := p.count(i)
 		in := "-"
@@ -112,9 +113,8 @@ func (r *Reporter) block(p *pipe, now time.Time) []string {
 			in = fmt.Sprint(c.In)
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "  %s%s  in %8s  out %8d  %7s/s  avg %7s/s",
-			n.Node, strings.Repeat(" ", wide-utf8.RuneCountInString(n.Node)),
-			in, c.Out, human(p.rate(i, now)), human(p.avg(i, now)))
+		fmt.Fprintf(&b, "  %s  %8s  %8d  %8s  %8s", pad(n.Node), in, c.Out,
+			human(p.rate(i, now))+"/s", human(p.avg(i, now))+"/s")
 		if n.Sized {
 			fmt.Fprintf(&b, "  of %d", n.Size)
 			if n.Size > 0 {
@@ -259,7 +259,7 @@ func (p *pipe) avg(i int, now time.Time) float64 {
 }
 
 // sourceETA returns how long sized source i needs for the items it has
-// left at its recent rate; not ok when it has items left and no rate.
+// left at its recent rate; not ok when it has none left, or no rate.
 func (p *pipe) sourceETA(i int, now time.Time) (string, bool) {
 	n := p.st.Nodes[i]
 	if !n.Sized {
@@ -267,7 +267,7 @@ func (p *pipe) sourceETA(i int, now time.Time) (string, bool) {
 	}
 	left := n.Size - p.count(i).Out
 	if left <= 0 {
-		return "0s", true
+		return "", false // done: the rest of the pipeline may not be
 	}
 	rate := p.rate(i, now)
 	if rate <= 0 {
@@ -277,7 +277,8 @@ func (p *pipe) sourceETA(i int, now time.Time) (string, bool) {
 }
 
 // eta returns the pipeline's ETA: the longest of its sized sources'. It is
-// not ok when it has none, or one has items left and no recent rate.
+// not ok when it has none, when all are done, or when one has items left
+// and no recent rate.
 func (p *pipe) eta(now time.Time) (string, bool) {
 	var longest time.Duration
 	sized := false
@@ -296,8 +297,8 @@ func (p *pipe) eta(now time.Time) (string, bool) {
 		}
 		longest = max(longest, etaOf(left, rate))
 	}
-	if !sized {
-		return "", false
+	if !sized || longest == 0 {
+		return "", false // no sized source, or every one is done
 	}
 	return duration(longest), true
 }
@@ -338,8 +339,11 @@ func elapsed(d time.Duration) string {
 	return duration(d)
 }
 
-// duration formats a duration to the second: 5s, 2m05s, 1h02m03s.
+// duration formats a duration to the second: <1s, 5s, 2m05s, 1h02m03s.
 func duration(d time.Duration) string {
+	if d > 0 && d < time.Second {
+		return "<1s"
+	}
 	d = d.Round(time.Second)
 	h, m, s := int(d/time.Hour), int(d%time.Hour/time.Minute), int(d%time.Minute/time.Second)
 	switch {
