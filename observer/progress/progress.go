@@ -104,7 +104,11 @@ type Reporter struct {
 
 	tickHook func() // tests: called after each tick
 
+	// mu guards the state; wmu orders the writes, which happen outside
+	// mu, so that an event never waits for a slow output's tick.
 	mu       sync.Mutex
+	wmu      sync.Mutex
+	pending  string // the frame drawn under mu, to write
 	pipes    []*pipe
 	explicit bool // Start was called: the loop runs until Stop
 	stopped  bool // Stop was called: nothing is drawn any more
@@ -195,7 +199,7 @@ func (r *Reporter) Stop() {
 		<-done
 	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlockAndFlush()
 	if r.final {
 		return
 	}
@@ -232,7 +236,7 @@ func (r *Reporter) OnNodeStarted(e observer.NodeEvent) {
 // completes.
 func (r *Reporter) OnNodeCompleted(e observer.NodeEvent) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlockAndFlush()
 	if r.stopped {
 		return
 	}
@@ -249,6 +253,22 @@ func (r *Reporter) OnNodeCompleted(e observer.NodeEvent) {
 	p.live = false
 	r.draw(now, []*pipe{p}, false)
 	r.idleStop()
+}
+
+// unlockAndFlush releases r.mu and writes the frame drawn while it was
+// held: after the frames drawn before it, and without holding r.mu.
+func (r *Reporter) unlockAndFlush() {
+	frame := r.pending
+	r.pending = ""
+	if frame == "" {
+		r.mu.Unlock()
+		return
+	}
+	r.wmu.Lock()
+	r.mu.Unlock()
+	defer r.wmu.Unlock()
+	// A failing output is not the pipeline's problem.
+	_, _ = r.w.Write([]byte(frame))
 }
 
 // find returns the pipeline an event is about: by name, and by run when
@@ -321,7 +341,7 @@ func (r *Reporter) loop(stop <-chan struct{}, done chan<- struct{}, prev <-chan 
 // tick samples every pipeline, and draws if draw is set or a run ended.
 func (r *Reporter) tick(draw bool) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
+	defer r.unlockAndFlush()
 	if r.stopped {
 		return
 	}

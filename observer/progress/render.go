@@ -78,12 +78,10 @@ func (r *Reporter) drawTTY(now time.Time, ending []*pipe) {
 	r.write(b.String())
 }
 
-// write writes a frame in one call, so that it does not flicker; a
-// failing output is not the pipeline's problem.
+// write keeps a frame to write in one call, so that it does not flicker,
+// once r.mu is released (unlockAndFlush).
 func (r *Reporter) write(s string) {
-	if s != "" {
-		_, _ = r.w.Write([]byte(s))
-	}
+	r.pending += s
 }
 
 // block returns a pipeline's lines on a terminal: a header, and a line per
