@@ -39,8 +39,8 @@ type config struct {
 	db, dlq     string
 	metricsAddr string
 	seed        uint64
-	progress    time.Duration // 0: no progress lines
-	tty         bool          // redraw one progress line instead of printing lines
+	progress    time.Duration // 0: no progress display
+	tty         bool          // redraw the progress in place instead of printing lines
 }
 
 // main runs the job. The first Ctrl-C drains it: no more rows are read,
@@ -100,7 +100,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.dlq, "dlq", "", "dead-letter file (default: dead-letters.jsonl next to the database)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address while the job runs, such as 127.0.0.1:9464")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the data set, the failures and the jitter")
-	fs.DurationVar(&cfg.progress, "progress", 200*time.Millisecond, "how often to show progress (0: never)")
+	fs.DurationVar(&cfg.progress, "progress", 200*time.Millisecond, "how often to redraw the progress on a terminal; elsewhere a line every 2s, or this if longer (0: no progress)")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: etl [flags]
 

@@ -34,18 +34,31 @@ func (o Order) CorrelationID() string { return o.ID }
 
 // generate returns a source of rows CSV lines (id,customer,amount,currency,
 // date), drawn from seed. About 0.5 % of the rows are malformed and about
-// 0.5 % break a business rule, so that every kind of failure shows.
+// 0.5 % break a business rule, so that every kind of failure shows. It
+// knows how many rows it emits (node.Sized): the progress display shows
+// an ETA.
 func generate(rows int, seed uint64) node.Source[string] {
-	return node.SourceFunc[string](func(ctx context.Context, out node.Emitter[string]) error {
-		r := rand.New(rand.NewPCG(seed, seed^0x5eed))
-		for i := range rows {
-			if err := out.Emit(ctx, row(r, i)); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	return generator{rows, seed}
 }
+
+type generator struct {
+	rows int
+	seed uint64
+}
+
+func (g generator) Run(ctx context.Context, out node.Emitter[string]) error {
+	r := rand.New(rand.NewPCG(g.seed, g.seed^0x5eed))
+	for i := range g.rows {
+		if err := out.Emit(ctx, row(r, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (g generator) Size() int64 { return int64(g.rows) }
+
+var _ node.Sized = generator{}
 
 func row(r *rand.Rand, i int) string {
 	id := fmt.Sprintf("ord-%07d", i)

@@ -5,12 +5,12 @@ import (
 	"io"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/sluicehq/sluice/observer/progress"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -92,9 +92,11 @@ func euros(cents int64) string {
 	return fmt.Sprintf("%s.%02d", whole, cents%100)
 }
 
-// showProgress reports the run's progress from p.Stats() every
-// cfg.progress: one line redrawn in place on a terminal, a line every few
-// seconds otherwise. It returns a function that stops it.
+// showProgress reports the run's progress from p's counters with a
+// progress.Reporter: on a terminal, a line per node redrawn every
+// cfg.progress; otherwise a line every cfg.progress, but no more often
+// than every 2 s, since each one stays in a log. It returns a function
+// that stops it, after drawing the final counts.
 func showProgress(p *pipeline.Pipeline, clock clockwork.Clock, cfg config, w io.Writer) (stop func()) {
 	if cfg.progress <= 0 {
 		return func() {}
@@ -103,51 +105,15 @@ func showProgress(p *pipeline.Pipeline, clock clockwork.Clock, cfg config, w io.
 	if !cfg.tty {
 		every = max(every, 2*time.Second)
 	}
-	done := make(chan struct{})
-	finished := make(chan struct{})
-	start := clock.Now()
-	go func() {
-		defer close(finished)
-		t := clock.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				if cfg.tty {
-					fmt.Fprint(w, "\r"+strings.Repeat(" ", 100)+"\r")
-				}
-				return
-			case <-t.Chan():
-				line := progressLine(p.Stats(), clock.Since(start))
-				if cfg.tty {
-					fmt.Fprintf(w, "\r%-100s", line)
-				} else {
-					fmt.Fprintln(w, line)
-				}
-			}
-		}
-	}()
-	return func() {
-		close(done)
-		<-finished
+	r := progress.New(w, progress.WithClock(clock), progress.WithTTY(cfg.tty), progress.WithInterval(every),
+		// The compact line: rows read, and orders that passed validation
+		// on their way to the database.
+		progress.WithLineNodes("read", "validate"))
+	if err := r.UseStats(p); err != nil {
+		return func() {} // only for a nil pipeline
 	}
-}
-
-func progressLine(st pipeline.Stats, elapsed time.Duration) string {
-	read, _ := st.Node("read")
-	load, _ := st.Node("validate")
-	enrich, _ := st.Node("enrich")
-	var dead, retries int64
-	for _, n := range st.Nodes {
-		dead += n.DeadLettered
-		retries += n.ItemRetries
-	}
-	rate := 0.0
-	if elapsed > 0 {
-		rate = float64(read.Out) / elapsed.Seconds()
-	}
-	return fmt.Sprintf("%6.1fs  read %d  loaded %d  %s rows/s  retries %d  dead letters %d  breaker %s",
-		elapsed.Seconds(), read.Out, load.Out, human(rate), retries, dead, enrich.Circuit)
+	r.Start()
+	return r.Stop
 }
 
 // human formats a rate with a k or M suffix.

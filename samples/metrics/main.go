@@ -10,6 +10,7 @@
 //	go run ./samples/metrics                          # 200 orders/s until interrupted
 //	go run ./samples/metrics -items 1000              # 1000 orders, then exit
 //	go run ./samples/metrics -addr 127.0.0.1:0 -items 1000 -hold
+//	go run ./samples/metrics -progress 1s -log-level ERROR  # progress, not the event log
 //
 // With -hold the metrics stay served after the run until the program is
 // interrupted. Scrape with curl http://127.0.0.1:9464/metrics, or point a
@@ -40,6 +41,7 @@ import (
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/observer/progress"
 	"github.com/sluicehq/sluice/observer/prometheus"
 	"github.com/sluicehq/sluice/observer/slogobserver"
 	"github.com/sluicehq/sluice/pipeline"
@@ -69,6 +71,7 @@ type settings struct {
 	seed     uint64
 	hold     bool
 	logLevel slog.Level
+	progress time.Duration
 }
 
 func parse(args []string, out io.Writer) (settings, error) {
@@ -81,6 +84,7 @@ func parse(args []string, out io.Writer) (settings, error) {
 	fs.Float64Var(&s.fail, "fail", 0.2, "chance that each enrich call fails, in [0, 1]")
 	fs.Uint64Var(&s.seed, "seed", 1, "seed of the failures and of the backoff jitter")
 	fs.BoolVar(&s.hold, "hold", false, "keep serving /metrics after an -items run ends, until interrupted")
+	fs.DurationVar(&s.progress, "progress", 0, "show each node's progress this often: redrawn in place on a terminal (where -log-level ERROR keeps the log from writing over it), a line each time otherwise; 0 shows none")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "lowest level of the event log: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -90,6 +94,8 @@ func parse(args []string, out io.Writer) (settings, error) {
 		return s, fmt.Errorf("metrics: unexpected argument %q", fs.Arg(0))
 	case s.items < 0:
 		return s, fmt.Errorf("metrics: -items %d: must not be negative", s.items)
+	case s.progress < 0:
+		return s, fmt.Errorf("metrics: -progress %s: must not be negative", s.progress)
 	case s.rate < 0:
 		return s, fmt.Errorf("metrics: -rate %g: must not be negative", s.rate)
 	case !(s.fail >= 0 && s.fail <= 1):
@@ -108,7 +114,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: s.logLevel}))
 	collector := prometheus.New()
-	p, err := build(s, observer.Multi(collector, slogobserver.New(log)))
+	obs := []observer.Observer{collector, slogobserver.New(log)}
+	if s.progress > 0 {
+		// An observer too: it draws while a run runs, and its final
+		// frame before Run returns.
+		rep := progress.New(stdout, progress.WithInterval(s.progress))
+		defer rep.Stop()
+		obs = append(obs, rep)
+	}
+	p, err := build(s, observer.Multi(obs...))
 	if err != nil {
 		return err
 	}

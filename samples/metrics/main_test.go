@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -215,6 +216,25 @@ func TestAnItemsRunEndsOnItsOwn(t *testing.T) {
 	assert.Regexp(t, `store\s+sink\s+\d+`, out.String(), "the result table is printed")
 }
 
+// TestProgress checks the -progress lines: the output is no terminal, so
+// each is a compact line, and the last one, with the run's final counts,
+// comes before the run's result.
+func TestProgress(t *testing.T) {
+	t.Parallel()
+	out, _, wait := started(t, t.Context(), "-items", "300", "-rate", "0", "-log-level", "ERROR", "-progress", "1s")
+	require.NoError(t, wait())
+	final := regexp.MustCompile(`(?m)^[\d.]+s  read 300 \([\d.k]+/s, avg [\d.k]+/s\)  store (\d+) \(.*  done\nmetrics: run finished: ok`).FindStringSubmatch(out.String())
+	require.NotNil(t, final, out.String())
+	_, dead := script(300, 0.2, 1)
+	stored := 0
+	for id := range 300 {
+		if !dead[id] && id%10 != 0 {
+			stored++
+		}
+	}
+	assert.Equal(t, strconv.Itoa(stored), final[1], "what was not dead-lettered nor filtered out")
+}
+
 func TestAnEndlessRunServesWhileRunningAndStopsWhenInterrupted(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -238,6 +258,7 @@ func TestFlagErrors(t *testing.T) {
 		{[]string{"-fail", "2"}, "metrics: -fail 2: must be in [0, 1]"},
 		{[]string{"-items", "-1"}, "metrics: -items -1: must not be negative"},
 		{[]string{"-rate", "-5"}, "metrics: -rate -5: must not be negative"},
+		{[]string{"-progress", "-1s"}, "metrics: -progress -1s: must not be negative"},
 		{[]string{"extra"}, `metrics: unexpected argument "extra"`},
 		{[]string{"-log-level", "LOUD"}, `invalid value "LOUD" for flag -log-level`},
 		{[]string{"-addr", "127.0.0.1:99999"}, "metrics: listen tcp: address 99999: invalid port"},

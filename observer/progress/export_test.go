@@ -1,0 +1,12 @@
+package progress
+
+import "time"
+
+// WithTickHook calls f after each tick of the Reporter's goroutine, so
+// that a test on a fake clock knows when a tick's drawing is done.
+func WithTickHook(f func()) Option {
+	return func(r *Reporter) { r.tickHook = f }
+}
+
+// TickEvery returns how often the Reporter samples the counters.
+func (r *Reporter) TickEvery() time.Duration { return r.tickEvery }

@@ -1,0 +1,363 @@
+package progress
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/term"
+
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// The only terminal control sequences the Reporter writes (ECMA-48, which
+// every terminal emulator in use understands): cursor up n lines, erase to
+// the end of the line, erase to the end of the screen.
+const (
+	cursorUp    = "\x1b[%dA"
+	eraseLine   = "\x1b[K"
+	eraseBelow  = "\x1b[J"
+	minTTYWidth = 20
+)
+
+// draw writes a frame: ending holds the pipelines whose run ended now;
+// when all is set, the other live ones are drawn too (a terminal redraws
+// them always). r.mu is held.
+func (r *Reporter) draw(now time.Time, ending []*pipe, all bool) {
+	if r.tty {
+		r.drawTTY(now, ending)
+		return
+	}
+	var b strings.Builder
+	for _, p := range r.pipes {
+		if slices.Contains(ending, p) || (all && p.live) {
+			b.WriteString(r.line(p, now))
+			b.WriteByte('\n')
+		}
+	}
+	r.write(b.String())
+}
+
+// drawTTY redraws the live region of a terminal in place: the pipelines
+// whose run ended now come first, and stay on the screen above the region
+// from then on.
+func (r *Reporter) drawTTY(now time.Time, ending []*pipe) {
+	var lines, kept []string
+	for _, p := range ending {
+		kept = append(kept, r.block(p, now)...)
+	}
+	for _, p := range r.pipes {
+		if p.live {
+			lines = append(lines, r.block(p, now)...)
+		}
+	}
+	if r.drawn == 0 && len(kept)+len(lines) == 0 {
+		return
+	}
+	width := 0
+	if r.fd >= 0 {
+		if w, _, err := term.GetSize(r.fd); err == nil && w >= minTTYWidth {
+			width = w - 1 // a line as wide as the screen wraps on some terminals
+		}
+	}
+	var b strings.Builder
+	if r.drawn > 0 {
+		fmt.Fprintf(&b, cursorUp, r.drawn)
+	}
+	for _, l := range append(kept, lines...) {
+		b.WriteString("\r")
+		b.WriteString(cut(l, width))
+		b.WriteString(eraseLine + "\n")
+	}
+	b.WriteString(eraseBelow)
+	r.drawn = len(lines)
+	r.write(b.String())
+}
+
+// write keeps a frame to write in one call, so that it does not flicker,
+// once r.mu is released (unlockAndFlush).
+func (r *Reporter) write(s string) {
+	r.pending += s
+}
+
+// block returns a pipeline's lines on a terminal: a header, and a line per
+// node.
+func (r *Reporter) block(p *pipe, now time.Time) []string {
+	head := fmt.Sprintf("%s  %s", p.st.Pipeline, elapsed(now.Sub(p.start)))
+	switch {
+	case p.live:
+	case p.finished():
+		head += "  done"
+	default:
+		head += "  stopped"
+	}
+	if eta, ok := p.eta(now); ok && p.live {
+		head += "  ETA " + eta
+	}
+	wide := len("node")
+	for _, n := range p.st.Nodes {
+		wide = max(wide, utf8.RuneCountInString(n.Node))
+	}
+	pad := func(name string) string { return name + strings.Repeat(" ", wide-utf8.RuneCountInString(name)) }
+	lines := []string{head, fmt.Sprintf("  %s  %8s  %8s  %8s  %8s", pad("node"), "in", "out", "rate", "avg")}
+	for i, n := range p.st.Nodes {
+		c := p.count(i)
+		in := "-"
+		if n.Kind != observer.KindSource {
+			in = fmt.Sprint(c.In)
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "  %s  %8s  %8d  %8s  %8s", pad(n.Node), in, c.Out,
+			human(p.rate(i, now))+"/s", human(p.avg(i, now))+"/s")
+		if n.Sized {
+			fmt.Fprintf(&b, "  of %d", n.Size)
+			if n.Size > 0 {
+				fmt.Fprintf(&b, " (%d%%)", min(100, 100*c.Out/n.Size))
+			}
+			if eta, ok := p.sourceETA(i, now); ok && p.live {
+				b.WriteString("  ETA " + eta)
+			}
+		}
+		for _, x := range extras(c) {
+			b.WriteString("  " + x)
+		}
+		lines = append(lines, b.String())
+	}
+	return lines
+}
+
+// line returns a pipeline's compact line for an output that is not a
+// terminal: the chosen nodes' counts and rates, then the whole pipeline's
+// retries, dead letters, breakers that are not closed, and ETA.
+func (r *Reporter) line(p *pipe, now time.Time) string {
+	var parts []string
+	if len(r.pipes) > 1 {
+		parts = append(parts, p.st.Pipeline)
+	}
+	parts = append(parts, elapsed(now.Sub(p.start)))
+	for _, i := range r.lineIndexes(p) {
+		n, c := p.st.Nodes[i], p.count(i)
+		s := fmt.Sprintf("%s %d", n.Node, c.Out)
+		if n.Sized {
+			s += fmt.Sprintf("/%d", n.Size)
+		}
+		parts = append(parts, s+fmt.Sprintf(" (%s/s, avg %s/s)", human(p.rate(i, now)), human(p.avg(i, now))))
+	}
+	var sum observer.NodeStats
+	var open []string
+	for i, n := range p.st.Nodes {
+		c := p.count(i)
+		sum.ItemRetries += c.ItemRetries
+		sum.NodeRestarts += c.NodeRestarts
+		sum.NodeRetries += c.NodeRetries
+		sum.DeadLettered += c.DeadLettered
+		sum.Skipped += c.Skipped
+		if n.Circuit != resilience.CircuitClosed {
+			open = append(open, n.Node+" "+n.Circuit.String())
+		}
+	}
+	parts = append(parts, extras(sum)...)
+	if len(open) > 0 {
+		parts = append(parts, "breaker "+strings.Join(open, ", "))
+	}
+	switch {
+	case !p.live && p.finished():
+		parts = append(parts, "done")
+	case !p.live:
+		parts = append(parts, "stopped")
+	default:
+		if eta, ok := p.eta(now); ok {
+			parts = append(parts, "ETA "+eta)
+		}
+	}
+	return strings.Join(parts, "  ")
+}
+
+// lineIndexes returns the nodes a compact line shows: WithLineNodes's, or
+// the sources and sinks.
+func (r *Reporter) lineIndexes(p *pipe) []int {
+	var idx []int
+	if r.lineNodes != nil {
+		for _, name := range r.lineNodes {
+			for i, n := range p.st.Nodes {
+				if n.Node == name {
+					idx = append(idx, i)
+					break
+				}
+			}
+		}
+		return idx
+	}
+	for i, n := range p.st.Nodes {
+		if n.Kind == observer.KindSource || n.Kind == observer.KindSink {
+			idx = append(idx, i)
+		}
+	}
+	return idx
+}
+
+// extras returns what a node's line says beyond its counts, when not zero.
+func extras(c observer.NodeStats) []string {
+	var out []string
+	add := func(n int64, what string) {
+		if n > 0 {
+			out = append(out, fmt.Sprintf("%s %d", what, n))
+		}
+	}
+	add(c.ItemRetries, "retries")
+	add(c.NodeRestarts, "restarts")
+	add(c.NodeRetries, "node retries")
+	add(c.DeadLettered, "dead")
+	add(c.Skipped, "skipped")
+	add(c.Filtered, "filtered")
+	if c.Circuit != resilience.CircuitClosed {
+		out = append(out, "breaker "+c.Circuit.String())
+	}
+	return out
+}
+
+// finished says whether p's run ran to its end, rather than being cut
+// short by Stop.
+func (p *pipe) finished() bool {
+	return !p.st.Running || (len(p.st.Nodes) > 0 && p.completed >= len(p.st.Nodes))
+}
+
+// count returns node i's counters in this run: the circuit state is the
+// current one.
+func (p *pipe) count(i int) observer.NodeStats {
+	c := p.st.Nodes[i]
+	if i < len(p.base) {
+		b := p.base[i]
+		c.In -= b.In
+		c.Out -= b.Out
+		c.Failed -= b.Failed
+		c.Skipped -= b.Skipped
+		c.DeadLettered -= b.DeadLettered
+		c.Filtered -= b.Filtered
+		c.Fallbacks -= b.Fallbacks
+		c.HandedOff -= b.HandedOff
+		c.ItemRetries -= b.ItemRetries
+		c.NodeRestarts -= b.NodeRestarts
+		c.NodeRetries -= b.NodeRetries
+	}
+	return c
+}
+
+// avg returns node i's average rate of Out since the run started.
+func (p *pipe) avg(i int, now time.Time) float64 {
+	dt := now.Sub(p.start).Seconds()
+	if dt <= 0 {
+		return 0
+	}
+	return float64(p.count(i).Out) / dt
+}
+
+// sourceETA returns how long sized source i needs for the items it has
+// left at its recent rate; not ok when it has none left, or no rate.
+func (p *pipe) sourceETA(i int, now time.Time) (string, bool) {
+	n := p.st.Nodes[i]
+	if !n.Sized {
+		return "", false
+	}
+	left := n.Size - p.count(i).Out
+	if left <= 0 {
+		return "", false // done: the rest of the pipeline may not be
+	}
+	rate := p.rate(i, now)
+	if rate <= 0 {
+		return "", false
+	}
+	return duration(etaOf(left, rate)), true
+}
+
+// eta returns the pipeline's ETA: the longest of its sized sources'. It is
+// not ok when it has none, when all are done, or when one has items left
+// and no recent rate.
+func (p *pipe) eta(now time.Time) (string, bool) {
+	var longest time.Duration
+	sized := false
+	for i, n := range p.st.Nodes {
+		if !n.Sized {
+			continue
+		}
+		sized = true
+		left := n.Size - p.count(i).Out
+		if left <= 0 {
+			continue
+		}
+		rate := p.rate(i, now)
+		if rate <= 0 {
+			return "", false
+		}
+		longest = max(longest, etaOf(left, rate))
+	}
+	if !sized || longest == 0 {
+		return "", false // no sized source, or every one is done
+	}
+	return duration(longest), true
+}
+
+// maxETA caps an ETA, so that a crawling rate does not overflow it.
+const maxETA = 999 * time.Hour
+
+// etaOf returns how long left items take at rate per second.
+func etaOf(left int64, rate float64) time.Duration {
+	secs := float64(left) / rate
+	if secs >= maxETA.Seconds() {
+		return maxETA
+	}
+	return time.Duration(secs * float64(time.Second))
+}
+
+// human formats a rate: 0.5, 12, 15.1k, 2.3M.
+func human(v float64) string {
+	switch {
+	case math.IsNaN(v) || v <= 0:
+		return "0"
+	case v >= 1e6:
+		return fmt.Sprintf("%.1fM", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1fk", v/1e3)
+	case v < 10:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.0f", v)
+	}
+}
+
+// elapsed formats a run's time so far: 12.0s, then 2m05s.
+func elapsed(d time.Duration) string {
+	if d < time.Minute {
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	}
+	return duration(d)
+}
+
+// duration formats a duration to the second: <1s, 5s, 2m05s, 1h02m03s.
+func duration(d time.Duration) string {
+	if d > 0 && d < time.Second {
+		return "<1s"
+	}
+	d = d.Round(time.Second)
+	h, m, s := int(d/time.Hour), int(d%time.Hour/time.Minute), int(d%time.Minute/time.Second)
+	switch {
+	case h > 0:
+		return fmt.Sprintf("%dh%02dm%02ds", h, m, s)
+	case m > 0:
+		return fmt.Sprintf("%dm%02ds", m, s)
+	default:
+		return fmt.Sprintf("%ds", s)
+	}
+}
+
+// cut shortens s to width runes; 0 is no limit.
+func cut(s string, width int) string {
+	if width <= 0 || utf8.RuneCountInString(s) <= width {
+		return s
+	}
+	return string([]rune(s)[:width])
+}
