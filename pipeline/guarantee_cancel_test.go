@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -520,6 +521,9 @@ func TestSiblingsOfAFailingItemAreNotFailures(t *testing.T) {
 				}, m.opts...)...)
 				src := pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(200)...))
 				opts := append([]pipeline.NodeOption{pipeline.Parallel(workers)}, v.opts...)
+				if strings.HasPrefix(v.name, "keyed") {
+					opts = v.opts // Keyed sets the workers
+				}
 				if v.sink {
 					pipeline.Sink(b, "work", src, node.SinkFunc[int](call), opts...)
 				} else {

@@ -46,7 +46,11 @@ WHERE (customer, cents, currency, eur_cents, day) IS NOT
 
 // Open opens the database file and creates the table if needed.
 func (s *store) Open(ctx context.Context) error {
-	db, err := sql.Open("sqlite", "file:"+s.path+"?_pragma=journal_mode(WAL)&_pragma=busy_timeout(5000)&_pragma=synchronous(NORMAL)")
+	// busy_timeout first: the pragmas run in order, and the two sinks (the
+	// orders and the totals) open the same file at once, so switching a new
+	// file to WAL must already wait for the other instead of failing with
+	// SQLITE_BUSY.
+	db, err := sql.Open("sqlite", "file:"+s.path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
 	if err != nil {
 		return fmt.Errorf("etl: open %s: %w", s.path, err)
 	}
