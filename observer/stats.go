@@ -115,7 +115,9 @@ func (k NodeKind) HandsOnOnePerItem() bool {
 // NodeStats are the counts of one node.
 //
 // In counts the items the node took in (for a source: none); Out the items
-// it handed downstream (for a sink: the items written). Failed counts items
+// it handed downstream (for a sink: the items written). Items are counted
+// through a Batch: a node that takes batches counts the items in them, and
+// InBatches and OutBatches count the batches themselves. Failed counts items
 // whose processing failed after item retries, whatever happened next;
 // Skipped and DeadLettered count those the failure action dropped or
 // dead-lettered, Filtered those a Filter dropped or a FlatMap or Unbatch
@@ -134,10 +136,18 @@ type NodeStats struct {
 	// HandedOff counts the items whose retry the source's broker took
 	// over (HandOffSource): they left the node, to come back in a later
 	// delivery.
-	HandedOff    int64
-	ItemRetries  int64
-	NodeRestarts int64
-	NodeRetries  int64
+	HandedOff int64
+	// InBatches counts the batches a node that takes batches took in, and
+	// OutBatches those a node that gives batches handed on or, for a
+	// sink, wrote; a node takes batches when what it reads is the output
+	// of a Batch, or of a Transform, Filter, Merge or Route that takes
+	// batches and hands on a slice. Both are 0 for other nodes, whose
+	// items are not batches; In, Out and the failure counts count the
+	// items in the batches.
+	InBatches, OutBatches int64
+	ItemRetries           int64
+	NodeRestarts          int64
+	NodeRetries           int64
 	// Size is, for a source that implements node.Sized (Sized set), how
 	// many items it emits in a run: with Out, a progress display's ETA.
 	Size  int64
@@ -149,7 +159,8 @@ type NodeStats struct {
 	// run and has not yet handed on, written, filtered, skipped or
 	// dead-lettered: an estimate, since stages publish their counts every
 	// 64 items and whenever they wait. It is 0 between runs and for other
-	// kinds, and in a Result.
+	// kinds, for a transform that turns batches into something else (its
+	// items in and results out do not match), and in a Result.
 	InFlight int64
 }
 

@@ -15,6 +15,8 @@ import (
 // it is in does.
 func Batch[T any](b *Builder, name string, in Stream[T], size int, linger time.Duration, opts ...NodeOption) Stream[[]T] {
 	s := b.add(name, KindBatch, opts, in.s)
+	countIn(s, sliceLen[T]())
+	countOut(s, sliceLen[[]T]())
 	s.validate = func() []error {
 		errs := parallelRefused(s)
 		if size < 1 {
@@ -28,8 +30,8 @@ func Batch[T any](b *Builder, name string, in Stream[T], size int, linger time.D
 	s.newEdge = edgeOf[T]
 	s.newRunner = func(nr *nodeRun) runner {
 		n := nr.spec
-		r := newReader(nr.rs.edges[n.id].(edge[T]), &n.stats.in)
-		br := &batcher[T]{nr: nr, in: r, w: newWriter(outEdges[[]T](nr), &n.stats.out), size: size, linger: linger}
+		r := newReader(nr.rs.edges[n.id].(edge[T]), n)
+		br := &batcher[T]{nr: nr, in: r, w: newWriter(outEdges[[]T](nr), n), size: size, linger: linger}
 		r.idle = br.w.flush
 		return br
 	}

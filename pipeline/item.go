@@ -369,7 +369,7 @@ func (fl *failure) out() *failure {
 func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *failure) error {
 	if fl.handedOff {
 		// The broker holds the item now, whatever the run does next.
-		nr.spec.stats.handedOff.Add(1)
+		nr.spec.stats.handedOff.Add(nr.spec.items(item))
 		tr.finish(node.HandedOff)
 		return nil
 	}
@@ -379,7 +379,8 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		return context.Cause(ctx)
 	}
 	n, rs := nr.spec, nr.rs
-	n.stats.failed.Add(1)
+	items := n.items(item)
+	n.stats.failed.Add(items)
 	var nrs *notRestartable
 	if errors.Is(fl.err, resilience.ErrCircuitOpen) || errors.As(fl.err, &nrs) {
 		return fl.err
@@ -390,7 +391,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 	}
 	switch action {
 	case resilience.Skip:
-		n.stats.skipped.Add(1)
+		n.stats.skipped.Add(items)
 		notify(rs, n, observer.Observer.OnDrop, observer.DropEvent{Event: rs.event(n), Key: keyOf(item, tr), Attempts: fl.total(), Err: fl.err})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.Skip))
@@ -401,7 +402,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		if err := nr.deadLetter(ctx, item, key, fl); err != nil {
 			return err
 		}
-		n.stats.deadLettered.Add(1)
+		n.stats.deadLettered.Add(items)
 		notify(rs, n, observer.Observer.OnDeadLetter,
 			observer.DeadLetterEvent{Event: rs.event(n), Key: key, OriginNode: n.name, Attempts: fl.total(), Err: fl.err})
 		if tr != nil {

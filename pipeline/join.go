@@ -56,8 +56,8 @@ func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[
 	s.newEdge = edgeOf[either[L, R]]
 	s.newRunner = func(nr *nodeRun) runner {
 		n := nr.spec
-		r := newReader(nr.rs.edges[n.id].(edge[either[L, R]]), &n.stats.in)
-		j := &joiner[L, R, K, Out]{nr: nr, in: r, w: newWriter(outEdges[Out](nr), &n.stats.out), keyL: keyL, keyR: keyR,
+		r := newReader(nr.rs.edges[n.id].(edge[either[L, R]]), n)
+		j := &joiner[L, R, K, Out]{nr: nr, in: r, w: newWriter(outEdges[Out](nr), n), keyL: keyL, keyR: keyR,
 			join: join, within: within, clock: nr.rs.p.cfg.clock, lefts: map[K][]*waiting[L]{}, rights: map[K][]*waiting[R]{}}
 		r.idle = j.w.flush
 		return j

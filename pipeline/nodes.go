@@ -13,6 +13,7 @@ import (
 // stream of its results.
 func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Transform[In, Out], opts ...NodeOption) Stream[Out] {
 	s := b.add(name, KindTransform, opts, in.s)
+	passBatches[In, Out](s)
 	nilErr := notNil(isNil(t), "transform is nil")
 	s.validate = func() []error {
 		errs := append(nilErr(), keyedCheck[In](s.cfg)...)
@@ -66,12 +67,19 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 // is flushed after its last item when the run succeeds.
 func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...NodeOption) {
 	n := b.add(name, KindSink, opts, in.s)
+	takeBatches[T](n)
 	n.validate = withKeyed[T](n, notNil(isNil(s), "sink is nil"))
 	n.newEdge = edgeOf[T]
 	n.newRunner = func(nr *nodeRun) runner {
 		write := func(ctx context.Context, v T) (struct{}, error) { return struct{}{}, s.Write(ctx, v) }
+		size, batches := sizeOf[T](nr.spec.inSize), &nr.spec.stats.outBatches
 		p := newProc(nr, s, write, func(_ context.Context, _ *writer[struct{}], done *tally, env envelope[T], _ struct{}) error {
-			done.add(1)
+			if size == nil {
+				done.add(1)
+			} else {
+				done.add(int64(size(env.val)))
+				batches.Add(1)
+			}
 			if env.tr != nil {
 				env.tr.finish(node.Delivered)
 			}
@@ -92,7 +100,12 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 				if g != nil {
 					g.passed()
 				}
-				done.add(1)
+				if size == nil {
+					done.add(1)
+				} else {
+					done.add(int64(size(it.val)))
+					batches.Add(1)
+				}
 				if it.tr != nil {
 					it.tr.finish(node.Delivered)
 				}
@@ -108,14 +121,15 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 // under Parallel.
 func Filter[T any](b *Builder, name string, in Stream[T], keep func(T) bool, opts ...NodeOption) Stream[T] {
 	s := b.add(name, KindFilter, opts, in.s)
+	passBatches[T, T](s)
 	s.validate = withKeyed[T](s, notNil(keep == nil, "filter function is nil"))
 	s.newEdge = edgeOf[T]
 	s.newRunner = func(nr *nodeRun) runner {
-		st := nr.spec.stats
+		st, size := nr.spec.stats, sizeOf[T](nr.spec.inSize)
 		call := func(_ context.Context, v T) (bool, error) { return keep(v), nil }
 		return newProc(nr, nil, call, func(ctx context.Context, w *writer[T], _ *tally, env envelope[T], kept bool) error {
 			if !kept {
-				st.filtered.Add(1)
+				st.filtered.Add(count(size, env.val))
 				if env.tr != nil {
 					env.tr.finish(node.Filtered)
 				}
@@ -133,9 +147,10 @@ func Filter[T any](b *Builder, name string, in Stream[T], keep func(T) bool, opt
 // whole call: f should not have effects a retry would repeat.
 func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context.Context, In) ([]Out, error), opts ...NodeOption) Stream[Out] {
 	s := b.add(name, KindFlatMap, opts, in.s)
+	takeBatches[In](s)
 	s.validate = withKeyed[In](s, notNil(f == nil, "flat map function is nil"))
 	s.newEdge = edgeOf[In]
-	s.newRunner = func(nr *nodeRun) runner { return newProc(nr, nil, f, spread[In, Out](nr.spec.stats)) }
+	s.newRunner = func(nr *nodeRun) runner { return newProc(nr, nil, f, spread[In, Out](nr.spec)) }
 	return Stream[Out]{b.output(s)}
 }
 
@@ -143,20 +158,22 @@ func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context
 // one.
 func Unbatch[T any](b *Builder, name string, in Stream[[]T], opts ...NodeOption) Stream[T] {
 	s := b.add(name, KindUnbatch, opts, in.s)
+	takeBatches[[]T](s)
 	s.validate = func() []error { return parallelRefused(s) }
 	s.newEdge = edgeOf[[]T]
 	s.newRunner = func(nr *nodeRun) runner {
 		call := func(_ context.Context, v []T) ([]T, error) { return v, nil }
-		return newProc(nr, nil, call, spread[[]T, T](nr.spec.stats))
+		return newProc(nr, nil, call, spread[[]T, T](nr.spec))
 	}
 	return Stream[T]{b.output(s)}
 }
 
 // spread delivers a slice result item by item.
-func spread[In, Out any](st *counters) deliverFunc[In, []Out, Out] {
+func spread[In, Out any](n *spec) deliverFunc[In, []Out, Out] {
+	st, size := n.stats, sizeOf[In](n.inSize)
 	return func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r []Out) error {
 		if len(r) == 0 {
-			st.filtered.Add(1)
+			st.filtered.Add(count(size, env.val))
 			if env.tr != nil {
 				env.tr.finish(node.Filtered)
 			}
@@ -196,6 +213,7 @@ func Merge[T any](b *Builder, name string, ins ...Stream[T]) Stream[T] {
 		streams[i] = in.s
 	}
 	s := b.add(name, KindMerge, nil, streams...)
+	passBatches[T, T](s)
 	s.validate = func() []error {
 		if len(ins) == 0 {
 			return []error{errors.New("merge has no input")}

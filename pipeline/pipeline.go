@@ -101,6 +101,13 @@ type spec struct {
 	// tagging marks a Join's tagging transforms, whose function never
 	// fails: Graph shows no layer on them.
 	tagging bool
+	// givesBatches marks a node whose output carries batches; inSize
+	// (a func(In) int) and outSize (a func(Out) int) give the items in
+	// one input or output item when it takes or gives batches, and
+	// itemSize the same for an input item as any (see batchcount.go).
+	givesBatches    bool
+	inSize, outSize any
+	itemSize        func(any) int64
 
 	// validate reports problems of the node's own settings.
 	validate func() []error
@@ -472,7 +479,9 @@ func (p *Pipeline) Stats() Stats {
 		if n.breaker != nil {
 			s.Nodes[i].Circuit = n.breaker.State()
 		}
-		if live && s.Nodes[i].HasInFlight() {
+		if live && s.Nodes[i].HasInFlight() && !(n.inSize != nil && n.output != nil && !n.givesBatches) {
+			// (A node that turns batches into other things counts items
+			// in and results out: the two do not match.)
 			// Stages publish their counts in small tallies, so the
 			// difference can briefly dip below zero: it is an estimate.
 			s.Nodes[i].InFlight = max(0, held(s.Nodes[i])-held(rs.before[i]))

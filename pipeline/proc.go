@@ -95,7 +95,7 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 		p.call = withRateLimit(p.call, n.limiter)
 		p.wrapped = true
 	}
-	r := newReader(nr.rs.edges[n.id].(edge[In]), &n.stats.in)
+	r := newReader(nr.rs.edges[n.id].(edge[In]), n)
 	// Only parallel workers need a replay window: a single worker's
 	// checkpoint is the item it is at (see runs). A Keyed node's workers
 	// are parallel workers, even when there is one.
@@ -111,7 +111,7 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 		}
 		edges := outEdges[Out](nr)
 		for range writers {
-			w := newWriter(edges, &n.stats.out)
+			w := newWriter(edges, n)
 			if n.kind == KindRoute && w.fan != nil {
 				w.fan.route = true
 			}

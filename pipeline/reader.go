@@ -20,13 +20,29 @@ type reader[T any] struct {
 	cur []envelope[T] // the items received last
 	i   int           // the next item of cur
 	n   tally         // the node's In counter
+	// size is the items in one input item, when the node takes batches
+	// (nil otherwise), and batches its InBatches counter.
+	size    func(T) int
+	batches *atomic.Int64
 	// idle runs before the reader waits on an empty edge: the node sends
 	// what it gathered, so that items never wait behind an idle input.
 	idle func(ctx context.Context) error
 }
 
-func newReader[T any](e edge[T], in *atomic.Int64) *reader[T] {
-	return &reader[T]{in: e.inlet(), n: tally{dst: in}}
+func newReader[T any](e edge[T], n *spec) *reader[T] {
+	return &reader[T]{in: e.inlet(), n: tally{dst: &n.stats.in}, size: sizeOf[T](n.inSize), batches: &n.stats.inBatches}
+}
+
+// took counts the items of envs in In.
+func (r *reader[T]) took(envs []envelope[T]) {
+	if r.size == nil {
+		r.n.add(int64(len(envs)))
+		return
+	}
+	for i := range envs {
+		r.n.add(int64(r.size(envs[i].val)))
+	}
+	r.batches.Add(int64(len(envs)))
 }
 
 // next returns the next item; ok is false once the input ended. It returns
@@ -35,7 +51,11 @@ func (r *reader[T]) next(ctx context.Context) (envelope[T], bool, error) {
 	if r.i < len(r.cur) {
 		env := r.cur[r.i]
 		r.i++
-		r.n.add(1)
+		if r.size == nil {
+			r.n.add(1)
+		} else {
+			r.took(r.cur[r.i-1 : r.i])
+		}
 		return env, true, nil
 	}
 	items, ok, _, err := r.more(ctx, nil)
@@ -43,7 +63,7 @@ func (r *reader[T]) next(ctx context.Context) (envelope[T], bool, error) {
 		return envelope[T]{}, false, err
 	}
 	r.cur, r.i = items, 1
-	r.n.add(1)
+	r.took(items[:1])
 	return items[0], true, nil
 }
 
@@ -55,7 +75,7 @@ func (r *reader[T]) nextRun(ctx context.Context) ([]envelope[T], bool, error) {
 	if r.i < len(r.cur) {
 		s := r.cur[r.i:]
 		r.i = len(r.cur)
-		r.n.add(int64(len(s)))
+		r.took(s)
 		return s, true, nil
 	}
 	items, ok, _, err := r.more(ctx, nil)
@@ -63,7 +83,7 @@ func (r *reader[T]) nextRun(ctx context.Context) ([]envelope[T], bool, error) {
 		return nil, false, err
 	}
 	r.cur, r.i = items, len(items)
-	r.n.add(int64(len(items)))
+	r.took(items)
 	return items, true, nil
 }
 
@@ -84,7 +104,7 @@ func (r *reader[T]) nextOr(ctx context.Context, expired <-chan time.Time) (env e
 		return env, false, timedOut, err
 	}
 	r.cur, r.i = items, 1
-	r.n.add(1)
+	r.took(items[:1])
 	return items[0], true, false, nil
 }
 

@@ -60,6 +60,11 @@ var ErrNoBranch = fmt.Errorf("pipeline: no such branch")
 // opts apply to the router.
 func Route[T any](b *Builder, name string, in Stream[T], n int, pick func(T) int, opts ...NodeOption) []Stream[T] {
 	r := b.add(name, KindRoute, opts, in.s)
+	size := sliceLen[T]()
+	routedSize := func(rv routed[T]) int { return size(rv.val) }
+	if countIn(r, size) {
+		countOut(r, routedSize)
+	}
 	r.validate = func() []error {
 		var errs []error
 		if pick == nil {
@@ -87,16 +92,19 @@ func Route[T any](b *Builder, name string, in Stream[T], n int, pick func(T) int
 	streams := make([]Stream[T], max(n, 0))
 	for i := range streams {
 		br := b.add(name+"["+strconv.Itoa(i)+"]", KindBranch, nil, out)
+		if countIn(br, routedSize) {
+			countOut(br, size)
+		}
 		br.newEdge = edgeOf[routed[T]]
 		br.newRunner = func(nr *nodeRun) runner {
-			st := nr.spec.stats
+			st, size := nr.spec.stats, sizeOf[routed[T]](nr.spec.inSize)
 			call := func(_ context.Context, rv routed[T]) (routed[T], error) { return rv, nil }
 			return newProc(nr, nil, call, func(ctx context.Context, w *writer[T], _ *tally, env envelope[routed[T]], rv routed[T]) error {
 				if rv.branch != i {
 					// Another branch's item: that branch carries it, and
 					// its tracker, on (the router adds no part for this
 					// copy), so its done reports its own branch's outcome.
-					st.filtered.Add(1)
+					st.filtered.Add(count(size, rv))
 					return nil
 				}
 				return w.push(ctx, envelope[T]{val: rv.val, tr: env.tr})

@@ -47,7 +47,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		return errs
 	}
 	s.newRunner = func(nr *nodeRun) runner {
-		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), &nr.spec.stats.out)}
+		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), nr.spec)}
 		s.key, _ = nr.spec.cfg.withKey.(func(T) string)
 		if handOffAfter != nil {
 			s.handOffAfter = handOffAfter()

@@ -18,6 +18,7 @@ import (
 type counters struct {
 	in, out, failed, skipped, deadLettered, filtered atomic.Int64
 	fallbacks, handedOff                             atomic.Int64
+	inBatches, outBatches                            atomic.Int64
 	retries                                          []atomic.Int64 // by RetryKind - 1
 	_                                                [40]byte
 }
@@ -40,6 +41,8 @@ func (c *counters) snapshot(name string, kind NodeKind) NodeStats {
 		Filtered:     c.filtered.Load(),
 		Fallbacks:    c.fallbacks.Load(),
 		HandedOff:    c.handedOff.Load(),
+		InBatches:    c.inBatches.Load(),
+		OutBatches:   c.outBatches.Load(),
 		ItemRetries:  c.retries[resilience.ItemRetry-1].Load(),
 		NodeRestarts: c.retries[resilience.NodeRestart-1].Load(),
 		NodeRetries:  c.retries[resilience.NodeRetry-1].Load(),
@@ -70,6 +73,8 @@ func minus(s, o NodeStats) NodeStats {
 	s.Filtered -= o.Filtered
 	s.Fallbacks -= o.Fallbacks
 	s.HandedOff -= o.HandedOff
+	s.InBatches -= o.InBatches
+	s.OutBatches -= o.OutBatches
 	s.ItemRetries -= o.ItemRetries
 	s.NodeRestarts -= o.NodeRestarts
 	s.NodeRetries -= o.NodeRetries
@@ -100,9 +105,10 @@ func (r Result) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "pipeline %s run %s in %s\n", r.Pipeline, r.RunID, r.Duration)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	handOffs := false
+	handOffs, batches := false, false
 	for _, n := range r.Nodes {
 		handOffs = handOffs || n.HandedOff != 0
+		batches = batches || n.InBatches != 0 || n.OutBatches != 0
 	}
 	head := "node\tkind\tin\tout\tfailed\tskipped\tdead-lettered\tfiltered\tretries\trestarts\tnode retries\t"
 	if handOffs {
@@ -110,12 +116,19 @@ func (r Result) String() string {
 		// left the node that way.
 		head += "handed off\t"
 	}
+	if batches {
+		// Only when a Batch ran: in and out count items, these batches.
+		head += "batches in\tbatches out\t"
+	}
 	fmt.Fprintln(tw, head)
 	for _, n := range r.Nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", n.Node, n.Kind, n.In, n.Out, n.Failed,
 			n.Skipped, n.DeadLettered, n.Filtered, n.ItemRetries, n.NodeRestarts, n.NodeRetries)
 		if handOffs {
 			fmt.Fprintf(tw, "%d\t", n.HandedOff)
+		}
+		if batches {
+			fmt.Fprintf(tw, "%d\t%d\t", n.InBatches, n.OutBatches)
 		}
 		fmt.Fprintln(tw)
 	}

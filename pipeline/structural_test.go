@@ -82,7 +82,10 @@ func TestBatchBySizeAndAtTheEnd(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}, sink.Items())
 			assert.Equal(t, int64(10), res.Node("batch").In)
-			assert.Equal(t, int64(3), res.Node("batch").Out)
+			assert.Equal(t, int64(10), res.Node("batch").Out, "Out counts the items in the batches")
+			assert.Equal(t, int64(3), res.Node("batch").OutBatches)
+			assert.Equal(t, int64(10), res.Node("sink").In)
+			assert.Equal(t, int64(3), res.Node("sink").InBatches)
 
 			b = pipeline.New("roundtrip", m.opts...)
 			src = pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(10)...))

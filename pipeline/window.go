@@ -74,6 +74,7 @@ type Window[K comparable, A any] struct {
 // constant key.
 func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T], key func(T) K, spec WindowSpec, init func() A, add func(A, T) A, opts ...NodeOption) Stream[Window[K, A]] {
 	s := b.add(name, KindAggregate, opts, in.s)
+	takeBatches[T](s)
 	s.validate = func() []error {
 		errs := parallelRefused(s)
 		if key == nil || init == nil || add == nil {
@@ -87,8 +88,8 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 	s.newEdge = edgeOf[T]
 	s.newRunner = func(nr *nodeRun) runner {
 		n := nr.spec
-		r := newReader(nr.rs.edges[n.id].(edge[T]), &n.stats.in)
-		a := &aggregator[T, K, A]{nr: nr, in: r, w: newWriter(outEdges[Window[K, A]](nr), &n.stats.out),
+		r := newReader(nr.rs.edges[n.id].(edge[T]), n)
+		a := &aggregator[T, K, A]{nr: nr, in: r, w: newWriter(outEdges[Window[K, A]](nr), n),
 			key: key, spec: spec, init: init, add: add, clock: nr.rs.p.cfg.clock, wins: map[windowID[K]]*openWindow[T, K, A]{}, seq: map[K]int64{}}
 		r.idle = a.w.flush
 		return a

@@ -25,10 +25,14 @@ type writer[T any] struct {
 	keeps bool
 	fan   *fanOut[T] // the edges of a broadcast stream
 	out   tally      // the node's Out counter
+	// size is the items in one output item, when the node gives batches
+	// (nil otherwise), and batches its OutBatches counter.
+	size    func(T) int
+	batches *atomic.Int64
 }
 
-func newWriter[T any](edges []edge[T], out *atomic.Int64) *writer[T] {
-	w := &writer[T]{max: edges[0].batch(), out: tally{dst: out}}
+func newWriter[T any](edges []edge[T], n *spec) *writer[T] {
+	w := &writer[T]{max: edges[0].batch(), out: tally{dst: &n.stats.out}, size: sizeOf[T](n.outSize), batches: &n.stats.outBatches}
 	for _, e := range edges {
 		e.join()
 	}
@@ -85,7 +89,7 @@ func (w *writer[T]) send(ctx, call context.Context) (taken bool, err error) {
 		w.out.flush()
 		committed, err := w.fan.send(ctx, call, w.buf)
 		if committed {
-			w.out.add(int64(len(w.buf)))
+			w.count(w.buf)
 			clear(w.buf)
 			w.buf = w.buf[:0]
 		}
@@ -94,24 +98,58 @@ func (w *writer[T]) send(ctx, call context.Context) (taken bool, err error) {
 	if len(w.buf) == 0 {
 		return true, nil
 	}
-	w.taken(w.one.trySend(w.buf))
+	pre := w.precount()
+	w.taken(w.one.trySend(w.buf), pre)
 	if len(w.buf) > 0 {
 		// Publish the count before waiting, so that Stats shows what a
 		// blocked stage did.
 		w.out.flush()
 		var n int
 		n, err = w.one.send(ctx, call, w.buf)
-		w.taken(n)
+		w.taken(n, pre)
 	}
 	return len(w.buf) == 0, err
 }
 
-// taken drops the first n gathered items, which an edge took.
-func (w *writer[T]) taken(n int) {
+// count counts the items of envs, which an edge took, in Out.
+func (w *writer[T]) count(envs []envelope[T]) {
+	if w.size == nil {
+		w.out.add(int64(len(envs)))
+		return
+	}
+	for i := range envs {
+		w.out.add(int64(w.size(envs[i].val)))
+	}
+	w.batches.Add(int64(len(envs)))
+}
+
+// precount returns the items in what is gathered when the edge keeps the
+// slices it is sent, whose items the writer may no longer read once sent
+// (the reader recycles the slice); -1 when taken can count them after.
+func (w *writer[T]) precount() int64 {
+	if w.size == nil || !w.keeps {
+		return -1
+	}
+	var n int64
+	for i := range w.buf {
+		n += int64(w.size(w.buf[i].val))
+	}
+	return n
+}
+
+// taken drops the first n gathered items, which an edge took; pre is
+// their items, counted before they were sent, or -1.
+func (w *writer[T]) taken(n int, pre int64) {
 	if n == 0 {
 		return
 	}
-	w.out.add(int64(n))
+	if pre >= 0 {
+		// An edge that keeps slices takes all of one or nothing.
+		w.out.add(pre)
+		w.batches.Add(int64(n))
+	} else {
+		w.count(w.buf[:n])
+	}
 	if n == len(w.buf) {
 		if w.keeps {
 			w.buf = w.one.take(w.buf)
@@ -140,7 +178,7 @@ func (w *writer[T]) tryFlush() (pending bool) {
 	if w.fan != nil {
 		committed, pending := w.fan.trySend(w.buf)
 		if committed {
-			w.out.add(int64(len(w.buf)))
+			w.count(w.buf)
 			clear(w.buf)
 			w.buf = w.buf[:0]
 		}
@@ -149,7 +187,7 @@ func (w *writer[T]) tryFlush() (pending bool) {
 	if len(w.buf) == 0 {
 		return false
 	}
-	w.taken(w.one.trySend(w.buf))
+	w.taken(w.one.trySend(w.buf), w.precount())
 	return len(w.buf) > 0
 }
 
