@@ -115,3 +115,32 @@ func TestRetryBudgetWindow(t *testing.T) {
 	assert.ErrorContains(t, err, "Ratio -1")
 	assert.ErrorContains(t, err, "Window 1ns")
 }
+
+// After a Batch a node calls its function once a batch, so the budget
+// counts batches as its first attempts, though Stats count the items: 200
+// failing batches of 10 items earn 20 retries at Ratio 0.1, not 200.
+func TestRetryBudgetCountsBatchCalls(t *testing.T) {
+	t.Parallel()
+	const batches, size = 200, 10
+	clock := clockwork.NewFakeClock()
+	budget := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.1, Window: 10 * time.Second, Clock: clock})
+	var calls atomic.Int64
+	b := pipeline.New("budget-batch", pipeline.WithClock(clock), pipeline.WithDeadLetter(deadletter.NewMemory(batches)),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.ItemRetry.MaxRetries = 3
+			o.ItemRetry.Backoff = resilience.NoBackoff()
+			o.RetryBudget = budget
+			o.OnItemFailure = resilience.DeadLetter
+		}))
+	src := pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(batches*size)...))
+	pipeline.SinkFunc(b, "sink", pipeline.Batch(b, "batch", src, size, 0), func(context.Context, []int) error {
+		calls.Add(1)
+		return resilience.MarkTransient(errors.New("down"))
+	})
+	res, err := build(t, b).Run(t.Context())
+	require.NoError(t, err)
+	retries := calls.Load() - batches
+	assert.LessOrEqual(t, retries, int64(0.1*batches), "at most Ratio × batches")
+	assert.Equal(t, int64(batches*size), res.Node("sink").DeadLettered)
+	assert.Equal(t, int64(batches), res.Node("sink").InBatches)
+}

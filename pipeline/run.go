@@ -267,11 +267,28 @@ type nodeRun struct {
 	closeLater bool
 }
 
+// callsUser reports whether a node of kind k calls a function of the
+// user's on the items it takes in, whose calls a retry budget counts as
+// first attempts: not a Batch, Unbatch, Merge or branch, which only move
+// items along.
+func callsUser(k NodeKind) bool {
+	switch k {
+	case KindBatch, KindUnbatch, KindMerge, KindBranch:
+		return false
+	}
+	return true
+}
+
 func (nr *nodeRun) run() error {
 	rs, n := nr.rs, nr.spec
-	if b := n.res.RetryBudget; b != nil && n.consumes {
-		// The items this node takes in are the budget's first attempts.
-		defer b.Track(&n.stats.in)()
+	if b := n.res.RetryBudget; b != nil && n.consumes && callsUser(n.kind) {
+		// The items this node takes in are the budget's first attempts:
+		// a node that takes batches calls its function once a batch.
+		calls := &n.stats.in
+		if n.inSize != nil {
+			calls = &n.stats.inBatches
+		}
+		defer b.Track(calls)()
 	}
 	notify(rs, n, observer.Observer.OnNodeStarted, observer.NodeEvent{Event: rs.event(n)})
 	err := nr.nodeRetry()
