@@ -54,6 +54,60 @@ func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error)
 	return f(ctx, in)
 }
 
+// traced calls f under the panic guard, in a span of the run's tracer
+// when it has one; number is the item's call on the node, 1 for its first.
+// A tracer that panics fails the run, and the call is not made.
+func traced[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int) (r R, err error) {
+	t := nr.rs.tracer
+	if t == nil {
+		return call(ctx, f, in)
+	}
+	rs, n := nr.rs, nr.spec
+	a := observer.Attempt{Pipeline: rs.p.name, RunID: rs.id, Node: n.name, Key: keyOf(in, tr), Number: number}
+	sctx, end, terr := startAttempt(ctx, t, a)
+	if terr != nil {
+		terr = fmt.Errorf("pipeline: tracer panicked starting attempt %d: %w", number, terr)
+		rs.fail(n.name, terr)
+		return r, causeOr(ctx, terr)
+	}
+	r, err = call(sctx, f, in)
+	if terr := endAttempt(end, err); terr != nil {
+		terr = fmt.Errorf("pipeline: tracer panicked ending attempt %d: %w", number, terr)
+		rs.fail(n.name, terr)
+		if err == nil {
+			// The run fails: the item is not delivered as if all went well.
+			err = causeOr(ctx, terr)
+		}
+	}
+	return r, err
+}
+
+// causeOr returns ctx's cause, or err while ctx is not done yet.
+func causeOr(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil {
+		return c
+	}
+	return err
+}
+
+func startAttempt(ctx context.Context, t observer.Tracer, a observer.Attempt) (sctx context.Context, end func(error), err error) {
+	defer recovered(&err)
+	sctx, end = t.StartAttempt(ctx, a)
+	if sctx == nil {
+		sctx = ctx
+	}
+	return sctx, end, nil
+}
+
+func endAttempt(end func(error), cerr error) (err error) {
+	if end == nil {
+		return nil
+	}
+	defer recovered(&err)
+	end(cerr)
+	return nil
+}
+
 // withAttemptTimeout gives every call of f a context with a deadline d
 // later on clock. A call that fails once that deadline passed, while the
 // node's own context is live, fails with a *resilience.AttemptTimeoutError
@@ -94,7 +148,7 @@ func (f idleFunc) run(ctx context.Context) error {
 func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, prior *failure, idle idleFunc) (R, *failure) {
 	n := nr.spec
 	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == nil {
-		r, err := call(ctx, f, in)
+		r, err := traced(ctx, nr, f, in, tr, 1)
 		if err != nil {
 			return r, nr.failed(ctx, err)
 		}
@@ -167,7 +221,7 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 			}
 			var r R
 			var called bool
-			r, called, transient, probe, err = try(ctx, nr, f, in, &pause, idle)
+			r, called, transient, probe, err = try(ctx, nr, f, in, tr, fl.before+calls+1, &pause, idle)
 			if called {
 				calls++
 			}
@@ -268,11 +322,11 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 // first refusal in this cycle, however often the breaker closes and opens
 // again meanwhile, so that one cycle's pausing, and its probes, stay
 // within what Validate and Plan count.
-func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, pause *time.Time, idle idleFunc) (r R, called, transient, probe bool, err error) {
+func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int, pause *time.Time, idle idleFunc) (r R, called, transient, probe bool, err error) {
 	br := nr.spec.breaker
 	classifier := nr.spec.res.ItemRetry.Classifier
 	if br == nil {
-		r, err = call(ctx, f, in)
+		r, err = traced(ctx, nr, f, in, tr, number)
 		if err != nil && ctx.Err() == nil {
 			transient, err = classify(ctx, classifier, err)
 		}
@@ -284,7 +338,7 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 	}
 	result := resilience.CallIgnored
 	defer func() { br.Record(permit, result) }()
-	r, err = call(ctx, f, in)
+	r, err = traced(ctx, nr, f, in, tr, number)
 	switch {
 	case err == nil:
 		result = resilience.CallSuccess

@@ -95,6 +95,10 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 		p.call = withRateLimit(p.call, n.limiter)
 		p.wrapped = true
 	}
+	if nr.rs.tracer != nil {
+		// Every call goes through traced: no fast loop.
+		p.wrapped = true
+	}
 	r := newReader(nr.rs.edges[n.id].(edge[In]), n)
 	// Only parallel workers need a replay window: a single worker's
 	// checkpoint is the item it is at (see runs). A Keyed node's workers
@@ -375,7 +379,15 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 		if g != nil && !g.enter() {
 			return errRefused, nil
 		}
-		r, cerr := p.call(ctx, it.val)
+		var (
+			r    R
+			cerr error
+		)
+		if p.nr.rs.tracer == nil {
+			r, cerr = p.call(ctx, it.val)
+		} else {
+			r, cerr = traced(ctx, p.nr, p.call, it.val, it.tr, 1)
+		}
 		if cerr != nil {
 			return cerr, nil
 		}

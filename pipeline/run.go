@@ -35,6 +35,9 @@ type runState struct {
 	// build no event, which would read the clock.
 	observed bool
 	drains   drainState
+	// tracer is the Tracer Run's context carries, nil without one: every
+	// attempt then runs in a span of its own (see traced).
+	tracer observer.Tracer
 }
 
 func (p *Pipeline) run(parent context.Context) (Result, error) {
@@ -44,6 +47,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	rs.drains.ch = make(chan struct{})
 	_, nop := p.cfg.observer.(observer.Nop)
 	rs.observed = !nop
+	rs.tracer = observer.TracerFrom(parent)
 	rs.reg = newRegistry(func(src string, err error) {
 		rs.fail(src, fmt.Errorf("pipeline: EmitTracked done callback panicked: %w", err))
 	})

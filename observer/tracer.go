@@ -1,0 +1,46 @@
+package observer
+
+import "context"
+
+// A Tracer puts each call of a node's function on an item, one attempt,
+// in a span of its own: the OpenTelemetry plug-in's NewTracer is one. A
+// run traces when the context given to Run carries a Tracer
+// ([WithTracer]); without one, the engine calls nothing and keeps its
+// fast paths.
+//
+// StartAttempt is called before the attempt with the context the call
+// would get, and returns the context the call gets instead (a span's
+// child context, so that the user's function can add to the span) and a
+// function that ends the span with the call's error, nil on success. Both
+// are called from the node's goroutines, concurrently under Parallel; a
+// panic in either fails the run, naming the tracer.
+type Tracer interface {
+	StartAttempt(ctx context.Context, a Attempt) (context.Context, func(err error))
+}
+
+// An Attempt is one call of a node's function on an item.
+type Attempt struct {
+	Pipeline string
+	RunID    string
+	Node     string
+	// Key is the item's correlation key (pipeline.WithKey, or the item's
+	// own Correlated), empty when it has none.
+	Key string
+	// Number counts the item's calls on this node: 1 for its first,
+	// across the item retries and node restarts of this run.
+	Number int
+}
+
+type tracerKey struct{}
+
+// WithTracer returns a copy of ctx that carries t: a run given it traces
+// every attempt with t.
+func WithTracer(ctx context.Context, t Tracer) context.Context {
+	return context.WithValue(ctx, tracerKey{}, t)
+}
+
+// TracerFrom returns the Tracer ctx carries, or nil.
+func TracerFrom(ctx context.Context) Tracer {
+	t, _ := ctx.Value(tracerKey{}).(Tracer)
+	return t
+}

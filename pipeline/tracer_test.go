@@ -1,0 +1,156 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+type spanKey struct{}
+
+// A span is what recordingTracer saw of one attempt.
+type span struct {
+	observer.Attempt
+	id    int
+	ended bool
+	err   error
+}
+
+// recordingTracer records every attempt and hands the call a context that
+// names its span.
+type recordingTracer struct {
+	mu    sync.Mutex
+	spans []*span
+	panic string // "start" or "end": panic there
+}
+
+func (r *recordingTracer) StartAttempt(ctx context.Context, a observer.Attempt) (context.Context, func(error)) {
+	if r.panic == "start" {
+		panic("tracer down")
+	}
+	r.mu.Lock()
+	s := &span{Attempt: a, id: len(r.spans) + 1}
+	r.spans = append(r.spans, s)
+	r.mu.Unlock()
+	return context.WithValue(ctx, spanKey{}, s.id), func(err error) {
+		if r.panic == "end" {
+			panic("tracer down")
+		}
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		s.ended, s.err = true, err
+	}
+}
+
+// With a tracer in Run's context, every call of a node's function is one
+// span: its number counts the item's calls, its key is the item's, its
+// end has the call's error, and the call runs in the span's context; the
+// same on one worker, several, and per-key workers.
+func TestTracerSpansEveryAttempt(t *testing.T) {
+	t.Parallel()
+	opts := map[string][]pipeline.NodeOption{
+		"single":   nil,
+		"parallel": {pipeline.Parallel(3)},
+		"keyed":    {pipeline.Keyed(2, func(v int) int { return v % 5 })},
+	}
+	for name, o := range opts {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			const n = 60
+			tracer := &recordingTracer{}
+			var mu sync.Mutex
+			calls := map[int]int{}
+			var outside []int
+			b := pipeline.New("traced", pipeline.WithResilience(func(o *resilience.Options) {
+				o.ItemRetry.MaxRetries = 3
+				o.ItemRetry.Backoff = resilience.NoBackoff()
+			}))
+			src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(n)...),
+				pipeline.WithKey(func(v int) string { return "k" + strconv.Itoa(v) }))
+			out := pipeline.Map(b, "work", src, func(ctx context.Context, v int) (int, error) {
+				mu.Lock()
+				calls[v]++
+				c := calls[v]
+				if ctx.Value(spanKey{}) == nil {
+					outside = append(outside, v)
+				}
+				mu.Unlock()
+				if c <= v%3 { // item v fails its first v%3 calls
+					return 0, resilience.MarkTransient(fmt.Errorf("call %d of %d", c, v))
+				}
+				return v, nil
+			}, o...)
+			got := &pipelinetest.Collector[int]{}
+			pipeline.Sink(b, "sink", out, got)
+			res, err := build(t, b).Run(observer.WithTracer(t.Context(), tracer))
+			require.NoError(t, err)
+			assert.Len(t, got.Items(), n)
+			assert.Empty(t, outside, "every call ran in its span's context")
+
+			byKey := map[string][]*span{}
+			for _, s := range tracer.spans {
+				if s.Node == "work" {
+					byKey[s.Key] = append(byKey[s.Key], s)
+				}
+				assert.Equal(t, "traced", s.Pipeline)
+				assert.Equal(t, res.RunID, s.RunID)
+				assert.True(t, s.ended, "span %d ended", s.id)
+			}
+			// The sink's writes are attempts too.
+			sinkSpans := 0
+			for _, s := range tracer.spans {
+				if s.Node == "sink" {
+					sinkSpans++
+					assert.NoError(t, s.err)
+				}
+			}
+			assert.Equal(t, n, sinkSpans)
+			for v := range n {
+				ss := byKey["k"+strconv.Itoa(v)]
+				require.Len(t, ss, v%3+1, "item %d: one span per call", v)
+				for i, s := range ss {
+					assert.Equal(t, i+1, s.Number, "item %d", v)
+					if i < v%3 {
+						assert.ErrorContains(t, s.err, fmt.Sprintf("call %d of %d", i+1, v))
+					} else {
+						assert.NoError(t, s.err)
+					}
+				}
+			}
+		})
+	}
+}
+
+// A tracer that panics fails the run, naming the tracer and the node; no
+// item is taken for delivered because of it.
+func TestTracerPanicFailsTheRun(t *testing.T) {
+	t.Parallel()
+	for _, where := range []string{"start", "end"} {
+		t.Run(where, func(t *testing.T) {
+			t.Parallel()
+			tracer := &recordingTracer{panic: where}
+			b := pipeline.New("traced")
+			src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(100)...))
+			got := &pipelinetest.Collector[int]{}
+			pipeline.Sink(b, "sink", src, got)
+			res, err := build(t, b).Run(observer.WithTracer(t.Context(), tracer))
+			var ne *pipeline.NodeError
+			require.True(t, errors.As(err, &ne), "err: %v", err)
+			assert.Equal(t, "sink", ne.Node)
+			assert.ErrorContains(t, err, "tracer panicked "+map[string]string{"start": "starting", "end": "ending"}[where]+" attempt 1")
+			assert.ErrorContains(t, err, "tracer down")
+			assert.Zero(t, res.Node("sink").Out, "no write counts once the tracer failed")
+		})
+	}
+}
