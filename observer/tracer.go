@@ -29,6 +29,11 @@ type Attempt struct {
 	// Number counts the item's calls on this node: 1 for its first,
 	// across the item retries and node restarts of this run.
 	Number int
+	// Links are the trace headers the item arrived with
+	// (pipeline.WithTraceHeaders), such as a message's W3C traceparent:
+	// one map for an item, one per item that has some for a batch or
+	// window; nil without. They must not be changed.
+	Links []map[string]string
 }
 
 type tracerKey struct{}

@@ -63,7 +63,7 @@ func traced[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context,
 		return call(ctx, f, in)
 	}
 	rs, n := nr.rs, nr.spec
-	a := observer.Attempt{Pipeline: rs.p.name, RunID: rs.id, Node: n.name, Key: keyOf(in, tr), Number: number}
+	a := observer.Attempt{Pipeline: rs.p.name, RunID: rs.id, Node: n.name, Key: keyOf(in, tr), Number: number, Links: tr.links()}
 	sctx, end, terr := startAttempt(ctx, t, a)
 	if terr != nil {
 		terr = fmt.Errorf("pipeline: tracer panicked starting attempt %d: %w", number, terr)

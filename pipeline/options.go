@@ -136,7 +136,10 @@ type nodeConfig struct {
 	parallelSet bool
 	// withKey is the WithKey option's func(T) string, or the error it
 	// found; checked by Source.
-	withKey    any
+	withKey any
+	// withTrace is the WithTraceHeaders option's func(T) map[string]string,
+	// or the error it found; checked by Source.
+	withTrace  any
 	buffer     int // -1: the pipeline's
 	resilience []func(*resilience.Options)
 	// fallback is the Fallback function, checked by the node's kind.
@@ -190,6 +193,28 @@ func WithKey[T any](key func(T) string) NodeOption {
 			return
 		}
 		c.withKey = key
+	}
+}
+
+// WithTraceHeaders gives each item of a source the trace context it
+// arrived with, such as a message's W3C traceparent and tracestate
+// headers: headers returns them for one item (nil: none). When the run
+// traces (observer.WithTracer), every attempt on the item, or on anything
+// derived from it, gets them in observer.Attempt.Links, and the
+// OpenTelemetry tracer links its span to that trace; an attempt on a
+// batch or window gets one set per item that has one.
+//
+// WithTraceHeaders is a Source option; T must be the source's item type.
+// headers runs once per item, on the source's Emit; a panic in it fails
+// the source. The map must not change afterwards. An item that carries
+// headers costs a small allocation, as with WithKey.
+func WithTraceHeaders[T any](headers func(T) map[string]string) NodeOption {
+	return func(c *nodeConfig) {
+		if headers == nil {
+			c.withTrace = errors.New("WithTraceHeaders: the headers function is nil")
+			return
+		}
+		c.withTrace = headers
 	}
 }
 

@@ -38,6 +38,14 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 			var want func(T) string
 			errs = append(errs, fmt.Errorf("WithKey: the source emits %s: the key function must be a %T, not %T", reflect.TypeFor[T](), want, k))
 		}
+		switch h := s.cfg.withTrace.(type) {
+		case nil, func(T) map[string]string:
+		case error:
+			errs = append(errs, h)
+		default:
+			var want func(T) map[string]string
+			errs = append(errs, fmt.Errorf("WithTraceHeaders: the source emits %s: the headers function must be a %T, not %T", reflect.TypeFor[T](), want, h))
+		}
 		if s.cfg.parallel > 1 && s.cfg.keyed == nil { // Build names Keyed
 			errs = append(errs, errParallelNotSupported)
 		}
@@ -49,6 +57,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	s.newRunner = func(nr *nodeRun) runner {
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), nr.spec)}
 		s.key, _ = nr.spec.cfg.withKey.(func(T) string)
+		s.trace, _ = nr.spec.cfg.withTrace.(func(T) map[string]string)
 		if handOffAfter != nil {
 			s.handOffAfter = handOffAfter()
 		}
@@ -107,8 +116,10 @@ type sourceRunner[T any] struct {
 	// sctx is the context the source's current Run got (see
 	// runState.sourceContext).
 	sctx context.Context
-	// key is the WithKey function, nil without.
-	key func(T) string
+	// key is the WithKey function, trace the WithTraceHeaders one; nil
+	// without.
+	key   func(T) string
+	trace func(T) map[string]string
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
@@ -152,15 +163,21 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 			return nil, err
 		}
 	}
+	var headers map[string]string
+	if s.trace != nil {
+		if headers, err = itemHeaders(s.trace, item); err != nil {
+			return nil, err
+		}
+	}
 	if done != nil {
 		tr = s.nr.rs.reg.root(s.nr.spec.name, done)
-		tr.key = key
+		tr.key, tr.trace = key, headers
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}
-	} else if s.key != nil {
-		// Not tracked: the tracker only carries the key.
-		tr = &tracker{key: key, quiet: true}
+	} else if s.key != nil || s.trace != nil {
+		// Not tracked: the tracker only carries the key and headers.
+		tr = &tracker{key: key, trace: headers, quiet: true}
 		tr.refs.Store(1)
 	}
 	if err := s.w.add(s.nr.ctx, call, envelope[T]{val: item, tr: tr}); err != nil {
@@ -182,6 +199,13 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 func itemKey[T any](key func(T) string, item T) (k string, err error) {
 	defer recoveredPolicy("the WithKey function", &err)
 	return key(item), nil
+}
+
+// itemHeaders calls a WithTraceHeaders function; a panic there fails the
+// source, which names it.
+func itemHeaders[T any](headers func(T) map[string]string, item T) (h map[string]string, err error) {
+	defer recoveredPolicy("the WithTraceHeaders function", &err)
+	return headers(item), nil
 }
 
 func (s *sourceRunner[T]) tryFlush() flushResult {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
@@ -153,4 +154,64 @@ func TestTracerPanicFailsTheRun(t *testing.T) {
 			assert.Zero(t, res.Node("sink").Out, "no write counts once the tracer failed")
 		})
 	}
+}
+
+// WithTraceHeaders: each attempt gets the headers its item arrived with;
+// a batch's attempt gets those of each item that had some, in order; an
+// item without any gets none; tracked and untracked items alike.
+func TestTracerLinksTraceHeaders(t *testing.T) {
+	t.Parallel()
+	for _, tracked := range []bool{false, true} {
+		tracer := &recordingTracer{}
+		b := pipeline.New("links")
+		var src node.Source[int] = pipelinetest.NewSliceSource(ints(6)...)
+		if tracked {
+			src = pipelinetest.NewTrackedSource(ints(6)...)
+		}
+		items := pipeline.Source(b, "src", src, pipeline.WithTraceHeaders(func(v int) map[string]string {
+			if v%3 == 2 {
+				return nil
+			}
+			return map[string]string{"traceparent": "tp-" + strconv.Itoa(v)}
+		}))
+		one := pipeline.Map(b, "one", items, func(_ context.Context, v int) (int, error) { return v, nil })
+		pipeline.SinkFunc(b, "batches", pipeline.Batch(b, "batch", one, 3, 0), func(context.Context, []int) error { return nil })
+		_, err := build(t, b).Run(observer.WithTracer(t.Context(), tracer))
+		require.NoError(t, err)
+		var single [][]map[string]string
+		var batched [][]map[string]string
+		for _, s := range tracer.spans {
+			switch s.Node {
+			case "one":
+				single = append(single, s.Links)
+			case "batches":
+				batched = append(batched, s.Links)
+			}
+		}
+		tp := func(v int) map[string]string { return map[string]string{"traceparent": "tp-" + strconv.Itoa(v)} }
+		assert.Equal(t, [][]map[string]string{{tp(0)}, {tp(1)}, nil, {tp(3)}, {tp(4)}, nil}, single, "tracked %v", tracked)
+		assert.Equal(t, [][]map[string]string{{tp(0), tp(1)}, {tp(3), tp(4)}}, batched, "tracked %v", tracked)
+	}
+}
+
+// WithTraceHeaders is checked at Build, naming the node, and a panic in it
+// fails the source, naming the function.
+func TestWithTraceHeadersErrors(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("bad")
+	src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), pipeline.WithTraceHeaders[int](nil))
+	pipeline.Source(b, "src2", pipelinetest.NewSliceSource("x"), pipeline.WithTraceHeaders(func(int) map[string]string { return nil }))
+	pipeline.SinkFunc(b, "sink", src, func(context.Context, int) error { return nil }, pipeline.WithTraceHeaders(func(int) map[string]string { return nil }))
+	_, err := b.Build()
+	require.Error(t, err)
+	assert.ErrorContains(t, err, `node "src": WithTraceHeaders: the headers function is nil`)
+	assert.ErrorContains(t, err, `node "src2": WithTraceHeaders: the source emits string`)
+	assert.ErrorContains(t, err, `node "sink": WithTraceHeaders: only a source`)
+
+	b = pipeline.New("panics")
+	src = pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), pipeline.WithTraceHeaders(func(int) map[string]string { panic("no headers") }))
+	pipeline.SinkFunc(b, "sink", src, func(context.Context, int) error { return nil })
+	_, err = build(t, b).Run(t.Context())
+	assert.ErrorContains(t, err, "WithTraceHeaders function")
+	assert.ErrorContains(t, err, "no headers")
 }

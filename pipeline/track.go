@@ -36,6 +36,27 @@ type tracker struct {
 	// items are, and the run's end does not report it.
 	key   string
 	quiet bool
+	// trace is the item's trace headers (WithTraceHeaders), root only.
+	trace map[string]string
+}
+
+// links returns the trace headers of t's item: a root's, or for a group
+// those of each item it holds that has some.
+func (t *tracker) links() []map[string]string {
+	switch {
+	case t == nil:
+		return nil
+	case t.parents == nil:
+		if t.trace == nil {
+			return nil
+		}
+		return []map[string]string{t.trace}
+	}
+	var ls []map[string]string
+	for _, p := range t.parents {
+		ls = append(ls, p.links()...)
+	}
+	return ls
 }
 
 // keyOf returns the correlation key of t's item: a root's key; for a

@@ -77,3 +77,28 @@ func xDeathCount(headers amqp.Table, queue string) int {
 	}
 	return n
 }
+
+// The headers of a W3C trace context, as OpenTelemetry's propagators
+// write them into a message.
+const (
+	HeaderTraceParent = "traceparent"
+	HeaderTraceState  = "tracestate"
+)
+
+// TraceHeaders returns the W3C trace context the message was published
+// with, its traceparent and tracestate headers, when they are strings; nil
+// when it has none. Give it to the source's node as
+// pipeline.WithTraceHeaders(rabbitmq.TraceHeaders), and a traced run
+// links each attempt on the message to the publisher's span.
+func TraceHeaders(m Message) map[string]string {
+	var h map[string]string
+	for _, k := range []string{HeaderTraceParent, HeaderTraceState} {
+		if v, ok := m.Headers[k].(string); ok && v != "" {
+			if h == nil {
+				h = make(map[string]string, 2)
+			}
+			h[k] = v
+		}
+	}
+	return h
+}

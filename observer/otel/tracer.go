@@ -6,6 +6,7 @@ import (
 	otelglobal "go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sluicehq/sluice/observer"
@@ -29,6 +30,11 @@ const (
 //	ctx = observer.WithTracer(ctx, otel.NewTracer(tracerProvider))
 //	res, err := p.Run(ctx)
 //
+// An item that arrived with a W3C trace context (pipeline.WithTraceHeaders,
+// such as rabbitmq.TraceHeaders) links each of its attempts' spans to that
+// trace: the span that published the message, in the process that did. A
+// batch's attempt links to the trace of each item in it.
+//
 // A span costs what the SDK makes it cost, per attempt: trace a sample of
 // runs, or use a sampler, where items are many.
 func NewTracer(tp trace.TracerProvider) observer.Tracer {
@@ -40,6 +46,9 @@ func NewTracer(tp trace.TracerProvider) observer.Tracer {
 
 type tracer struct{ t trace.Tracer }
 
+// w3c reads the traceparent and tracestate headers of a W3C trace context.
+var w3c propagation.TraceContext
+
 func (t tracer) StartAttempt(ctx context.Context, a observer.Attempt) (context.Context, func(error)) {
 	attrs := []attribute.KeyValue{
 		AttrPipeline.String(a.Pipeline),
@@ -50,7 +59,14 @@ func (t tracer) StartAttempt(ctx context.Context, a observer.Attempt) (context.C
 	if a.Key != "" {
 		attrs = append(attrs, AttrItemKey.String(a.Key))
 	}
-	ctx, span := t.t.Start(ctx, a.Node, trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindInternal))
+	opts := []trace.SpanStartOption{trace.WithAttributes(attrs...), trace.WithSpanKind(trace.SpanKindInternal)}
+	for _, h := range a.Links {
+		sc := trace.SpanContextFromContext(w3c.Extract(context.Background(), propagation.MapCarrier(h)))
+		if sc.IsValid() {
+			opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+		}
+	}
+	ctx, span := t.t.Start(ctx, a.Node, opts...)
 	return ctx, func(err error) {
 		if err != nil {
 			span.RecordError(err)
