@@ -160,12 +160,16 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 	var key string
 	if s.key != nil {
 		if key, err = itemKey(s.key, item); err != nil {
+			// The program's function failed, not the item: the run fails,
+			// whatever the source does with Emit's error.
+			s.nr.rs.fail(s.nr.spec.name, err)
 			return nil, err
 		}
 	}
 	var headers map[string]string
 	if s.trace != nil {
 		if headers, err = itemHeaders(s.trace, item); err != nil {
+			s.nr.rs.fail(s.nr.spec.name, err)
 			return nil, err
 		}
 	}
