@@ -85,14 +85,15 @@ type Result struct {
 	Nodes    []NodeStats // this run's counts, in the order the nodes were added
 }
 
-// Node returns the counts of the node called name, zero if there is none.
-func (r Result) Node(name string) NodeStats {
+// Node returns this run's counts of the node called name, and whether
+// there is one; it reads as [Stats.Node] does.
+func (r Result) Node(name string) (NodeStats, bool) {
 	for _, n := range r.Nodes {
 		if n.Node == name {
-			return n
+			return n, true
 		}
 	}
-	return NodeStats{}
+	return NodeStats{}, false
 }
 
 // String returns the per-node counts as a table.

@@ -97,8 +97,8 @@ func TestETLEndToEnd(t *testing.T) {
 	cfg := testConfig(t)
 	s := runOnFakeClock(t, cfg)
 
-	read := s.res.Node("read").Out
-	loaded := s.res.Node("validate").Out
+	read := s.node("read").Out
+	loaded := s.node("validate").Out
 	assert.Equal(t, int64(cfg.rows), read)
 	assert.Equal(t, read, loaded+s.deadLettered(), "every row is loaded or dead-lettered")
 	assert.Equal(t, loaded, s.inTable, "the table holds every valid order")
@@ -137,7 +137,7 @@ func TestETLEndToEnd(t *testing.T) {
 	// by customer.
 	assertTotalsMatchOrders(t, cfg.db)
 	customers, top := s.totals.largest()
-	assert.Equal(t, s.res.Node("totals").Out, customers, "one total per customer")
+	assert.Equal(t, s.node("totals").Out, customers, "one total per customer")
 
 	// The summary says all of it.
 	var out bytes.Buffer
@@ -328,12 +328,12 @@ func TestDrainStopsReadingAndSettlesWhatWasRead(t *testing.T) {
 	drain := make(chan struct{})
 	out := &lockedBuffer{}
 	s := runOnFakeClockWith(t, cfg, out, func() { close(drain) }, drain)
-	read := s.res.Node("read").Out
+	read := s.node("read").Out
 	assert.True(t, s.drained)
 	assert.NoError(t, s.stopped)
 	assert.Less(t, read, int64(cfg.rows), "it stopped reading")
-	assert.Equal(t, read, s.res.Node("validate").Out+s.deadLettered(), "every row read was loaded or dead-lettered")
-	assert.Equal(t, s.res.Node("validate").Out, s.inTable, "and the table holds the loaded ones")
+	assert.Equal(t, read, s.node("validate").Out+s.deadLettered(), "every row read was loaded or dead-lettered")
+	assert.Equal(t, s.node("validate").Out, s.inTable, "and the table holds the loaded ones")
 	var buf bytes.Buffer
 	s.print(&buf)
 	assert.Contains(t, buf.String(), fmt.Sprintf("drained: it stopped reading after %d of 50000 rows", read))
@@ -361,7 +361,7 @@ func TestGraphFileBesideTheDatabase(t *testing.T) {
 	}
 	assert.Contains(t, labels["read"], "\nout 300")
 	assert.Contains(t, labels["enrich"], "transform · ×8 unordered · retry 4, node retry 3, breaker, dead letter\n")
-	assert.Contains(t, labels["load"], fmt.Sprintf("\nin %d · out %d", s.res.Node("load").In, s.res.Node("load").Out))
+	assert.Contains(t, labels["load"], fmt.Sprintf("\nin %d · out %d", s.node("load").In, s.node("load").Out))
 	assert.Contains(t, string(raw), "    %% counts of run "+s.res.RunID+"\n")
 	assert.Len(t, f.Edges, len(s.res.Nodes)-1, "a tree: every node but the source has one input")
 	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n6_totals", Label: "64 · broadcast"})

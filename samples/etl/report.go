@@ -29,6 +29,12 @@ type summary struct {
 	stopped error // the run failed or was cancelled: the counts are partial
 }
 
+// node returns the run's counts of the node called name.
+func (s summary) node(name string) pipeline.NodeStats {
+	n, _ := s.res.Node(name)
+	return n
+}
+
 func (s summary) deadLettered() int64 {
 	var n int64
 	for _, r := range s.res.Nodes {
@@ -46,7 +52,7 @@ func (s summary) retries(k resilience.RetryKind) int64 {
 }
 
 func (s summary) print(w io.Writer) {
-	read := s.res.Node("read").Out
+	read := s.node("read").Out
 	rate := 0.0
 	if s.elapsed > 0 {
 		rate = float64(read) / s.elapsed.Seconds()
@@ -61,7 +67,7 @@ func (s summary) print(w io.Writer) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  read\t%d\trows generated\n", read)
-	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.res.Node("validate").Out)
+	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.node("validate").Out)
 	fmt.Fprintf(tw, "  changed\t%d\trows this run inserted or changed (%d in the table; run again: 0)\n", s.changed, s.inTable)
 	if s.totals != nil {
 		n, top := s.totals.largest()
@@ -77,7 +83,7 @@ func (s summary) print(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "  retries\t%d\titem retries; %d node restarts, %d node retries\n",
 		s.retries(resilience.ItemRetry), s.retries(resilience.NodeRestart), s.retries(resilience.NodeRetry))
-	fmt.Fprintf(tw, "  breaker\t%d\ttimes the enrich breaker opened and paused the job (now %s)\n", s.trips, s.res.Node("enrich").Circuit)
+	fmt.Fprintf(tw, "  breaker\t%d\ttimes the enrich breaker opened and paused the job (now %s)\n", s.trips, s.node("enrich").Circuit)
 	tw.Flush()
 	fmt.Fprintf(w, "\nOutputs\n  database      %s\n  dead letters  %s (this run's; earlier runs' are in %s.000001, ...)\n", s.cfg.db, s.cfg.dlq, filepath.Base(s.cfg.dlq))
 	fmt.Fprintf(w, "\nInspect the dead letters:\n  go run ./cmd/sluice dlq stats %s\n  go run ./cmd/sluice dlq ls %s\n", s.cfg.dlq, s.cfg.dlq)
