@@ -115,7 +115,14 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Equal(t, int(s.deadLettered()), total, "every dead letter has a reason")
 	assert.Equal(t, seededFailures, dataFailures(byWhy), "the seed's malformed rows and broken rules")
 	assert.Positive(t, s.retries(1), "the flaky service made items retry")
-	assert.Positive(t, s.trips, "the outage opened the breaker")
+	// The service's one outage is one outage of the breaker, however many
+	// of its probes failed: it opened on the trip and again on each failed
+	// probe, and closed once the service was back.
+	require.Len(t, s.outages, 1, "one outage of the service")
+	o := s.outages[0]
+	assert.Greater(t, o.failedProbes, 0, "a 5 s outage outlasts the breaker's 500 ms open time")
+	assert.Equal(t, o.failedProbes+1, o.opened, "the trip, then each failed probe")
+	assert.True(t, o.closed, "a probe succeeded once the service was back")
 
 	// The dead-letter file holds exactly this run's dead letters.
 	var envs []deadletter.Envelope
@@ -146,6 +153,7 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Contains(t, text, "Sluice ETL demo: 3000 rows")
 	assert.Regexp(t, regexp.MustCompile(`dead-lettered\s+`+strconv.FormatInt(s.deadLettered(), 10)), text)
 	assert.Contains(t, text, "go run ./cmd/sluice dlq stats "+cfg.dlq)
+	assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(`breaker\s+1\s+outage: the enrich breaker opened %d times \(%d failed probes?\), closed;`, o.opened, o.failedProbes)), text)
 	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(customers, 10)+`\s+customers' order counts and euro totals, in customer_totals \(largest: `+top.Key+`, `), text)
 
 	// A second run on the same database loads nothing twice: it changes
