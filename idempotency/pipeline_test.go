@@ -64,8 +64,10 @@ func TestPipelineBusyRetryCompleted(t *testing.T) {
 
 	assert.ElementsMatch(t, []string{"a", "b"}, rec.items(), "each key written once")
 	assert.Equal(t, idempotency.Stats{Written: 2, Duplicates: 1, Busy: 1}, g.Stats())
-	assert.Equal(t, int64(1), res.Node("store").ItemRetries)
-	assert.Equal(t, int64(0), res.Node("store").Failed)
+	store, ok := res.Node("store")
+	require.True(t, ok)
+	assert.Equal(t, int64(1), store.ItemRetries)
+	assert.Equal(t, int64(0), store.Failed)
 	for i, o := range src.Outcomes() {
 		assert.Equal(t, []node.Outcome{node.Delivered}, o, "item %d", i)
 	}
@@ -206,7 +208,9 @@ func TestPipelineRestartKeepsAWrappedSinkWithoutOpen(t *testing.T) {
 		require.NoError(t, err)
 		res, err := pipelinetest.AdvanceUntilDone(context.Background(), clock, pipelinetest.Start(context.Background(), p), time.Second)
 		require.NoError(t, err)
-		assert.Equal(t, int64(1), res.Node("write").NodeRestarts)
+		write, ok := res.Node("write")
+		require.True(t, ok)
+		assert.Equal(t, int64(1), write.NodeRestarts)
 		assert.Equal(t, int64(3), inner.writes.Load())
 		assert.Equal(t, int64(1), inner.closes.Load(), "closed once, at the end")
 	}

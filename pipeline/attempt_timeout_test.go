@@ -90,7 +90,7 @@ func TestAttemptTimeoutEndsASlowCall(t *testing.T) {
 			clock.Advance(time.Nanosecond)
 			res, err := run.Wait()
 			require.NoError(t, err)
-			assert.Equal(t, int64(1), res.Node("sink").In)
+			assert.Equal(t, int64(1), nodeOf(t, res, "sink").In)
 			assert.Equal(t, 2, tr.count())
 			retries := pipelinetest.Of[observer.RetryEvent](rec)
 			require.Len(t, retries, 1)
@@ -167,7 +167,7 @@ func TestAttemptTimeoutOnAFakeClockDoesNotWait(t *testing.T) {
 	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 	res, err := build(t, b).Run(t.Context()) // the clock never moves
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), res.Node("call").Skipped)
+	assert.Equal(t, int64(1), nodeOf(t, res, "call").Skipped)
 	require.Len(t, seen, 1)
 	assert.NotErrorIs(t, seen[0], resilience.ErrAttemptTimeout)
 }

@@ -150,7 +150,7 @@ func TestStatsCountItemsIntoOtherShapes(t *testing.T) {
 	for _, n := range res.Nodes {
 		assert.Equal(t, want[n.Node], countsOf(n), "node %s", n.Node)
 	}
-	assert.Equal(t, int64(4), res.Node("picky").Skipped, "a skipped batch skips its items")
+	assert.Equal(t, int64(4), nodeOf(t, res, "picky").Skipped, "a skipped batch skips its items")
 	assert.Contains(t, res.String(), "batches", "the table shows the batch counts when there are any")
 }
 

@@ -67,9 +67,9 @@ func TestOpenBreakerFailsTheNodeEvenWhenSkipping(t *testing.T) {
 	assert.Equal(t, "call", coe.Node)
 	assert.Equal(t, clock.Now().Add(10*time.Second), coe.Until)
 	assert.Equal(t, int32(3), calls.Load(), "three failures trip it; the fourth item is refused without a call")
-	assert.Equal(t, int64(3), res.Node("call").Skipped)
+	assert.Equal(t, int64(3), nodeOf(t, res, "call").Skipped)
 	assert.Equal(t, [][2]resilience.CircuitState{closedOpen}, transitions(rec))
-	assert.Equal(t, resilience.CircuitOpen, res.Node("call").Circuit)
+	assert.Equal(t, resilience.CircuitOpen, nodeOf(t, res, "call").Circuit)
 
 	// The breaker keeps its state between runs: the next run is refused at
 	// once, until the open duration has passed.
@@ -118,7 +118,7 @@ func TestOpenPauseResumesAfterTheOpenDuration(t *testing.T) {
 			require.NoError(t, err)
 
 			assert.Equal(t, []int{3, 4, 5, 6, 7, 8, 9}, sink.Items())
-			assert.Equal(t, int64(3), res.Node("call").Skipped)
+			assert.Equal(t, int64(3), nodeOf(t, res, "call").Skipped)
 			assert.Equal(t, [][2]resilience.CircuitState{closedOpen, openHalf, halfClosed}, transitions(rec))
 			outcomes := once(t, src, 10)
 			assert.Equal(t, repeat(node.Skipped, 3), outcomes[:3])
@@ -151,7 +151,7 @@ func TestOpenPauseProbesOncePerOpenDuration(t *testing.T) {
 	}
 	assert.Equal(t, 6, down.Calls(3), "a probe at 10, 20, 30, 40, 50 and 60 s")
 	assert.Zero(t, down.Calls(4))
-	assert.Equal(t, int64(3), res.Node("call").Skipped)
+	assert.Equal(t, int64(3), nodeOf(t, res, "call").Skipped)
 	assert.Equal(t, time.Minute, clock.Since(start))
 	want := [][2]resilience.CircuitState{closedOpen}
 	for range 6 {
@@ -212,8 +212,8 @@ func TestBreakerCountsOnlyTransientFailures(t *testing.T) {
 	pipeline.Sink(b, "sink", out, sink)
 	res, err := build(t, b).Run(t.Context())
 	require.NoError(t, err, "permanent errors say nothing of the dependency's health")
-	assert.Equal(t, int64(6), res.Node("call").Skipped)
-	assert.Equal(t, resilience.CircuitClosed, res.Node("call").Circuit)
+	assert.Equal(t, int64(6), nodeOf(t, res, "call").Skipped)
+	assert.Equal(t, resilience.CircuitClosed, nodeOf(t, res, "call").Circuit)
 }
 
 // A pausing breaker probes a paused item once per OpenDuration, and a

@@ -55,7 +55,7 @@ func TestRetryBudgetBoundsTheLoad(t *testing.T) {
 		retries := calls.Load() - 2*n
 		assert.LessOrEqual(t, retries, int64(0.1*2*n), "at most Ratio × first attempts")
 		assert.GreaterOrEqual(t, retries, int64(0.1*2*n)-30, "the budget is used, less the input counts not yet published")
-		assert.Equal(t, int64(2*n), res.Node("a").DeadLettered+res.Node("c").DeadLettered)
+		assert.Equal(t, int64(2*n), nodeOf(t, res, "a").DeadLettered+nodeOf(t, res, "c").DeadLettered)
 		byBudget := 0
 		for _, env := range dlq.Envelopes() {
 			if errors.Is(env.Err, resilience.ErrBudgetExhausted) {
@@ -141,6 +141,6 @@ func TestRetryBudgetCountsBatchCalls(t *testing.T) {
 	require.NoError(t, err)
 	retries := calls.Load() - batches
 	assert.LessOrEqual(t, retries, int64(0.1*batches), "at most Ratio × batches")
-	assert.Equal(t, int64(batches*size), res.Node("sink").DeadLettered)
-	assert.Equal(t, int64(batches), res.Node("sink").InBatches)
+	assert.Equal(t, int64(batches*size), nodeOf(t, res, "sink").DeadLettered)
+	assert.Equal(t, int64(batches), nodeOf(t, res, "sink").InBatches)
 }

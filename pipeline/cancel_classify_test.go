@@ -50,7 +50,7 @@ func TestCancellationDuringClassificationIsNoRetry(t *testing.T) {
 				pipeline.Sink(b, "sink", tr, &pipelinetest.Collector[int]{})
 				res, err := build(t, b).Run(ctx)
 				require.ErrorIs(t, err, context.Canceled)
-				assert.Zero(t, res.Node("work").ItemRetries, "a retry counted for a cancelled run, none made")
+				assert.Zero(t, nodeOf(t, res, "work").ItemRetries, "a retry counted for a cancelled run, none made")
 				assert.Empty(t, pipelinetest.Of[observer.RetryEvent](rec), "OnRetry for a retry that never happens")
 			})
 		}

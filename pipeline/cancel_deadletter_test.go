@@ -55,7 +55,7 @@ func TestCancelDuringDeadLetterWriteIsNotASinkFailure(t *testing.T) {
 					t.Errorf("node %q completed with a non-cancellation error: %v", e.Node, e.Err)
 				}
 			}
-			t.Logf("work: Failed=%d DeadLettered=%d; outcome of 3: %v", res.Node("work").Failed, res.Node("work").DeadLettered, src.Outcomes()[3])
+			t.Logf("work: Failed=%d DeadLettered=%d; outcome of 3: %v", nodeOf(t, res, "work").Failed, nodeOf(t, res, "work").DeadLettered, src.Outcomes()[3])
 			assert.Equal(t, []node.Outcome{node.Failed}, src.Outcomes()[3])
 		})
 	}

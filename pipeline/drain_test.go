@@ -68,7 +68,7 @@ func TestDrainSettlesEveryEmittedItem(t *testing.T) {
 				n := src.emitted.Load()
 				assert.GreaterOrEqual(t, n, int64(500))
 				assert.Equal(t, n, written.Load(), "every emitted item was written")
-				assert.Equal(t, n, res.Node("sink").In)
+				assert.Equal(t, n, nodeOf(t, res, "sink").In)
 				src.mu.Lock()
 				for i := range n {
 					assert.Equal(t, []node.Outcome{node.Delivered}, src.outcomes[i], "item %d", i)

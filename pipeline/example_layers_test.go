@@ -54,7 +54,8 @@ func ExampleWithResilience_itemRetry() {
 	run := pipelinetest.Start(context.Background(), p)
 	res, err := pipelinetest.AdvanceUntilDone(context.Background(), clock, run, 100*time.Millisecond)
 	fmt.Println(sink.Items(), err)
-	fmt.Println("retries:", res.Node("api").ItemRetries, "dead letters:", res.Node("api").DeadLettered)
+	apiCounts, _ := res.Node("api")
+	fmt.Println("retries:", apiCounts.ItemRetries, "dead letters:", apiCounts.DeadLettered)
 	env := dlq.Envelopes()[0]
 	fmt.Println(env.Item, env.Attempts, env.ErrText)
 	// Output:
@@ -125,7 +126,8 @@ func ExampleWithResilience_circuitBreaker() {
 	down = false                                         // the dependency comes back meanwhile
 	clock.Advance(30 * time.Second)
 	res, err := run.Wait()
-	fmt.Println(sink.Items(), "skipped:", res.Node("api").Skipped, err)
+	apiCounts, _ := res.Node("api")
+	fmt.Println(sink.Items(), "skipped:", apiCounts.Skipped, err)
 	// Output:
 	// api: breaker closed -> open
 	// api: breaker open -> half_open

@@ -64,7 +64,8 @@ func Example_retryPolicies() {
 	}
 	res, err := pipelinetest.AdvanceUntilDone(context.Background(), clock, pipelinetest.Start(context.Background(), p), 100*time.Millisecond)
 	fmt.Println(out.Items())
-	fmt.Println("error:", err, "skipped:", res.Node("quote").Skipped, "calls of DOWN:", calls["DOWN"])
+	quote, _ := res.Node("quote")
+	fmt.Println("error:", err, "skipped:", quote.Skipped, "calls of DOWN:", calls["DOWN"])
 	// Output:
 	// retry 1 of quote after 4s: 429 too many requests
 	// retry 1 of quote after 3s: resilience: attempt timed out after 1m0s: context deadline exceeded
@@ -101,7 +102,8 @@ func ExampleFallback() {
 		return
 	}
 	res, err := p.Run(context.Background())
-	fmt.Println("error:", err, "rescued:", res.Node("price").Fallbacks, "skipped:", res.Node("price").Skipped)
+	price, _ := res.Node("price")
+	fmt.Println("error:", err, "rescued:", price.Fallbacks, "skipped:", price.Skipped)
 	// Output:
 	// ACME: 41.50 (cached)
 	// error: <nil> rescued: 1 skipped: 1

@@ -57,7 +57,8 @@ func Example_readme() {
 		return
 	}
 	fmt.Println(store.Items())
-	fmt.Println("dead-lettered at parse:", res.Node("parse").DeadLettered)
+	parseCounts, _ := res.Node("parse")
+	fmt.Println("dead-lettered at parse:", parseCounts.DeadLettered)
 	env := dlq.Envelopes()[0]
 	fmt.Println(env.OriginNode, env.Item, errors.Is(env.Err, strconv.ErrSyntax))
 	// Output:

@@ -41,7 +41,9 @@ func ExampleRoute() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("eu:", res.Node("region[0]").Out, "us:", res.Node("region[1]").Out)
+	eu, _ := res.Node("region[0]")
+	us, _ := res.Node("region[1]")
+	fmt.Println("eu:", eu.Out, "us:", us.Out)
 	// Unordered output:
 	// eu ships EU:1
 	// eu ships EU:3

@@ -54,7 +54,8 @@ func ExampleNodeResilience_failureRules() {
 	}
 	res, err := p.Run(context.Background())
 	fmt.Println("run error:", err)
-	fmt.Println("skipped:", res.Node("check").Skipped, "dead-lettered:", res.Node("check").DeadLettered)
+	check, _ := res.Node("check")
+	fmt.Println("skipped:", check.Skipped, "dead-lettered:", check.DeadLettered)
 	for _, env := range dlq.Envelopes() {
 		fmt.Println("dead letter:", env.ErrText)
 	}

@@ -36,7 +36,8 @@ func Example() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println("printed", res.Node("print").Out)
+	printed, _ := res.Node("print")
+	fmt.Println("printed", printed.Out)
 	// Output:
 	// SLUICE
 	// MOVES

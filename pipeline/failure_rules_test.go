@@ -57,8 +57,8 @@ func TestFailureRulesPickTheAction(t *testing.T) {
 			assert.Equal(t, node.DeadLettered, outcomes[2], "a rule dead-letters")
 			assert.Equal(t, node.DeadLettered, outcomes[3], "no rule: OnItemFailure")
 			assert.Equal(t, node.Delivered, outcomes[4])
-			assert.Equal(t, int64(1), res.Node("call").Skipped)
-			assert.Equal(t, int64(2), res.Node("call").DeadLettered)
+			assert.Equal(t, int64(1), nodeOf(t, res, "call").Skipped)
+			assert.Equal(t, int64(2), nodeOf(t, res, "call").DeadLettered)
 			assert.Len(t, pipelinetest.Of[observer.DropEvent](rec), 1)
 			assert.Len(t, dlq.Envelopes(), 2)
 		}
@@ -116,7 +116,7 @@ func TestFailureRulesAreCopiedAtBuild(t *testing.T) {
 	rs[0].Action = resilience.Fail
 	res, err := p.Run(t.Context())
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), res.Node("call").Skipped)
+	assert.Equal(t, int64(1), nodeOf(t, res, "call").Skipped)
 }
 
 // An item whose first failure fails the node (by a rule) and whose replay
@@ -147,7 +147,7 @@ func TestDeadLetterHistoryAcrossNodeRestarts(t *testing.T) {
 			pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 			res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), time.Second)
 			require.NoError(t, err)
-			assert.Equal(t, int64(1), res.Node("call").Retries(resilience.NodeRestart))
+			assert.Equal(t, int64(1), nodeOf(t, res, "call").Retries(resilience.NodeRestart))
 			assert.Equal(t, node.DeadLettered, once(t, src, 8)[5])
 
 			envs := dlq.Envelopes()

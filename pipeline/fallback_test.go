@@ -52,8 +52,8 @@ func TestFallback(t *testing.T) {
 			assert.Equal(t, node.Delivered, outcomes[3])
 			assert.Equal(t, node.DeadLettered, outcomes[5])
 			assert.Equal(t, node.DeadLettered, outcomes[6])
-			assert.Equal(t, int64(1), res.Node("price").Fallbacks)
-			assert.Equal(t, int64(6), res.Node("price").Out)
+			assert.Equal(t, int64(1), nodeOf(t, res, "price").Fallbacks)
+			assert.Equal(t, int64(6), nodeOf(t, res, "price").Out)
 			for _, env := range dlq.Envelopes() {
 				assert.ErrorIs(t, env.Err, errOther)
 				assert.Contains(t, env.ErrText, "fallback: ")

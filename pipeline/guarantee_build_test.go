@@ -393,7 +393,7 @@ func TestOpenPauseTurnsAnOutageIntoBackpressure(t *testing.T) {
 				dead = append(dead, fmt.Sprintf("item %v: %s", env.Item, env.ErrText))
 			}
 			assert.Empty(t, dead, "a paused breaker dead-letters nothing")
-			assert.Zero(t, res.Node("call").DeadLettered)
+			assert.Zero(t, nodeOf(t, res, "call").DeadLettered)
 			assert.Equal(t, ints(items), sink.Items(), "every item is delivered once the outage ends")
 			assert.Equal(t, repeat(node.Delivered, items), once(t, src, items))
 			assert.GreaterOrEqual(t, clock.Since(start), outage)

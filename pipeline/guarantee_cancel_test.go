@@ -462,7 +462,7 @@ func TestCancellationIsNeverAnItemFailure(t *testing.T) {
 					cancel()
 					res, err := r.Wait()
 					require.ErrorIs(t, err, context.Canceled)
-					st := res.Node("work")
+					st := nodeOf(t, res, "work")
 					assert.Zero(t, st.Failed, "Failed")
 					assert.Zero(t, st.Skipped, "Skipped")
 					assert.Zero(t, st.DeadLettered, "DeadLettered")
@@ -534,7 +534,7 @@ func TestSiblingsOfAFailingItemAreNotFailures(t *testing.T) {
 				}
 				res, err := build(t, b).Run(t.Context())
 				require.ErrorIs(t, err, errBoom)
-				assert.Equal(t, int64(1), res.Node("work").Failed, "failed items: the one that failed, not its cancelled siblings")
+				assert.Equal(t, int64(1), nodeOf(t, res, "work").Failed, "failed items: the one that failed, not its cancelled siblings")
 			})
 		}
 	}

@@ -150,9 +150,9 @@ func TestBroadcastWithRandomEmitContexts(t *testing.T) {
 						}
 						l.mu.Unlock()
 						require.Empty(t, bad, "iteration %d", it)
-						assert.Equal(t, int64(nok), res.Node("src").Out, "iteration %d: src Out", it)
+						assert.Equal(t, int64(nok), nodeOf(t, res, "src").Out, "iteration %d: src Out", it)
 						for _, s := range sinks {
-							st := res.Node(s)
+							st := nodeOf(t, res, s)
 							assert.Equal(t, st.In, st.Out, "iteration %d sink %s In/Out", it, s)
 						}
 					}

@@ -129,10 +129,10 @@ func TestRestartsDeliverEveryItemOnce(t *testing.T) {
 					res, err := build(t, b).Run(t.Context())
 					require.NoError(t, err, "iteration %d", it)
 					if v.kind != "sink" && v.kind != "batchflat" {
-						assert.Equal(t, res.Node("src").Out, res.Node("work").In, "iteration %d: src.Out vs work.In", it)
-						assert.Equal(t, res.Node("work").Out, res.Node("sink").In, "iteration %d: work.Out vs sink.In", it)
-						assert.Equal(t, int64(items), res.Node("work").Out, "iteration %d: work.Out", it)
-						assert.Equal(t, int64(items), res.Node("sink").Out, "iteration %d: sink.Out", it)
+						assert.Equal(t, nodeOf(t, res, "src").Out, nodeOf(t, res, "work").In, "iteration %d: src.Out vs work.In", it)
+						assert.Equal(t, nodeOf(t, res, "work").Out, nodeOf(t, res, "sink").In, "iteration %d: work.Out vs sink.In", it)
+						assert.Equal(t, int64(items), nodeOf(t, res, "work").Out, "iteration %d: work.Out", it)
+						assert.Equal(t, int64(items), nodeOf(t, res, "sink").Out, "iteration %d: sink.Out", it)
 					}
 					mu.Lock()
 					sorted := slices.Clone(got)

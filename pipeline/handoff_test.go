@@ -173,9 +173,9 @@ func TestHandOffGivesLongWaitsToTheBroker(t *testing.T) {
 		assert.Equal(t, []node.Outcome{node.HandedOff, node.HandedOff, node.Delivered}, br.outcomes[1])
 		assert.Equal(t, []node.Outcome{node.Delivered}, br.outcomes[2])
 		assert.Equal(t, 5, f.calls[1])
-		assert.Equal(t, int64(2), res.Node("call").HandedOff)
-		assert.Equal(t, int64(4), res.Node("call").ItemRetries)
-		assert.Zero(t, res.Node("call").Failed)
+		assert.Equal(t, int64(2), nodeOf(t, res, "call").HandedOff)
+		assert.Equal(t, int64(4), nodeOf(t, res, "call").ItemRetries)
+		assert.Zero(t, nodeOf(t, res, "call").Failed)
 		assert.Equal(t, 2, col.Len())
 		assert.Empty(t, dl.Envelopes())
 		assert.Contains(t, res.String(), "handed off", "the table shows the column when a node handed items off")
@@ -213,7 +213,7 @@ func TestHandOffResumedCountExhausts(t *testing.T) {
 	require.Len(t, dl.Envelopes(), 1)
 	var re *resilience.RetryExhaustedError
 	assert.ErrorAs(t, dl.Envelopes()[0].Err, &re)
-	assert.Equal(t, int64(1), res.Node("call").HandedOff)
+	assert.Equal(t, int64(1), nodeOf(t, res, "call").HandedOff)
 }
 
 // A hand-off the broker refuses, an item that is one of two broadcast
@@ -250,7 +250,7 @@ func TestHandOffFallsBackToWaitingInProcess(t *testing.T) {
 			assert.Empty(t, br.handOffs)
 			assert.Equal(t, []node.Outcome{node.Delivered}, br.outcomes[1])
 			assert.Equal(t, 2, f.calls[1])
-			assert.Zero(t, res.Node("call").HandedOff)
+			assert.Zero(t, nodeOf(t, res, "call").HandedOff)
 			assert.Equal(t, 1, col.Len(), "%v", col.Items())
 		})
 	}
@@ -277,7 +277,7 @@ func TestHandOffCountsPerRun(t *testing.T) {
 		br.mu.Unlock()
 		res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), p), time.Millisecond)
 		require.NoError(t, err)
-		assert.Equal(t, int64(1), res.Node("call").HandedOff, "run %d", run)
+		assert.Equal(t, int64(1), nodeOf(t, res, "call").HandedOff, "run %d", run)
 		st, _ := p.Stats().Node("call")
 		assert.Equal(t, int64(run), st.HandedOff)
 	}

@@ -42,8 +42,8 @@ func TestJoinPairsItemsByKey(t *testing.T) {
 				assert.Equal(t, []string{"2+20", "3+30", "3+31"}, got)
 				assert.Equal(t, []node.Outcome{node.Filtered, node.Delivered, node.Delivered}, once(t, orders, 3))
 				assert.Equal(t, []node.Outcome{node.Delivered, node.Delivered, node.Delivered, node.Filtered}, once(t, payments, 4))
-				assert.Equal(t, int64(2), res.Node("pay").Filtered)
-				assert.Equal(t, int64(3), res.Node("pay").Out)
+				assert.Equal(t, int64(2), nodeOf(t, res, "pay").Filtered)
+				assert.Equal(t, int64(3), nodeOf(t, res, "pay").Out)
 			}
 		})
 	}
@@ -91,7 +91,7 @@ func TestJoinWindowOnTheClock(t *testing.T) {
 		res, err := run.Wait()
 		require.NoError(t, err)
 		assert.Equal(t, [][2]int{{1, 11}}, got)
-		assert.Equal(t, int64(1), res.Node("j").Filtered, "21 found no partner")
+		assert.Equal(t, int64(1), nodeOf(t, res, "j").Filtered, "21 found no partner")
 	}
 }
 

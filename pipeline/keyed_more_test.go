@@ -236,9 +236,9 @@ func TestKeyedStressRetriesAndRestarts(t *testing.T) {
 						assertPerKeyOrder(t, got, key, "iteration %d", it)
 						assert.Len(t, got, n)
 						assert.Zero(t, watch.clash.Load(), "calls of one key overlapped")
-						assert.Equal(t, int64(n), res.Node("work").In)
-						assert.Equal(t, int64(n), res.Node("work").Out)
-						assert.Equal(t, int64(n), res.Node("sink").Out)
+						assert.Equal(t, int64(n), nodeOf(t, res, "work").In)
+						assert.Equal(t, int64(n), nodeOf(t, res, "work").Out)
+						assert.Equal(t, int64(n), nodeOf(t, res, "sink").Out)
 					}
 				})
 			}

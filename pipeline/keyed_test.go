@@ -123,8 +123,8 @@ func TestKeyedKeepsEachKeysOrder(t *testing.T) {
 					assertPerKeyOrder(t, got, key, "iteration %d", it)
 					assert.Len(t, got, n)
 					assert.Zero(t, watch.clash.Load(), "calls of one key overlapped")
-					assert.Equal(t, int64(n), res.Node("work").Out)
-					assert.Equal(t, int64(n), res.Node("sink").Out)
+					assert.Equal(t, int64(n), nodeOf(t, res, "work").Out)
+					assert.Equal(t, int64(n), nodeOf(t, res, "sink").Out)
 				}
 			})
 		}
@@ -257,7 +257,7 @@ func TestKeyedOddKeys(t *testing.T) {
 				}
 				assert.Equal(t, want, o, "item %d", i)
 			}
-			assert.Equal(t, int64(2), res.Node("sink").DeadLettered)
+			assert.Equal(t, int64(2), nodeOf(t, res, "sink").DeadLettered)
 			letters := dl.Envelopes()
 			require.Len(t, letters, 2)
 			slices.SortFunc(letters, func(a, b deadletter.Envelope) int { return a.Item.(int) - b.Item.(int) })

@@ -94,8 +94,8 @@ func TestItemRetryWaitsExactlyAndSucceeds(t *testing.T) {
 				assert.Equal(t, res.RunID, retries[i].RunID)
 			}
 			assert.Empty(t, pipelinetest.Of[observer.RetryExhaustedEvent](rec))
-			assert.Equal(t, int64(3), res.Node("call").ItemRetries)
-			assert.Zero(t, res.Node("call").Failed)
+			assert.Equal(t, int64(3), nodeOf(t, res, "call").ItemRetries)
+			assert.Zero(t, nodeOf(t, res, "call").Failed)
 			assert.Equal(t, repeat(node.Delivered, 20), once(t, src, 20))
 		})
 	}
@@ -127,8 +127,8 @@ func TestItemRetryExhaustedFailsTheNode(t *testing.T) {
 	require.Len(t, ex, 1)
 	assert.Equal(t, 4, ex[0].Attempts)
 	assert.Equal(t, resilience.ItemRetry, ex[0].Kind)
-	assert.Equal(t, int64(1), res.Node("call").Failed)
-	assert.Equal(t, int64(3), res.Node("call").ItemRetries)
+	assert.Equal(t, int64(1), nodeOf(t, res, "call").Failed)
+	assert.Equal(t, int64(3), nodeOf(t, res, "call").ItemRetries)
 }
 
 func TestPermanentErrorIsNotRetried(t *testing.T) {
@@ -180,10 +180,10 @@ func TestSkipAndDeadLetter(t *testing.T) {
 			assert.Equal(t, node.Skipped, outcomes[3])
 			assert.Equal(t, node.DeadLettered, outcomes[5])
 			assert.Equal(t, node.Delivered, outcomes[4])
-			assert.Equal(t, int64(1), res.Node("skip").Skipped)
-			assert.Equal(t, int64(1), res.Node("skip").Failed)
-			assert.Equal(t, int64(1), res.Node("dead").DeadLettered)
-			assert.Equal(t, int64(2), res.Node("dead").ItemRetries)
+			assert.Equal(t, int64(1), nodeOf(t, res, "skip").Skipped)
+			assert.Equal(t, int64(1), nodeOf(t, res, "skip").Failed)
+			assert.Equal(t, int64(1), nodeOf(t, res, "dead").DeadLettered)
+			assert.Equal(t, int64(2), nodeOf(t, res, "dead").ItemRetries)
 
 			drops := pipelinetest.Of[observer.DropEvent](rec)
 			require.Len(t, drops, 1)
@@ -301,7 +301,7 @@ func TestNodeRestartResumesFromTheCheckpoint(t *testing.T) {
 			assert.Equal(t, ints(20), sink.Items(), "every item exactly once, in order")
 			assert.Equal(t, 2, faults.Calls(6), "the failed item is replayed once")
 			assert.Equal(t, 1, faults.Calls(5), "items before the checkpoint are not replayed")
-			assert.Equal(t, int64(1), res.Node("call").NodeRestarts)
+			assert.Equal(t, int64(1), nodeOf(t, res, "call").NodeRestarts)
 			assert.Equal(t, []string{"call.open", "call.close", "call.open", "call.close"}, log.all(),
 				"a restart closes the node and opens it again")
 			assert.Equal(t, repeat(node.Delivered, 20), once(t, src, 20))
@@ -340,8 +340,8 @@ func TestNodeRestartsExhausted(t *testing.T) {
 	require.ErrorAs(t, re.Err, &inner)
 	assert.Equal(t, resilience.ItemRetry, inner.Kind)
 	assert.Equal(t, 6, faults.Calls(3), "2 calls per cycle × 3 cycles: L1 inside L2")
-	assert.Equal(t, int64(2), res.Node("call").NodeRestarts)
-	assert.Equal(t, int64(3), res.Node("call").ItemRetries)
+	assert.Equal(t, int64(2), nodeOf(t, res, "call").NodeRestarts)
+	assert.Equal(t, int64(3), nodeOf(t, res, "call").ItemRetries)
 	kinds := []resilience.RetryKind{}
 	for _, e := range pipelinetest.Of[observer.RetryExhaustedEvent](rec) {
 		kinds = append(kinds, e.Kind)
@@ -435,7 +435,7 @@ func TestSourceRestartRunsItAgain(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, ints(10), sink.Items())
 	assert.Equal(t, int32(2), runs.Load())
-	assert.Equal(t, int64(1), res.Node("src").NodeRestarts)
+	assert.Equal(t, int64(1), nodeOf(t, res, "src").NodeRestarts)
 }
 
 func TestSinkRestartDeliversOnce(t *testing.T) {
@@ -505,7 +505,7 @@ func TestNodeRetryRunsASourceThatEmittedNothing(t *testing.T) {
 	res, err := run.Wait()
 	require.NoError(t, err)
 	assert.Equal(t, []int{1}, sink.Items())
-	assert.Equal(t, int64(1), res.Node("src").NodeRetries)
+	assert.Equal(t, int64(1), nodeOf(t, res, "src").NodeRetries)
 }
 
 func TestNodeRetryDoesNotRunASourceThatEmitted(t *testing.T) {
@@ -541,7 +541,7 @@ func TestNodeRetryOfAFailedOpen(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{1, 2}, sink.Items())
 	assert.Equal(t, int32(2), opens.Load())
-	assert.Equal(t, int64(1), res.Node("call").NodeRetries)
+	assert.Equal(t, int64(1), nodeOf(t, res, "call").NodeRetries)
 	assert.Equal(t, []string{"call.close"}, log.all(), "Close only for the Open that succeeded")
 }
 
@@ -577,10 +577,10 @@ func TestCancellationEndsAWaitAtOnce(t *testing.T) {
 	cancel()
 	res, err := run.Wait()
 	require.ErrorIs(t, err, context.Canceled)
-	assert.Zero(t, res.Node("call").Failed, "a cancellation is not counted")
-	assert.Zero(t, res.Node("call").DeadLettered)
+	assert.Zero(t, nodeOf(t, res, "call").Failed, "a cancellation is not counted")
+	assert.Zero(t, nodeOf(t, res, "call").DeadLettered)
 	assert.Zero(t, dlq.Len(), "a cancellation is never dead-lettered")
-	assert.Equal(t, int64(1), res.Node("call").ItemRetries, "only the retry that had started")
+	assert.Equal(t, int64(1), nodeOf(t, res, "call").ItemRetries, "only the retry that had started")
 }
 
 func TestDeadLetterSinkFailureFailsTheRunWithBothErrors(t *testing.T) {
@@ -603,7 +603,7 @@ func TestDeadLetterSinkFailureFailsTheRunWithBothErrors(t *testing.T) {
 	require.ErrorIs(t, err, deadletter.ErrFull)
 	assert.Contains(t, err.Error(), "dead-letter sink failed")
 	assert.Equal(t, int32(3), writes.Load(), "the write and 2 retries")
-	assert.Zero(t, res.Node("call").NodeRestarts)
+	assert.Zero(t, nodeOf(t, res, "call").NodeRestarts)
 }
 
 type panicky struct{ observer.Nop }

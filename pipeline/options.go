@@ -96,8 +96,12 @@ func WithClock(c clockwork.Clock) Option {
 	return func(cfg *config) { cfg.clock = c }
 }
 
-// WithRand sets the source of the jitter of every backoff, so that runs can
-// be repeated exactly. The pipeline serialises its calls to r.
+// WithRand sets the source of the jitter of every backoff of every layer,
+// so that runs can be repeated exactly: two runs from sources seeded
+// alike choose the same delays, in the same order. The draws are made in
+// the order the retries happen, so retries that run at the same time
+// (parallel workers, several nodes retrying at once) may take them in
+// another order from run to run. The pipeline serialises its calls to r.
 func WithRand(r resilience.Rand) Option {
 	return func(c *config) { c.rand = r }
 }

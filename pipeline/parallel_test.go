@@ -77,7 +77,7 @@ func TestUnorderedDeliversEverything(t *testing.T) {
 			got := sink.Items()
 			assert.ElementsMatch(t, ints(n), got)
 			assert.False(t, slices.IsSorted(got), "items that wait less overtake: the order changes")
-			assert.Equal(t, int64(n), res.Node("slow").Out)
+			assert.Equal(t, int64(n), nodeOf(t, res, "slow").Out)
 		})
 	}
 }
@@ -99,8 +99,8 @@ func TestParallelSinkAndFilter(t *testing.T) {
 				want = append(want, i)
 			}
 			assert.ElementsMatch(t, want, sink.Items())
-			assert.Equal(t, int64(500), res.Node("odd").Filtered)
-			assert.Equal(t, int64(500), res.Node("sink").Out)
+			assert.Equal(t, int64(500), nodeOf(t, res, "odd").Filtered)
+			assert.Equal(t, int64(500), nodeOf(t, res, "sink").Out)
 		})
 	}
 }

@@ -153,9 +153,12 @@ var ErrInvalid = errors.New("pipeline: invalid pipeline")
 // A BuildError is one problem Build found. Node is empty for a problem of
 // the whole pipeline.
 type BuildError struct {
+	// Pipeline is the name of the pipeline being built.
 	Pipeline string
-	Node     string
-	Err      error
+	// Node is the node the problem is in; empty for the whole pipeline.
+	Node string
+	// Err is the problem, such as a [*resilience.OptionError].
+	Err error
 }
 
 // Error names the pipeline, the node and the problem.
@@ -174,8 +177,10 @@ func (e *BuildError) Unwrap() error { return e.Err }
 
 // A NodeError is the failure of one node, as Run returns it.
 type NodeError struct {
+	// Node is the name of the node that failed.
 	Node string
-	Err  error
+	// Err is its failure.
+	Err error
 }
 
 // Error names the node and its failure.
@@ -242,6 +247,9 @@ func (b *Builder) Build() (*Pipeline, error) {
 
 	nodes := b.snapshot()
 	var sources, sinks int
+	// The breaker options WithResilience gives every node, and whether
+	// some node turns its breaker on.
+	pipeBreaker, breakerOn := resilience.ForProfile(cfg.profile).CircuitBreaker, false
 	seen := make(map[string]bool, len(nodes))
 	for _, n := range nodes {
 		switch {
@@ -294,11 +302,18 @@ func (b *Builder) Build() (*Pipeline, error) {
 				fail(n.name, e)
 			}
 		}
-		res, err := nodeOptions(cfg, n)
+		pipe, res, err := nodeOptions(cfg, n)
 		if err != nil {
 			fail(n.name, err)
 			continue
 		}
+		// A breaker setting the node's own options made, with the breaker
+		// off, would do nothing; one WithResilience made is checked once,
+		// below, for the whole pipeline.
+		for _, e := range breakerSetButOff(pipe.CircuitBreaker, res.CircuitBreaker, "") {
+			fail(n.name, e)
+		}
+		pipeBreaker, breakerOn = pipe.CircuitBreaker, breakerOn || res.CircuitBreaker.Enabled
 		// The rules are the Build's own: a slice changed after Build
 		// changes nothing here.
 		res.FailureRules = slices.Clone(res.FailureRules)
@@ -315,6 +330,11 @@ func (b *Builder) Build() (*Pipeline, error) {
 				what = "a FailureRules Action"
 			}
 			fail(n.name, fmt.Errorf("resilience: %s = dead_letter: the pipeline has no dead-letter sink (WithDeadLetter)", what))
+		}
+	}
+	if !breakerOn {
+		for _, e := range breakerSetButOff(resilience.ForProfile(cfg.profile).CircuitBreaker, pipeBreaker, "WithResilience") {
+			fail("", e)
 		}
 	}
 	if len(nodes) > 0 && sources == 0 {
@@ -405,9 +425,10 @@ func (b *Builder) snapshot() []*spec {
 }
 
 // nodeOptions returns the resilience options of node n: the profile's,
-// changed by every WithResilience and then every NodeResilience function.
-// A nil function or one that panics is reported, naming the option.
-func nodeOptions(cfg config, n *spec) (res resilience.Options, err error) {
+// changed by every WithResilience and then every NodeResilience function;
+// and, as pipe, the options after the WithResilience functions alone. A
+// nil function or one that panics is reported, naming the option.
+func nodeOptions(cfg config, n *spec) (pipe, res resilience.Options, err error) {
 	res = resilience.ForProfile(cfg.profile)
 	apply := func(what string, fs []func(*resilience.Options)) error {
 		for i, f := range fs {
@@ -424,9 +445,11 @@ func nodeOptions(cfg config, n *spec) (res resilience.Options, err error) {
 		return nil
 	}
 	if err := apply("WithResilience", cfg.resilience); err != nil {
-		return res, err
+		return res, res, err
 	}
-	return res, apply("NodeResilience", n.cfg.resilience)
+	pipe = res
+	pipe.FailureRules = slices.Clone(res.FailureRules)
+	return pipe, res, apply("NodeResilience", n.cfg.resilience)
 }
 
 // unjoin returns the errors joined in err, or err alone.

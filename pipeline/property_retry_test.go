@@ -149,6 +149,6 @@ func propertyRetryPolicies(t *testing.T, par int) {
 	}
 	assert.Positive(t, retries)
 	assert.LessOrEqual(t, float64(retries), ratio*n, "the budget's ratio holds")
-	assert.Equal(t, int64(retries), res.Node("call").ItemRetries)
+	assert.Equal(t, int64(retries), nodeOf(t, res, "call").ItemRetries)
 	assert.Positive(t, budget.Refused()+int64(dead), "some items gave up")
 }

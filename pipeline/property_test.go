@@ -108,14 +108,14 @@ func TestPropertyEveryItemReachesOneOutcome(t *testing.T) {
 				}
 				assert.Equal(t, n, delivered+skipped+deadLettered)
 				assert.Equal(t, delivered, sink.Len())
-				assert.Equal(t, int64(skipped), res.Node("skip").Skipped)
-				assert.Equal(t, int64(deadLettered), res.Node("dead").DeadLettered)
+				assert.Equal(t, int64(skipped), nodeOf(t, res, "skip").Skipped)
+				assert.Equal(t, int64(deadLettered), nodeOf(t, res, "dead").DeadLettered)
 				assert.Equal(t, deadLettered, dlq.Len())
-				assert.Equal(t, res.Node("skip").Out, res.Node("dead").In)
-				assert.Equal(t, res.Node("skip").In, res.Node("skip").Out+res.Node("skip").Skipped)
-				assert.Equal(t, int64(delivered), res.Node("sink").Out)
+				assert.Equal(t, nodeOf(t, res, "skip").Out, nodeOf(t, res, "dead").In)
+				assert.Equal(t, nodeOf(t, res, "skip").In, nodeOf(t, res, "skip").Out+nodeOf(t, res, "skip").Skipped)
+				assert.Equal(t, int64(delivered), nodeOf(t, res, "sink").Out)
 				if m.name == "default" && seed == 0 {
-					assert.Positive(t, res.Node("skip").ItemRetries)
+					assert.Positive(t, nodeOf(t, res, "skip").ItemRetries)
 				}
 			})
 		}

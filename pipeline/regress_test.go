@@ -54,7 +54,7 @@ func TestANodeWithoutOpenIsClosedOnceAtTheEnd(t *testing.T) {
 	pipeline.Sink[int](b, "sink", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(10)...)), sink)
 	res, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
-	assert.Equal(t, int64(1), res.Node("sink").NodeRestarts)
+	assert.Equal(t, int64(1), nodeOf(t, res, "sink").NodeRestarts)
 	assert.Equal(t, 1, sink.closes)
 	assert.Zero(t, sink.afterClose, "no Write after Close")
 }
@@ -84,7 +84,7 @@ func TestPanicsInPoliciesFailTheNode(t *testing.T) {
 			var pe *resilience.PanicError
 			require.ErrorAs(t, err, &pe)
 			assert.Equal(t, name+" bug", pe.Value)
-			assert.Zero(t, res.Node("call").NodeRestarts)
+			assert.Zero(t, nodeOf(t, res, "call").NodeRestarts)
 		})
 	}
 }

@@ -117,6 +117,6 @@ func TestParallelRestartDoesNotDuplicateAPendingBatch(t *testing.T) {
 	for v := range 30 {
 		assert.Equal(t, 1, seen[v], "item %d", v)
 	}
-	assert.Equal(t, int64(1), res.Node("tr").NodeRestarts)
-	assert.Equal(t, res.Node("tr").Out, res.Node("sink").In)
+	assert.Equal(t, int64(1), nodeOf(t, res, "tr").NodeRestarts)
+	assert.Equal(t, nodeOf(t, res, "tr").Out, nodeOf(t, res, "sink").In)
 }

@@ -57,7 +57,7 @@ func TestRetryAfterChoosesTheDelay(t *testing.T) {
 		pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 		res, err := runRetries(t, b, clock, rec)
 		require.NoError(t, err)
-		assert.Equal(t, int64(4), res.Node("sink").In)
+		assert.Equal(t, int64(4), nodeOf(t, res, "sink").In)
 		delays := map[string]time.Duration{}
 		for _, e := range pipelinetest.Of[observer.RetryEvent](rec) {
 			delays[e.Err.Error()] = e.Delay
@@ -103,7 +103,7 @@ func TestMaxElapsedEndsRetries(t *testing.T) {
 		pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 		res, err := runRetries(t, b, clock, rec)
 		require.NoError(t, err)
-		assert.Equal(t, int64(2), res.Node("call").ItemRetries, "retries at 4s and 8s; one at 12s would pass 10s")
+		assert.Equal(t, int64(2), nodeOf(t, res, "call").ItemRetries, "retries at 4s and 8s; one at 12s would pass 10s")
 		ex := pipelinetest.Of[observer.RetryExhaustedEvent](rec)
 		require.Len(t, ex, 1)
 		assert.Equal(t, resilience.LimitElapsed, ex[0].Limit)
@@ -139,7 +139,7 @@ func TestMaxElapsedOfTheNodeLayers(t *testing.T) {
 		require.ErrorAs(t, err, &re)
 		assert.Equal(t, resilience.NodeRestart, re.Kind)
 		assert.Equal(t, resilience.LimitElapsed, re.Limit)
-		assert.Equal(t, int64(2), res.Node("call").NodeRestarts, "at 4s and 8s; one at 12s would pass 10s")
+		assert.Equal(t, int64(2), nodeOf(t, res, "call").NodeRestarts, "at 4s and 8s; one at 12s would pass 10s")
 	})
 	t.Run("node retry", func(t *testing.T) {
 		t.Parallel()
@@ -156,6 +156,6 @@ func TestMaxElapsedOfTheNodeLayers(t *testing.T) {
 		require.ErrorAs(t, err, &re)
 		assert.Equal(t, resilience.NodeRetry, re.Kind)
 		assert.Equal(t, resilience.LimitElapsed, re.Limit)
-		assert.Equal(t, int64(2), res.Node("src").NodeRetries)
+		assert.Equal(t, int64(2), nodeOf(t, res, "src").NodeRetries)
 	})
 }

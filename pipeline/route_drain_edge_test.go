@@ -314,9 +314,9 @@ func TestRouteUnderRouterRestartParallel(t *testing.T) {
 					for i, o := range once(t, src, 600) {
 						assert.Equal(t, node.Delivered, o, "item %d", i)
 					}
-					assert.Positive(t, res.Node("r").NodeRestarts)
+					assert.Positive(t, nodeOf(t, res, "r").NodeRestarts)
 					for i := range 3 {
-						st := res.Node(fmt.Sprintf("r[%d]", i))
+						st := nodeOf(t, res, fmt.Sprintf("r[%d]", i))
 						assert.Equal(t, int64(600), st.In)
 						assert.Equal(t, int64(200), st.Out)
 						assert.Equal(t, int64(400), st.Filtered)

@@ -80,13 +80,13 @@ func TestRouteSendsEachItemToOneBranch(t *testing.T) {
 				assert.Len(t, got[1], 15)
 				assert.Len(t, dl.Envelopes(), 15)
 				for i := range 3 {
-					st := res.Node(fmt.Sprintf("by-mod[%d]", i))
+					st := nodeOf(t, res, fmt.Sprintf("by-mod[%d]", i))
 					assert.Equal(t, pipeline.KindBranch, st.Kind)
 					assert.Equal(t, int64(90), st.In)
 					assert.Equal(t, int64(30), st.Out, "branch %d", i)
 					assert.Equal(t, int64(60), st.Filtered, "branch %d", i)
 				}
-				assert.Equal(t, int64(90), res.Node("by-mod").Out)
+				assert.Equal(t, int64(90), nodeOf(t, res, "by-mod").Out)
 			}
 		})
 	}

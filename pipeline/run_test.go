@@ -32,12 +32,12 @@ func TestRunDeliversEveryItemInOrder(t *testing.T) {
 				want[i] = 2 * i
 			}
 			assert.Equal(t, want, sink.Items())
-			assert.Equal(t, int64(1000), res.Node("src").Out)
-			assert.Equal(t, int64(0), res.Node("src").In)
-			assert.Equal(t, int64(1000), res.Node("double").In)
-			assert.Equal(t, int64(1000), res.Node("double").Out)
-			assert.Equal(t, int64(1000), res.Node("sink").In)
-			assert.Equal(t, int64(1000), res.Node("sink").Out)
+			assert.Equal(t, int64(1000), nodeOf(t, res, "src").Out)
+			assert.Equal(t, int64(0), nodeOf(t, res, "src").In)
+			assert.Equal(t, int64(1000), nodeOf(t, res, "double").In)
+			assert.Equal(t, int64(1000), nodeOf(t, res, "double").Out)
+			assert.Equal(t, int64(1000), nodeOf(t, res, "sink").In)
+			assert.Equal(t, int64(1000), nodeOf(t, res, "sink").Out)
 			assert.Equal(t, "double", res.Pipeline)
 			assert.Len(t, res.RunID, 16)
 		})
@@ -57,7 +57,7 @@ func TestRunAgainAndStatsAddUp(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []int{1, 2, 3, 1, 2, 3}, sink.Items())
 	assert.NotEqual(t, r1.RunID, r2.RunID)
-	assert.Equal(t, int64(3), r2.Node("sink").Out, "a Result holds its own run's counts")
+	assert.Equal(t, int64(3), nodeOf(t, r2, "sink").Out, "a Result holds its own run's counts")
 
 	st := p.Stats()
 	assert.Equal(t, r2.RunID, st.RunID)
@@ -245,12 +245,12 @@ func TestFirstFailureCancelsTheRest(t *testing.T) {
 			assert.Equal(t, "check", ne.Node)
 			assert.ErrorIs(t, err, errBad)
 			assert.Equal(t, `pipeline: node "check": bad item`, err.Error())
-			assert.Equal(t, int64(1), res.Node("check").Failed)
-			assert.LessOrEqual(t, res.Node("sink").Out, int64(500), "nothing after the bad item gets through")
+			assert.Equal(t, int64(1), nodeOf(t, res, "check").Failed)
+			assert.LessOrEqual(t, nodeOf(t, res, "sink").Out, int64(500), "nothing after the bad item gets through")
 			// Counts are published however the run ends, and agree along
 			// the graph: what a node handed over, the next took in or still
 			// had queued.
-			read, check, write := res.Node("src"), res.Node("check"), res.Node("sink")
+			read, check, write := nodeOf(t, res, "src"), nodeOf(t, res, "check"), nodeOf(t, res, "sink")
 			assert.GreaterOrEqual(t, read.Out, check.In)
 			assert.GreaterOrEqual(t, check.In, check.Out+check.Failed)
 			assert.GreaterOrEqual(t, check.Out, write.In)
@@ -308,8 +308,8 @@ func TestCancellingTheCallerStopsEverything(t *testing.T) {
 			require.ErrorIs(t, err, errStop, "Run returns the cause of the caller's cancellation")
 			var ne *pipeline.NodeError
 			assert.False(t, errors.As(err, &ne), "a cancellation is not a node failure")
-			assert.Zero(t, res.Node("double").Failed, "cancellation is not counted")
-			assert.Zero(t, res.Node("double").ItemRetries)
+			assert.Zero(t, nodeOf(t, res, "double").Failed, "cancellation is not counted")
+			assert.Zero(t, nodeOf(t, res, "double").ItemRetries)
 		})
 	}
 }

@@ -83,21 +83,27 @@ func minus(s, o NodeStats) NodeStats {
 
 // Result is what one run did.
 type Result struct {
+	// Pipeline is the pipeline's name.
 	Pipeline string
-	RunID    string
-	Start    time.Time // from the pipeline's clock
+	// RunID names the run, as the events and dead letters of the run do.
+	RunID string
+	// Start is when the run started, on the pipeline's clock.
+	Start time.Time
+	// Duration is how long the run took, on the pipeline's clock.
 	Duration time.Duration
-	Nodes    []NodeStats // this run's counts, in the order the nodes were added
+	// Nodes are this run's counts, in the order the nodes were added.
+	Nodes []NodeStats
 }
 
-// Node returns the counts of the node called name, zero if there is none.
-func (r Result) Node(name string) NodeStats {
+// Node returns this run's counts of the node called name, and whether
+// there is one; it reads as [Stats.Node] does.
+func (r Result) Node(name string) (NodeStats, bool) {
 	for _, n := range r.Nodes {
 		if n.Node == name {
-			return n
+			return n, true
 		}
 	}
-	return NodeStats{}
+	return NodeStats{}, false
 }
 
 // String returns the per-node counts as a table.

@@ -41,10 +41,10 @@ func TestFilterFlatMapUnbatch(t *testing.T) {
 				"10", "10", "10", "10", "10", "12", "12", "12", "12", "12", "12",
 				"14", "14", "14", "14", "14", "14", "14", "16", "16", "16", "16", "16", "16", "16", "16",
 				"18", "18", "18", "18", "18", "18", "18", "18", "18"}, sink.Items())
-			assert.Equal(t, int64(10), res.Node("even").Filtered)
-			assert.Equal(t, int64(10), res.Node("even").Out)
-			assert.Equal(t, int64(1), res.Node("copies").Filtered, "0 turned into nothing")
-			assert.Equal(t, int64(45), res.Node("copies").Out)
+			assert.Equal(t, int64(10), nodeOf(t, res, "even").Filtered)
+			assert.Equal(t, int64(10), nodeOf(t, res, "even").Out)
+			assert.Equal(t, int64(1), nodeOf(t, res, "copies").Filtered, "0 turned into nothing")
+			assert.Equal(t, int64(45), nodeOf(t, res, "copies").Out)
 		})
 	}
 }
@@ -81,11 +81,11 @@ func TestBatchBySizeAndAtTheEnd(t *testing.T) {
 			res, err := build(t, b).Run(t.Context())
 			require.NoError(t, err)
 			assert.Equal(t, [][]int{{0, 1, 2, 3}, {4, 5, 6, 7}, {8, 9}}, sink.Items())
-			assert.Equal(t, int64(10), res.Node("batch").In)
-			assert.Equal(t, int64(10), res.Node("batch").Out, "Out counts the items in the batches")
-			assert.Equal(t, int64(3), res.Node("batch").OutBatches)
-			assert.Equal(t, int64(10), res.Node("sink").In)
-			assert.Equal(t, int64(3), res.Node("sink").InBatches)
+			assert.Equal(t, int64(10), nodeOf(t, res, "batch").In)
+			assert.Equal(t, int64(10), nodeOf(t, res, "batch").Out, "Out counts the items in the batches")
+			assert.Equal(t, int64(3), nodeOf(t, res, "batch").OutBatches)
+			assert.Equal(t, int64(10), nodeOf(t, res, "sink").In)
+			assert.Equal(t, int64(3), nodeOf(t, res, "sink").InBatches)
 
 			b = pipeline.New("roundtrip", m.opts...)
 			src = pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(10)...))
@@ -151,7 +151,7 @@ func TestMergeTakesEveryInput(t *testing.T) {
 			got := sink.Items()
 			want := append(append(ints(100), ints(50)...), 2000, 2002)
 			assert.ElementsMatch(t, want, got)
-			assert.Equal(t, int64(152), res.Node("all").Out)
+			assert.Equal(t, int64(152), nodeOf(t, res, "all").Out)
 			// Each input's own order is kept.
 			var fromA []int
 			for _, x := range got {
@@ -178,7 +178,7 @@ func TestBroadcastGivesEveryBranchEveryItem(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, ints(300), left.Items())
 			assert.Len(t, right.Items(), 300)
-			assert.Equal(t, int64(300), res.Node("src").Out, "Out counts items, not copies")
+			assert.Equal(t, int64(300), nodeOf(t, res, "src").Out, "Out counts items, not copies")
 		})
 	}
 }

@@ -151,7 +151,7 @@ func TestTracerPanicFailsTheRun(t *testing.T) {
 			assert.Equal(t, "sink", ne.Node)
 			assert.ErrorContains(t, err, "tracer panicked "+map[string]string{"start": "starting", "end": "ending"}[where]+" attempt 1")
 			assert.ErrorContains(t, err, "tracer down")
-			assert.Zero(t, res.Node("sink").Out, "no write counts once the tracer failed")
+			assert.Zero(t, nodeOf(t, res, "sink").Out, "no write counts once the tracer failed")
 		})
 	}
 }

@@ -56,7 +56,7 @@ func TestAggregateCountWindowsByKey(t *testing.T) {
 				for i, o := range once(t, src, 30) {
 					assert.Equal(t, node.Delivered, o, "item %d", i)
 				}
-				assert.Equal(t, int64(9), res.Node("sum").Out)
+				assert.Equal(t, int64(9), nodeOf(t, res, "sum").Out)
 			}
 		})
 	}
@@ -177,7 +177,7 @@ func TestAggregateRestartDoesNotDoubleCount(t *testing.T) {
 		pipeline.Sink(b, "store", wins, col)
 		res, err := build(t, b).Run(t.Context())
 		require.NoError(t, err)
-		assert.Equal(t, int64(1), res.Node("flaky").NodeRestarts)
+		assert.Equal(t, int64(1), nodeOf(t, res, "flaky").NodeRestarts)
 		total, count := 0, 0
 		for _, w := range col.Items() {
 			total += w.Value
@@ -241,7 +241,7 @@ func TestAggregatePanicFailsTheRun(t *testing.T) {
 	require.ErrorAs(t, err, &ne)
 	assert.Equal(t, "sum", ne.Node)
 	assert.ErrorContains(t, err, "bad add")
-	assert.Zero(t, res.Node("sum").NodeRestarts, "not restarted")
+	assert.Zero(t, nodeOf(t, res, "sum").NodeRestarts, "not restarted")
 	for i, os := range src.Outcomes() {
 		assert.Len(t, os, 1, "item %d ends once", i)
 	}

@@ -86,11 +86,20 @@ const MaxDuration = time.Duration(math.MaxInt64)
 // at the cap still spread, which is what keeps a crowd of clients from
 // retrying in step when a dependency stays down.
 type Backoff struct {
-	Kind     BackoffKind
-	Base     time.Duration // the first delay, or the step of a linear curve
-	Factor   float64       // the growth of an exponential curve; at least 1
-	MaxDelay time.Duration // the cap of every delay; 0 means no cap
-	Jitter   Jitter
+	// Kind is the shape of the curve; the zero value, BackoffNone, waits
+	// nothing.
+	Kind BackoffKind
+	// Base is the first delay, or the step of a linear curve; 0 gives
+	// delays of 0.
+	Base time.Duration
+	// Factor is the growth of an exponential curve, at least 1 for one;
+	// other curves leave it 0.
+	Factor float64
+	// MaxDelay is the cap of every delay; 0 means no cap.
+	MaxDelay time.Duration
+	// Jitter spreads each delay at random; the zero value, JitterNone,
+	// keeps it exact.
+	Jitter Jitter
 	// Custom gives the delay before retry n for [BackoffCustom]. It must be
 	// safe for concurrent use. Its result is capped but never jittered.
 	Custom func(retry int) time.Duration

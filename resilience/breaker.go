@@ -40,6 +40,9 @@ func (a OpenAction) String() string {
 // gives the documented defaults with Enabled false; setting Enabled turns
 // them on.
 type CircuitBreakerOptions struct {
+	// Enabled turns the breaker on; false, the zero value, leaves the node
+	// without one. A pipeline's Build refuses a breaker field a user set
+	// while Enabled is false, since the setting would do nothing.
 	Enabled bool
 	// ConsecutiveFailures trips the breaker after this many transient
 	// failures in a row; 0 turns this condition off.
@@ -47,20 +50,30 @@ type CircuitBreakerOptions struct {
 	// FailureRate trips the breaker when the share of transient failures
 	// among the calls of the last Window reaches it, once at least
 	// MinimumCalls were made; 0 turns this condition off.
-	FailureRate  float64
+	FailureRate float64
+	// MinimumCalls is the fewest calls in Window before FailureRate can
+	// trip the breaker; it must be above 0 when FailureRate is set (the
+	// default is 20).
 	MinimumCalls int
-	Window       time.Duration
+	// Window is the rolling time over which FailureRate is measured; it
+	// must be above 0 when FailureRate is set (the default is 30 s).
+	Window time.Duration
 	// OpenDuration is how long the breaker refuses calls before it lets
-	// probes through.
+	// probes through; it must be above 0 (the default is 30 s).
 	OpenDuration time.Duration
 	// HalfOpenProbes is how many probe calls may run at once while half
-	// open; ProbeSuccesses is how many must succeed to close again. A failed
-	// probe opens the breaker again.
+	// open; it must be above 0 (the default is 1). A failed probe opens
+	// the breaker again.
 	HalfOpenProbes int
+	// ProbeSuccesses is how many probes must succeed to close the breaker
+	// again; it must be above 0 (the default is 1).
 	ProbeSuccesses int
-	WhenOpen       OpenAction
+	// WhenOpen is what the node does while the breaker refuses calls; the
+	// zero value is OpenFail.
+	WhenOpen OpenAction
 	// MaxPause bounds one pause under OpenPause; it must not be shorter than
-	// OpenDuration, or the pause could never end in a probe.
+	// OpenDuration, or the pause could never end in a probe (the default
+	// is 5 min). Under OpenFail it is not used.
 	MaxPause time.Duration
 }
 
@@ -170,9 +183,13 @@ func (s CircuitState) String() string {
 // A Transition is one change of a breaker's state. Generation counts the
 // transitions of the breaker; it orders transitions reported concurrently.
 type Transition struct {
-	From, To   CircuitState
+	// From and To are the states before and after the change.
+	From, To CircuitState
+	// Generation is the count of the breaker's transitions, this one
+	// included.
 	Generation uint64
-	Time       time.Time
+	// Time is when the change happened, on the breaker's clock.
+	Time time.Time
 }
 
 // CallResult is what a guarded call reports to its breaker.

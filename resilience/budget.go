@@ -18,15 +18,18 @@ var ErrBudgetExhausted = errors.New("resilience: retry budget exhausted")
 // BudgetOptions configure a [Budget].
 type BudgetOptions struct {
 	// Ratio is how many retries the budget allows per first attempt, over
-	// Window: 0.1 allows one retry for every ten items. At least 0.
+	// Window: 0.1 allows one retry for every ten items. At least 0; 0,
+	// the zero value, allows only MinPerSecond.
 	Ratio float64
 	// MinPerSecond retries per second are allowed on top of Ratio, so that
-	// a trickle of items can still retry. At least 0.
+	// a trickle of items can still retry. At least 0; the zero value adds
+	// none.
 	MinPerSecond float64
 	// Window is the time over which first attempts and retries are
-	// counted. Default 10 s.
+	// counted; 0, the zero value, takes 10 s.
 	Window time.Duration
-	// Clock is the budget's clock; default the real one. Give the
+	// Clock is the budget's clock; nil, the zero value, takes the real
+	// one. Give the
 	// pipeline's fake clock in tests.
 	Clock clockwork.Clock
 }

@@ -112,7 +112,9 @@ var ErrPanic = errors.New("resilience: panic")
 // panic and the stack of the goroutine that panicked. It is permanent: a
 // panic is a bug, and repeating the call repeats the bug.
 type PanicError struct {
+	// Value is what was passed to panic.
 	Value any
+	// Stack is the stack of the goroutine that panicked.
 	Stack []byte
 }
 
@@ -158,8 +160,11 @@ var ErrInvalidOptions = errors.New("resilience: invalid options")
 // setting from the value that was validated, such as
 // "ItemRetry.Backoff.Factor".
 type OptionError struct {
-	Field  string
-	Value  any
+	// Field is the path of the setting, such as "ItemRetry.MaxRetries".
+	Field string
+	// Value is the setting's value.
+	Value any
+	// Reason says why the value is refused.
 	Reason string
 }
 
@@ -237,8 +242,10 @@ var ErrAttemptTimeout = errors.New("resilience: attempt timed out")
 // AttemptTimeout: it matches [ErrAttemptTimeout] and unwraps to what the
 // call returned.
 type AttemptTimeoutError struct {
+	// Timeout is the AttemptTimeout the call ran past.
 	Timeout time.Duration
-	Err     error
+	// Err is what the call returned.
+	Err error
 }
 
 func (e *AttemptTimeoutError) Error() string {

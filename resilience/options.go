@@ -59,9 +59,11 @@ func (a FailureAction) String() string {
 // ItemRetryOptions configure layer 1: one item retried inside a transform or
 // a sink. MaxRetries = 3 allows 4 calls.
 type ItemRetryOptions struct {
-	// MaxRetries is the retries after the first call; 0 calls once.
+	// MaxRetries is the retries after the first call, at most
+	// [MaxRepeats]; 0 calls once.
 	MaxRetries int
-	// Backoff is the wait before each retry.
+	// Backoff is the wait before each retry; the zero value retries at
+	// once.
 	Backoff Backoff
 	// Classifier judges which errors are retried; the zero value is the
 	// default classifier.
@@ -90,9 +92,20 @@ type ItemRetryOptions struct {
 // ResetAfterItems items go through without a failure the restart count
 // starts again from 0; 0 never resets it. Layer 2 has no classifier.
 type NodeRestartOptions struct {
-	MaxRestarts     int
-	Backoff         Backoff
+	// MaxRestarts is how many times the node is restarted after its stream
+	// failed, at most [MaxRepeats]; 0, the default, restarts nothing.
+	MaxRestarts int
+	// Backoff is the wait before each restart; the zero value restarts at
+	// once.
+	Backoff Backoff
+	// MaxReplayWindow is the most input items held for replay, between
+	// the checkpoint and the read head; a full window stops reading. It
+	// must be above 0 when MaxRestarts is; the profiles give
+	// [DefaultReplayWindow].
 	MaxReplayWindow int
+	// ResetAfterItems starts the restart count again from 0 after this
+	// many items went through without a failure; 0, the default, never
+	// resets it.
 	ResetAfterItems int
 	// MaxElapsed, when positive, caps the time layer 2 spends: no restart
 	// starts once MaxElapsed has passed since the node's first failure (of
@@ -106,8 +119,14 @@ type NodeRestartOptions struct {
 // any input (a source before its first emit, an Open that failed) is run
 // again from the start, for errors its Classifier judges transient.
 type NodeRetryOptions struct {
+	// MaxRetries is how many times the node is run again, at most
+	// [MaxRepeats]; 0 runs it once.
 	MaxRetries int
-	Backoff    Backoff
+	// Backoff is the wait before each run again; the zero value runs it
+	// again at once.
+	Backoff Backoff
+	// Classifier judges which failures are retried; the zero value is the
+	// default classifier.
 	Classifier Classifier
 	// MaxElapsed, when positive, caps the time layer 3 spends: no retry
 	// starts once MaxElapsed has passed since the node's first failure,
@@ -120,9 +139,17 @@ type NodeRetryOptions struct {
 // pipeline. Start from [ForProfile] and change what you need; a zero Options
 // retries nothing, restarts nothing and fails on the first error.
 type Options struct {
-	ItemRetry      ItemRetryOptions
-	NodeRestart    NodeRestartOptions
-	NodeRetry      NodeRetryOptions
+	// ItemRetry is layer 1, one item retried; the zero value calls each
+	// item once.
+	ItemRetry ItemRetryOptions
+	// NodeRestart is layer 2, a failed node restarted from its
+	// checkpoint; the zero value restarts nothing.
+	NodeRestart NodeRestartOptions
+	// NodeRetry is layer 3, a node that failed before consuming input run
+	// again; the zero value runs it once.
+	NodeRetry NodeRetryOptions
+	// CircuitBreaker guards every item call of the node; the zero value,
+	// like the profiles' [DefaultCircuitBreaker], is off.
 	CircuitBreaker CircuitBreakerOptions
 	// OnItemFailure is what happens to an item that layer 1 gave up on,
 	// unless a FailureRule decides. The zero value is Fail.
@@ -146,7 +173,10 @@ type Options struct {
 // is the user's code: it runs under the engine's panic guard, and a panic
 // fails the node with a *PanicError.
 type FailureRule struct {
-	Match  func(error) bool
+	// Match reports whether the rule decides for err. It must not be nil.
+	Match func(error) bool
+	// Action is what happens to an item whose error Match accepts; the
+	// zero value is Fail.
 	Action FailureAction
 }
 

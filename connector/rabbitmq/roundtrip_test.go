@@ -76,7 +76,9 @@ func TestRoundTrip(t *testing.T) {
 	require.NoError(t, err)
 	res, err := p.Run(ctx)
 	require.NoError(t, err)
-	assert.EqualValues(t, n, res.Node("publish").Out)
+	publish, ok := res.Node("publish")
+	require.True(t, ok)
+	assert.EqualValues(t, n, publish.Out)
 	ready, _ := a.depth(q)
 	require.Equal(t, n, ready, "every confirmed publish is in the queue")
 
@@ -95,7 +97,9 @@ func TestRoundTrip(t *testing.T) {
 	for _, id := range want {
 		assert.Equal(t, 1, counts[id], "message %s", id)
 	}
-	assert.EqualValues(t, n, res.Node("store").Out)
+	store, ok := res.Node("store")
+	require.True(t, ok)
+	assert.EqualValues(t, n, store.Out)
 	ready, consumers := a.depth(q)
 	assert.Zero(t, ready, "every message was acked")
 	assert.Zero(t, consumers, "the source cancelled its consumer")

@@ -156,7 +156,8 @@ func consume() error {
 	}()
 	res, err := p.Run(context.Background())
 	st := guard.Stats()
-	fmt.Println("stats", st.Written, st.Duplicates, st.Busy, res.Node("write").HandedOff)
+	write, _ := res.Node("write")
+	fmt.Println("stats", st.Written, st.Duplicates, st.Busy, write.HandedOff)
 	return err
 }
 

@@ -73,7 +73,9 @@ func TestScrapeAfterAScriptedRun(t *testing.T) {
 	run := pipelinetest.Start(t.Context(), p)
 	res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second)
 	require.NoError(t, err)
-	require.Equal(t, int64(3), res.Node("store").Out, "the script's outcome")
+	store, ok := res.Node("store")
+	require.True(t, ok)
+	require.Equal(t, int64(3), store.Out, "the script's outcome")
 
 	golden, err := os.Open("testdata/scripted.prom")
 	require.NoError(t, err)

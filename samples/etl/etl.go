@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -126,7 +127,7 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	return summary{
 		cfg: cfg, res: res, elapsed: clock.Since(start),
 		changed: st.changed.Load(), inTable: inTable, totals: tot,
-		reasons: obs.snapshot(), trips: obs.trips(),
+		reasons: obs.snapshot(), outages: obs.breakerOutages(),
 		drained: drained.Load(), stopped: runErr,
 	}, err
 }
@@ -181,13 +182,22 @@ type reason struct {
 	node, why string
 }
 
-// tracker is an observer that groups dead letters by reason and counts
-// breaker trips.
+// tracker is an observer that groups dead letters by reason and follows
+// the breaker through each outage.
 type tracker struct {
 	observer.Nop
 	mu      sync.Mutex
 	reasons map[reason]int
-	opened  int
+	outages []outage
+}
+
+// An outage is the breaker's way from a trip to the close that ends it:
+// it opens once on the trip and once more on each failed probe, so one
+// outage of the service can open it many times.
+type outage struct {
+	opened       int  // times it opened: the trip, then each failed probe
+	failedProbes int  // probes that failed and opened it again
+	closed       bool // a probe succeeded and closed it
 }
 
 func (t *tracker) OnDeadLetter(e observer.DeadLetterEvent) {
@@ -197,10 +207,17 @@ func (t *tracker) OnDeadLetter(e observer.DeadLetterEvent) {
 }
 
 func (t *tracker) OnCircuitStateChanged(e observer.CircuitEvent) {
-	if e.To == resilience.CircuitOpen {
-		t.mu.Lock()
-		t.opened++
-		t.mu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case e.To == resilience.CircuitOpen && (e.From == resilience.CircuitClosed || len(t.outages) == 0):
+		t.outages = append(t.outages, outage{opened: 1})
+	case e.To == resilience.CircuitOpen:
+		last := &t.outages[len(t.outages)-1]
+		last.opened++
+		last.failedProbes++
+	case e.To == resilience.CircuitClosed && len(t.outages) > 0:
+		t.outages[len(t.outages)-1].closed = true
 	}
 }
 
@@ -220,10 +237,10 @@ func (t *tracker) snapshot() []reasonCount {
 	return out
 }
 
-func (t *tracker) trips() int {
+func (t *tracker) breakerOutages() []outage {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.opened
+	return slices.Clone(t.outages)
 }
 
 type reasonCount struct {

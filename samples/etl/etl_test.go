@@ -97,8 +97,8 @@ func TestETLEndToEnd(t *testing.T) {
 	cfg := testConfig(t)
 	s := runOnFakeClock(t, cfg)
 
-	read := s.res.Node("read").Out
-	loaded := s.res.Node("validate").Out
+	read := s.node("read").Out
+	loaded := s.node("validate").Out
 	assert.Equal(t, int64(cfg.rows), read)
 	assert.Equal(t, read, loaded+s.deadLettered(), "every row is loaded or dead-lettered")
 	assert.Equal(t, loaded, s.inTable, "the table holds every valid order")
@@ -115,7 +115,14 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Equal(t, int(s.deadLettered()), total, "every dead letter has a reason")
 	assert.Equal(t, seededFailures, dataFailures(byWhy), "the seed's malformed rows and broken rules")
 	assert.Positive(t, s.retries(1), "the flaky service made items retry")
-	assert.Positive(t, s.trips, "the outage opened the breaker")
+	// The service's one outage is one outage of the breaker, however many
+	// of its probes failed: it opened on the trip and again on each failed
+	// probe, and closed once the service was back.
+	require.Len(t, s.outages, 1, "one outage of the service")
+	o := s.outages[0]
+	assert.Greater(t, o.failedProbes, 0, "a 5 s outage outlasts the breaker's 500 ms open time")
+	assert.Equal(t, o.failedProbes+1, o.opened, "the trip, then each failed probe")
+	assert.True(t, o.closed, "a probe succeeded once the service was back")
 
 	// The dead-letter file holds exactly this run's dead letters.
 	var envs []deadletter.Envelope
@@ -137,7 +144,7 @@ func TestETLEndToEnd(t *testing.T) {
 	// by customer.
 	assertTotalsMatchOrders(t, cfg.db)
 	customers, top := s.totals.largest()
-	assert.Equal(t, s.res.Node("totals").Out, customers, "one total per customer")
+	assert.Equal(t, s.node("totals").Out, customers, "one total per customer")
 
 	// The summary says all of it.
 	var out bytes.Buffer
@@ -146,6 +153,7 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Contains(t, text, "Sluice ETL demo: 3000 rows")
 	assert.Regexp(t, regexp.MustCompile(`dead-lettered\s+`+strconv.FormatInt(s.deadLettered(), 10)), text)
 	assert.Contains(t, text, "go run ./cmd/sluice dlq stats "+cfg.dlq)
+	assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(`breaker\s+1\s+outage: the enrich breaker opened %d times \(%d failed probes?\), closed;`, o.opened, o.failedProbes)), text)
 	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(customers, 10)+`\s+customers' order counts and euro totals, in customer_totals \(largest: `+top.Key+`, `), text)
 
 	// A second run on the same database loads nothing twice: it changes
@@ -328,12 +336,12 @@ func TestDrainStopsReadingAndSettlesWhatWasRead(t *testing.T) {
 	drain := make(chan struct{})
 	out := &lockedBuffer{}
 	s := runOnFakeClockWith(t, cfg, out, func() { close(drain) }, drain)
-	read := s.res.Node("read").Out
+	read := s.node("read").Out
 	assert.True(t, s.drained)
 	assert.NoError(t, s.stopped)
 	assert.Less(t, read, int64(cfg.rows), "it stopped reading")
-	assert.Equal(t, read, s.res.Node("validate").Out+s.deadLettered(), "every row read was loaded or dead-lettered")
-	assert.Equal(t, s.res.Node("validate").Out, s.inTable, "and the table holds the loaded ones")
+	assert.Equal(t, read, s.node("validate").Out+s.deadLettered(), "every row read was loaded or dead-lettered")
+	assert.Equal(t, s.node("validate").Out, s.inTable, "and the table holds the loaded ones")
 	var buf bytes.Buffer
 	s.print(&buf)
 	assert.Contains(t, buf.String(), fmt.Sprintf("drained: it stopped reading after %d of 50000 rows", read))
@@ -361,7 +369,7 @@ func TestGraphFileBesideTheDatabase(t *testing.T) {
 	}
 	assert.Contains(t, labels["read"], "\nout 300")
 	assert.Contains(t, labels["enrich"], "transform · ×8 unordered · retry 4, node retry 3, breaker, dead letter\n")
-	assert.Contains(t, labels["load"], fmt.Sprintf("\nin %d · out %d", s.res.Node("load").In, s.res.Node("load").Out))
+	assert.Contains(t, labels["load"], fmt.Sprintf("\nin %d · out %d", s.node("load").In, s.node("load").Out))
 	assert.Contains(t, string(raw), "    %% counts of run "+s.res.RunID+"\n")
 	assert.Len(t, f.Edges, len(s.res.Nodes)-1, "a tree: every node but the source has one input")
 	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n6_totals", Label: "64 · broadcast"})

@@ -24,9 +24,15 @@ type summary struct {
 	inTable int64
 	totals  *totalsStore
 	reasons []reasonCount
-	trips   int
-	drained bool  // the run was drained: it stopped reading, and settled what it read
-	stopped error // the run failed or was cancelled: the counts are partial
+	outages []outage // of the enrich breaker, in order
+	drained bool     // the run was drained: it stopped reading, and settled what it read
+	stopped error    // the run failed or was cancelled: the counts are partial
+}
+
+// node returns the run's counts of the node called name.
+func (s summary) node(name string) pipeline.NodeStats {
+	n, _ := s.res.Node(name)
+	return n
 }
 
 func (s summary) deadLettered() int64 {
@@ -46,7 +52,7 @@ func (s summary) retries(k resilience.RetryKind) int64 {
 }
 
 func (s summary) print(w io.Writer) {
-	read := s.res.Node("read").Out
+	read := s.node("read").Out
 	rate := 0.0
 	if s.elapsed > 0 {
 		rate = float64(read) / s.elapsed.Seconds()
@@ -61,7 +67,7 @@ func (s summary) print(w io.Writer) {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "  read\t%d\trows generated\n", read)
-	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.res.Node("validate").Out)
+	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.node("validate").Out)
 	fmt.Fprintf(tw, "  changed\t%d\trows this run inserted or changed (%d in the table; run again: 0)\n", s.changed, s.inTable)
 	if s.totals != nil {
 		n, top := s.totals.largest()
@@ -77,10 +83,46 @@ func (s summary) print(w io.Writer) {
 	}
 	fmt.Fprintf(tw, "  retries\t%d\titem retries; %d node restarts, %d node retries\n",
 		s.retries(resilience.ItemRetry), s.retries(resilience.NodeRestart), s.retries(resilience.NodeRetry))
-	fmt.Fprintf(tw, "  breaker\t%d\ttimes the enrich breaker opened and paused the job (now %s)\n", s.trips, s.res.Node("enrich").Circuit)
+	s.printOutages(tw)
 	tw.Flush()
 	fmt.Fprintf(w, "\nOutputs\n  database      %s\n  dead letters  %s (this run's; earlier runs' are in %s.000001, ...)\n", s.cfg.db, s.cfg.dlq, filepath.Base(s.cfg.dlq))
 	fmt.Fprintf(w, "\nInspect the dead letters:\n  go run ./cmd/sluice dlq stats %s\n  go run ./cmd/sluice dlq ls %s\n", s.cfg.dlq, s.cfg.dlq)
+}
+
+// printOutages writes a line per outage of the enrich breaker: how often
+// it opened, how many of its probes failed, and whether it closed. One
+// outage of the service opens the breaker once, then once more per failed
+// probe, so "opened 6 times" alone would read as six outages.
+func (s summary) printOutages(w io.Writer) {
+	switch len(s.outages) {
+	case 0:
+		fmt.Fprintf(w, "  breaker\t0\toutages: the enrich breaker never opened\n")
+		return
+	case 1:
+		fmt.Fprintf(w, "  breaker\t1\toutage: the enrich breaker %s; the job paused while it was open\n", s.outage(s.outages[0]))
+		return
+	}
+	fmt.Fprintf(w, "  breaker\t%d\toutages: the enrich breaker paused the job\n", len(s.outages))
+	for i, o := range s.outages {
+		fmt.Fprintf(w, "  \t\t  %d: %s\n", i+1, s.outage(o))
+	}
+}
+
+// outage says what the breaker did in one outage.
+func (s summary) outage(o outage) string {
+	times := "times"
+	if o.opened == 1 {
+		times = "time"
+	}
+	probes := "probes"
+	if o.failedProbes == 1 {
+		probes = "probe"
+	}
+	end := "closed"
+	if !o.closed {
+		end = "not closed (now " + s.node("enrich").Circuit.String() + ")"
+	}
+	return fmt.Sprintf("opened %d %s (%d failed %s), %s", o.opened, times, o.failedProbes, probes, end)
 }
 
 // euros formats cents as euros with a thousands separator: 12,345.67.

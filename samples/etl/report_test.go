@@ -35,6 +35,6 @@ func TestProgressOnNonTerminal(t *testing.T) {
 	assert.LessOrEqual(t, len(lines)-1, int(s.elapsed/(2*time.Second)), "a line every 2 s, then the final one")
 	final := lines[len(lines)-1]
 	assert.Contains(t, final, "read 1000/1000 ")
-	assert.Contains(t, final, "validate "+strconv.FormatInt(s.res.Node("validate").Out, 10)+" ")
+	assert.Contains(t, final, "validate "+strconv.FormatInt(s.node("validate").Out, 10)+" ")
 	assert.True(t, strings.HasSuffix(final, "  done"), final)
 }
