@@ -10,6 +10,7 @@ package observer
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/sluicehq/sluice/resilience"
@@ -141,17 +142,48 @@ func Multi(obs ...Observer) Observer {
 type multi []Observer
 
 // UseStats passes r to every observer that reads counters; their errors
-// are joined.
+// are joined. When one refuses r, those that took it and are
+// [StatsForgetter]s forget it again, as if r had never been handed over.
+// A panic in one is an error of UseStats too.
 func (m multi) UseStats(r StatsReader) error {
 	var errs []error
+	var took []StatsUser
 	for _, o := range m {
 		if u, ok := o.(StatsUser); ok {
-			if err := u.UseStats(r); err != nil {
+			if err := useStats(u, r); err != nil {
 				errs = append(errs, err)
+			} else {
+				took = append(took, u)
+			}
+		}
+	}
+	if len(errs) > 0 {
+		for _, u := range took {
+			if f, ok := u.(StatsForgetter); ok {
+				f.ForgetStats(r)
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// useStats calls u.UseStats, turning a panic into an error.
+func useStats(u StatsUser, r StatsReader) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("UseStats panicked: %v", v)
+		}
+	}()
+	return u.UseStats(r)
+}
+
+// ForgetStats passes r on to every observer that can forget it.
+func (m multi) ForgetStats(r StatsReader) {
+	for _, o := range m {
+		if f, ok := o.(StatsForgetter); ok {
+			f.ForgetStats(r)
+		}
+	}
 }
 
 func (m multi) OnNodeStarted(e NodeEvent) {

@@ -30,6 +30,15 @@ type StatsUser interface {
 	UseStats(StatsReader) error
 }
 
+// A StatsForgetter is a StatsUser that can let go of a pipeline it was
+// handed. When one StatsUser of a [Multi] refuses a pipeline, the Build
+// fails, and Multi asks the ones that took it to forget it, so that no
+// observer keeps (and exports) a pipeline that Build never returned. The
+// metrics plug-ins are StatsForgetters.
+type StatsForgetter interface {
+	ForgetStats(StatsReader)
+}
+
 // A NodeKind says what a node does: the pipeline function that added it.
 type NodeKind int
 

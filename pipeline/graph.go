@@ -208,7 +208,7 @@ func (n GraphNode) counts() string {
 	// Failed counts every item layer 1 gave up on; those skipped or
 	// dead-lettered show above, so only the rest: items that failed the
 	// node, for a restart or the end of the run.
-	add("failed", s.Failed-s.Skipped-s.DeadLettered, false)
+	add("failed", failedNode(*s), false)
 	add("retries", s.ItemRetries, false)
 	add("restarts", s.NodeRestarts, false)
 	add("node retries", s.NodeRetries, false)
@@ -225,7 +225,14 @@ func (n GraphNode) counts() string {
 // or a breaker that is not closed: the renderings mark it.
 func (n GraphNode) troubled() bool {
 	s := n.Stats
-	return s != nil && (s.Failed > 0 || s.DeadLettered > 0 || s.Circuit != resilience.CircuitClosed)
+	return s != nil && (failedNode(*s) > 0 || s.DeadLettered > 0 || s.Circuit != resilience.CircuitClosed)
+}
+
+// failedNode returns the items that failed the node: those layer 1 gave up
+// on, less the skipped and dead-lettered ones. Counters read one at a time
+// during a run can make it dip below zero for a moment; it is then 0.
+func failedNode(s NodeStats) int64 {
+	return max(0, s.Failed-s.Skipped-s.DeadLettered)
 }
 
 // lines returns the lines of a node's label, names made printable.

@@ -433,19 +433,25 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		return context.Cause(ctx)
 	}
 	n, rs := nr.spec, nr.rs
+	// Failed is added once the action is done, after Skipped or
+	// DeadLettered: a reader of the counters (Stats reads Failed first)
+	// never sees an item on its way to the dead-letter sink as one that
+	// failed the node.
 	items := n.items(item)
-	n.stats.failed.Add(items)
 	var nrs *notRestartable
 	if errors.Is(fl.err, resilience.ErrCircuitOpen) || errors.As(fl.err, &nrs) {
+		n.stats.failed.Add(items)
 		return fl.err
 	}
 	action, err := nr.action(fl.err)
 	if err != nil {
+		n.stats.failed.Add(items)
 		return err
 	}
 	switch action {
 	case resilience.Skip:
 		n.stats.skipped.Add(items)
+		n.stats.failed.Add(items)
 		notify(rs, n, observer.Observer.OnDrop, observer.DropEvent{Event: rs.event(n), Key: keyOf(item, tr), Attempts: fl.total(), Err: fl.err})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.Skip))
@@ -454,9 +460,11 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 	case resilience.DeadLetter:
 		key := keyOf(item, tr)
 		if err := nr.deadLetter(ctx, item, key, fl); err != nil {
+			n.stats.failed.Add(items)
 			return err
 		}
 		n.stats.deadLettered.Add(items)
+		n.stats.failed.Add(items)
 		notify(rs, n, observer.Observer.OnDeadLetter,
 			observer.DeadLetterEvent{Event: rs.event(n), Key: key, OriginNode: n.name, Attempts: fl.total(), Err: fl.err})
 		if tr != nil {
@@ -464,6 +472,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		}
 		return nil
 	default:
+		n.stats.failed.Add(items)
 		tr.blame()
 		return fl.err
 	}

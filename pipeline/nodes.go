@@ -150,7 +150,7 @@ func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context
 	takeBatches[In](s)
 	s.validate = withKeyed[In](s, notNil(f == nil, "flat map function is nil"))
 	s.newEdge = edgeOf[In]
-	s.newRunner = func(nr *nodeRun) runner { return newProc(nr, nil, f, spread[In, Out](nr.spec)) }
+	s.newRunner = func(nr *nodeRun) runner { return newProc(nr, nil, f, spread[In, Out](nr.spec, false)) }
 	return Stream[Out]{b.output(s)}
 }
 
@@ -163,13 +163,16 @@ func Unbatch[T any](b *Builder, name string, in Stream[[]T], opts ...NodeOption)
 	s.newEdge = edgeOf[[]T]
 	s.newRunner = func(nr *nodeRun) runner {
 		call := func(_ context.Context, v []T) ([]T, error) { return v, nil }
-		return newProc(nr, nil, call, spread[[]T, T](nr.spec))
+		return newProc(nr, nil, call, spread[[]T, T](nr.spec, true))
 	}
 	return Stream[T]{b.output(s)}
 }
 
-// spread delivers a slice result item by item.
-func spread[In, Out any](n *spec) deliverFunc[In, []Out, Out] {
+// spread delivers a slice result item by item. With ungroup (Unbatch), a
+// batch of as many items as the slice takes them to be its items, in
+// order: each takes back its own tracker. A FlatMap's results may be
+// reordered or new: they share the batch's tracker.
+func spread[In, Out any](n *spec, ungroup bool) deliverFunc[In, []Out, Out] {
 	st, size := n.stats, sizeOf[In](n.inSize)
 	return func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r []Out) error {
 		if len(r) == 0 {
@@ -179,7 +182,7 @@ func spread[In, Out any](n *spec) deliverFunc[In, []Out, Out] {
 			}
 			return nil
 		}
-		if own := env.tr.ungroup(len(r)); own != nil {
+		if own := env.tr.ungroup(len(r)); ungroup && own != nil {
 			// A batch handed on item by item: each item takes back its
 			// own tracker, so that its done reports its own fate.
 			for i, v := range r {

@@ -15,10 +15,11 @@ import (
 //
 // A root tracker belongs to an item given to EmitTracked and calls the
 // user's done. A group tracker belongs to a batch built from tracked items
-// and finishes each of its parents with the batch's outcome; when the
-// batch is handed on item by item again (Unbatch, or a FlatMap that keeps
-// its length), each item gets back its own parent instead, so that its
-// done reports its own fate.
+// and finishes each of its parents with the batch's outcome; when an
+// Unbatch hands a batch of as many items on item by item again, each item
+// gets back its own parent instead, by position, so that its done reports
+// its own fate. Items that a FlatMap makes of a batch may be reordered or
+// new: they share the batch's tracker, and its parents the batch's fate.
 type tracker struct {
 	refs    atomic.Int64
 	outcome atomic.Int32
@@ -69,17 +70,34 @@ func (t *tracker) keyOf() string {
 	case t.parents == nil:
 		return t.key
 	}
-	first, n := "", 0
-	for _, p := range t.parents {
-		if k := p.keyOf(); k != "" && first == "" {
-			first = k
-		}
-		n++
-	}
+	first, n := t.leaves()
 	if first != "" && n > 1 {
 		return fmt.Sprintf("%s and %d more", first, n-1)
 	}
 	return first
+}
+
+// leaves returns the first key of a group's items and how many items it
+// holds, counting the items of a batch of batches, not the batches.
+func (t *tracker) leaves() (first string, n int) {
+	for _, p := range t.parents {
+		switch {
+		case p == nil:
+			n++
+		case p.parents == nil:
+			if first == "" {
+				first = p.key
+			}
+			n++
+		default:
+			k, m := p.leaves()
+			if first == "" {
+				first = k
+			}
+			n += m
+		}
+	}
+	return first, n
 }
 
 func (t *tracker) add(n int) {

@@ -173,6 +173,20 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 // with the Observer. Observing the same pipeline again does nothing;
 // observing another pipeline of the same name is an error, which fails the
 // Build, since their measurements could not be told apart.
+// ForgetStats lets go of a pipeline that UseStats took: the callback no
+// longer reads it, and its name may be observed again. Multi calls it when
+// a Build fails after the Observer took the pipeline.
+func (o *Observer) ForgetStats(r observer.StatsReader) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for name, t := range o.byName {
+		if t.r == r {
+			delete(o.byName, name)
+			o.targets = slices.DeleteFunc(o.targets, func(x *target) bool { return x == t })
+		}
+	}
+}
+
 func (o *Observer) UseStats(r observer.StatsReader) error {
 	if r == nil {
 		return errors.New("otel: UseStats: nil reader")

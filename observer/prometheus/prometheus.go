@@ -145,6 +145,23 @@ func (c *Collector) UseStats(r observer.StatsReader) error {
 	return nil
 }
 
+// ForgetStats lets go of a pipeline that UseStats took: its series are no
+// longer exported, and its name may be observed again. Multi calls it when
+// a Build fails after the Collector took the pipeline.
+func (c *Collector) ForgetStats(r observer.StatsReader) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, q := range c.byName {
+		if q != r {
+			continue
+		}
+		delete(c.byName, name)
+		c.observed = slices.DeleteFunc(c.observed, func(o observer.StatsReader) bool { return o == r })
+		c.exhausted.DeletePartialMatch(promclient.Labels{"pipeline": name})
+		c.delay.DeletePartialMatch(promclient.Labels{"pipeline": name})
+	}
+}
+
 var (
 	kinds  = resilience.RetryKinds()
 	limits = resilience.Limits()
