@@ -40,7 +40,7 @@ func (r *Reporter) draw(now time.Time, ending []*pipe, all bool) {
 			b.WriteByte('\n')
 		}
 	}
-	r.write(b.String())
+	r.lines.add(b.String(), len(ending) > 0)
 }
 
 // drawTTY redraws the live region of a terminal in place: the pipelines
@@ -56,8 +56,8 @@ func (r *Reporter) drawTTY(now time.Time, ending []*pipe) {
 			lines = append(lines, r.block(p, now)...)
 		}
 	}
-	if r.drawn == 0 && len(kept)+len(lines) == 0 {
-		return
+	if r.screen.shown == 0 && len(kept)+len(lines) == 0 {
+		return // the screen shows no live region, and has none to show
 	}
 	width := 0
 	if r.fd >= 0 {
@@ -65,24 +65,13 @@ func (r *Reporter) drawTTY(now time.Time, ending []*pipe) {
 			width = w - 1 // a line as wide as the screen wraps on some terminals
 		}
 	}
-	var b strings.Builder
-	if r.drawn > 0 {
-		fmt.Fprintf(&b, cursorUp, r.drawn)
+	for i := range kept {
+		kept[i] = cut(kept[i], width)
 	}
-	for _, l := range append(kept, lines...) {
-		b.WriteString("\r")
-		b.WriteString(cut(l, width))
-		b.WriteString(eraseLine + "\n")
+	for i := range lines {
+		lines[i] = cut(lines[i], width)
 	}
-	b.WriteString(eraseBelow)
-	r.drawn = len(lines)
-	r.write(b.String())
-}
-
-// write keeps a frame to write in one call, so that it does not flicker,
-// once r.mu is released (unlockAndFlush).
-func (r *Reporter) write(s string) {
-	r.pending += s
+	r.screen.add(kept, lines)
 }
 
 // block returns a pipeline's lines on a terminal: a header, and a line per
