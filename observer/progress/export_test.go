@@ -10,3 +10,6 @@ func WithTickHook(f func()) Option {
 
 // TickEvery returns how often the Reporter samples the counters.
 func (r *Reporter) TickEvery() time.Duration { return r.tickEvery }
+
+// Cut is cut, which shortens a terminal's line to its width.
+func Cut(s string, width int) string { return cut(s, width) }

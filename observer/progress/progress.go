@@ -12,7 +12,10 @@
 //
 // A Reporter is an observer: hand it to pipeline.WithObserver (alone or in
 // observer.Multi) and it starts drawing when a run starts and draws a final
-// frame when the run ends, before Run returns. Call Stop when done with it.
+// frame when the run ends. It writes from its own goroutine, so that a slow
+// or blocked output never holds up a pipeline: the final frame is written
+// just after the run ends, perhaps after Run returns. Call Stop when done
+// with it: Stop returns once every frame is written.
 //
 //	r := progress.New(os.Stderr)
 //	defer r.Stop()
@@ -104,24 +107,26 @@ type Reporter struct {
 
 	tickHook func() // tests: called after each tick
 
-	// mu guards the state; wmu orders the writes, which happen outside
-	// mu, so that an event never waits for a slow output's tick.
+	// mu guards the state and the frames drawn and not written yet, which
+	// only the loop's goroutine (or Stop, once it ended) writes, outside
+	// mu: see output.go.
 	mu       sync.Mutex
-	wmu      sync.Mutex
-	pending  string // the frame drawn under mu, to write
+	lines    lineFrames   // not a terminal
+	screen   screenFrames // a terminal
 	pipes    []*pipe
 	explicit bool // Start was called: the loop runs until Stop
 	stopped  bool // Stop was called: nothing is drawn any more
-	final    bool // Stop drew its final frame
 	loopStop chan struct{}
 	loopDone chan struct{}
-	drawn    int // lines of the terminal's live region, redrawn in place
+	wake     chan struct{} // an event drew a frame for the loop to write
+
+	stopOnce sync.Once
 }
 
 // New returns a Reporter that draws on w. It draws nothing until a run
 // starts (or Start is called); see the package documentation.
 func New(w io.Writer, opts ...Option) *Reporter {
-	r := &Reporter{w: w, clock: clockwork.NewRealClock(), fd: -1}
+	r := &Reporter{w: w, clock: clockwork.NewRealClock(), fd: -1, wake: make(chan struct{}, 1)}
 	for _, o := range opts {
 		o(r)
 	}
@@ -166,8 +171,9 @@ func (r *Reporter) UseStats(sr observer.StatsReader) error {
 	return nil
 }
 
-// Start starts drawing now, and keeps the Reporter ticking until Stop,
-// between runs too; without it the Reporter ticks only while a run it
+// Start starts the Reporter ticking now: it reads the counters at once and
+// draws its first frame an interval later. It keeps ticking until Stop,
+// between runs too; without Start the Reporter ticks only while a run it
 // heard start is running. Start after Stop does nothing.
 func (r *Reporter) Start() {
 	r.mu.Lock()
@@ -184,9 +190,17 @@ func (r *Reporter) Start() {
 }
 
 // Stop stops the Reporter: it waits for its goroutine to end, draws a
-// final frame of the runs it was showing, and draws nothing after. It may
-// be called more than once, and from several goroutines.
+// final frame of the runs it was showing, and draws nothing after. It
+// returns once every frame is written, the final frames of runs that
+// ended before it included, so it waits for the output: call it before
+// the program writes anything else to a terminal the Reporter draws on.
+// It may be called more than once, and from several goroutines; every
+// call returns once the first is done.
 func (r *Reporter) Stop() {
+	r.stopOnce.Do(r.stop)
+}
+
+func (r *Reporter) stop() {
 	r.mu.Lock()
 	r.stopped = true
 	if r.loopStop != nil {
@@ -196,14 +210,11 @@ func (r *Reporter) Stop() {
 	done := r.loopDone
 	r.mu.Unlock()
 	if done != nil {
-		<-done
+		<-done // it wrote what it had
 	}
+	defer r.flush()
 	r.mu.Lock()
-	defer r.unlockAndFlush()
-	if r.final {
-		return
-	}
-	r.final = true
+	defer r.mu.Unlock()
 	now := r.clock.Now()
 	var ending []*pipe
 	for _, p := range r.pipes {
@@ -233,10 +244,11 @@ func (r *Reporter) OnNodeStarted(e observer.NodeEvent) {
 }
 
 // OnNodeCompleted draws the final frame of a run when its last node
-// completes.
+// completes, for the Reporter's goroutine to write: it never waits for the
+// output.
 func (r *Reporter) OnNodeCompleted(e observer.NodeEvent) {
 	r.mu.Lock()
-	defer r.unlockAndFlush()
+	defer r.mu.Unlock()
 	if r.stopped {
 		return
 	}
@@ -252,23 +264,8 @@ func (r *Reporter) OnNodeCompleted(e observer.NodeEvent) {
 	r.sample(p, now)
 	p.live = false
 	r.draw(now, []*pipe{p}, false)
+	r.wakeWriter()
 	r.idleStop()
-}
-
-// unlockAndFlush releases r.mu and writes the frame drawn while it was
-// held: after the frames drawn before it, and without holding r.mu.
-func (r *Reporter) unlockAndFlush() {
-	frame := r.pending
-	r.pending = ""
-	if frame == "" {
-		r.mu.Unlock()
-		return
-	}
-	r.wmu.Lock()
-	r.mu.Unlock()
-	defer r.wmu.Unlock()
-	// A failing output is not the pipeline's problem.
-	_, _ = r.w.Write([]byte(frame))
 }
 
 // find returns the pipeline an event is about: by name, and by run when
@@ -304,7 +301,7 @@ func (r *Reporter) ensureLoop() {
 }
 
 // idleStop ends the goroutine once no run is live, unless Start asked it
-// to keep ticking. r.mu is held.
+// to keep ticking; it writes what was drawn before it ends. r.mu is held.
 func (r *Reporter) idleStop() {
 	if r.explicit || r.loopStop == nil {
 		return
@@ -318,6 +315,9 @@ func (r *Reporter) idleStop() {
 	r.loopStop = nil
 }
 
+// loop ticks, and writes the frames drawn, until stop is closed; then it
+// writes what is left. It is the only goroutine that writes, one loop at
+// a time, so that frames are written in order.
 func (r *Reporter) loop(stop <-chan struct{}, done chan<- struct{}, prev <-chan struct{}) {
 	defer close(done)
 	if prev != nil {
@@ -325,13 +325,19 @@ func (r *Reporter) loop(stop <-chan struct{}, done chan<- struct{}, prev <-chan 
 	}
 	t := r.clock.NewTicker(r.tickEvery)
 	defer t.Stop()
-	for n := 1; ; n++ {
+	for n := 1; ; {
 		select {
 		case <-stop:
+			r.flush() // the final frame of the run that ended last
 			return
+		case <-r.wake:
+			r.flush()
+			continue
 		case <-t.Chan():
 		}
 		r.tick(n%r.drawEvery == 0)
+		n++
+		r.flush()
 		if r.tickHook != nil {
 			r.tickHook()
 		}
@@ -341,7 +347,7 @@ func (r *Reporter) loop(stop <-chan struct{}, done chan<- struct{}, prev <-chan 
 // tick samples every pipeline, and draws if draw is set or a run ended.
 func (r *Reporter) tick(draw bool) {
 	r.mu.Lock()
-	defer r.unlockAndFlush()
+	defer r.mu.Unlock()
 	if r.stopped {
 		return
 	}

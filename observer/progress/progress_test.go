@@ -1,8 +1,8 @@
 package progress_test
 
 import (
-	"bytes"
 	"context"
+	"errors"
 	"regexp"
 	"strings"
 	"sync"
@@ -301,16 +301,14 @@ func TestFinalFrameWhenRunEnds(t *testing.T) {
 }
 
 // TestEventsDrawFinalFrame runs a real pipeline with the Reporter as its
-// observer: it starts on the first node's start, and its final frame is
-// out when Run returns, counting that run only.
+// observer: it starts on the first node's start, and writes a final frame
+// when the run ends, counting that run only.
 func TestEventsDrawFinalFrame(t *testing.T) {
 	clock := clockwork.NewFakeClock()
-	var out bytes.Buffer
-	var mu sync.Mutex
+	writes := make(chan string, 10)
 	rep := progress.New(writerFunc(func(p []byte) (int, error) {
-		mu.Lock()
-		defer mu.Unlock()
-		return out.Write(p)
+		writes <- string(p)
+		return len(p), nil
 	}), progress.WithClock(clock))
 	defer rep.Stop()
 	items := make([]int, 100)
@@ -324,17 +322,74 @@ func TestEventsDrawFinalFrame(t *testing.T) {
 	for run := range 2 {
 		_, err = p.Run(t.Context())
 		require.NoError(t, err)
-		mu.Lock()
-		got := out.String()
-		out.Reset()
-		mu.Unlock()
+		var got string
+		select {
+		case got = <-writes:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("run %d: no final frame", run)
+		}
 		assert.Equal(t, 1, strings.Count(got, "\n"), "run %d: one final line: %q", run, got)
 		assert.Regexp(t, `^0\.0s  read 100/100 \(0/s, avg 0/s\)  store 100 .*  done\n$`, got, "run %d", run)
 	}
 	rep.Stop()
+	assert.Empty(t, writes, "one frame a run, and Stop after the final frame draws nothing")
+}
+
+// TestStopWritesTheFinalFrame checks that Stop returns once the final
+// frame of a run that ended is written: a program that stops the Reporter
+// before it prints finds the frame out.
+func TestStopWritesTheFinalFrame(t *testing.T) {
+	var out recorder
+	rep := progress.New(&out, progress.WithClock(clockwork.NewFakeClock()), progress.WithTTY(false))
+	b := pipeline.New("numbers", pipeline.WithObserver(rep))
+	pipeline.Sink(b, "store", pipeline.Source(b, "read", pipelinetest.NewSliceSource(1, 2, 3)), &pipelinetest.Collector[int]{})
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(t.Context())
+	require.NoError(t, err)
+	rep.Stop()
+	w := out.take()
+	require.Len(t, w, 1, "the final frame")
+	assert.Contains(t, w[0], "read 3/3 ")
+	assert.True(t, strings.HasSuffix(w[0], "  done\n"), w[0])
+}
+
+// TestWriteErrorsAreIgnored checks that an output that fails every write
+// changes nothing: the Reporter keeps drawing a frame an interval, and
+// Stop still draws the final one.
+func TestWriteErrorsAreIgnored(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	ticked := make(chan struct{}, 1)
+	var mu sync.Mutex
+	var tried []string
+	rep := progress.New(writerFunc(func(p []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		tried = append(tried, string(p))
+		return 0, errors.New("write /dev/tty: input/output error")
+	}), progress.WithClock(clock), progress.WithTTY(false), progress.WithInterval(time.Second),
+		progress.WithTickHook(func() { ticked <- struct{}{} }))
+	r := newReader(source("read"), sink("store"))
+	require.NoError(t, rep.UseStats(r))
+	r.startRun("run-1")
+	rep.Start()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the Reporter's ticker")
+	for range 3 {
+		clock.Advance(rep.TickEvery())
+		select {
+		case <-ticked:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no tick")
+		}
+	}
+	rep.Stop()
 	mu.Lock()
 	defer mu.Unlock()
-	assert.Empty(t, out.String(), "Stop after the final frame draws nothing")
+	require.Len(t, tried, 4, "a line a second, and the final one")
+	assert.True(t, strings.HasPrefix(tried[2], "3.0s  "), tried[2])
+	assert.True(t, strings.HasSuffix(tried[3], "  stopped\n"), tried[3])
 }
 
 type writerFunc func([]byte) (int, error)

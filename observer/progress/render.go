@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -39,7 +40,7 @@ func (r *Reporter) draw(now time.Time, ending []*pipe, all bool) {
 			b.WriteByte('\n')
 		}
 	}
-	r.write(b.String())
+	r.lines.add(b.String(), len(ending) > 0)
 }
 
 // drawTTY redraws the live region of a terminal in place: the pipelines
@@ -55,8 +56,8 @@ func (r *Reporter) drawTTY(now time.Time, ending []*pipe) {
 			lines = append(lines, r.block(p, now)...)
 		}
 	}
-	if r.drawn == 0 && len(kept)+len(lines) == 0 {
-		return
+	if r.screen.shown == 0 && len(kept)+len(lines) == 0 {
+		return // the screen shows no live region, and has none to show
 	}
 	width := 0
 	if r.fd >= 0 {
@@ -64,30 +65,19 @@ func (r *Reporter) drawTTY(now time.Time, ending []*pipe) {
 			width = w - 1 // a line as wide as the screen wraps on some terminals
 		}
 	}
-	var b strings.Builder
-	if r.drawn > 0 {
-		fmt.Fprintf(&b, cursorUp, r.drawn)
+	for i := range kept {
+		kept[i] = cut(kept[i], width)
 	}
-	for _, l := range append(kept, lines...) {
-		b.WriteString("\r")
-		b.WriteString(cut(l, width))
-		b.WriteString(eraseLine + "\n")
+	for i := range lines {
+		lines[i] = cut(lines[i], width)
 	}
-	b.WriteString(eraseBelow)
-	r.drawn = len(lines)
-	r.write(b.String())
-}
-
-// write keeps a frame to write in one call, so that it does not flicker,
-// once r.mu is released (unlockAndFlush).
-func (r *Reporter) write(s string) {
-	r.pending += s
+	r.screen.add(kept, lines)
 }
 
 // block returns a pipeline's lines on a terminal: a header, and a line per
 // node.
 func (r *Reporter) block(p *pipe, now time.Time) []string {
-	head := fmt.Sprintf("%s  %s", p.st.Pipeline, elapsed(now.Sub(p.start)))
+	head := fmt.Sprintf("%s  %s", printable(p.st.Pipeline), elapsed(now.Sub(p.start)))
 	switch {
 	case p.live:
 	case p.finished():
@@ -98,9 +88,11 @@ func (r *Reporter) block(p *pipe, now time.Time) []string {
 	if eta, ok := p.eta(now); ok && p.live {
 		head += "  ETA " + eta
 	}
+	names := make([]string, len(p.st.Nodes))
 	wide := len("node")
-	for _, n := range p.st.Nodes {
-		wide = max(wide, utf8.RuneCountInString(n.Node))
+	for i, n := range p.st.Nodes {
+		names[i] = printable(n.Node)
+		wide = max(wide, utf8.RuneCountInString(names[i]))
 	}
 	pad := func(name string) string { return name + strings.Repeat(" ", wide-utf8.RuneCountInString(name)) }
 	lines := []string{head, fmt.Sprintf("  %s  %8s  %8s  %8s  %8s", pad("node"), "in", "out", "rate", "avg")}
@@ -111,7 +103,7 @@ func (r *Reporter) block(p *pipe, now time.Time) []string {
 			in = fmt.Sprint(c.In)
 		}
 		var b strings.Builder
-		fmt.Fprintf(&b, "  %s  %8s  %8d  %8s  %8s", pad(n.Node), in, c.Out,
+		fmt.Fprintf(&b, "  %s  %8s  %8d  %8s  %8s", pad(names[i]), in, c.Out,
 			human(p.rate(i, now))+"/s", human(p.avg(i, now))+"/s")
 		if n.Sized {
 			fmt.Fprintf(&b, "  of %d", n.Size)
@@ -136,12 +128,12 @@ func (r *Reporter) block(p *pipe, now time.Time) []string {
 func (r *Reporter) line(p *pipe, now time.Time) string {
 	var parts []string
 	if len(r.pipes) > 1 {
-		parts = append(parts, p.st.Pipeline)
+		parts = append(parts, printable(p.st.Pipeline))
 	}
 	parts = append(parts, elapsed(now.Sub(p.start)))
 	for _, i := range r.lineIndexes(p) {
 		n, c := p.st.Nodes[i], p.count(i)
-		s := fmt.Sprintf("%s %d", n.Node, c.Out)
+		s := fmt.Sprintf("%s %d", printable(n.Node), c.Out)
 		if n.Sized {
 			s += fmt.Sprintf("/%d", n.Size)
 		}
@@ -157,7 +149,7 @@ func (r *Reporter) line(p *pipe, now time.Time) string {
 		sum.DeadLettered += c.DeadLettered
 		sum.Skipped += c.Skipped
 		if n.Circuit != resilience.CircuitClosed {
-			open = append(open, n.Node+" "+n.Circuit.String())
+			open = append(open, printable(n.Node)+" "+circuit(n.Circuit))
 		}
 	}
 	parts = append(parts, extras(sum)...)
@@ -215,9 +207,47 @@ func extras(c observer.NodeStats) []string {
 	add(c.Skipped, "skipped")
 	add(c.Filtered, "filtered")
 	if c.Circuit != resilience.CircuitClosed {
-		out = append(out, "breaker "+c.Circuit.String())
+		out = append(out, "breaker "+circuit(c.Circuit))
 	}
 	return out
+}
+
+// circuit returns how a breaker's state reads on the display: "open" or
+// "half-open", as docs/progress.md shows them, rather than the state's
+// String, "half_open", which is a name for logs and metrics.
+func circuit(c resilience.CircuitState) string {
+	if c == resilience.CircuitHalfOpen {
+		return "half-open"
+	}
+	return c.String()
+}
+
+// printable returns a name as it can be drawn: a new line, a control
+// character or an escape sequence in it is written as a Go escape (\n,
+// \x1b, \u2028), so that a name neither breaks a terminal's redraw, which
+// counts the lines it drew, nor reaches the terminal as a command. Other
+// characters, quotes and backslashes included, stay as they are.
+func printable(name string) string {
+	for _, c := range name {
+		if !strconv.IsGraphic(c) {
+			return escape(name)
+		}
+	}
+	return name
+}
+
+// escape writes every character of s that is not graphic as a Go escape.
+func escape(s string) string {
+	var b strings.Builder
+	for _, c := range s {
+		if strconv.IsGraphic(c) {
+			b.WriteRune(c)
+			continue
+		}
+		q := strconv.QuoteRuneToGraphic(c) // such as '\n': drop the quotes
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 // finished says whether p's run ran to its end, rather than being cut
@@ -354,7 +384,8 @@ func duration(d time.Duration) string {
 	}
 }
 
-// cut shortens s to width runes; 0 is no limit.
+// cut shortens s to width runes (a wide character counts as one, as a
+// narrow one does); 0 is no limit.
 func cut(s string, width int) string {
 	if width <= 0 || utf8.RuneCountInString(s) <= width {
 		return s

@@ -67,9 +67,11 @@ const (
 // [WithSummaryEvery].
 const DefaultSummaryEvery = 10 * time.Second
 
-// MaxReasons is how many reasons an Observer tells apart for one node and
-// one kind of event in a run at a time; further ones are counted under the
-// reason [OtherReasons].
+// MaxReasons is how many reasons an Observer tells apart at a time for
+// the events of one run, node and kind (and a dead letter's origin node,
+// an exhausted retry's limit); further ones are counted under the reason
+// [OtherReasons]. A reason whose group counted nothing in an interval is
+// forgotten at the interval's end, and frees its place.
 const MaxReasons = 20
 
 // OtherReasons is the reason of the events beyond [MaxReasons].
@@ -126,8 +128,12 @@ type Observer struct {
 	pending int       // groups with a count above zero
 	end     time.Time // of the current interval
 	timer   clockwork.Timer
-	gen     uint64         // of timer: a timer that fires late for an older one does nothing
-	firing  sync.WaitGroup // timers writing summaries, which Close waits for
+	gen     uint64 // of timer: a timer that fires late for an older one does nothing
+
+	// writing counts the writes of summaries taken out of the groups,
+	// which happen outside mu and which Close waits for. Add is called
+	// under mu while closed is false, so it happens before Close's Wait.
+	writing sync.WaitGroup
 }
 
 // New returns an Observer that logs on l; a nil l is [slog.Default].
@@ -225,12 +231,13 @@ func (o *Observer) OnCircuitStateChanged(e observer.CircuitEvent) {
 func (o *Observer) Flush() {
 	o.mu.Lock()
 	out := o.tickLocked(o.clock.Now(), nil)
-	o.mu.Unlock()
-	o.write(out)
+	o.unlockAndWrite(out)
 }
 
 // Close writes the summaries of the events counted so far and stops the
-// interval's timer; it returns once every summary is written. From then
+// interval's timer; it returns once every summary is written, those that
+// a node's completion, an event, the timer or [Observer.Flush] took out
+// before it and still writes included. From then
 // on the Observer logs every event as it comes, one record each, so that
 // nothing waits for a summary that would never be written. Close always
 // returns nil.
@@ -240,7 +247,7 @@ func (o *Observer) Close() error {
 	o.closed, o.runs = true, nil
 	o.mu.Unlock()
 	o.write(out)
-	o.firing.Wait()
+	o.writing.Wait()
 	return nil
 }
 
@@ -330,8 +337,7 @@ func (o *Observer) item(e *itemEvent) {
 		if gk.reason != OtherReasons {
 			rg.reasons[gk.sourceKey]++
 		}
-		o.mu.Unlock()
-		o.write(out)
+		o.unlockAndWrite(out)
 		o.logItem(e, gk.reason)
 		return
 	}
@@ -345,8 +351,7 @@ func (o *Observer) item(e *itemEvent) {
 	}
 	g.count++
 	g.lastKey, g.lastErr, g.lastTime = e.key, e.err, e.Time
-	o.mu.Unlock()
-	o.write(out)
+	o.unlockAndWrite(out)
 }
 
 // fire ends the interval that the timer of generation gen was set for.
@@ -358,10 +363,7 @@ func (o *Observer) fire(gen uint64) {
 	}
 	o.timer = nil
 	out := o.tickLocked(o.clock.Now(), nil)
-	o.firing.Add(1)
-	o.mu.Unlock()
-	defer o.firing.Done()
-	o.write(out)
+	o.unlockAndWrite(out)
 }
 
 // tickLocked ends the current interval at now: it appends to out the
@@ -419,9 +421,8 @@ func (o *Observer) flushNode(e observer.Event) {
 			o.stopTimerLocked()
 		}
 	}
-	o.mu.Unlock()
 	sortSummaries(out)
-	o.write(out)
+	o.unlockAndWrite(out)
 }
 
 func (o *Observer) stopTimerLocked() {
@@ -522,6 +523,23 @@ func (o *Observer) logItem(e *itemEvent, reason string) {
 
 func (o *Observer) enabled(level slog.Level) bool {
 	return o.h.Enabled(context.Background(), level)
+}
+
+// unlockAndWrite releases o.mu, which is held, and writes out, the
+// summaries taken out of the groups under it. The write is counted in
+// o.writing, so that Close, which takes what is left and sets closed under
+// o.mu, waits for every summary taken before it. Once closed, the groups
+// are gone and out is empty: nothing is added while Close waits.
+func (o *Observer) unlockAndWrite(out []slog.Record) {
+	if len(out) == 0 || o.closed {
+		o.mu.Unlock()
+		o.write(out)
+		return
+	}
+	o.writing.Add(1)
+	o.mu.Unlock()
+	defer o.writing.Done()
+	o.write(out)
 }
 
 // write hands records to the handler, outside the Observer's lock.

@@ -115,11 +115,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	log := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: s.logLevel}))
 	collector := prometheus.New()
 	obs := []observer.Observer{collector, slogobserver.New(log)}
+	stopProgress := func() {}
 	if s.progress > 0 {
 		// An observer too: it draws while a run runs, and its final
-		// frame before Run returns.
+		// frame when the run ends, from its own goroutine; Stop waits
+		// for that frame, so the result is printed after it.
 		rep := progress.New(stdout, progress.WithInterval(s.progress))
 		defer rep.Stop()
+		stopProgress = rep.Stop
 		obs = append(obs, rep)
 	}
 	p, err := build(s, observer.Multi(obs...))
@@ -147,6 +150,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintf(stdout, "metrics: serving http://%s/metrics\n", ln.Addr())
 
 	res, err := p.Run(runCtx)
+	stopProgress()
 	if ctx.Err() != nil {
 		err = nil // interrupted: the normal end of an endless run
 	}
