@@ -87,3 +87,30 @@ func TestGraphSkipsAloneDoNotMarkTheNode(t *testing.T) {
 	assert.NotContains(t, m, "    style n1_call stroke:#c62828", "a node whose label shows no failure is not marked as failing")
 	assert.NotContains(t, g.DOT(), `penwidth=3`)
 }
+
+// A breaker that is not closed shows in the node's counts, "circuit open"
+// or "circuit half_open", and marks the node with the red border in both
+// renderings; a closed one shows nothing.
+func TestGraphShowsABreakerNotClosed(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("breaker")
+	src := pipeline.Source(b, "read", pipelinetest.NewSliceSource(1))
+	pipeline.SinkFunc(b, "store", src, func(context.Context, int) error { return nil })
+	p := build(t, b)
+	for _, state := range []resilience.CircuitState{resilience.CircuitClosed, resilience.CircuitOpen, resilience.CircuitHalfOpen} {
+		s := p.Stats()
+		s.Nodes[1].Circuit = state
+		g := p.Graph().WithStats(s)
+		m, dot := g.Mermaid(), g.DOT()
+		if state == resilience.CircuitClosed {
+			assert.NotContains(t, m, "circuit")
+			assert.NotContains(t, m, "stroke:#c62828")
+			assert.NotContains(t, dot, "penwidth=3")
+			continue
+		}
+		assert.Contains(t, m, "circuit "+state.String())
+		assert.Contains(t, m, "style n1_store stroke:#c62828")
+		assert.Contains(t, dot, "circuit "+state.String())
+		assert.Contains(t, dot, "penwidth=3")
+	}
+}
