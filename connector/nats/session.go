@@ -7,7 +7,6 @@ import (
 
 	"github.com/jonboulle/clockwork"
 	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -46,7 +45,7 @@ type session struct {
 	id     string
 	nc     *natsgo.Conn
 	closed <-chan struct{} // closed with the connection
-	cons   jetstream.Consumer
+	next   string // the subject of pull requests
 
 	mu      sync.Mutex
 	held    map[*delivery]struct{}
@@ -64,9 +63,9 @@ type session struct {
 	stopTicker  chan struct{}
 }
 
-func newSession(id string, nc *natsgo.Conn, closed <-chan struct{}, cons jetstream.Consumer, clock clockwork.Clock, interval time.Duration) *session {
+func newSession(id string, nc *natsgo.Conn, closed <-chan struct{}, next string, clock clockwork.Clock, interval time.Duration) *session {
 	s := &session{
-		id: id, nc: nc, closed: closed, cons: cons,
+		id: id, nc: nc, closed: closed, next: next,
 		held:        map[*delivery]struct{}{},
 		freed:       make(chan struct{}, 1),
 		dead:        make(chan struct{}),
@@ -129,7 +128,7 @@ func (s *session) acker() {
 		quit := s.quit
 		s.mu.Unlock()
 		for _, st := range batch {
-			if err := st.send(); err != nil && connectionLost(err) {
+			if err := s.nc.Publish(st.d.msg.Reply, st.body()); err != nil && connectionLost(err) {
 				s.markGone()
 				break
 			}
@@ -144,17 +143,28 @@ func (s *session) acker() {
 	}
 }
 
-func (st settle) send() error {
-	m := st.d.msg
+// The bodies of the acks a consumer sends to a message's reply subject.
+const (
+	ackAck      = "+ACK"
+	ackNak      = "-NAK"
+	ackTerm     = "+TERM"
+	ackProgress = "+WPI"
+)
+
+// body is what st sends to its message's reply subject. The source
+// writes the acks itself, on its own connection, rather than through the
+// client's message methods: they then need nothing of the subscription
+// that received the message, which a cancelled pull has already closed.
+func (st settle) body() []byte {
 	switch st.how {
 	case ack:
-		return m.Ack()
+		return []byte(ackAck)
 	case term:
-		return m.Term()
+		return []byte(ackTerm)
 	case nakDelay:
-		return m.NakWithDelay(st.delay)
+		return fmt.Appendf(nil, "%s {\"delay\": %d}", ackNak, st.delay.Nanoseconds())
 	default:
-		return m.Nak()
+		return []byte(ackNak)
 	}
 }
 
@@ -164,7 +174,7 @@ func (s *session) progress(clock clockwork.Clock, interval time.Duration) {
 	defer close(s.progressEnd)
 	t := clock.NewTicker(interval)
 	defer t.Stop()
-	var msgs []jetstream.Msg
+	var replies []string
 	for {
 		select {
 		case <-s.stopTicker:
@@ -174,15 +184,15 @@ func (s *session) progress(clock clockwork.Clock, interval time.Duration) {
 		case <-t.Chan():
 		}
 		s.mu.Lock()
-		msgs = msgs[:0]
+		replies = replies[:0]
 		for d := range s.held {
-			msgs = append(msgs, d.msg)
+			replies = append(replies, d.msg.Reply)
 		}
 		s.mu.Unlock()
-		for _, m := range msgs {
-			// An error is a message already settled (the server ignores
-			// a late one) or a lost connection, which Run reports.
-			_ = m.InProgress()
+		for _, r := range replies {
+			// The server ignores one that comes after the message's ack;
+			// an error is a lost connection, which Run reports.
+			_ = s.nc.Publish(r, []byte(ackProgress))
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/deadletter"
@@ -33,12 +34,12 @@ import (
 // nothing: the server delivers what was not acked to another consumer
 // after AckWait. Sinks must therefore be idempotent.
 //
-// The source pulls with Fetch, one request at a time for at most the room
-// it has under Batch, rather than with the client's continuous
-// Messages/Consume iterators: every message it holds is then one it
-// emits, tracks and keeps alive with in-progress acks (a message buffered
-// inside an iterator would run out its AckWait unseen), and a cancelled
-// run has only the one request's messages to give back.
+// The source pulls one request at a time, for at most the room it has
+// under Batch, rather than with the client's continuous Messages or
+// Consume iterators: every message it holds is then one it emits, tracks
+// and keeps alive with in-progress acks (a message buffered inside an
+// iterator would run out its AckWait unseen), and a cancelled run has only
+// the one request's messages to give back (see pull).
 //
 // When the connection is lost, Run returns an error matching
 // [ErrConnectionLost] that is transient; with node restart enabled on the
@@ -131,21 +132,23 @@ func (s *Source) Open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cons, err := func() (jetstream.Consumer, error) {
+	err = func() error {
 		js, err := jetstream.New(nc)
 		if err != nil {
-			return nil, classify(fmt.Errorf("nats: jetstream: %w", err))
+			return classify(fmt.Errorf("nats: jetstream: %w", err))
 		}
 		if err := ensureStream(ctx, js, &s.cfg); err != nil {
-			return nil, err
+			return err
 		}
-		return ensureConsumer(ctx, js, &s.cfg)
+		_, err = ensureConsumer(ctx, js, &s.cfg)
+		return err
 	}()
 	if err != nil {
 		nc.Close()
 		return err
 	}
-	sess := newSession(id, nc, closed, cons, s.cfg.Clock, s.cfg.ProgressInterval)
+	next := "$JS.API.CONSUMER.MSG.NEXT." + s.cfg.Stream + "." + s.cfg.Consumer
+	sess := newSession(id, nc, closed, next, s.cfg.Clock, s.cfg.ProgressInterval)
 	s.mu.Lock()
 	old := s.sess
 	s.sess, s.drain = sess, false
@@ -191,63 +194,20 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 				continue
 			}
 		}
-		if err := s.fetch(ctx, sess, room, out); err != nil {
+		err := s.pull(ctx, sess, room, out)
+		if errors.Is(err, errBusy) {
+			if err := wait(ctx, s.cfg.Clock, min(s.cfg.PullWait, time.Second)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
 			return err
 		}
 	}
 }
 
-// fetch asks the server for up to n messages, waiting at most PullWait,
-// and emits each as it comes.
-func (s *Source) fetch(ctx context.Context, sess *session, n int, out node.Emitter[Message]) error {
-	fctx, cancel := context.WithTimeout(ctx, s.cfg.PullWait)
-	defer cancel()
-	stop := context.AfterFunc(s.stopCtx, cancel)
-	defer stop()
-	batch, err := sess.cons.Fetch(n, jetstream.FetchContext(fctx))
-	if err != nil {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		if connectionLost(err) || sess.nc.IsClosed() {
-			return sess.lost(s.cfg.Stream, s.cfg.Consumer, err)
-		}
-		if s.stopCtx.Err() != nil {
-			return nil
-		}
-		return classify(fmt.Errorf("nats: fetch from %s/%s: %w", s.cfg.Stream, s.cfg.Consumer, err))
-	}
-	var emitErr error
-	for msg := range batch.Messages() {
-		// After a failed emit, or once the run is cancelled, what is left
-		// goes back at once; after Stop, what the server sent is emitted.
-		if emitErr != nil || ctx.Err() != nil {
-			_ = msg.Nak()
-			continue
-		}
-		if emitErr = s.emit(ctx, sess, msg, out); emitErr != nil {
-			cancel()
-		}
-	}
-	if emitErr != nil {
-		return emitErr
-	}
-	if ctx.Err() != nil {
-		return context.Cause(ctx)
-	}
-	if err := batch.Error(); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, context.Canceled) {
-		if connectionLost(err) || sess.nc.IsClosed() {
-			return sess.lost(s.cfg.Stream, s.cfg.Consumer, err)
-		}
-		return resilience.MarkTransient(fmt.Errorf("nats: fetch from %s/%s: %w", s.cfg.Stream, s.cfg.Consumer, err))
-	}
-	if sess.nc.IsClosed() {
-		return sess.lost(s.cfg.Stream, s.cfg.Consumer, nil)
-	}
-	return nil
-}
-
-func (s *Source) emit(ctx context.Context, sess *session, msg jetstream.Msg, out node.Emitter[Message]) error {
+func (s *Source) emit(ctx context.Context, sess *session, msg *natsgo.Msg, out node.Emitter[Message]) error {
 	meta, err := msg.Metadata()
 	if err != nil {
 		// Not a JetStream delivery: nothing to ack, nothing to emit.
@@ -260,7 +220,7 @@ func (s *Source) emit(ctx context.Context, sess *session, msg jetstream.Msg, out
 		d.past = v.(*story)
 	}
 	m := Message{
-		Subject: msg.Subject(), Data: msg.Data(), Header: msg.Headers(), Stream: meta.Stream,
+		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: meta.Stream,
 		Sequence: d.seq, Deliveries: d.deliveries, Timestamp: meta.Timestamp, d: d,
 	}
 	sess.hold(d)
@@ -321,7 +281,7 @@ func (s *Source) lookup(id string) *delivery {
 type delivery struct {
 	src        *Source
 	sess       *session
-	msg        jetstream.Msg
+	msg        *natsgo.Msg
 	id         string
 	seq        uint64
 	deliveries int
