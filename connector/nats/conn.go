@@ -24,7 +24,10 @@ func dial(ctx context.Context, url, name string, timeout time.Duration) (nc *nat
 	res := make(chan result, 1)
 	go func() {
 		nc, err := natsgo.Connect(url, natsgo.Name(name), natsgo.Timeout(timeout), natsgo.NoReconnect(),
-			natsgo.ClosedHandler(func(*natsgo.Conn) { close(done) }))
+			natsgo.ClosedHandler(func(*natsgo.Conn) { close(done) }),
+			// Errors reach the caller; the client's default handler would
+			// print them.
+			natsgo.ErrorHandler(func(*natsgo.Conn, *natsgo.Subscription, error) {}))
 		res <- result{nc, err}
 	}()
 	select {

@@ -45,7 +45,7 @@ type session struct {
 	id     string
 	nc     *natsgo.Conn
 	closed <-chan struct{} // closed with the connection
-	next   string // the subject of pull requests
+	next   string          // the subject of pull requests
 
 	mu      sync.Mutex
 	held    map[*delivery]struct{}
