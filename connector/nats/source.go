@@ -56,11 +56,10 @@ type Source struct {
 	cfg    SourceConfig
 	prefix string
 
-	mu     sync.Mutex
-	sess   *session
-	seq    int
-	drain  bool // the Run on sess ended by Stop
-	runEnd chan struct{}
+	mu    sync.Mutex
+	sess  *session
+	seq   int
+	drain bool // the Run on sess ended by Stop
 
 	stopCtx  context.Context
 	stopFunc context.CancelFunc
