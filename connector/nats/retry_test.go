@@ -306,3 +306,37 @@ func TestPoisonGuard(t *testing.T) {
 	assert.Zero(t, info.NumRedelivered)
 	assert.Equal(t, uint64(2), info.AckFloor.Stream)
 }
+
+// A message on its last delivery (MaxDeliver) is not handed off: the
+// server would not deliver it again, so its wait stays in process.
+func TestNoHandOffOnTheLastDelivery(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	a.publish(subject, "m")
+
+	cfg := a.config(name)
+	cfg.MaxDeliver = 1
+	cfg.Retry = nats.BrokerRetry{Enabled: true, Delay: time.Second, HandOffAfter: 10 * time.Millisecond}
+	src, err := nats.NewSource(cfg)
+	require.NoError(t, err)
+	var s seen
+	b := pipeline.New("lastdelivery", pipeline.WithResilience(func(o *resilience.Options) { o.ItemRetry.MaxRetries = 1 }))
+	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+		if s.add(m) == 1 {
+			return resilience.RetryAfter(errFlaky, 50*time.Millisecond)
+		}
+		src.Stop()
+		return nil
+	})
+	p, err := b.Build()
+	require.NoError(t, err)
+	res, err := p.Run(testContext(t))
+	require.NoError(t, err)
+	calls := s.of("m")
+	require.Len(t, calls, 2)
+	assert.Equal(t, 1, calls[1].deliveries, "retried in process")
+	assert.Zero(t, res.Node("store").HandedOff)
+	assert.Equal(t, uint64(1), a.consumer(name, name).AckFloor.Stream)
+}
