@@ -10,7 +10,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -121,6 +120,6 @@ func consumeThrough[T any](b *testing.B, src node.Source[T], n int, stop func())
 		b.Fatal(err)
 	}
 	if int(seen.Load()) != n {
-		b.Fatal(fmt.Sprintf("consumed %d messages, want %d", seen.Load(), n))
+		b.Fatalf("consumed %d messages, want %d", seen.Load(), n)
 	}
 }

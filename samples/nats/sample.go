@@ -22,12 +22,12 @@ import (
 
 // summary is what a run did.
 type summary struct {
-	published, stored, delivered, deadLettered int
-	duplicates                                 int // published twice, stored once: absorbed by the stream
-	redeliveries                               int // deliveries after the first of the delivered messages
-	itemRetries, handedOff                     int64
-	publish, consume                           time.Duration
-	consumeResult                              pipeline.Result
+	published, delivered, deadLettered int
+	duplicates                         int // published twice, stored once: absorbed by the stream
+	redeliveries                       int // deliveries after the first of the delivered messages
+	itemRetries, handedOff             int64
+	publish, consume                   time.Duration
+	consumeResult                      pipeline.Result
 }
 
 func (s summary) print(w io.Writer) {
