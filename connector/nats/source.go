@@ -36,8 +36,8 @@ import (
 //
 // The source pulls one request at a time, for at most the room it has
 // under Batch, rather than with the client's continuous Messages or
-// Consume iterators: every message it holds is then one it emits, tracks
-// and keeps alive with in-progress acks (a message buffered inside an
+// Consume iterators: every message it receives is tracked from its arrival
+// and kept alive with in-progress acks (a message buffered inside an
 // iterator would run out its AckWait unseen), and a cancelled run has only
 // the one request's messages to give back (see pull).
 //
