@@ -105,8 +105,12 @@ loop:
 				break loop
 			}
 		case <-closed:
-			// Drained: every callback has run; take what they left.
-			handle()
+			// Drained: every callback has run; take what they left, unless
+			// the connection went with the subscription (their acks could
+			// not be sent: they go back).
+			if !sess.nc.IsClosed() {
+				handle()
+			}
 			break loop
 		case <-ctxDone:
 			drain()
