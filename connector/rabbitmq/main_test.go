@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/connector/connectortest"
 	"github.com/sluicehq/sluice/internal/servicetest"
 )
 
@@ -23,6 +24,7 @@ import (
 const childEnv = "SLUICE_RMQ_CHILD"
 
 func TestMain(m *testing.M) {
+	connectortest.ChildMain(childHarness())
 	if mode := os.Getenv(childEnv); mode != "" {
 		os.Exit(runChild(mode))
 	}
