@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -19,15 +18,9 @@ import (
 	"github.com/sluicehq/sluice/internal/servicetest"
 )
 
-// childEnv, when set, makes the test binary a consumer process of the
-// kill and sharing tests instead of running tests: see child_test.go.
-const childEnv = "SLUICE_RMQ_CHILD"
-
 func TestMain(m *testing.M) {
+	// The consumer process of the suite's SIGKILL case is this binary.
 	connectortest.ChildMain(childHarness())
-	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(runChild(mode))
-	}
 	goleak.VerifyTestMain(m)
 }
 
