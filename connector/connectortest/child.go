@@ -131,7 +131,7 @@ func killedConsumer[M any](t testing.TB, h Harness[M]) {
 	}
 	assert.GreaterOrEqual(t, dups, 1, "the message the killed process stored but never acked was delivered again")
 	assert.LessOrEqual(t, dups, cfg.Prefetch, "only unacked messages, at most the prefetch, are delivered twice")
-	assertPending(t, h, cfg.Queue, 0, "every message was acked")
+	requirePending(t, h, cfg.Queue, 0, "every message was acked")
 }
 
 // A childProc is a running consumer process.

@@ -161,8 +161,8 @@ func consumeAll[M any](ctx context.Context, t testing.TB, h Harness[M], cfg Sour
 	return s, res, err
 }
 
-// assertPending fails t unless the broker holds want messages for queue.
-func assertPending[M any](t testing.TB, h Harness[M], queue string, want int, msg string) {
+// requirePending fails t at once unless the broker holds want messages for queue.
+func requirePending[M any](t testing.TB, h Harness[M], queue string, want int, msg string) {
 	t.Helper()
 	require.Equal(t, want, h.Pending(t, queue), msg)
 }

@@ -53,7 +53,7 @@ func roundTrip[M any](t testing.TB, h Harness[M]) {
 	res, err := p.Run(ctx)
 	require.NoError(t, err, "publishing")
 	require.EqualValues(t, n, res.Node("publish").Out)
-	assertPending(t, h, cfg.Queue, n, "every publish the publisher's Write returned for is in the queue")
+	requirePending(t, h, cfg.Queue, n, "every publish the publisher's Write returned for is in the queue")
 
 	var (
 		mu     sync.Mutex
@@ -80,7 +80,7 @@ func roundTrip[M any](t testing.TB, h Harness[M]) {
 		}
 	}
 	assert.EqualValues(t, n, res.Node("store").Out)
-	assertPending(t, h, cfg.Queue, 0, "every message was acked")
+	requirePending(t, h, cfg.Queue, 0, "every message was acked")
 }
 
 // acrossADisconnect cuts the source's connection in the middle of a run,
@@ -120,7 +120,7 @@ func acrossADisconnect[M any](t testing.TB, h Harness[M]) {
 		assert.True(t, resilience.IsTransient(e.Err), "a lost connection is transient: %v", e.Err)
 	}
 	assert.GreaterOrEqual(t, px.Connections(), 2, "the source reconnected through the proxy")
-	assertPending(t, h, cfg.Queue, 0, "every message was acked")
+	requirePending(t, h, cfg.Queue, 0, "every message was acked")
 }
 
 // competingConsumers runs two sources on one queue, each with a prefetch
@@ -181,7 +181,7 @@ func competingConsumers[M any](t testing.TB, h Harness[M]) {
 	for i, s := range mine {
 		assert.NotEmpty(t, s.snapshot(), "consumer %d stored messages", i)
 	}
-	assertPending(t, h, cfg.Queue, 0, "every message was acked")
+	requirePending(t, h, cfg.Queue, 0, "every message was acked")
 }
 
 // drain drains the pipeline while items are in flight in it: Run returns
@@ -220,7 +220,7 @@ func drain[M any](t testing.TB, h Harness[M]) {
 	}
 	assert.GreaterOrEqual(t, len(got), drainAt)
 	assert.Less(t, len(got), n, "the drain stopped the source")
-	assertPending(t, h, cfg.Queue, n-len(got), "stored and acked, or back in the queue: nothing lost, nothing left unacked")
+	requirePending(t, h, cfg.Queue, n-len(got), "stored and acked, or back in the queue: nothing lost, nothing left unacked")
 }
 
 var errStop = errors.New("connectortest: stop")
@@ -255,7 +255,7 @@ func cancelPutsBack[M any](t testing.TB, h Harness[M]) {
 	require.ErrorIs(t, err, errStop, "the run ends with its cancellation")
 	first := stored.snapshot()
 	require.Len(t, first, done)
-	assertPending(t, h, cfg.Queue, n-done, "what was not stored is back in the queue")
+	requirePending(t, h, cfg.Queue, n-done, "what was not stored is back in the queue")
 
 	var rest []string
 	for _, k := range want {
@@ -270,5 +270,5 @@ func cancelPutsBack[M any](t testing.TB, h Harness[M]) {
 	for _, k := range rest {
 		assert.Equal(t, 1, again[k], "message %s", k)
 	}
-	assertPending(t, h, cfg.Queue, 0, "every message was acked")
+	requirePending(t, h, cfg.Queue, 0, "every message was acked")
 }

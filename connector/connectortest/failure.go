@@ -122,7 +122,7 @@ func permanentFailure[M any](t testing.TB, h Harness[M]) {
 	assert.ErrorIs(t, envs[0].Err, errBad)
 	assert.Equal(t, 1, called.of("bad"), "a permanent failure is retried neither in process nor by the broker")
 	assert.Len(t, stored.snapshot(), len(good), "every good message is stored")
-	assertPending(t, h, cfg.Queue, 0, "the dead-lettered message was acked, not put back nor scheduled for a retry")
+	requirePending(t, h, cfg.Queue, 0, "the dead-lettered message was acked, not put back nor scheduled for a retry")
 }
 
 // poisonMessage puts a message that fails every run it enters (its node's
@@ -178,7 +178,7 @@ func poisonMessage[M any](t testing.TB, h Harness[M]) {
 	assert.Equal(t, maxDeliveries, failedRuns, "each of its first MaxDeliveries deliveries failed one run")
 	assert.Equal(t, maxDeliveries, called.of("poison"), "its last delivery was not emitted")
 	assert.Len(t, stored.snapshot(), len(good), "every good message is stored")
-	assertPending(t, h, cfg.Queue, 0, "nothing is left in the queue")
+	requirePending(t, h, cfg.Queue, 0, "nothing is left in the queue")
 }
 
 // brokerRetry runs three messages through the broker's retry path (Delay
@@ -259,5 +259,5 @@ func brokerRetry[M any](t testing.TB, h Harness[M]) {
 			assert.Less(t, wait, delay+late, "%s: delivery %d came %s after the failure", k, i+1, wait)
 		}
 	}
-	assertPending(t, h, cfg.Queue, 0, "nothing is left in the queue or waiting for a retry")
+	requirePending(t, h, cfg.Queue, 0, "nothing is left in the queue or waiting for a retry")
 }
