@@ -1,7 +1,6 @@
 // Package servicetest finds the external services that integration tests
-// need, such as a RabbitMQ broker, a PostgreSQL server or a Redis server,
-// and decides what a test does when one is
-// missing: on a developer's machine it skips with a message that says how to
+// need, such as a RabbitMQ broker, a NATS server, a PostgreSQL server or a
+// Redis server, and decides what a test does when one is missing: on a developer's machine it skips with a message that says how to
 // provide the service; in CI, where SLUICE_REQUIRE_SERVICES=1, it fails, so
 // that a broken service never turns the suite silently green.
 package servicetest
@@ -16,6 +15,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	amqp "github.com/rabbitmq/amqp091-go"
 	"github.com/redis/go-redis/v9"
 )
@@ -57,7 +58,7 @@ func (p *probe) find(env, def string, check func(string) error) (string, error) 
 }
 
 // The probes of the services, replaced by the package's tests.
-var rabbit, postgres, redisServer = &probe{}, &probe{}, &probe{}
+var rabbit, postgres, redisServer, natsServer = &probe{}, &probe{}, &probe{}, &probe{}
 
 // RabbitMQ returns the URL of a RabbitMQ broker that answered an AMQP
 // handshake. When none answers it skips t, or fails it when
@@ -158,6 +159,44 @@ func probeRedis(addr string) error {
 	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: probeTimeout, DialerRetries: 1, MaxRetries: -1})
 	defer c.Close()
 	return c.Ping(ctx).Err()
+}
+
+// NATSEnv is the variable that overrides the URL of the NATS server.
+const NATSEnv = "SLUICE_NATS_URL"
+
+// DefaultNATSURL is the server the tests use when NATSEnv is not set: a
+// local server on the default port, without credentials.
+const DefaultNATSURL = "nats://127.0.0.1:4222"
+
+// NATS returns the URL of a NATS server with JetStream enabled that
+// answered a JetStream account request. When none does it skips t, or
+// fails it when SLUICE_REQUIRE_SERVICES=1. The server is probed once per
+// test binary; the URL is SLUICE_NATS_URL, or [DefaultNATSURL]. Tests share
+// the server: each should use streams of its own and delete them.
+func NATS(t testing.TB) string {
+	t.Helper()
+	u, err := natsServer.find(NATSEnv, DefaultNATSURL, probeNATS)
+	if err != nil {
+		missing(t, fmt.Sprintf("NATS with JetStream not reachable at %s (%v); set %s or start one (nats-server -js); CI sets %s=1 to make this a failure",
+			redact(u), err, NATSEnv, RequireEnv))
+	}
+	return u
+}
+
+func probeNATS(u string) error {
+	nc, err := natsgo.Connect(u, natsgo.Timeout(probeTimeout), natsgo.NoReconnect())
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	_, err = js.AccountInfo(ctx)
+	return err
 }
 
 // redact hides the password of u, so that a skip message can be logged.

@@ -110,3 +110,24 @@ func TestMissingRedis(t *testing.T) {
 	assert.Empty(t, ft.skipped)
 	assert.Contains(t, ft.fatal, "CI sets SLUICE_REQUIRE_SERVICES=1 to make this a failure")
 }
+
+// TestMissingNATS is TestMissingBroker for NATS; the password is hidden.
+func TestMissingNATS(t *testing.T) {
+	forgetProbes(t)
+	addr := closedAddr(t)
+	t.Setenv(servicetest.NATSEnv, "nats://app:secret@"+addr)
+
+	t.Setenv(servicetest.RequireEnv, "")
+	ft := &fakeT{TB: t}
+	servicetest.NATS(ft)
+	assert.Empty(t, ft.fatal)
+	assert.Contains(t, ft.skipped, "NATS with JetStream not reachable at nats://app:xxxxx@"+addr+" (")
+	assert.Contains(t, ft.skipped, "set SLUICE_NATS_URL or start one")
+	assert.NotContains(t, ft.skipped, "secret", "no password is logged")
+
+	t.Setenv(servicetest.RequireEnv, "1")
+	ft = &fakeT{TB: t}
+	servicetest.NATS(ft)
+	assert.Empty(t, ft.skipped)
+	assert.Contains(t, ft.fatal, "CI sets SLUICE_REQUIRE_SERVICES=1 to make this a failure")
+}

@@ -1,0 +1,144 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/sluicehq/sluice/deadletter"
+)
+
+// EnvelopeType is the value of the HeaderType header of the messages a
+// [DeadLetterPublisher] publishes.
+const EnvelopeType = "sluice.deadletter.v1"
+
+// Headers of the messages a [DeadLetterPublisher] publishes.
+const (
+	HeaderType       = "Sluice-Type"
+	HeaderPipeline   = "Sluice-Pipeline"
+	HeaderOriginNode = "Sluice-Origin-Node"
+	HeaderRunID      = "Sluice-Run-Id"
+)
+
+// A DeadLetterConfig configures a [DeadLetterPublisher]. URL and Subject
+// are required.
+type DeadLetterConfig struct {
+	// URL is the server's URL. Required.
+	URL string
+	// Subject receives the envelopes; a stream must store it. Required.
+	Subject string
+	// AckTimeout bounds the wait for the stream's PubAck of one envelope.
+	// Default [DefaultAckTimeout].
+	AckTimeout time.Duration
+	// PubRetry retries a publish that failed before the stream took it.
+	PubRetry     PubRetry
+	DialTimeout  time.Duration
+	CloseTimeout time.Duration
+	Clock        clockwork.Clock
+}
+
+// A DeadLetterPublisher is a [deadletter.Sink] that publishes each
+// envelope as a JSON message to a subject that a stream stores, and waits
+// for the PubAck: Write returns only once the stream has the envelope, and
+// a subject no stream stores fails the write, so that the engine retries
+// it and then fails the run rather than lose an item.
+//
+// It connects at its first Write (the engine neither opens nor closes a
+// dead-letter sink); call Close when the pipeline is done. It is safe for
+// concurrent use. Read the messages back with [DecodeEnvelope]. The JSON
+// is that of the RabbitMQ connector's dead-letter publisher.
+type DeadLetterPublisher struct {
+	cfg  DeadLetterConfig
+	core *pubCore
+}
+
+// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
+// problem of cfg joined.
+func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
+	core, err := newCore(cfg.URL, cfg.AckTimeout, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
+	if cfg.Subject == "" {
+		err = errors.Join(&ConfigError{Field: "Subject", Value: `""`, Reason: "required: the subject that receives the envelopes"}, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	core.name = "sluice dead letters " + cfg.Subject
+	return &DeadLetterPublisher{cfg: cfg, core: core}, nil
+}
+
+// Write publishes env and waits for the stream's PubAck.
+func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope) error {
+	body, err := EncodeEnvelope(env)
+	if err != nil {
+		return err
+	}
+	h := natsgo.Header{}
+	h.Set(HeaderType, EnvelopeType)
+	h.Set("Content-Type", "application/json")
+	h.Set(HeaderPipeline, env.Pipeline)
+	h.Set(HeaderOriginNode, env.OriginNode)
+	h.Set(HeaderRunID, env.RunID)
+	return d.core.publish(ctx, &natsgo.Msg{Subject: d.cfg.Subject, Header: h, Data: body})
+}
+
+// Close closes the connection, if one is open.
+func (d *DeadLetterPublisher) Close() error { return d.core.close() }
+
+// EncodeEnvelope returns env as JSON, with its error's text and its item's
+// type. An item that cannot be encoded does not fail the envelope, and
+// cannot crash the process (see [deadletter.EncodeItem]): the item is left
+// out, and ItemError and ItemText say why and what it was.
+func EncodeEnvelope(env deadletter.Envelope) ([]byte, error) {
+	if env.ErrText == "" && env.Err != nil {
+		env.ErrText = errorText(env.Err)
+	}
+	if _, raw := env.Item.(json.RawMessage); env.ItemType == "" && !raw {
+		env.ItemType = deadletter.TypeOf(env.Item)
+	}
+	if env.ItemError == "" && env.Item != nil {
+		raw, err := deadletter.EncodeItem(env.Item, json.Marshal)
+		if err != nil {
+			env.ItemError = errorText(err)
+			env.ItemText = deadletter.Describe(env.Item)
+			env.Item = nil
+		} else {
+			env.Item = raw
+		}
+	}
+	b, err := json.Marshal(env)
+	if err != nil {
+		return nil, fmt.Errorf("nats: encode envelope: %w", err)
+	}
+	return b, nil
+}
+
+// errorText is err's text, or a word that its Error method panicked.
+func errorText(err error) (text string) {
+	defer func() {
+		if v := recover(); v != nil {
+			text = fmt.Sprintf("(the error's Error method panicked: %v)", v)
+		}
+	}()
+	return err.Error()
+}
+
+// DecodeEnvelope reads an envelope published by a [DeadLetterPublisher].
+// Its Item is the item's JSON, a [json.RawMessage], to decode into the
+// item's type; its Err is nil and ErrText holds the error's text.
+func DecodeEnvelope(body []byte) (deadletter.Envelope, error) {
+	var w struct {
+		deadletter.Envelope
+		Item json.RawMessage `json:"item"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return deadletter.Envelope{}, fmt.Errorf("nats: decode envelope: %w", err)
+	}
+	env := w.Envelope
+	env.Item = w.Item
+	return env, nil
+}

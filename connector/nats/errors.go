@@ -1,0 +1,113 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"syscall"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// ErrInvalidConfig is matched by every [*ConfigError] with [errors.Is].
+var ErrInvalidConfig = errors.New("nats: invalid config")
+
+// A ConfigError reports one invalid setting of a connector's config, or a
+// stream or consumer on the server that differs from it. Field is the path
+// of the setting, such as "Retry.Delay".
+type ConfigError struct {
+	Field  string
+	Value  any
+	Reason string
+}
+
+// Error names the field, its value and why it is refused.
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("nats: %s = %v: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is reports whether target is [ErrInvalidConfig].
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// ErrConnectionLost is matched by the error of a source or publisher whose
+// connection went away. Such an error is transient: reconnecting can fix
+// it, and node restart does (see [Source]).
+var ErrConnectionLost = errors.New("nats: connection lost")
+
+// ErrNotOpen is returned by Run when the source was not opened; the
+// pipeline calls Open before Run.
+var ErrNotOpen = errors.New("nats: not open")
+
+// ErrPoison is matched by the error in the dead-letter envelope of a
+// message that the source stopped delivering because the server had
+// delivered it more than SourceConfig.MaxDeliveries times.
+var ErrPoison = errors.New("nats: poison message")
+
+// ErrAckTimeout is matched by a [*PubAckError] whose publish was not
+// acknowledged by the stream within the timeout.
+var ErrAckTimeout = errors.New("nats: publish not acknowledged in time")
+
+// A PubAckError is a publish that the stream did not acknowledge within
+// PublisherConfig.AckTimeout. It reaches the pipeline marked transient,
+// for item retry: the stream may have stored the message anyway, and a
+// retry with the same Nats-Msg-Id inside the stream's duplicate window is
+// absorbed by the stream.
+type PubAckError struct {
+	Subject string
+	Timeout time.Duration
+}
+
+// Error says which publish was not acknowledged.
+func (e *PubAckError) Error() string {
+	return fmt.Sprintf("nats: publish to subject %q not acknowledged within %s", e.Subject, e.Timeout)
+}
+
+// Is reports whether target is [ErrAckTimeout].
+func (e *PubAckError) Is(target error) bool { return target == ErrAckTimeout }
+
+// connectionLost reports whether err says that the connection went away
+// or could not be reached, as opposed to the server refusing an operation
+// (an unknown stream, a consumer that differs), which fails again on a new
+// connection.
+func connectionLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	for _, target := range []error{ErrConnectionLost, natsgo.ErrConnectionClosed, natsgo.ErrDisconnected,
+		natsgo.ErrConnectionDraining, natsgo.ErrNoServers, natsgo.ErrStaleConnection,
+		jetstream.ErrMsgIteratorClosed, io.EOF, io.ErrUnexpectedEOF, net.ErrClosed} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return true
+	}
+	var errno syscall.Errno
+	return errors.As(err, &errno)
+}
+
+// classify marks err for the pipeline's classifiers: a lost connection or
+// a request that timed out is transient, a refusal by the server (a
+// JetStream API error) is permanent. Other errors keep their own nature.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	if connectionLost(err) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsgo.ErrTimeout) {
+		return resilience.MarkTransient(err)
+	}
+	var ae *jetstream.APIError
+	if errors.As(err, &ae) || errors.Is(err, jetstream.ErrStreamNotFound) || errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, jetstream.ErrJetStreamNotEnabled) {
+		return resilience.MarkPermanent(err)
+	}
+	return err
+}

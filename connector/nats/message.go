@@ -1,0 +1,62 @@
+package nats
+
+import (
+	"strconv"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/deadletter"
+)
+
+// A Message is one delivery from a stream, as a [Source] emits it. The
+// source acks, naks or terminates it when the pipeline is done with it;
+// user code never does.
+//
+// A Message is a value: copies share Data and Header, which must not be
+// changed. It implements [deadletter.Correlated], so its envelope carries
+// the message's stream and sequence; an item derived from a Message can
+// carry the same id (return the Message's CorrelationID from its own
+// CorrelationID method) to take part in the broker's retry.
+type Message struct {
+	Subject string        `json:"subject"`
+	Data    []byte        `json:"data"`
+	Header  natsgo.Header `json:"header,omitempty"`
+	// Stream and Sequence name the message in its stream: they stay the
+	// same across its deliveries.
+	Stream   string `json:"stream"`
+	Sequence uint64 `json:"sequence"`
+	// Deliveries is the server's count of this message's deliveries to the
+	// consumer, this one included: 1 the first time.
+	Deliveries int `json:"deliveries"`
+	// Timestamp is when the stream stored the message.
+	Timestamp time.Time `json:"timestamp,omitzero"`
+
+	d *delivery
+}
+
+// messageType is how deadletter.TypeOf names a Message.
+var messageType = deadletter.TypeOf(Message{})
+
+// MsgID returns the message's Nats-Msg-Id header: the id its publisher
+// gave it for the stream's duplicate window, "" for none.
+func (m Message) MsgID() string { return m.Header.Get(jetstream.MsgIDHeader) }
+
+// CorrelationID returns the message's stream and stream sequence, such as
+// "orders/42": the same for every delivery of the message, and unique in
+// its stream.
+func (m Message) CorrelationID() string {
+	if m.Stream == "" {
+		return ""
+	}
+	return m.Stream + "/" + strconv.FormatUint(m.Sequence, 10)
+}
+
+// describeMsg names a message by its Nats-Msg-Id, else by its sequence.
+func describeMsg(m Message) string {
+	if id := m.MsgID(); id != "" {
+		return strconv.Quote(id)
+	}
+	return m.CorrelationID()
+}

@@ -1,0 +1,331 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// PubRetry configures the publisher's own retry of a publish that failed
+// before the stream took it: no connection, or a connection lost before
+// the PubAck. Each retry reconnects. When the retries run out the error is
+// marked with [resilience.MarkRetried], so that the pipeline's layers do
+// not multiply them; with PubRetry off such an error is transient, for the
+// pipeline's item retry. It is the RabbitMQ connector's PubRetry, with the
+// same meaning and defaults.
+type PubRetry struct {
+	Enabled bool
+	// MaxRetry is the number of retries; MaxRetry = 3 allows 4 attempts.
+	// Default [DefaultPubRetries].
+	MaxRetry int
+	// Delay is the wait before each retry. Default [DefaultPubRetryDelay].
+	Delay time.Duration
+}
+
+// A PublisherConfig configures a [Publisher] of items of type T. URL and
+// Message are required, and Subject unless Route is set.
+type PublisherConfig[T any] struct {
+	// URL is the server's URL. Required.
+	URL string
+	// Subject is the subject of every message, unless Route is set. A
+	// stream must store it: a publish that no stream acknowledges fails
+	// permanently.
+	Subject string
+	// Route, when set, gives each item's subject.
+	Route func(item T) string
+	// Message turns an item into the message's data and headers (its
+	// Subject, when set, wins over Subject and Route). An error fails the
+	// item permanently. Required.
+	Message func(item T) (*natsgo.Msg, error)
+	// MsgID gives each item's Nats-Msg-Id, by which the stream drops a
+	// message it already stored within its duplicate window: a republish
+	// (an item retried after a lost PubAck, a pipeline run again) is then
+	// stored once. Default: the item's CorrelationID when T implements
+	// [deadletter.Correlated], else no id. An id the Message already set
+	// in its headers is kept.
+	MsgID func(item T) string
+	// AckTimeout bounds the wait for one PubAck. Default
+	// [DefaultAckTimeout].
+	AckTimeout time.Duration
+	PubRetry   PubRetry
+	// DialTimeout bounds connecting; CloseTimeout the flush at Close.
+	// Defaults [DefaultDialTimeout] and [DefaultCloseTimeout].
+	DialTimeout  time.Duration
+	CloseTimeout time.Duration
+	// Clock is what the publisher's waits use; default the real clock.
+	Clock clockwork.Clock
+}
+
+// A Publisher is a [node.Sink] that publishes each item to a JetStream
+// stream and waits for its PubAck: an item is delivered only once the
+// stream stored it. It implements Open and Close for the pipeline's
+// lifecycle, and is safe for concurrent use, so it can run under Parallel.
+//
+// Delivery is at least once; with MsgID (or items that are
+// [deadletter.Correlated]) the stream's duplicate window turns a
+// republish inside the window into a no-op, which [Publisher.Duplicates]
+// counts.
+type Publisher[T any] struct {
+	cfg  PublisherConfig[T]
+	core *pubCore
+	// msgID is MsgID or its default.
+	msgID func(T) string
+}
+
+// NewPublisher returns a Publisher for cfg, or every problem of cfg
+// joined, each a [*ConfigError].
+func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
+	var errs []error
+	add := func(field string, value any, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	if cfg.Message == nil {
+		add("Message", "nil", "required: it turns an item into a message")
+	}
+	if cfg.Subject == "" && cfg.Route == nil {
+		add("Subject", `""`, "required unless Route is set")
+	}
+	core, err := newCore(cfg.URL, cfg.AckTimeout, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
+	errs = append(errs, err)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	core.name = "sluice publisher " + cfg.Subject
+	p := &Publisher[T]{cfg: cfg, core: core, msgID: cfg.MsgID}
+	if p.msgID == nil {
+		p.msgID = func(item T) string {
+			if c, ok := any(item).(deadletter.Correlated); ok {
+				return c.CorrelationID()
+			}
+			return ""
+		}
+	}
+	return p, nil
+}
+
+// Open connects. A refused connection is transient.
+func (p *Publisher[T]) Open(ctx context.Context) error { return p.core.open(ctx) }
+
+// Write publishes item with its Nats-Msg-Id and waits for the stream's
+// PubAck. See [PubRetry] for what it retries by itself.
+func (p *Publisher[T]) Write(ctx context.Context, item T) error {
+	msg, err := p.cfg.Message(item)
+	if err != nil {
+		return resilience.MarkPermanent(err)
+	}
+	if msg == nil {
+		return resilience.MarkPermanent(errors.New("nats: Message returned a nil message"))
+	}
+	out := &natsgo.Msg{Subject: msg.Subject, Data: msg.Data, Header: msg.Header}
+	if out.Subject == "" {
+		out.Subject = p.cfg.Subject
+		if p.cfg.Route != nil {
+			out.Subject = p.cfg.Route(item)
+		}
+	}
+	if out.Header.Get(jetstream.MsgIDHeader) == "" {
+		if id := p.msgID(item); id != "" {
+			out.Header = cloneHeader(out.Header)
+			out.Header.Set(jetstream.MsgIDHeader, id)
+		}
+	}
+	return p.core.publish(ctx, out)
+}
+
+// Duplicates returns how many publishes the stream acknowledged as
+// duplicates of a message it already had (same Nats-Msg-Id within its
+// duplicate window), and so did not store again.
+func (p *Publisher[T]) Duplicates() int64 { return p.core.duplicates.Load() }
+
+// Close sends what the connection still buffers and closes it.
+func (p *Publisher[T]) Close(context.Context) error { return p.core.close() }
+
+func cloneHeader(h natsgo.Header) natsgo.Header {
+	out := natsgo.Header{}
+	for k, v := range h {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+// pubCore publishes messages on one connection, reconnecting when it is
+// lost; it is the untyped heart of [Publisher] and [DeadLetterPublisher].
+type pubCore struct {
+	url, name    string
+	ackTimeout   time.Duration
+	retry        PubRetry
+	dialTimeout  time.Duration
+	closeTimeout time.Duration
+	clock        clockwork.Clock
+	duplicates   atomic.Int64
+
+	mu sync.Mutex
+	nc *natsgo.Conn
+	js jetstream.JetStream
+}
+
+// newCore validates the settings shared by every publisher and returns a
+// core with defaults applied.
+func newCore(url string, ackTimeout time.Duration, retry PubRetry, dialTimeout, closeTimeout time.Duration, clock clockwork.Clock) (*pubCore, error) {
+	var errs []error
+	add := func(field string, value any, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	validateURL(url, add)
+	if ackTimeout < 0 {
+		add("AckTimeout", ackTimeout, "must not be negative")
+	}
+	if retry.MaxRetry < 0 || retry.MaxRetry > resilience.MaxRepeats {
+		add("PubRetry.MaxRetry", retry.MaxRetry, "must be in [0, 100]; 0 takes the default")
+	}
+	if retry.Delay < 0 {
+		add("PubRetry.Delay", retry.Delay, "must not be negative")
+	}
+	if dialTimeout < 0 {
+		add("DialTimeout", dialTimeout, "must not be negative")
+	}
+	if closeTimeout < 0 {
+		add("CloseTimeout", closeTimeout, "must not be negative")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	c := &pubCore{url: url, ackTimeout: ackTimeout, retry: retry, dialTimeout: dialTimeout, closeTimeout: closeTimeout, clock: clock}
+	if c.ackTimeout == 0 {
+		c.ackTimeout = DefaultAckTimeout
+	}
+	if c.retry.MaxRetry == 0 {
+		c.retry.MaxRetry = DefaultPubRetries
+	}
+	if c.retry.Delay == 0 {
+		c.retry.Delay = DefaultPubRetryDelay
+	}
+	if c.dialTimeout == 0 {
+		c.dialTimeout = DefaultDialTimeout
+	}
+	if c.closeTimeout == 0 {
+		c.closeTimeout = DefaultCloseTimeout
+	}
+	if c.clock == nil {
+		c.clock = clockwork.NewRealClock()
+	}
+	return c, nil
+}
+
+// open connects unless a working connection is there already.
+func (c *pubCore) open(ctx context.Context) error {
+	_, err := c.conn(ctx)
+	return err
+}
+
+// conn returns the JetStream context of a working connection, replacing a
+// closed one.
+func (c *pubCore) conn(ctx context.Context) (jetstream.JetStream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.nc != nil && !c.nc.IsClosed() {
+		return c.js, nil
+	}
+	c.nc, c.js = nil, nil
+	nc, _, err := dial(ctx, c.url, c.name, c.dialTimeout)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, classify(fmt.Errorf("nats: jetstream: %w", err))
+	}
+	c.nc, c.js = nc, js
+	return js, nil
+}
+
+// publish sends msg and waits for its PubAck, within AckTimeout. A
+// publish that fails before the stream took it (no connection, a lost
+// connection) is retried under PubRetry; the stream's answers (no stream
+// for the subject, a refusal) are permanent, and a PubAck that does not
+// come in time is transient (a [*PubAckError]).
+func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
+	for attempt := 1; ; attempt++ {
+		err := c.attempt(ctx, msg)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		if !connectionLost(err) {
+			return err
+		}
+		if !c.retry.Enabled {
+			return resilience.MarkTransient(err)
+		}
+		if attempt > c.retry.MaxRetry {
+			return resilience.MarkRetried(fmt.Errorf("nats: publish gave up after %d attempts: %w", attempt, err), attempt)
+		}
+		if err := wait(ctx, c.clock, c.retry.Delay); err != nil {
+			return err
+		}
+	}
+}
+
+// attempt publishes msg once.
+func (c *pubCore) attempt(ctx context.Context, msg *natsgo.Msg) error {
+	js, err := c.conn(ctx)
+	if err != nil {
+		return err
+	}
+	actx, cancel := context.WithTimeout(ctx, c.ackTimeout)
+	defer cancel()
+	ack, err := js.PublishMsg(actx, msg)
+	switch {
+	case err == nil:
+		if ack.Duplicate {
+			c.duplicates.Add(1)
+		}
+		return nil
+	case ctx.Err() != nil:
+		return context.Cause(ctx)
+	case connectionLost(err):
+		return fmt.Errorf("nats: publish to subject %q: %w: %w", msg.Subject, ErrConnectionLost, err)
+	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsgo.ErrTimeout):
+		return resilience.MarkTransient(&PubAckError{Subject: msg.Subject, Timeout: c.ackTimeout})
+	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders):
+		return resilience.MarkPermanent(fmt.Errorf("nats: publish to subject %q: no stream stores the subject: %w", msg.Subject, err))
+	}
+	return classify(fmt.Errorf("nats: publish to subject %q: %w", msg.Subject, err))
+}
+
+// close closes the connection, if one is open.
+func (c *pubCore) close() error {
+	c.mu.Lock()
+	nc := c.nc
+	c.nc, c.js = nil, nil
+	c.mu.Unlock()
+	return closeConn(nc, c.closeTimeout)
+}
+
+// wait waits d on clock, or until ctx is done.
+func wait(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
+	if d <= 0 {
+		return context.Cause(ctx)
+	}
+	t := clock.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.Chan():
+		return context.Cause(ctx)
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}

@@ -1,0 +1,288 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// A story is what a message's earlier deliveries to a source told, kept
+// in process by its stream sequence until its next delivery: the calls it
+// had, and where a hand-off left its retries.
+type story struct {
+	attempts int
+	first    time.Time
+	origin   string
+	history  []deadletter.Attempt
+	resume   pipeline.Resume // Node "" for none
+}
+
+// maxHistory bounds the history a story keeps, oldest dropped first.
+const maxHistory = 32
+
+// merge returns env told from the message's first delivery: the calls of
+// the earlier deliveries before its own. Without a story from this source
+// each earlier delivery the server counted is taken as one call, the least
+// it had.
+func (d *delivery) merge(env deadletter.Envelope) deadletter.Envelope {
+	p := d.past
+	if p == nil {
+		env.Attempts += max(d.deliveries-1, 0)
+		return env
+	}
+	env.Attempts += p.attempts
+	if len(p.history) > 0 {
+		env.History = append(append([]deadletter.Attempt(nil), p.history...), env.History...)
+	}
+	if !p.first.IsZero() {
+		env.FirstFailure = p.first
+	}
+	if p.origin != "" {
+		env.OriginNode = p.origin
+	}
+	return env
+}
+
+// keep records env, told from the first delivery, for the message's next
+// delivery to this source.
+func (d *delivery) keep(env deadletter.Envelope, resume pipeline.Resume) {
+	s := d.src
+	if s.nStories.Load() >= maxStories {
+		return
+	}
+	env = d.merge(env)
+	h := env.History
+	if len(h) > maxHistory {
+		h = h[len(h)-maxHistory:]
+	}
+	st := &story{attempts: env.Attempts, first: env.FirstFailure, origin: env.OriginNode,
+		history: append([]deadletter.Attempt(nil), h...), resume: resume}
+	if _, loaded := s.stories.Swap(d.seq, st); !loaded {
+		s.nStories.Add(1)
+	}
+}
+
+// HandOffAfter returns BrokerRetry.HandOffAfter, 0 without Retry: the
+// pipeline hands item retries that would wait at least this long to the
+// server (pipeline.HandOffSource).
+func (s *Source) HandOffAfter() time.Duration {
+	if !s.cfg.Retry.Enabled {
+		return 0
+	}
+	return s.cfg.Retry.HandOffAfter
+}
+
+// HandOff asks the server to deliver the message again after h.Delay: the
+// pipeline then settles it with a nak that carries the delay
+// (NakWithDelay), and the source keeps where its retries stand for its
+// next delivery (pipeline.HandOffItem). It fails, and the pipeline waits in
+// process instead, when the message did not come from a source with
+// HandOffAfter, or when its connection is gone (the server delivers it
+// again after AckWait).
+func (m Message) HandOff(_ context.Context, h pipeline.HandOff) error {
+	d := m.d
+	if d == nil || d.src.HandOffAfter() <= 0 {
+		return errors.New("nats: the message's source has no hand-off")
+	}
+	if d.sess.isGone() {
+		return errors.New("nats: the message's connection is gone: the server delivers it again after AckWait")
+	}
+	d.keep(h.Envelope, pipeline.Resume{Node: h.Envelope.DecisionNode, Retry: h.Retry, Since: h.Since})
+	d.handOff.Store(int64(max(h.Delay, time.Millisecond)))
+	return nil
+}
+
+// Resumed says where a hand-off left the message's retries, when its
+// previous delivery was handed off by this source (pipeline.HandOffItem).
+// A message handed off by another process starts its retries afresh.
+func (m Message) Resumed() (pipeline.Resume, bool) {
+	if m.d == nil || m.d.past == nil || m.d.past.resume.Node == "" {
+		return pipeline.Resume{}, false
+	}
+	return m.d.past.resume, true
+}
+
+// UseDeadLetter is how the pipeline gives the source its dead-letter sink,
+// for poison messages (pipeline.DeadLetterWriter).
+func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dl, s.dlBase = sink, base
+}
+
+// Poisoned returns how many poison messages the source dead-lettered.
+func (s *Source) Poisoned() int64 { return s.poisoned.Load() }
+
+// poison writes the message of d, which the server delivered more than
+// MaxDeliveries times, to the pipeline's dead-letter sink and terminates
+// it. An error of the sink ends Run: the message is nak'd and comes back.
+func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
+	s.mu.Lock()
+	sink, env := s.dl, s.dlBase
+	s.mu.Unlock()
+	if sink == nil {
+		d.settled.Store(true)
+		d.sess.settle(settle{d: d, how: nak})
+		return fmt.Errorf("nats: message %s is poison and the pipeline has no dead-letter sink", d.id)
+	}
+	env.Item, env.ItemType = msg, messageType
+	env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times; MaxDeliveries is %d",
+		ErrPoison, describeMsg(msg), s.cfg.Stream, d.deliveries-1, s.cfg.MaxDeliveries)
+	env.ErrText = env.Err.Error()
+	env.CorrelationID = d.id
+	env.LastFailure = s.cfg.Clock.Now()
+	env = d.merge(env)
+	d.settled.Store(true)
+	if err := sink.Write(ctx, env); err != nil {
+		d.sess.settle(settle{d: d, how: nak})
+		return fmt.Errorf("nats: dead-letter poison message %s: %w", d.id, err)
+	}
+	s.poisoned.Add(1)
+	d.sess.settle(settle{d: d, how: term})
+	return nil
+}
+
+// DeadLetter returns the dead-letter sink to give the pipeline
+// (pipeline.WithDeadLetter) so that the broker's retry can work: it is
+// how the source learns that an item failed transiently after the
+// in-process layers gave up, which an item's outcome alone cannot say.
+//
+// For an envelope of an item that came from this source (a [Message], a
+// []Message from a Batch, or an item whose [deadletter.Correlated] id is a
+// Message's), with Retry enabled, the sink:
+//
+//   - writes nothing, when the Classifier of [BrokerRetry] judges the
+//     failure transient and the server delivered the message fewer than
+//     MaxDeliver times: the source naks the message with the wait of its
+//     delivery (see [BrokerRetry]), and keeps its story for its next
+//     delivery;
+//   - writes nothing when the message's connection is gone: the server
+//     delivers it again after AckWait, and that delivery is judged again;
+//   - otherwise writes the envelope to next, and the message is
+//     terminated. The envelope of a single message tells every delivery's
+//     calls (see [Message]).
+//
+// Every other envelope goes to next unchanged. A batch goes to the broker
+// only when each of its messages may still be retried. next must not be
+// nil.
+func (s *Source) DeadLetter(next deadletter.Sink) deadletter.Sink {
+	if next == nil {
+		panic("sluice: nats: Source.DeadLetter: next sink is nil")
+	}
+	return &retrySink{src: s, next: next}
+}
+
+type retrySink struct {
+	src  *Source
+	next deadletter.Sink
+}
+
+// Write decides env's fate as DeadLetter describes.
+func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
+	if errors.Is(env.Err, ErrPoison) {
+		return r.next.Write(ctx, env)
+	}
+	ds := r.deliveries(env)
+	final := env
+	if len(ds) == 1 {
+		final = ds[0].merge(env)
+	}
+	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
+		return r.next.Write(ctx, final)
+	}
+	gone := true
+	for _, d := range ds {
+		gone = gone && d.sess.isGone()
+	}
+	if gone {
+		return nil
+	}
+	if !r.src.cfg.Retry.Classifier.IsTransient(unmark(env.Err)) {
+		return r.next.Write(ctx, final)
+	}
+	for _, d := range ds {
+		if d.deliveries >= r.src.cfg.MaxDeliver {
+			return r.next.Write(ctx, final)
+		}
+	}
+	for _, d := range ds {
+		if len(ds) == 1 {
+			d.keep(env, pipeline.Resume{})
+		}
+		d.retry.Store(int64(r.src.cfg.delay(uint64(d.deliveries))))
+	}
+	return nil
+}
+
+// deliveries returns the deliveries of this source that env's item came
+// from, or nil when it came from elsewhere.
+func (r *retrySink) deliveries(env deadletter.Envelope) []*delivery {
+	var ds []*delivery
+	add := func(m Message) bool {
+		if m.d == nil || m.d.src != r.src {
+			return false
+		}
+		ds = append(ds, m.d)
+		return true
+	}
+	switch it := env.Item.(type) {
+	case Message:
+		add(it)
+	case *Message:
+		if it != nil {
+			add(*it)
+		}
+	case []Message:
+		for _, m := range it {
+			if !add(m) {
+				return nil
+			}
+		}
+	default:
+		if env.CorrelationID != "" {
+			if d := r.src.lookup(env.CorrelationID); d != nil {
+				ds = append(ds, d)
+			}
+		}
+	}
+	return ds
+}
+
+// unmark peels off what made err permanent only for the in-process layers:
+// a *resilience.RetryExhaustedError becomes the error of its last attempt,
+// and an error marked by resilience.MarkRetried becomes the error it wraps.
+func unmark(err error) error {
+	for range 8 {
+		var re *resilience.RetryExhaustedError
+		if errors.As(err, &re) && re.Err != nil {
+			err = re.Err
+			continue
+		}
+		if inner, ok := retriedInner(err); ok {
+			err = inner
+			continue
+		}
+		break
+	}
+	return err
+}
+
+// retriedInner finds the error wrapped by resilience.MarkRetried in err's
+// chain: the mark is the last error of the chain that still carries it.
+func retriedInner(err error) (error, bool) {
+	if _, ok := resilience.RetriedAttempts(err); !ok {
+		return nil, false
+	}
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		inner := errors.Unwrap(e)
+		if _, ok := resilience.RetriedAttempts(inner); !ok {
+			return inner, inner != nil
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,308 @@
+package nats_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/connector/nats"
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+var errFlaky = errors.New("flaky")
+
+// seen records the deliveries a node saw, by message.
+type seen struct {
+	mu sync.Mutex
+	by map[string][]delivery
+}
+
+type delivery struct {
+	at         time.Time
+	deliveries int
+}
+
+func (s *seen) add(m nats.Message) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.by == nil {
+		s.by = map[string][]delivery{}
+	}
+	k := string(m.Data)
+	s.by[k] = append(s.by[k], delivery{at: time.Now(), deliveries: m.Deliveries})
+	return len(s.by[k])
+}
+
+func (s *seen) of(k string) []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]delivery(nil), s.by[k]...)
+}
+
+// The broker's retry: a transient failure after the in-process retries is
+// nak'd with the wait of its delivery (BackOff), and the server delivers
+// it again after it; the last delivery MaxDeliver allows is dead-lettered,
+// its envelope counting every delivery's call, and terminated. A message
+// that works on its second delivery is acked.
+func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	a.publish(subject, "flaky", "broken", "fine")
+
+	cfg := a.config(name)
+	cfg.MaxDeliver = 3
+	cfg.BackOff = []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}
+	cfg.Retry = nats.BrokerRetry{Enabled: true}
+	src, err := nats.NewSource(cfg)
+	require.NoError(t, err)
+	retries, longest := src.Redeliveries()
+	assert.Equal(t, 2, retries)
+	assert.Equal(t, 400*time.Millisecond, longest)
+
+	dlq := deadletter.NewMemory(10)
+	var (
+		p      *pipeline.Pipeline
+		s      seen
+		mu     sync.Mutex
+		stored []string
+	)
+	b := pipeline.New("brokerretry", pipeline.WithDeadLetter(src.DeadLetter(dlq)),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.OnItemFailure = resilience.DeadLetter
+			o.ItemRetry.MaxRetries = 0
+		}))
+	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+		n := s.add(m)
+		switch {
+		case string(m.Data) == "broken", string(m.Data) == "flaky" && n == 1:
+			return resilience.MarkTransient(errFlaky)
+		}
+		mu.Lock()
+		stored = append(stored, string(m.Data))
+		mu.Unlock()
+		if len(dlq.Envelopes()) == 1 && len(stored) == 2 {
+			p.Drain()
+		}
+		return nil
+	})
+	// The drain waits for the dead letter too: the last store may come
+	// before it.
+	go func() {
+		waitFor(t, "the dead letter", func() bool { return len(dlq.Envelopes()) == 1 })
+		waitFor(t, "both stored", func() bool { mu.Lock(); defer mu.Unlock(); return len(stored) == 2 })
+		p.Drain()
+	}()
+	p, err = b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+
+	assert.ElementsMatch(t, []string{"fine", "flaky"}, stored)
+	broken := s.of("broken")
+	require.Len(t, broken, 3, "MaxDeliver deliveries")
+	for i, d := range broken {
+		assert.Equal(t, i+1, d.deliveries, "the server's count")
+	}
+	assert.GreaterOrEqual(t, broken[1].at.Sub(broken[0].at), 200*time.Millisecond, "BackOff[0]")
+	assert.GreaterOrEqual(t, broken[2].at.Sub(broken[1].at), 400*time.Millisecond, "BackOff[1]")
+	flaky := s.of("flaky")
+	require.Len(t, flaky, 2)
+	assert.GreaterOrEqual(t, flaky[1].at.Sub(flaky[0].at), 200*time.Millisecond)
+
+	require.Len(t, dlq.Envelopes(), 1)
+	env := dlq.Envelopes()[0]
+	assert.Equal(t, "broken", string(env.Item.(nats.Message).Data))
+	assert.Equal(t, 3, env.Attempts, "one call per delivery")
+	assert.Len(t, env.History, 3, "the story of every delivery")
+	assert.Equal(t, broken[0].at.Truncate(time.Second).IsZero(), env.FirstFailure.IsZero())
+	info := a.consumer(name, name)
+	assert.Zero(t, info.NumAckPending)
+	assert.Equal(t, uint64(3), info.AckFloor.Stream, "the dead-lettered message was terminated")
+}
+
+// A hand-off: an item retry that would wait at least HandOffAfter is nak'd
+// with exactly that wait; the next delivery goes on with the retries where
+// they were, and the item is stored once.
+func TestHandOffNaksWithTheWait(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	a.publish(subject, "m")
+
+	cfg := a.config(name)
+	cfg.MaxDeliver = 5
+	cfg.Retry = nats.BrokerRetry{Enabled: true, Delay: time.Second, HandOffAfter: 100 * time.Millisecond}
+	src, err := nats.NewSource(cfg)
+	require.NoError(t, err)
+	assert.Equal(t, 100*time.Millisecond, src.HandOffAfter())
+
+	var (
+		s       seen
+		resumed []bool
+		stored  int
+	)
+	// Call 1 fails asking for 300ms (handed off); call 2, the next
+	// delivery's, asks for 10ms (in process); call 3 works.
+	script := []time.Duration{300 * time.Millisecond, 10 * time.Millisecond}
+	dlq := deadletter.NewMemory(10)
+	b := pipeline.New("handoff", pipeline.WithDeadLetter(src.DeadLetter(dlq)),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			o.OnItemFailure = resilience.DeadLetter
+			o.ItemRetry.MaxRetries = 5
+		}))
+	h := pipeline.Map(b, "handle", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) (nats.Message, error) {
+		n := len(s.of("m"))
+		s.add(m)
+		_, ok := m.Resumed()
+		resumed = append(resumed, ok)
+		if n < len(script) {
+			return m, resilience.RetryAfter(errFlaky, script[n])
+		}
+		return m, nil
+	})
+	pipeline.SinkFunc(b, "store", h, func(context.Context, nats.Message) error {
+		stored++
+		src.Stop()
+		return nil
+	})
+	p, err := b.Build()
+	require.NoError(t, err)
+	res, err := p.Run(testContext(t))
+	require.NoError(t, err)
+
+	assert.Equal(t, 1, stored)
+	assert.Empty(t, dlq.Envelopes())
+	calls := s.of("m")
+	require.Len(t, calls, 3)
+	assert.Equal(t, []int{1, 2, 2}, []int{calls[0].deliveries, calls[1].deliveries, calls[2].deliveries})
+	assert.Equal(t, []bool{false, true, true}, resumed, "the second delivery resumes the retries")
+	assert.GreaterOrEqual(t, calls[1].at.Sub(calls[0].at), 300*time.Millisecond, "the server held it for the wait")
+	assert.Equal(t, int64(1), res.Node("handle").HandedOff)
+	assert.Equal(t, int64(2), res.Node("handle").ItemRetries)
+	info := a.consumer(name, name)
+	assert.Zero(t, info.NumAckPending)
+	assert.Equal(t, uint64(1), info.AckFloor.Stream)
+}
+
+// An item retried in process for longer than AckWait is not delivered
+// again meanwhile: the source's in-progress acks hold it.
+func TestInProgressHoldsALongRetry(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	a.publish(subject, "slow")
+
+	cfg := a.config(name)
+	cfg.AckWait = 500 * time.Millisecond
+	src, err := nats.NewSource(cfg)
+	require.NoError(t, err)
+	assert.Equal(t, cfg.AckWait/3, src.Config().ProgressInterval)
+
+	var s seen
+	b := pipeline.New("inprogress", pipeline.WithResilience(func(o *resilience.Options) {
+		o.ItemRetry.MaxRetries = 3
+		o.ItemRetry.Backoff = resilience.Constant(600 * time.Millisecond)
+	}))
+	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+		if s.add(m) < 3 {
+			return resilience.MarkTransient(errFlaky)
+		}
+		src.Stop()
+		return nil
+	})
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+
+	calls := s.of("slow")
+	require.Len(t, calls, 3)
+	assert.GreaterOrEqual(t, calls[2].at.Sub(calls[0].at), 1200*time.Millisecond, "longer than AckWait")
+	for _, c := range calls {
+		assert.Equal(t, 1, c.deliveries, "never delivered again")
+	}
+	info := a.consumer(name, name)
+	assert.Zero(t, info.NumRedelivered)
+	assert.Zero(t, info.NumAckPending)
+	assert.Zero(t, src.Redelivered())
+}
+
+// The poison guard: a message the server already delivered MaxDeliveries
+// times is not emitted; it is dead-lettered with ErrPoison and the
+// server's count, and terminated. The next message goes through.
+func TestPoisonGuard(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	a.publish(subject, "poison")
+
+	cfg := a.config(name)
+	cfg.MaxDeliveries = 2
+	cfg.MaxDeliver = 10
+	src, err := nats.NewSource(cfg)
+	require.NoError(t, err)
+	// Open creates the consumer; without a dead-letter sink it refuses.
+	err = src.Open(testContext(t))
+	var ce *nats.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "MaxDeliveries", ce.Field)
+	assert.False(t, resilience.IsTransient(err))
+
+	// Two deliveries of "poison" fail elsewhere (a plain client naks them).
+	cons, err := a.js.CreateConsumer(testContext(t), name, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: nats.DefaultAckWait, MaxDeliver: 10})
+	require.NoError(t, err)
+	for range 2 {
+		batch, err := cons.Fetch(1)
+		require.NoError(t, err)
+		for m := range batch.Messages() {
+			require.Equal(t, "poison", string(m.Data()))
+			require.NoError(t, m.Nak())
+		}
+	}
+	a.publish(subject, "fine")
+
+	dlq := deadletter.NewMemory(10)
+	var (
+		mu     sync.Mutex
+		stored []string
+	)
+	b := pipeline.New("poison", pipeline.WithDeadLetter(dlq))
+	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		stored = append(stored, string(m.Data))
+		src.Stop()
+		return nil
+	})
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+
+	assert.Equal(t, []string{"fine"}, stored)
+	assert.Equal(t, int64(1), src.Poisoned())
+	require.Len(t, dlq.Envelopes(), 1)
+	env := dlq.Envelopes()[0]
+	assert.ErrorIs(t, env.Err, nats.ErrPoison)
+	assert.Contains(t, env.ErrText, "was delivered 2 times; MaxDeliveries is 2")
+	assert.Equal(t, 2, env.Attempts, "one call for each earlier delivery")
+	assert.Equal(t, "consume", env.OriginNode)
+	info := a.consumer(name, name)
+	assert.Zero(t, info.NumAckPending)
+	assert.Zero(t, info.NumRedelivered)
+	assert.Equal(t, uint64(2), info.AckFloor.Stream)
+}

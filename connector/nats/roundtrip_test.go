@@ -1,0 +1,56 @@
+package nats_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/connector/nats"
+	"github.com/sluicehq/sluice/pipeline"
+)
+
+// A round trip: every message published is emitted once and acked, and
+// the consumer has nothing pending when the run drains.
+func TestRoundTrip(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	a.publish(subject, ids(300)...)
+
+	src, err := nats.NewSource(a.config(name))
+	require.NoError(t, err)
+	b := pipeline.New("roundtrip")
+	var (
+		p    *pipeline.Pipeline
+		mu   sync.Mutex
+		seen = map[string]int{}
+	)
+	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[string(m.Data)]++
+		assert.Equal(t, 1, m.Deliveries)
+		assert.Equal(t, string(m.Data), m.MsgID())
+		if len(seen) == 300 {
+			p.Drain()
+		}
+		return nil
+	})
+	p, err = b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+	assert.Len(t, seen, 300)
+	for id, n := range seen {
+		assert.Equal(t, 1, n, id)
+	}
+	info := a.consumer(name, name)
+	assert.Zero(t, info.NumAckPending, "every message acked")
+	assert.Zero(t, info.NumPending)
+	assert.Zero(t, info.NumRedelivered)
+	assert.Equal(t, uint64(300), info.AckFloor.Stream)
+}

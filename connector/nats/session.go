@@ -1,0 +1,274 @@
+package nats
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	natsgo "github.com/nats-io/nats.go"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// settlement is what a source tells the server about one delivery.
+type settlement uint8
+
+const (
+	ack      settlement = iota + 1 // done with it: never deliver it again
+	nak                            // not done: deliver it again now
+	nakDelay                       // not done: deliver it again after a delay
+	term                           // dead-lettered: never deliver it again
+)
+
+type settle struct {
+	d     *delivery
+	how   settlement
+	delay time.Duration // nakDelay only
+}
+
+// A session is one connection of a [Source], from an Open to its Close,
+// and the messages it holds: fetched and not yet settled. Acks travel on
+// the connection that received the message only in the sense that the
+// server takes them on any; but once the session's connection is gone its
+// settlements cannot be sent, and the server delivers its messages again
+// after AckWait.
+//
+// Settlements are queued by the pipeline's done callbacks, which must not
+// block, and sent by one goroutine, the acker: one stuck socket holds up
+// nobody but the acker. Another goroutine, the progress ticker, sends an
+// in-progress ack for every message held, every ProgressInterval on the
+// source's clock, so that the server does not deliver a message to another
+// consumer while the pipeline still works on it (an item retried in
+// process, an item waiting for room downstream).
+type session struct {
+	id     string
+	nc     *natsgo.Conn
+	closed <-chan struct{} // closed with the connection
+	next   string          // the subject of pull requests
+
+	mu      sync.Mutex
+	held    map[*delivery]struct{}
+	freed   chan struct{} // a message was settled; buffered 1
+	pending []settle
+	spare   []settle
+	idle    chan struct{} // closed when held empties, made by waitIdle
+	quit    bool
+	gone    bool // settlements can no longer be sent
+	dead    chan struct{}
+	wake    chan struct{} // the acker has work; buffered 1
+
+	ackerEnd    chan struct{}
+	progressEnd chan struct{}
+	stopTicker  chan struct{}
+}
+
+func newSession(id string, nc *natsgo.Conn, closed <-chan struct{}, next string, clock clockwork.Clock, interval time.Duration) *session {
+	s := &session{
+		id: id, nc: nc, closed: closed, next: next,
+		held:        map[*delivery]struct{}{},
+		freed:       make(chan struct{}, 1),
+		dead:        make(chan struct{}),
+		wake:        make(chan struct{}, 1),
+		ackerEnd:    make(chan struct{}),
+		progressEnd: make(chan struct{}),
+		stopTicker:  make(chan struct{}),
+	}
+	go s.acker()
+	go s.progress(clock, interval)
+	return s
+}
+
+// hold counts d as held.
+func (s *session) hold(d *delivery) {
+	s.mu.Lock()
+	s.held[d] = struct{}{}
+	s.mu.Unlock()
+}
+
+// room returns how many more messages the session may hold under limit.
+func (s *session) room(limit int) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return limit - len(s.held)
+}
+
+// settle queues a settlement for the acker. It never blocks; on a session
+// that is gone it only does the counting.
+func (s *session) settle(st settle) {
+	s.mu.Lock()
+	delete(s.held, st.d)
+	if len(s.held) == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+	if !s.gone {
+		s.pending = append(s.pending, st)
+	}
+	s.mu.Unlock()
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// acker sends the queued settlements until the session closes, then sends
+// what is left and ends. An error means the connection is gone: nothing
+// more can be sent.
+func (s *session) acker() {
+	defer close(s.ackerEnd)
+	for range s.wake {
+		s.mu.Lock()
+		batch := s.pending
+		s.pending = s.spare[:0]
+		quit := s.quit
+		s.mu.Unlock()
+		for _, st := range batch {
+			if err := s.nc.Publish(st.d.msg.Reply, st.body()); err != nil && connectionLost(err) {
+				s.markGone()
+				break
+			}
+		}
+		s.mu.Lock()
+		s.spare = batch[:0]
+		s.mu.Unlock()
+		if quit {
+			s.markGone()
+			return
+		}
+	}
+}
+
+// The bodies of the acks a consumer sends to a message's reply subject.
+const (
+	ackAck      = "+ACK"
+	ackNak      = "-NAK"
+	ackTerm     = "+TERM"
+	ackProgress = "+WPI"
+)
+
+// body is what st sends to its message's reply subject. The source
+// writes the acks itself, on its own connection, rather than through the
+// client's message methods: they then need nothing of the subscription
+// that received the message, which a cancelled pull has already closed.
+func (st settle) body() []byte {
+	switch st.how {
+	case ack:
+		return []byte(ackAck)
+	case term:
+		return []byte(ackTerm)
+	case nakDelay:
+		return fmt.Appendf(nil, "%s {\"delay\": %d}", ackNak, st.delay.Nanoseconds())
+	default:
+		return []byte(ackNak)
+	}
+}
+
+// progress sends an in-progress ack for every message held, every
+// interval, until the session closes.
+func (s *session) progress(clock clockwork.Clock, interval time.Duration) {
+	defer close(s.progressEnd)
+	t := clock.NewTicker(interval)
+	defer t.Stop()
+	var replies []string
+	for {
+		select {
+		case <-s.stopTicker:
+			return
+		case <-s.closed:
+			return
+		case <-t.Chan():
+		}
+		s.mu.Lock()
+		replies = replies[:0]
+		for d := range s.held {
+			replies = append(replies, d.msg.Reply)
+		}
+		s.mu.Unlock()
+		for _, r := range replies {
+			// The server ignores one that comes after the message's ack;
+			// an error is a lost connection, which Run reports.
+			_ = s.nc.Publish(r, []byte(ackProgress))
+		}
+	}
+}
+
+func (s *session) markGone() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.gone {
+		s.gone = true
+		s.pending = nil
+		close(s.dead)
+	}
+}
+
+// isGone reports whether the session can no longer settle messages.
+func (s *session) isGone() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gone || s.nc.IsClosed()
+}
+
+// waitIdle waits until every message held is settled, the session is gone,
+// stop is closed or timeout has passed on clock.
+func (s *session) waitIdle(stop <-chan struct{}, clock clockwork.Clock, timeout time.Duration) {
+	s.mu.Lock()
+	if len(s.held) == 0 || s.gone {
+		s.mu.Unlock()
+		return
+	}
+	if s.idle == nil {
+		s.idle = make(chan struct{})
+	}
+	idle := s.idle
+	s.mu.Unlock()
+	t := clock.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-idle:
+	case <-s.dead:
+	case <-stop:
+	case <-t.Chan():
+	}
+}
+
+// close naks every message still held, so that the server delivers it
+// again at once rather than after AckWait, sends the settlements still
+// queued, and closes the connection. A message whose item the pipeline
+// still works on (a node restart closes the source under it) is then
+// delivered again, and its late settlement is dropped: at least once.
+func (s *session) close(timeout time.Duration) error {
+	close(s.stopTicker)
+	s.mu.Lock()
+	if !s.gone {
+		for d := range s.held {
+			if d.settled.CompareAndSwap(false, true) {
+				s.pending = append(s.pending, settle{d: d, how: nak})
+			}
+		}
+	}
+	clear(s.held)
+	s.quit = true
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	<-s.ackerEnd
+	<-s.progressEnd
+	return closeConn(s.nc, timeout)
+}
+
+// lost returns the error that ends a Run whose connection went away.
+func (s *session) lost(stream, consumer string, err error) error {
+	s.markGone()
+	if err == nil {
+		err = natsgo.ErrConnectionClosed
+	}
+	return resilience.MarkTransient(fmt.Errorf("nats: consume %s/%s: %w: %w", stream, consumer, ErrConnectionLost, err))
+}

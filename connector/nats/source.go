@@ -1,0 +1,323 @@
+package nats
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// A Source consumes a JetStream stream into a pipeline, through a durable
+// pull consumer. It is a [node.Source] of [Message] with Open and Close:
+// the pipeline opens it (a connection, the stream and the consumer, created
+// or checked), runs it, and closes it.
+//
+// Every message is emitted with EmitTracked and settled by its outcome:
+// Delivered, Filtered and Skipped ack it; DeadLettered terminates it (it is
+// in the dead-letter sink), or naks it with the broker retry's delay when
+// [Source.DeadLetter] chose that; HandedOff naks it with the hand-off's
+// delay; Failed and Rejected (the run ended first, or failed because of
+// it) nak it, and the server delivers it again at once. A message is never
+// acked before the pipeline is done with it, so a process that dies loses
+// nothing: the server delivers what was not acked to another consumer
+// after AckWait. Sinks must therefore be idempotent.
+//
+// The source pulls one request at a time, for at most the room it has
+// under Batch, rather than with the client's continuous Messages or
+// Consume iterators: every message it holds is then one it emits, tracks
+// and keeps alive with in-progress acks (a message buffered inside an
+// iterator would run out its AckWait unseen), and a cancelled run has only
+// the one request's messages to give back (see pull).
+//
+// When the connection is lost, Run returns an error matching
+// [ErrConnectionLost] that is transient; with node restart enabled on the
+// source's node, the pipeline closes the source, waits its backoff, opens
+// it again and calls Run, and the server delivers again what was in flight
+// after AckWait.
+//
+// Two ways to stop: cancelling the run's context (or draining the
+// pipeline) stops fetching, and the messages held but not emitted are
+// nak'd at once; [Source.Stop] ends Run cleanly after emitting what the
+// server had already sent, and Close then waits (up to DrainTimeout) for
+// the items in flight to finish so that they are acked.
+type Source struct {
+	cfg    SourceConfig
+	prefix string
+
+	mu    sync.Mutex
+	sess  *session
+	seq   int
+	drain bool // the Run on sess ended by Stop
+
+	stopCtx  context.Context
+	stopFunc context.CancelFunc
+
+	byID sync.Map // correlation id -> *delivery, while in flight
+
+	// stories keeps what a message's earlier deliveries told, by its
+	// stream sequence, for its next delivery to this source: the broker
+	// cannot carry it in the message (a nak changes nothing in it).
+	stories    sync.Map // uint64 -> *story
+	nStories   atomic.Int64
+	dl         deadletter.Sink
+	dlBase     deadletter.Envelope
+	poisoned   atomic.Int64
+	redelivers atomic.Int64
+}
+
+// maxStories bounds the stories a source keeps: a message redelivered to
+// another process leaves its story here until this bound drops new ones.
+const maxStories = 100_000
+
+// NewSource returns a Source for cfg, or every problem of cfg joined, each
+// a [*ConfigError].
+func NewSource(cfg SourceConfig) (*Source, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	s := &Source{cfg: cfg.withDefaults(), prefix: randomID()}
+	s.stopCtx, s.stopFunc = context.WithCancel(context.Background())
+	return s, nil
+}
+
+// Config returns the source's config with defaults applied.
+func (s *Source) Config() SourceConfig { return s.cfg }
+
+// Redeliveries returns MaxDeliver - 1 and the longest wait of the broker's
+// retry, (0, 0) without Retry: a message is delivered at most MaxDeliver
+// times, which pipeline's Plan counts (node.Redeliverer).
+func (s *Source) Redeliveries() (int, time.Duration) {
+	if !s.cfg.Retry.Enabled {
+		return 0, 0
+	}
+	d := s.cfg.Retry.Delay
+	for _, b := range s.cfg.BackOff {
+		d = max(d, b)
+	}
+	return s.cfg.MaxDeliver - 1, d
+}
+
+// Open connects, and creates or checks the stream and the durable
+// consumer. A connection refused or lost is transient, so node retry can
+// run Open again; a refusal by the server (a missing stream without
+// Declare, a consumer whose settings differ) is permanent.
+func (s *Source) Open(ctx context.Context) error {
+	if s.cfg.MaxDeliveries > 0 {
+		s.mu.Lock()
+		dl := s.dl
+		s.mu.Unlock()
+		if dl == nil {
+			return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: s.cfg.MaxDeliveries,
+				Reason: "a poison message goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+		}
+	}
+	s.mu.Lock()
+	s.seq++
+	id := s.prefix + "-" + strconv.Itoa(s.seq)
+	s.mu.Unlock()
+	nc, closed, err := dial(ctx, s.cfg.URL, "sluice source "+s.cfg.Stream+"/"+s.cfg.Consumer, s.cfg.DialTimeout)
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		js, err := jetstream.New(nc)
+		if err != nil {
+			return classify(fmt.Errorf("nats: jetstream: %w", err))
+		}
+		if err := ensureStream(ctx, js, &s.cfg); err != nil {
+			return err
+		}
+		_, err = ensureConsumer(ctx, js, &s.cfg)
+		return err
+	}()
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	next := "$JS.API.CONSUMER.MSG.NEXT." + s.cfg.Stream + "." + s.cfg.Consumer
+	sess := newSession(id, nc, closed, next, s.cfg.Clock, s.cfg.ProgressInterval)
+	s.mu.Lock()
+	old := s.sess
+	s.sess, s.drain = sess, false
+	s.mu.Unlock()
+	if old != nil { // opened twice without a Close: do not leak the first
+		_ = old.close(s.cfg.CloseTimeout)
+	}
+	return nil
+}
+
+// Run fetches messages and emits each until ctx is done, Stop is called
+// or the connection is lost. It returns nil after Stop, the context's
+// cause when ctx is done, and a transient error matching
+// [ErrConnectionLost] when the connection went away.
+func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
+	s.mu.Lock()
+	sess := s.sess
+	s.mu.Unlock()
+	if sess == nil {
+		return ErrNotOpen
+	}
+	// Fetch only when half the batch is free, so that a busy pipeline
+	// fetches in batches rather than one message per request.
+	want := max(1, s.cfg.Batch/2)
+	for {
+		if s.stopCtx.Err() != nil {
+			s.setDrain()
+			return nil
+		}
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		room := sess.room(s.cfg.Batch)
+		if room < want {
+			select {
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			case <-s.stopCtx.Done():
+				continue
+			case <-sess.closed:
+				return sess.lost(s.cfg.Stream, s.cfg.Consumer, nil)
+			case <-sess.freed:
+				continue
+			}
+		}
+		err := s.pull(ctx, sess, room, out)
+		if errors.Is(err, errBusy) {
+			if err := wait(ctx, s.cfg.Clock, min(s.cfg.PullWait, time.Second)); err != nil {
+				return err
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (s *Source) emit(ctx context.Context, sess *session, msg *natsgo.Msg, out node.Emitter[Message]) error {
+	meta, err := msg.Metadata()
+	if err != nil {
+		// Not a JetStream delivery: nothing to ack, nothing to emit.
+		return nil
+	}
+	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered)}
+	d.id = meta.Stream + "/" + strconv.FormatUint(d.seq, 10)
+	if v, ok := s.stories.LoadAndDelete(d.seq); ok {
+		s.nStories.Add(-1)
+		d.past = v.(*story)
+	}
+	m := Message{
+		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: meta.Stream,
+		Sequence: d.seq, Deliveries: d.deliveries, Timestamp: meta.Timestamp, d: d,
+	}
+	sess.hold(d)
+	if s.cfg.MaxDeliveries > 0 && d.deliveries > s.cfg.MaxDeliveries {
+		return s.poison(ctx, d, m)
+	}
+	if d.deliveries > 1 {
+		s.redelivers.Add(1)
+	}
+	s.byID.Store(d.id, d)
+	return out.EmitTracked(ctx, m, d.done)
+}
+
+// Stop ends Run cleanly: no more fetches, the messages the server already
+// sent are emitted, and Run returns nil; the pipeline then drains, and
+// Close waits for the items in flight so that they are acked. Stop is
+// safe to call at any time and more than once; a stopped source stays
+// stopped (a later Run returns nil at once).
+func (s *Source) Stop() { s.stopFunc() }
+
+func (s *Source) setDrain() {
+	s.mu.Lock()
+	s.drain = true
+	s.mu.Unlock()
+}
+
+// Close closes the connection. After a Run ended by Stop it first waits,
+// up to DrainTimeout, for the items in flight to be settled; otherwise it
+// naks at once what is still held, and the server delivers it again.
+func (s *Source) Close(ctx context.Context) error {
+	s.mu.Lock()
+	sess, drain := s.sess, s.drain
+	s.sess, s.drain = nil, false
+	s.mu.Unlock()
+	if sess == nil {
+		return nil
+	}
+	if drain {
+		sess.waitIdle(ctx.Done(), s.cfg.Clock, s.cfg.DrainTimeout)
+	}
+	return sess.close(s.cfg.CloseTimeout)
+}
+
+// Redelivered returns how many messages the source emitted that the
+// server had delivered before.
+func (s *Source) Redelivered() int64 { return s.redelivers.Load() }
+
+// lookup returns the delivery in flight that a correlation id names, or
+// nil.
+func (s *Source) lookup(id string) *delivery {
+	if v, ok := s.byID.Load(id); ok {
+		return v.(*delivery)
+	}
+	return nil
+}
+
+// A delivery is one message held, from its fetch to its settlement.
+type delivery struct {
+	src        *Source
+	sess       *session
+	msg        *natsgo.Msg
+	id         string
+	seq        uint64
+	deliveries int
+	// past is what earlier deliveries told (nil: nothing known).
+	past *story
+	// retry is the wait of the broker's retry that the dead-letter wrapper
+	// chose, handOff the hand-off's; 0 for none.
+	retry   atomic.Int64
+	handOff atomic.Int64
+	settled atomic.Bool
+}
+
+// done is the EmitTracked callback. It runs once per item on an engine
+// goroutine, and only queues the settlement.
+func (d *delivery) done(o node.Outcome) {
+	if !d.settled.CompareAndSwap(false, true) {
+		return
+	}
+	d.src.byID.CompareAndDelete(d.id, d)
+	st := settle{d: d, how: nak}
+	switch o {
+	case node.Delivered, node.Filtered, node.Skipped:
+		st.how = ack
+	case node.DeadLettered:
+		if w := time.Duration(d.retry.Load()); w > 0 {
+			st.how, st.delay = nakDelay, w
+		} else {
+			st.how = term
+		}
+	case node.HandedOff:
+		st.how, st.delay = nakDelay, time.Duration(d.handOff.Load())
+	}
+	d.sess.settle(st)
+}
+
+func randomID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
