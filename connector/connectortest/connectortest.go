@@ -6,11 +6,12 @@
 // rest:
 //
 //	func TestConformance(t *testing.T) {
-//		connectortest.Run(t, harness{url: servicetest.MyBroker(t)})
+//		connectortest.Run(t, harness{url: brokerURL(t)}) // skips without a broker
 //	}
 //
 //	func TestMain(m *testing.M) {
-//		connectortest.ChildMain(harness{url: os.Getenv(...)}) // the SIGKILL case's consumer process
+//		// The SIGKILL case's consumer process is this binary run again.
+//		connectortest.ChildMain(harness{url: os.Getenv("MY_BROKER_URL")})
 //		goleak.VerifyTestMain(m)
 //	}
 //

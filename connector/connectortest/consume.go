@@ -146,13 +146,12 @@ func (c consumption[M]) build(t testing.TB) *pipeline.Pipeline {
 	return p
 }
 
-// consumeAll consumes cfg.Queue until every key of want was stored at
-// least once, then drains the pipeline, and returns what was stored and
-// how the run ended.
-func consumeAll[M any](ctx context.Context, t testing.TB, h Harness[M], cfg SourceConfig, want []string) (*seen, pipeline.Result, error) {
+// consumeAll consumes cfg.Queue until n distinct keys were stored, then
+// drains the pipeline, and returns what was stored and how the run ended.
+func consumeAll[M any](ctx context.Context, t testing.TB, h Harness[M], cfg SourceConfig, n int) (*seen, pipeline.Result, error) {
 	s := newSeen()
 	c := consumption[M]{h: h, cfg: cfg, store: func(_ context.Context, p *pipeline.Pipeline, m Message) error {
-		if s.add(m.Key) >= len(want) {
+		if s.add(m.Key) >= n {
 			p.Drain()
 		}
 		return nil
