@@ -15,11 +15,17 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/connector/connectortest"
 	"github.com/sluicehq/sluice/connector/nats"
 	"github.com/sluicehq/sluice/internal/servicetest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The consumer process of the conformance suite's SIGKILL case is this
+	// binary.
+	connectortest.ChildMain(childConformance())
+	goleak.VerifyTestMain(m)
+}
 
 // testTimeout guards every wait of a test against the server: each test
 // waits on events, and this deadline only turns a hang into a failure.
