@@ -74,8 +74,8 @@ type SourceConfig struct {
 	// BackOff, when set, are the consumer's waits before the server
 	// delivers again a message that was not acked: delivery n+1 waits
 	// BackOff[n-1], the last repeated. It also gives the waits of the
-	// broker's retry (see [BrokerRetry]). MaxDeliver must exceed its
-	// length.
+	// broker's retry (see [BrokerRetry]). A positive MaxDeliver must
+	// exceed its length.
 	BackOff []time.Duration
 	// MaxAckPending is the consumer's limit on messages delivered and not
 	// yet acked, across every process that shares it. 0 takes the
@@ -226,7 +226,7 @@ func (c SourceConfig) Validate() error {
 			add("BackOff["+strconv.Itoa(i)+"]", d, "must be at least 1ms")
 		}
 	}
-	if len(c.BackOff) > 0 && c.MaxDeliver <= len(c.BackOff) {
+	if len(c.BackOff) > 0 && c.MaxDeliver > 0 && c.MaxDeliver <= len(c.BackOff) {
 		add("MaxDeliver", c.MaxDeliver, "must exceed len(BackOff) = "+strconv.Itoa(len(c.BackOff))+": the server refuses a consumer whose backoff outlasts its deliveries")
 	}
 	if c.MaxAckPending < 0 {

@@ -82,12 +82,17 @@ func (s *Source) HandOffAfter() time.Duration {
 // (NakWithDelay), and the source keeps where its retries stand for its
 // next delivery (pipeline.HandOffItem). It fails, and the pipeline waits in
 // process instead, when the message did not come from a source with
-// HandOffAfter, or when its connection is gone (the server delivers it
-// again after AckWait).
+// HandOffAfter, when it had its last delivery (MaxDeliver: the server
+// would not deliver it again), or when its connection is gone (the server
+// delivers it again after AckWait).
 func (m Message) HandOff(_ context.Context, h pipeline.HandOff) error {
 	d := m.d
 	if d == nil || d.src.HandOffAfter() <= 0 {
 		return errors.New("nats: the message's source has no hand-off")
+	}
+	if m := d.src.cfg.MaxDeliver; m > 0 && d.deliveries >= m {
+		// The server would not deliver it again: the wait stays here.
+		return fmt.Errorf("nats: message %s had its last delivery (MaxDeliver is %d)", d.id, m)
 	}
 	if d.sess.isGone() {
 		return errors.New("nats: the message's connection is gone: the server delivers it again after AckWait")

@@ -76,7 +76,21 @@ func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
 		mu     sync.Mutex
 		stored []string
 	)
-	b := pipeline.New("brokerretry", pipeline.WithDeadLetter(src.DeadLetter(dlq)),
+	// The run drains once both messages are stored and the third is
+	// dead-lettered, whichever comes last.
+	finished := func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(dlq.Envelopes()) == 1 && len(stored) == 2 {
+			p.Drain()
+		}
+	}
+	final := deadletter.Func(func(ctx context.Context, env deadletter.Envelope) error {
+		err := dlq.Write(ctx, env)
+		finished()
+		return err
+	})
+	b := pipeline.New("brokerretry", pipeline.WithDeadLetter(src.DeadLetter(final)),
 		pipeline.WithResilience(func(o *resilience.Options) {
 			o.OnItemFailure = resilience.DeadLetter
 			o.ItemRetry.MaxRetries = 0
@@ -90,18 +104,9 @@ func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
 		mu.Lock()
 		stored = append(stored, string(m.Data))
 		mu.Unlock()
-		if len(dlq.Envelopes()) == 1 && len(stored) == 2 {
-			p.Drain()
-		}
+		finished()
 		return nil
 	})
-	// The drain waits for the dead letter too: the last store may come
-	// before it.
-	go func() {
-		waitFor(t, "the dead letter", func() bool { return len(dlq.Envelopes()) == 1 })
-		waitFor(t, "both stored", func() bool { mu.Lock(); defer mu.Unlock(); return len(stored) == 2 })
-		p.Drain()
-	}()
 	p, err = b.Build()
 	require.NoError(t, err)
 	_, err = p.Run(testContext(t))
@@ -205,7 +210,7 @@ func TestInProgressHoldsALongRetry(t *testing.T) {
 	a.publish(subject, "slow")
 
 	cfg := a.config(name)
-	cfg.AckWait = 500 * time.Millisecond
+	cfg.AckWait = time.Second
 	src, err := nats.NewSource(cfg)
 	require.NoError(t, err)
 	assert.Equal(t, cfg.AckWait/3, src.Config().ProgressInterval)
@@ -213,7 +218,7 @@ func TestInProgressHoldsALongRetry(t *testing.T) {
 	var s seen
 	b := pipeline.New("inprogress", pipeline.WithResilience(func(o *resilience.Options) {
 		o.ItemRetry.MaxRetries = 3
-		o.ItemRetry.Backoff = resilience.Constant(600 * time.Millisecond)
+		o.ItemRetry.Backoff = resilience.Constant(1200 * time.Millisecond)
 	}))
 	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		if s.add(m) < 3 {
@@ -229,7 +234,7 @@ func TestInProgressHoldsALongRetry(t *testing.T) {
 
 	calls := s.of("slow")
 	require.Len(t, calls, 3)
-	assert.GreaterOrEqual(t, calls[2].at.Sub(calls[0].at), 1200*time.Millisecond, "longer than AckWait")
+	assert.GreaterOrEqual(t, calls[2].at.Sub(calls[0].at), 2400*time.Millisecond, "longer than AckWait")
 	for _, c := range calls {
 		assert.Equal(t, 1, c.deliveries, "never delivered again")
 	}
@@ -305,4 +310,38 @@ func TestPoisonGuard(t *testing.T) {
 	assert.Zero(t, info.NumAckPending)
 	assert.Zero(t, info.NumRedelivered)
 	assert.Equal(t, uint64(2), info.AckFloor.Stream)
+}
+
+// A message on its last delivery (MaxDeliver) is not handed off: the
+// server would not deliver it again, so its wait stays in process.
+func TestNoHandOffOnTheLastDelivery(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	a.publish(subject, "m")
+
+	cfg := a.config(name)
+	cfg.MaxDeliver = 1
+	cfg.Retry = nats.BrokerRetry{Enabled: true, Delay: time.Second, HandOffAfter: 10 * time.Millisecond}
+	src, err := nats.NewSource(cfg)
+	require.NoError(t, err)
+	var s seen
+	b := pipeline.New("lastdelivery", pipeline.WithResilience(func(o *resilience.Options) { o.ItemRetry.MaxRetries = 1 }))
+	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+		if s.add(m) == 1 {
+			return resilience.RetryAfter(errFlaky, 50*time.Millisecond)
+		}
+		src.Stop()
+		return nil
+	})
+	p, err := b.Build()
+	require.NoError(t, err)
+	res, err := p.Run(testContext(t))
+	require.NoError(t, err)
+	calls := s.of("m")
+	require.Len(t, calls, 2)
+	assert.Equal(t, 1, calls[1].deliveries, "retried in process")
+	assert.Zero(t, res.Node("store").HandedOff)
+	assert.Equal(t, uint64(1), a.consumer(name, name).AckFloor.Stream)
 }

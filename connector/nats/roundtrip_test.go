@@ -54,3 +54,56 @@ func TestRoundTrip(t *testing.T) {
 	assert.Zero(t, info.NumRedelivered)
 	assert.Equal(t, uint64(300), info.AckFloor.Stream)
 }
+
+// Two pipelines pulling from one durable consumer share its messages:
+// together they store every message once, and both get some.
+func TestCompetingConsumersShareTheWork(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	const n = 400
+	a.publish(subject, ids(n)...)
+
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		per  [2]int
+		srcs [2]*nats.Source
+		errs = make(chan error, 2)
+	)
+	for i := range srcs {
+		cfg := a.config(name)
+		cfg.Batch = 8
+		src, err := nats.NewSource(cfg)
+		require.NoError(t, err)
+		srcs[i] = src
+		b := pipeline.New("share")
+		pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen[string(m.Data)]++
+			per[i]++
+			if len(seen) == n {
+				srcs[0].Stop()
+				srcs[1].Stop()
+			}
+			return nil
+		})
+		p, err := b.Build()
+		require.NoError(t, err)
+		go func() {
+			_, err := p.Run(testContext(t))
+			errs <- err
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	assert.Len(t, seen, n)
+	for id, c := range seen {
+		assert.Equal(t, 1, c, id)
+	}
+	assert.Positive(t, per[0], "the first consumer got a share")
+	assert.Positive(t, per[1], "the second consumer got a share")
+	assert.Zero(t, a.consumer(name, name).NumAckPending)
+}
