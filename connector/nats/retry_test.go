@@ -61,13 +61,13 @@ func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
 
 	cfg := a.config(name)
 	cfg.MaxDeliver = 3
-	cfg.BackOff = []time.Duration{200 * time.Millisecond, 400 * time.Millisecond}
+	cfg.BackOff = []time.Duration{300 * time.Millisecond, 600 * time.Millisecond}
 	cfg.Retry = nats.BrokerRetry{Enabled: true}
 	src, err := nats.NewSource(cfg)
 	require.NoError(t, err)
 	retries, longest := src.Redeliveries()
 	assert.Equal(t, 2, retries)
-	assert.Equal(t, 400*time.Millisecond, longest)
+	assert.Equal(t, 600*time.Millisecond, longest)
 
 	dlq := deadletter.NewMemory(10)
 	var (
@@ -118,11 +118,11 @@ func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
 	for i, d := range broken {
 		assert.Equal(t, i+1, d.deliveries, "the server's count")
 	}
-	assert.GreaterOrEqual(t, broken[1].at.Sub(broken[0].at), 200*time.Millisecond, "BackOff[0]")
-	assert.GreaterOrEqual(t, broken[2].at.Sub(broken[1].at), 400*time.Millisecond, "BackOff[1]")
+	assert.GreaterOrEqual(t, broken[1].at.Sub(broken[0].at), 300*time.Millisecond, "BackOff[0]")
+	assert.GreaterOrEqual(t, broken[2].at.Sub(broken[1].at), 600*time.Millisecond, "BackOff[1]")
 	flaky := s.of("flaky")
 	require.Len(t, flaky, 2)
-	assert.GreaterOrEqual(t, flaky[1].at.Sub(flaky[0].at), 200*time.Millisecond)
+	assert.GreaterOrEqual(t, flaky[1].at.Sub(flaky[0].at), 300*time.Millisecond)
 
 	require.Len(t, dlq.Envelopes(), 1)
 	env := dlq.Envelopes()[0]

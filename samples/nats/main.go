@@ -53,7 +53,7 @@ func main() {
 	flag.StringVar(&cfg.url, "url", "nats://127.0.0.1:4222", "the server's URL")
 	flag.StringVar(&cfg.stream, "stream", "SLUICE_SAMPLE", "the stream to publish to and consume; its subjects are <stream>.>, its consumer is named after it")
 	flag.IntVar(&cfg.n, "n", 1000, "how many messages to publish")
-	backoff := flag.String("backoff", "100ms,500ms,2s", "the server's waits before delivering a failed message again, rising, taken in turn")
+	backoff := flag.String("backoff", "1s,3s,10s", "the server's waits before delivering a failed message again, rising, taken in turn; the first is also how long the server waits for an ack")
 	flag.DurationVar(&cfg.handOff, "hand-off", 250*time.Millisecond, "an in-process retry that would wait at least this long waits in the server instead (0: never)")
 	flag.IntVar(&cfg.maxDeliver, "max-deliver", 4, "how many times the server delivers one message; must exceed the number of -backoff waits")
 	flag.IntVar(&cfg.flaky, "flaky", 10, "every flaky-th message fails on its first two deliveries (0: none)")
@@ -93,6 +93,8 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: -flaky, -poison, -slow and -dup must not be negative", errConfig)
 	case c.maxDeliver <= len(c.backoff):
 		return fmt.Errorf("%w: -max-deliver must exceed the number of -backoff waits", errConfig)
+	case len(c.backoff) > 0 && c.backoff[0] < 100*time.Millisecond:
+		return fmt.Errorf("%w: the first -backoff wait is also the server's ack wait: give it at least 100ms", errConfig)
 	case c.flaky > 0 && c.maxDeliver < 3:
 		return fmt.Errorf("%w: -flaky needs -max-deliver of at least 3: a flaky message works on its third delivery", errConfig)
 	case c.slow > 0 && c.handOff <= 0:

@@ -32,7 +32,7 @@ func TestSample(t *testing.T) {
 	_, _ = rand.Read(suffix[:])
 	var out bytes.Buffer
 	cfg := config{url: url, stream: "sluice-test-sample-" + hex.EncodeToString(suffix[:]), n: 200,
-		backoff: []time.Duration{50 * time.Millisecond, 150 * time.Millisecond}, handOff: 100 * time.Millisecond,
+		backoff: []time.Duration{300 * time.Millisecond, 600 * time.Millisecond}, handOff: 100 * time.Millisecond,
 		maxDeliver: 3, flaky: 10, poison: 97, slow: 25, dup: 50, publishers: 4, reportWriter: &out}
 	s, err := run(ctx, cfg)
 	require.NoError(t, err)
@@ -56,6 +56,9 @@ func TestFlags(t *testing.T) {
 	bad = ok
 	bad.maxDeliver = 1
 	assert.ErrorIs(t, bad.validate(), errConfig, "-max-deliver must exceed the backoff")
+	bad = ok
+	bad.backoff = []time.Duration{10 * time.Millisecond}
+	assert.ErrorIs(t, bad.validate(), errConfig, "the first wait is the ack wait")
 	bad = ok
 	bad.slow = 5
 	assert.ErrorIs(t, bad.validate(), errConfig, "-slow needs -hand-off")
