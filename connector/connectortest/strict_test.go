@@ -73,6 +73,10 @@ var variants = []variant{
 		},
 	},
 	{
+		name: "ignores_max_deliveries", catches: "PoisonMessageDeadLetteredOnce", says: "the poison message is dead-lettered, once",
+		source: func(c *rabbitmq.SourceConfig) { c.MaxDeliveries = 0 },
+	},
+	{
 		name: "publisher_cuts_bodies", catches: "RoundTrip", says: "bytes that differ",
 		publisher: func(s node.Sink[connectortest.Message]) node.Sink[connectortest.Message] {
 			return cutting{s.(*rabbitmq.Publisher[connectortest.Message])}
