@@ -271,6 +271,7 @@ func brokerRetry[M any](t testing.TB, h Harness[M]) {
 				continue
 			}
 			wait := c.start.Sub(hist[k][i-1].failed)
+			t.Logf("%s: delivery %d came %s after the failure (delay %s)", k, i+1, wait.Round(time.Millisecond), delay)
 			assert.GreaterOrEqual(t, wait, delay, "%s: delivery %d came %s after the failure, not before the delay", k, i+1, wait)
 			assert.Less(t, wait, delay+late, "%s: delivery %d came %s after the failure", k, i+1, wait)
 		}
