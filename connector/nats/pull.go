@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -39,19 +40,19 @@ type pullRequest struct {
 // the client's Fetch or Messages: a cancelled run drains that subscription
 // (the server stops delivering to it once the unsubscribe reaches it, and
 // every message it sent before comes through), so that no message is left
-// on the wire, held by nobody until AckWait.
+// on the wire, held by nobody until AckWait. The subscription's callback
+// holds each message as it arrives (see arrivals), so that the in-progress
+// acks cover a message from then on, also while it waits behind others for
+// room downstream.
 func (s *Source) pull(ctx context.Context, sess *session, n int, out node.Emitter[Message]) error {
-	// The server sends at most n messages and one status: the channel
-	// never fills, and the client never drops one as a slow consumer.
-	ch := make(chan *natsgo.Msg, n+4)
-	inbox := sess.nc.NewInbox()
-	sub, err := sess.nc.ChanSubscribe(inbox, ch)
+	in := &arrivals{s: s, sess: sess, ready: make(chan struct{}, 1)}
+	sub, err := sess.nc.Subscribe(sess.nc.NewInbox(), in.receive)
 	if err != nil {
 		return s.pullFailed(sess, err)
 	}
 	closed := sub.StatusChanged(natsgo.SubscriptionClosed)
 	body, _ := json.Marshal(pullRequest{Batch: n, Expires: s.cfg.PullWait})
-	if err := sess.nc.PublishRequest(sess.next, inbox, body); err != nil {
+	if err := sess.nc.PublishRequest(sess.next, sub.Subject, body); err != nil {
 		_ = sub.Unsubscribe()
 		return s.pullFailed(sess, err)
 	}
@@ -76,38 +77,41 @@ func (s *Source) pull(ctx context.Context, sess *session, n int, out node.Emitte
 			}
 		}
 	}
-	handle := func(m *natsgo.Msg) (done bool) {
-		if status := m.Header.Get("Status"); status != "" && len(m.Data) == 0 {
-			return s.status(status, m.Header.Get("Description"), &end)
+	// handle takes what arrived, and reports whether the request is over.
+	handle := func() (done bool) {
+		for _, a := range in.take() {
+			if a.d == nil {
+				done = s.status(a.status, a.descr, &end) || done
+				continue
+			}
+			got++
+			switch {
+			case emitErr != nil, ctx.Err() != nil:
+				// After a failed emit, or once the run is cancelled, what
+				// comes goes back at once; after Stop it is emitted.
+				a.d.giveBack()
+			default:
+				emitErr = s.emit(ctx, a.d, out)
+			}
+			done = done || got == n
 		}
-		got++
-		switch {
-		case emitErr != nil, ctx.Err() != nil:
-			// After a failed emit, or once the run is cancelled, what
-			// comes goes back at once; after Stop it is emitted.
-			_ = sess.nc.Publish(m.Reply, []byte(ackNak))
-		default:
-			emitErr = s.emit(ctx, sess, m, out)
-		}
-		return got == n
+		return done
 	}
 loop:
 	for {
 		select {
-		case m := <-ch:
-			if handle(m) && !draining {
+		case <-in.ready:
+			if handle() && !draining {
 				break loop
 			}
 		case <-closed:
-			// Drained: take what the subscription put in the channel.
-			for {
-				select {
-				case m := <-ch:
-					handle(m)
-				default:
-					break loop
-				}
+			// Drained: every callback has run; take what they left, unless
+			// the connection went with the subscription (their acks could
+			// not be sent: they go back).
+			if !sess.nc.IsClosed() {
+				handle()
 			}
+			break loop
 		case <-ctxDone:
 			drain()
 		case <-stopDone:
@@ -124,6 +128,13 @@ loop:
 	if !draining {
 		_ = sub.Unsubscribe()
 	}
+	// What a callback still held (the connection went away mid-request)
+	// goes back.
+	for _, a := range in.stop() {
+		if a.d != nil {
+			a.d.giveBack()
+		}
+	}
 	switch {
 	case emitErr != nil:
 		return emitErr
@@ -135,6 +146,70 @@ loop:
 		return end
 	}
 	return nil
+}
+
+// arrivals are the messages of one pull request that the subscription's
+// callback received and the Run loop has not taken yet. The callback holds
+// each message at once (session.hold), so that the in-progress acks keep it
+// alive while it waits.
+type arrivals struct {
+	s     *Source
+	sess  *session
+	ready chan struct{} // buffered 1: something arrived
+
+	mu      sync.Mutex
+	queue   []arrival
+	stopped bool
+}
+
+// An arrival is a message, or a status of the server (d nil).
+type arrival struct {
+	d             *delivery
+	status, descr string
+}
+
+// receive is the subscription's callback. It never blocks.
+func (in *arrivals) receive(m *natsgo.Msg) {
+	a := arrival{}
+	if st := m.Header.Get("Status"); st != "" && len(m.Data) == 0 {
+		a.status, a.descr = st, m.Header.Get("Description")
+	} else if a.d = in.s.delivery(in.sess, m); a.d == nil {
+		return // not a JetStream delivery: nothing to ack or emit
+	}
+	in.mu.Lock()
+	if in.stopped {
+		in.mu.Unlock()
+		if a.d != nil {
+			a.d.giveBack()
+		}
+		return
+	}
+	in.queue = append(in.queue, a)
+	in.mu.Unlock()
+	select {
+	case in.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take returns what arrived since the last take.
+func (in *arrivals) take() []arrival {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	q := in.queue
+	in.queue = nil
+	return q
+}
+
+// stop refuses later arrivals (they go back at once) and returns what was
+// not taken.
+func (in *arrivals) stop() []arrival {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	in.stopped = true
+	q := in.queue
+	in.queue = nil
+	return q
 }
 
 // status reads a status message of the server about the pull request: it

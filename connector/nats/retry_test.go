@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -201,30 +202,40 @@ func TestHandOffNaksWithTheWait(t *testing.T) {
 }
 
 // An item retried in process for longer than AckWait is not delivered
-// again meanwhile: the source's in-progress acks hold it.
+// again meanwhile, and neither are the messages waiting behind it for room
+// downstream: the source's in-progress acks hold every message it holds.
 func TestInProgressHoldsALongRetry(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
 	name := uniqueName(t)
 	subject := a.stream(name)
-	a.publish(subject, "slow")
+	a.publish(subject, "slow", "b", "c", "d", "e", "f")
 
 	cfg := a.config(name)
 	cfg.AckWait = time.Second
+	cfg.Batch = 8
+	// The pull request stays open while the messages wait: a message whose
+	// ack wait ran out would be delivered again into it.
+	cfg.PullWait = 5 * time.Second
 	src, err := nats.NewSource(cfg)
 	require.NoError(t, err)
 	assert.Equal(t, cfg.AckWait/3, src.Config().ProgressInterval)
 
-	var s seen
-	b := pipeline.New("inprogress", pipeline.WithResilience(func(o *resilience.Options) {
+	var (
+		s      seen
+		stored atomic.Int64
+	)
+	b := pipeline.New("inprogress", pipeline.WithBuffer(1), pipeline.WithHandOverBatch(1), pipeline.WithResilience(func(o *resilience.Options) {
 		o.ItemRetry.MaxRetries = 3
 		o.ItemRetry.Backoff = resilience.Constant(1200 * time.Millisecond)
 	}))
 	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
-		if s.add(m) < 3 {
+		if s.add(m) < 3 && string(m.Data) == "slow" {
 			return resilience.MarkTransient(errFlaky)
 		}
-		src.Stop()
+		if stored.Add(1) == 6 {
+			src.Stop()
+		}
 		return nil
 	})
 	p, err := b.Build()
@@ -237,6 +248,12 @@ func TestInProgressHoldsALongRetry(t *testing.T) {
 	assert.GreaterOrEqual(t, calls[2].at.Sub(calls[0].at), 2400*time.Millisecond, "longer than AckWait")
 	for _, c := range calls {
 		assert.Equal(t, 1, c.deliveries, "never delivered again")
+	}
+	for _, k := range []string{"b", "c", "d", "e", "f"} {
+		got := s.of(k)
+		require.Len(t, got, 1, k)
+		assert.Equal(t, 1, got[0].deliveries, "%s waited behind the retry, and was not delivered again", k)
+		assert.GreaterOrEqual(t, got[0].at.Sub(calls[0].at), 2400*time.Millisecond, "%s waited", k)
 	}
 	info := a.consumer(name, name)
 	assert.Zero(t, info.NumRedelivered)

@@ -36,8 +36,8 @@ import (
 //
 // The source pulls one request at a time, for at most the room it has
 // under Batch, rather than with the client's continuous Messages or
-// Consume iterators: every message it holds is then one it emits, tracks
-// and keeps alive with in-progress acks (a message buffered inside an
+// Consume iterators: every message it receives is tracked from its arrival
+// and kept alive with in-progress acks (a message buffered inside an
 // iterator would run out its AckWait unseen), and a cancelled run has only
 // the one request's messages to give back (see pull).
 //
@@ -206,23 +206,39 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 	}
 }
 
-func (s *Source) emit(ctx context.Context, sess *session, msg *natsgo.Msg, out node.Emitter[Message]) error {
+// delivery returns the delivery of msg, held by sess, or nil when msg is
+// not a JetStream delivery.
+func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 	meta, err := msg.Metadata()
 	if err != nil {
-		// Not a JetStream delivery: nothing to ack, nothing to emit.
 		return nil
 	}
-	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered)}
+	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered),
+		stream: meta.Stream, stamp: meta.Timestamp}
 	d.id = meta.Stream + "/" + strconv.FormatUint(d.seq, 10)
+	sess.hold(d)
+	return d
+}
+
+// giveBack naks d, held and not emitted, so that the server delivers it
+// again at once.
+func (d *delivery) giveBack() {
+	if d.settled.CompareAndSwap(false, true) {
+		d.sess.settle(settle{d: d, how: nak})
+	}
+}
+
+// emit emits d's message, or dead-letters it as poison.
+func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message]) error {
 	if v, ok := s.stories.LoadAndDelete(d.seq); ok {
 		s.nStories.Add(-1)
 		d.past = v.(*story)
 	}
+	msg := d.msg
 	m := Message{
-		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: meta.Stream,
-		Sequence: d.seq, Deliveries: d.deliveries, Timestamp: meta.Timestamp, d: d,
+		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
+		Sequence: d.seq, Deliveries: d.deliveries, Timestamp: d.stamp, d: d,
 	}
-	sess.hold(d)
 	if s.cfg.MaxDeliveries > 0 && d.deliveries > s.cfg.MaxDeliveries {
 		return s.poison(ctx, d, m)
 	}
@@ -282,8 +298,10 @@ type delivery struct {
 	sess       *session
 	msg        *natsgo.Msg
 	id         string
+	stream     string
 	seq        uint64
 	deliveries int
+	stamp      time.Time
 	// past is what earlier deliveries told (nil: nothing known).
 	past *story
 	// retry is the wait of the broker's retry that the dead-letter wrapper
