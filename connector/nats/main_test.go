@@ -15,11 +15,18 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/connector/connectortest"
 	"github.com/sluicehq/sluice/connector/nats"
 	"github.com/sluicehq/sluice/internal/servicetest"
+	"github.com/sluicehq/sluice/pipeline"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The consumer process of the conformance suite's SIGKILL case is this
+	// binary.
+	connectortest.ChildMain(childConformance())
+	goleak.VerifyTestMain(m)
+}
 
 // testTimeout guards every wait of a test against the server: each test
 // waits on events, and this deadline only turns a hang into a failure.
@@ -167,4 +174,13 @@ func ids(n int) []string {
 		out[i] = fmt.Sprintf("m-%05d", i)
 	}
 	return out
+}
+
+// nodeOf returns the run's counts of the node called name, failing the
+// test when the run has no such node.
+func nodeOf(t testing.TB, res pipeline.Result, name string) pipeline.NodeStats {
+	t.Helper()
+	n, ok := res.Node(name)
+	require.True(t, ok, "the run has a node %q", name)
+	return n
 }

@@ -77,7 +77,7 @@ func TestSourceReconnects(t *testing.T) {
 	assert.Len(t, seen, n, "every message arrives")
 	assert.GreaterOrEqual(t, again, 2, "the message whose settlement was lost came again")
 	assert.GreaterOrEqual(t, px.Connections(), 2, "the source connected again")
-	assert.GreaterOrEqual(t, res.Node("consume").NodeRestarts, int64(1))
+	assert.GreaterOrEqual(t, nodeOf(t, res, "consume").NodeRestarts, int64(1))
 	mu.Lock()
 	defer mu.Unlock()
 	require.NotEmpty(t, errs)

@@ -194,8 +194,8 @@ func TestHandOffNaksWithTheWait(t *testing.T) {
 	assert.Equal(t, []int{1, 2, 2}, []int{calls[0].deliveries, calls[1].deliveries, calls[2].deliveries})
 	assert.Equal(t, []bool{false, true, true}, resumed, "the second delivery resumes the retries")
 	assert.GreaterOrEqual(t, calls[1].at.Sub(calls[0].at), 300*time.Millisecond, "the server held it for the wait")
-	assert.Equal(t, int64(1), res.Node("handle").HandedOff)
-	assert.Equal(t, int64(2), res.Node("handle").ItemRetries)
+	assert.Equal(t, int64(1), nodeOf(t, res, "handle").HandedOff)
+	assert.Equal(t, int64(2), nodeOf(t, res, "handle").ItemRetries)
 	info := a.consumer(name, name)
 	assert.Zero(t, info.NumAckPending)
 	assert.Equal(t, uint64(1), info.AckFloor.Stream)
@@ -359,6 +359,6 @@ func TestNoHandOffOnTheLastDelivery(t *testing.T) {
 	calls := s.of("m")
 	require.Len(t, calls, 2)
 	assert.Equal(t, 1, calls[1].deliveries, "retried in process")
-	assert.Zero(t, res.Node("store").HandedOff)
+	assert.Zero(t, nodeOf(t, res, "store").HandedOff)
 	assert.Equal(t, uint64(1), a.consumer(name, name).AckFloor.Stream)
 }

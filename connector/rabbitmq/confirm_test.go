@@ -20,6 +20,10 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
+func textPublishing(s string) (amqp.Publishing, error) {
+	return amqp.Publishing{Body: []byte(s), MessageId: s}, nil
+}
+
 func newPublisher(t *testing.T, cfg rabbitmq.PublisherConfig[string]) *rabbitmq.Publisher[string] {
 	t.Helper()
 	if cfg.Publishing == nil {

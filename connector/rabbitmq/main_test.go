@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -15,17 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/connector/connectortest"
 	"github.com/sluicehq/sluice/internal/servicetest"
 )
 
-// childEnv, when set, makes the test binary a consumer process of the
-// kill and sharing tests instead of running tests: see child_test.go.
-const childEnv = "SLUICE_RMQ_CHILD"
-
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(childEnv); mode != "" {
-		os.Exit(runChild(mode))
-	}
+	// The consumer process of the suite's SIGKILL case is this binary.
+	connectortest.ChildMain(childHarness())
 	goleak.VerifyTestMain(m)
 }
 

@@ -31,7 +31,7 @@ type Proxy struct {
 
 // New starts a proxy to the broker of brokerURL; it stops with the
 // test.
-func New(t *testing.T, brokerURL string) *Proxy {
+func New(t testing.TB, brokerURL string) *Proxy {
 	t.Helper()
 	u, err := url.Parse(brokerURL)
 	require.NoError(t, err)
@@ -50,6 +50,9 @@ func (p *Proxy) URL(brokerURL string) string {
 	u.Host = p.ln.Addr().String()
 	return u.String()
 }
+
+// Addr returns the proxy's host:port.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 func (p *Proxy) accept() {
 	for {

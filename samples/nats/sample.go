@@ -86,7 +86,8 @@ func run(ctx context.Context, cfg config) (summary, error) {
 	start = time.Now()
 	res, err := consume(ctx, cfg, src, &s)
 	s.consume, s.consumeResult = time.Since(start), res
-	s.itemRetries, s.handedOff = res.Node("handle").ItemRetries, res.Node("handle").HandedOff
+	handle, _ := res.Node("handle")
+	s.itemRetries, s.handedOff = handle.ItemRetries, handle.HandedOff
 	return s, err
 }
 

@@ -1,0 +1,209 @@
+package connectortest_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/connector/connectortest"
+	"github.com/sluicehq/sluice/connector/rabbitmq"
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/servicetest"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// brokenEnv, when set, lets TestBroken run the suite against the broken
+// connectors: only in the process TestSuiteFailsBrokenConnectors starts.
+const brokenEnv = "SLUICE_CONNECTORTEST_BROKEN"
+
+// A variant is the sound RabbitMQ connector with one fault, and the case
+// of the suite that must catch it, by the words of its failure.
+type variant struct {
+	name, catches, says string
+	// source changes the source's config; wrap the source it built;
+	// publisher the publisher.
+	source    func(*rabbitmq.SourceConfig)
+	wrap      func(node.Emitter[rabbitmq.Message]) node.Emitter[rabbitmq.Message]
+	publisher func(node.Sink[connectortest.Message]) node.Sink[connectortest.Message]
+	// deadLetter comes between the pipeline and the source's DeadLetter.
+	deadLetter func(next deadletter.Sink) deadletter.Sink
+}
+
+var variants = []variant{
+	{
+		name: "acks_on_receipt", catches: "CancelPutsBackTheRest", says: "what was not stored is back in the queue",
+		wrap: func(out node.Emitter[rabbitmq.Message]) node.Emitter[rabbitmq.Message] {
+			return emitter{out, func(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
+				done(node.Delivered) // acked before the pipeline saw it
+				return out.Emit(ctx, m)
+			}}
+		},
+	},
+	{
+		name: "requeues_what_it_processed", catches: "DrainFinishesAndAcks", says: "nothing left unacked",
+		wrap: func(out node.Emitter[rabbitmq.Message]) node.Emitter[rabbitmq.Message] {
+			return emitter{out, func(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
+				return out.EmitTracked(ctx, m, func(node.Outcome) { done(node.Failed) }) // every outcome put back
+			}}
+		},
+	},
+	{
+		name: "retries_too_soon", catches: "BrokerRetryAfterItsDelay", says: "not before the delay",
+		source: func(c *rabbitmq.SourceConfig) { c.Retry.Delay /= 4 },
+	},
+	{
+		name: "retries_permanent_failures", catches: "PermanentFailureDeadLetteredOnce", says: "retried neither in process nor by the broker",
+		deadLetter: func(next deadletter.Sink) deadletter.Sink {
+			return deadletter.Func(func(ctx context.Context, env deadletter.Envelope) error {
+				env.Err = resilience.MarkTransient(errors.New(env.Err.Error())) // every failure taken for a transient one
+				return next.Write(ctx, env)
+			})
+		},
+	},
+	{
+		name: "ignores_max_deliveries", catches: "PoisonMessageDeadLetteredOnce", says: "the poison message is dead-lettered, once",
+		source: func(c *rabbitmq.SourceConfig) { c.MaxDeliveries = 0 },
+	},
+	{
+		name: "publisher_cuts_bodies", catches: "RoundTrip", says: "bytes that differ",
+		publisher: func(s node.Sink[connectortest.Message]) node.Sink[connectortest.Message] {
+			return cutting{s.(*rabbitmq.Publisher[connectortest.Message])}
+		},
+	},
+}
+
+// A broken is the sound harness with a variant's fault.
+type broken struct {
+	*rabbit
+	v variant
+}
+
+func (b broken) NewSource(cfg connectortest.SourceConfig) (connectortest.Consumer[rabbitmq.Message], error) {
+	c, err := b.rabbit.NewSource(cfg)
+	if err == nil && b.v.wrap != nil {
+		c.Source = wrapped{c.Source.(*rabbitmq.Source), b.v.wrap}
+	}
+	if err == nil && b.v.deadLetter != nil {
+		inner := c.DeadLetter
+		c.DeadLetter = func(next deadletter.Sink) deadletter.Sink { return b.v.deadLetter(inner(next)) }
+	}
+	return c, err
+}
+
+func (b broken) NewPublisher(queue string) (node.Sink[connectortest.Message], error) {
+	p, err := b.rabbit.NewPublisher(queue)
+	if err == nil && b.v.publisher != nil {
+		p = b.v.publisher(p)
+	}
+	return p, err
+}
+
+// wrapped is a source whose Run emits through a broken emitter; it keeps
+// the source's Open, Close and the rest.
+type wrapped struct {
+	*rabbitmq.Source
+	wrap func(node.Emitter[rabbitmq.Message]) node.Emitter[rabbitmq.Message]
+}
+
+func (w wrapped) Run(ctx context.Context, out node.Emitter[rabbitmq.Message]) error {
+	return w.Source.Run(ctx, w.wrap(out))
+}
+
+type emitter struct {
+	node.Emitter[rabbitmq.Message]
+	tracked func(context.Context, rabbitmq.Message, func(node.Outcome)) error
+}
+
+func (e emitter) EmitTracked(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
+	return e.tracked(ctx, m, done)
+}
+
+// cutting publishes every body but its last byte.
+type cutting struct {
+	*rabbitmq.Publisher[connectortest.Message]
+}
+
+func (c cutting) Write(ctx context.Context, m connectortest.Message) error {
+	if len(m.Body) > 0 {
+		m.Body = m.Body[:len(m.Body)-1]
+	}
+	return c.Publisher.Write(ctx, m)
+}
+
+// TestBroken runs the suite against a sound and each broken connector,
+// in the process TestSuiteFailsBrokenConnectors starts, which picks the
+// cases.
+func TestBroken(t *testing.T) {
+	if os.Getenv(brokenEnv) == "" {
+		t.Skip("run by TestSuiteFailsBrokenConnectors")
+	}
+	url := servicetest.RabbitMQ(t)
+	t.Run("sound", func(t *testing.T) { connectortest.Run(t, newRabbit(url)) })
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			h := newRabbit(url)
+			h.source = v.source
+			connectortest.Run(t, broken{h, v})
+		})
+	}
+}
+
+// TestSuiteFailsBrokenConnectors shows that the suite can fail: each
+// broken connector fails the case meant to catch its fault, with that
+// case's words, while the sound connector passes the same cases. The
+// suite runs in a process of its own (this test binary again), whose
+// verdict the test reads, since a failed subtest would fail this test
+// too.
+func TestSuiteFailsBrokenConnectors(t *testing.T) {
+	t.Parallel()
+	servicetest.RabbitMQ(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*connectortest.CaseTimeout)
+	t.Cleanup(cancel) // after the parallel subtests
+	var caught []string
+	for _, v := range variants {
+		caught = append(caught, v.catches)
+	}
+	t.Run("sound", func(t *testing.T) {
+		t.Parallel()
+		out, err := runSuite(ctx, "sound", strings.Join(caught, "|"))
+		require.NoError(t, err, "the sound connector passes:\n%s", out)
+		for _, c := range caught {
+			assert.Contains(t, out, "--- PASS: TestBroken/sound/"+c+" ")
+		}
+	})
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			out, err := runSuite(ctx, v.name, v.catches)
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "the suite fails %s:\n%s", v.name, out)
+			assert.Contains(t, out, "--- FAIL: TestBroken/"+v.name+"/"+v.catches+" ")
+			assert.Contains(t, out, v.says)
+		})
+	}
+}
+
+// runSuite runs the suite's case against a variant in a process of its
+// own, and returns its output.
+func runSuite(ctx context.Context, variant, cases string) (string, error) {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.v", "-test.count=1",
+		"-test.run=^TestBroken$/^"+variant+"$/^("+cases+")$")
+	cmd.Env = append(os.Environ(), brokenEnv+"=1")
+	cmd.WaitDelay = 10 * time.Second
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err := cmd.Run()
+	return out.String(), err
+}
