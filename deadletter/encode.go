@@ -150,3 +150,45 @@ func errText(err error) (text string) {
 	}()
 	return err.Error()
 }
+
+// MarshalEnvelope returns env as one JSON object, for a sink that sends
+// envelopes as messages (the broker connectors' dead-letter publishers):
+// its error's text, and its item's type, are filled in when empty, and an
+// item that cannot be encoded does not fail the envelope or crash the
+// process (see [EncodeItem]): the item is left out, and ItemError and
+// ItemText say why and what it was. [UnmarshalEnvelope] reads it back.
+func MarshalEnvelope(env Envelope) ([]byte, error) {
+	if env.ErrText == "" && env.Err != nil {
+		env.ErrText = errText(env.Err)
+	}
+	if _, raw := env.Item.(json.RawMessage); env.ItemType == "" && !raw {
+		env.ItemType = TypeOf(env.Item)
+	}
+	if env.ItemError == "" && env.Item != nil {
+		raw, err := EncodeItem(env.Item, json.Marshal)
+		if err != nil {
+			env.ItemError = errText(err)
+			env.ItemText = Describe(env.Item)
+			env.Item = nil
+		} else {
+			env.Item = raw
+		}
+	}
+	return json.Marshal(env)
+}
+
+// UnmarshalEnvelope reads an envelope that [MarshalEnvelope] wrote. Its
+// Item is the item's JSON, a [json.RawMessage], to decode into the item's
+// type; its Err is nil and ErrText holds the error's text.
+func UnmarshalEnvelope(body []byte) (Envelope, error) {
+	var w struct {
+		Envelope
+		Item json.RawMessage `json:"item"`
+	}
+	if err := json.Unmarshal(body, &w); err != nil {
+		return Envelope{}, err
+	}
+	env := w.Envelope
+	env.Item = w.Item
+	return env, nil
+}

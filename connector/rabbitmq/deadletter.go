@@ -2,7 +2,6 @@ package rabbitmq
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -90,55 +89,24 @@ func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope
 func (d *DeadLetterPublisher) Close() error { return d.core.close() }
 
 // EncodeEnvelope returns env as JSON, with its error's text and its item's
-// type. An item that cannot be encoded does not fail the envelope, and
-// cannot crash the process (see [deadletter.EncodeItem]): the item is left
+// type: [deadletter.MarshalEnvelope]. An item that cannot be encoded does
+// not fail the envelope, and cannot crash the process: the item is left
 // out, and ItemError and ItemText say why and what it was.
 func EncodeEnvelope(env deadletter.Envelope) ([]byte, error) {
-	if env.ErrText == "" && env.Err != nil {
-		env.ErrText = errorText(env.Err)
-	}
-	if _, raw := env.Item.(json.RawMessage); env.ItemType == "" && !raw {
-		env.ItemType = deadletter.TypeOf(env.Item)
-	}
-	if env.ItemError == "" && env.Item != nil {
-		raw, err := deadletter.EncodeItem(env.Item, json.Marshal)
-		if err != nil {
-			env.ItemError = errorText(err)
-			env.ItemText = deadletter.Describe(env.Item)
-			env.Item = nil
-		} else {
-			env.Item = raw
-		}
-	}
-	b, err := json.Marshal(env)
+	b, err := deadletter.MarshalEnvelope(env)
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmq: encode envelope: %w", err)
 	}
 	return b, nil
 }
 
-// errorText is err's text, or a word that its Error method panicked.
-func errorText(err error) (text string) {
-	defer func() {
-		if v := recover(); v != nil {
-			text = fmt.Sprintf("(the error's Error method panicked: %v)", v)
-		}
-	}()
-	return err.Error()
-}
-
 // DecodeEnvelope reads an envelope published by a [DeadLetterPublisher].
-// Its Item is the item's JSON, a [json.RawMessage], to decode into the
+// Its Item is the item's JSON, an [encoding/json.RawMessage], to decode into the
 // item's type; its Err is nil and ErrText holds the error's text.
 func DecodeEnvelope(body []byte) (deadletter.Envelope, error) {
-	var w struct {
-		deadletter.Envelope
-		Item json.RawMessage `json:"item"`
-	}
-	if err := json.Unmarshal(body, &w); err != nil {
+	env, err := deadletter.UnmarshalEnvelope(body)
+	if err != nil {
 		return deadletter.Envelope{}, fmt.Errorf("rabbitmq: decode envelope: %w", err)
 	}
-	env := w.Envelope
-	env.Item = w.Item
 	return env, nil
 }
