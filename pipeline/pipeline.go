@@ -310,10 +310,14 @@ func (b *Builder) Build() (*Pipeline, error) {
 		// A breaker setting the node's own options made, with the breaker
 		// off, would do nothing; one WithResilience made is checked once,
 		// below, for the whole pipeline.
-		for _, e := range breakerSetButOff(pipe.CircuitBreaker, res.CircuitBreaker, "") {
+		def := resilience.ForProfile(cfg.profile).CircuitBreaker
+		for _, e := range breakerSetButOff(pipe.CircuitBreaker, res.CircuitBreaker, def, "") {
 			fail(n.name, e)
 		}
-		pipeBreaker, breakerOn = pipe.CircuitBreaker, breakerOn || res.CircuitBreaker.Enabled
+		// A breaker guards the calls of a transform, sink or flat map: one
+		// on another kind of node runs nowhere.
+		pipeBreaker = pipe.CircuitBreaker
+		breakerOn = breakerOn || (res.CircuitBreaker.Enabled && callsFallible(n.kind))
 		// The rules are the Build's own: a slice changed after Build
 		// changes nothing here.
 		res.FailureRules = slices.Clone(res.FailureRules)
@@ -333,7 +337,8 @@ func (b *Builder) Build() (*Pipeline, error) {
 		}
 	}
 	if !breakerOn {
-		for _, e := range breakerSetButOff(resilience.ForProfile(cfg.profile).CircuitBreaker, pipeBreaker, "WithResilience") {
+		def := resilience.ForProfile(cfg.profile).CircuitBreaker
+		for _, e := range breakerSetButOff(def, pipeBreaker, def, "WithResilience") {
 			fail("", e)
 		}
 	}

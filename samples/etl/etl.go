@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -188,7 +189,10 @@ type tracker struct {
 	observer.Nop
 	mu      sync.Mutex
 	reasons map[reason]int
-	outages []outage
+	// moves are the enrich breaker's transitions as they arrived: the
+	// breaker reports them after it unlocks, so parallel workers' can
+	// arrive out of order, and breakerOutages orders them by Generation.
+	moves []observer.CircuitEvent
 }
 
 // An outage is the breaker's way from a trip to the close that ends it:
@@ -207,18 +211,12 @@ func (t *tracker) OnDeadLetter(e observer.DeadLetterEvent) {
 }
 
 func (t *tracker) OnCircuitStateChanged(e observer.CircuitEvent) {
+	if e.Node != "enrich" {
+		return
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	switch {
-	case e.To == resilience.CircuitOpen && (e.From == resilience.CircuitClosed || len(t.outages) == 0):
-		t.outages = append(t.outages, outage{opened: 1})
-	case e.To == resilience.CircuitOpen:
-		last := &t.outages[len(t.outages)-1]
-		last.opened++
-		last.failedProbes++
-	case e.To == resilience.CircuitClosed && len(t.outages) > 0:
-		t.outages[len(t.outages)-1].closed = true
-	}
+	t.moves = append(t.moves, e)
 }
 
 func (t *tracker) snapshot() []reasonCount {
@@ -237,10 +235,27 @@ func (t *tracker) snapshot() []reasonCount {
 	return out
 }
 
+// breakerOutages folds the enrich breaker's transitions, in the order the
+// breaker made them, into outages.
 func (t *tracker) breakerOutages() []outage {
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	return slices.Clone(t.outages)
+	moves := slices.Clone(t.moves)
+	t.mu.Unlock()
+	slices.SortFunc(moves, func(a, b observer.CircuitEvent) int { return cmp.Compare(a.Generation, b.Generation) })
+	var outages []outage
+	for _, e := range moves {
+		switch {
+		case e.To == resilience.CircuitOpen && (e.From == resilience.CircuitClosed || len(outages) == 0):
+			outages = append(outages, outage{opened: 1})
+		case e.To == resilience.CircuitOpen:
+			last := &outages[len(outages)-1]
+			last.opened++
+			last.failedProbes++
+		case e.To == resilience.CircuitClosed && len(outages) > 0:
+			outages[len(outages)-1].closed = true
+		}
+	}
+	return outages
 }
 
 type reasonCount struct {
