@@ -29,7 +29,9 @@ import (
 // in the dead-letter sink), or naks it with the broker retry's delay when
 // [Source.DeadLetter] chose that; HandedOff naks it with the hand-off's
 // delay; Failed and Rejected (the run ended first, or failed because of
-// it) nak it, and the server delivers it again at once. A message is never
+// it) nak it, and the server delivers it again at once. With
+// MaxDeliveries, a Failed delivery, and one given back unemitted, is
+// spared: the poison guard does not count it (see ledger). A message is never
 // acked before the pipeline is done with it, so a process that dies loses
 // nothing: the server delivers what was not acked to another consumer
 // after AckWait. Sinks must therefore be idempotent.
