@@ -31,10 +31,10 @@ import (
 // delay; Failed and Rejected (the run ended first, or failed because of
 // it) nak it, and the server delivers it again at once. With
 // MaxDeliveries, a Failed delivery, and one given back unemitted, is
-// spared: the poison guard does not count it (see ledger). A message is never
-// acked before the pipeline is done with it, so a process that dies loses
-// nothing: the server delivers what was not acked to another consumer
-// after AckWait. Sinks must therefore be idempotent.
+// spared: the poison guard does not count it (see ledger). A message is
+// never acked before the pipeline is done with it, so a process that dies
+// loses nothing: the server delivers what was not acked to another
+// consumer after AckWait. Sinks must therefore be idempotent.
 //
 // The source pulls one request at a time, for at most the room it has
 // under Batch, rather than with the client's continuous Messages or
