@@ -127,8 +127,10 @@ type Harness[M any] interface {
 	// delayed redelivery. The suite calls it when no source of the queue
 	// runs.
 	Pending(t testing.TB, queue string) int
-	// NewSource returns a source built with cfg, for one pipeline run
-	// (the suite builds a new one for each run).
+	// NewSource returns a source built with cfg, for one pipeline (the
+	// suite builds a new one for each pipeline; the poison case runs its
+	// pipeline again after each failed run, as a program that calls Run
+	// again does, so the source is opened, run and closed more than once).
 	NewSource(cfg SourceConfig) (Consumer[M], error)
 	// NewPublisher returns the connector's publisher as a sink that
 	// publishes each Message to queue, with its Key as the message id, and

@@ -141,17 +141,19 @@ func permanentFailure[M any](t testing.TB, h Harness[M]) {
 
 // poisonMessage puts a message that fails every run it enters (its node's
 // failure action is Fail) among good ones, with the poison guard at
-// MaxDeliveries = 3: each run fails, a new one starts, and after three
-// failed runs the source dead-letters the message, once, at its next
-// delivery, and settles it. Every good message is stored, and nothing is
-// left. The prefetch is 1, so that the poison message is the only one in
-// flight when a run fails: whether a connector also counts the neighbours
-// in flight (one that counts the broker's deliveries does) is its own
-// business, tested by its own tests.
+// MaxDeliveries = 3 and the connector's default prefetch, so that
+// neighbours are in flight each time the poison message fails a run: each
+// run fails, and the program runs the same pipeline (the same source)
+// again; after three failed runs the source dead-letters the poison
+// message, once, at its next delivery, and settles it. Its neighbours,
+// held when it failed the runs, are not counted with it: every good
+// message is stored, none is dead-lettered, and nothing is left. The runs
+// are those of one process: what a connector counts across processes is
+// its own business, tested by its own tests.
 func poisonMessage[M any](t testing.TB, h Harness[M]) {
 	ctx := caseContext(t)
 	const maxDeliveries = 3
-	cfg := SourceConfig{Queue: queueName(t), Prefetch: 1, MaxDeliveries: maxDeliveries}
+	cfg := SourceConfig{Queue: queueName(t), MaxDeliveries: maxDeliveries}
 	h.CreateQueue(t, cfg)
 	good := keys(200)
 	h.Publish(t, cfg.Queue, messages(slices.Insert(slices.Clone(good), 100, "poison")...)...)
@@ -159,29 +161,29 @@ func poisonMessage[M any](t testing.TB, h Harness[M]) {
 	stored := newSeen()
 	var called calls
 	dead := &deadLetters[M]{h: h}
+	var p *pipeline.Pipeline
+	finished := func() {
+		if dead.ended(stored) == len(good)+1 {
+			p.Drain()
+		}
+	}
+	dead.check = finished
+	c := consumption[M]{h: h, cfg: cfg, dead: dead,
+		handle: func(_ context.Context, m Message) error {
+			called.add(m.Key)
+			if m.Key == "poison" {
+				return resilience.MarkPermanent(errBad)
+			}
+			return nil
+		},
+		store: func(_ context.Context, _ *pipeline.Pipeline, m Message) error {
+			stored.add(m.Key)
+			finished()
+			return nil
+		}}
+	p = c.build(t)
 	failedRuns := 0
 	for run := 1; run <= 2*maxDeliveries; run++ {
-		var p *pipeline.Pipeline
-		finished := func() {
-			if dead.ended(stored) == len(good)+1 {
-				p.Drain()
-			}
-		}
-		dead.check = finished
-		c := consumption[M]{h: h, cfg: cfg, dead: dead,
-			handle: func(_ context.Context, m Message) error {
-				called.add(m.Key)
-				if m.Key == "poison" {
-					return resilience.MarkPermanent(errBad)
-				}
-				return nil
-			},
-			store: func(_ context.Context, _ *pipeline.Pipeline, m Message) error {
-				stored.add(m.Key)
-				finished()
-				return nil
-			}}
-		p = c.build(t)
 		_, err := p.Run(ctx)
 		if err == nil {
 			break
@@ -190,7 +192,7 @@ func poisonMessage[M any](t testing.TB, h Harness[M]) {
 		failedRuns++
 	}
 	keys, _ := dead.snapshot()
-	require.Equal(t, []string{"poison"}, keys, "the poison message is dead-lettered, once")
+	require.Equal(t, []string{"poison"}, keys, "the poison message alone is dead-lettered, once")
 	assert.Equal(t, maxDeliveries, failedRuns, "each of its first MaxDeliveries deliveries failed one run")
 	assert.Equal(t, maxDeliveries, called.of("poison"), "its last delivery was not emitted")
 	assert.Len(t, stored.snapshot(), len(good), "every good message is stored")

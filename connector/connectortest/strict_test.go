@@ -73,7 +73,7 @@ var variants = []variant{
 		},
 	},
 	{
-		name: "ignores_max_deliveries", catches: "PoisonMessageDeadLetteredOnce", says: "the poison message is dead-lettered, once",
+		name: "ignores_max_deliveries", catches: "PoisonMessageDeadLetteredOnce", says: "the poison message alone is dead-lettered, once",
 		source: func(c *rabbitmq.SourceConfig) { c.MaxDeliveries = 0 },
 	},
 	{

@@ -96,13 +96,20 @@ type SourceConfig struct {
 	// Retry is the broker's delayed redelivery: see [BrokerRetry].
 	Retry BrokerRetry
 	// MaxDeliveries, when positive, guards against a poison message: one
-	// that the server already delivered MaxDeliveries times is not emitted
+	// whose earlier deliveries, as the server counts them (NumDelivered),
+	// less those this Source spared, number MaxDeliveries is not emitted
 	// again: the source writes it to the pipeline's dead-letter sink, with
 	// an error matching [ErrPoison], and terminates it, whatever the nodes'
-	// failure actions. The count is the server's, so it holds across
-	// processes and crashes. It needs the pipeline's dead-letter sink
-	// (pipeline.WithDeadLetter): Open fails without one. With MaxDeliver it
-	// must be below MaxDeliver. 0 sets no limit.
+	// failure actions. A spared delivery is one the message was not to
+	// blame for: its item's outcome was node.Failed (the run ended first,
+	// such as when a neighbour failed it), or the source gave it back
+	// unemitted. The Source keeps them in process (up to 100,000
+	// messages); deliveries spared by another process, or by this one
+	// before it was restarted, count. So do node.Rejected, a broker retry
+	// and a hand-off. See docs/nats.md ("Poison messages"). It needs the
+	// pipeline's dead-letter sink (pipeline.WithDeadLetter): Open fails
+	// without one. With MaxDeliver it must be below MaxDeliver. 0 sets no
+	// limit.
 	MaxDeliveries int
 	// DialTimeout bounds connecting. Default [DefaultDialTimeout].
 	DialTimeout time.Duration

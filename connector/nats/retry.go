@@ -136,8 +136,13 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 		return fmt.Errorf("nats: message %s is poison and the pipeline has no dead-letter sink", d.id)
 	}
 	env.Item, env.ItemType = msg, messageType
-	env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times; MaxDeliveries is %d",
-		ErrPoison, describeMsg(msg), s.cfg.Stream, d.deliveries-1, s.cfg.MaxDeliveries)
+	if d.spared > 0 {
+		env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times, %d of them not counted (only held when a run ended); MaxDeliveries is %d",
+			ErrPoison, describeMsg(msg), s.cfg.Stream, d.deliveries-1, d.spared, s.cfg.MaxDeliveries)
+	} else {
+		env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times; MaxDeliveries is %d",
+			ErrPoison, describeMsg(msg), s.cfg.Stream, d.deliveries-1, s.cfg.MaxDeliveries)
+	}
 	env.ErrText = env.Err.Error()
 	env.CorrelationID = d.id
 	env.LastFailure = s.cfg.Clock.Now()
@@ -148,6 +153,7 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 		return fmt.Errorf("nats: dead-letter poison message %s: %w", d.id, err)
 	}
 	s.poisoned.Add(1)
+	s.forget(d)
 	d.sess.settle(settle{d: d, how: term})
 	return nil
 }

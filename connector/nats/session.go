@@ -248,6 +248,11 @@ func (s *session) close(timeout time.Duration) error {
 	if !s.gone {
 		for d := range s.held {
 			if d.settled.CompareAndSwap(false, true) {
+				if !d.emitted.Load() {
+					// Never in the pipeline: spared by the poison guard.
+					// One in flight counts, its outcome unknown.
+					d.src.spare(d)
+				}
 				s.pending = append(s.pending, settle{d: d, how: nak})
 			}
 		}

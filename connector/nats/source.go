@@ -29,10 +29,12 @@ import (
 // in the dead-letter sink), or naks it with the broker retry's delay when
 // [Source.DeadLetter] chose that; HandedOff naks it with the hand-off's
 // delay; Failed and Rejected (the run ended first, or failed because of
-// it) nak it, and the server delivers it again at once. A message is never
-// acked before the pipeline is done with it, so a process that dies loses
-// nothing: the server delivers what was not acked to another consumer
-// after AckWait. Sinks must therefore be idempotent.
+// it) nak it, and the server delivers it again at once. With
+// MaxDeliveries, a Failed delivery, and one given back unemitted, is
+// spared: the poison guard does not count it (see ledger). A message is
+// never acked before the pipeline is done with it, so a process that dies
+// loses nothing: the server delivers what was not acked to another
+// consumer after AckWait. Sinks must therefore be idempotent.
 //
 // The source pulls one request at a time, for at most the room it has
 // under Batch, rather than with the client's continuous Messages or
@@ -75,6 +77,9 @@ type Source struct {
 	dlBase     deadletter.Envelope
 	poisoned   atomic.Int64
 	redelivers atomic.Int64
+	// spared counts, with MaxDeliveries, the deliveries that the poison
+	// guard does not count (see ledger).
+	spared *ledger
 }
 
 // maxStories bounds the stories a source keeps: a message redelivered to
@@ -87,7 +92,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg.withDefaults(), prefix: randomID()}
+	s := &Source{cfg: cfg.withDefaults(), prefix: randomID(), spared: newLedger(maxSpared)}
 	s.stopCtx, s.stopFunc = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -139,7 +144,12 @@ func (s *Source) Open(ctx context.Context) error {
 		if err := ensureStream(ctx, js, &s.cfg); err != nil {
 			return err
 		}
-		_, err = ensureConsumer(ctx, js, &s.cfg)
+		cons, err := ensureConsumer(ctx, js, &s.cfg)
+		if err == nil {
+			// The spared deliveries were counted for this consumer only:
+			// one created again counts afresh.
+			s.spared.begin(s.cfg.Stream + "/" + s.cfg.Consumer + "@" + cons.CachedInfo().Created.Format(time.RFC3339Nano))
+		}
 		return err
 	}()
 	if err != nil {
@@ -221,10 +231,28 @@ func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 }
 
 // giveBack naks d, held and not emitted, so that the server delivers it
-// again at once.
+// again at once. The delivery is spared: the message never entered the
+// pipeline.
 func (d *delivery) giveBack() {
 	if d.settled.CompareAndSwap(false, true) {
+		d.src.spare(d)
 		d.sess.settle(settle{d: d, how: nak})
+	}
+}
+
+// spare counts d's delivery as one the poison guard spares: it ended
+// without its message being at fault (see ledger).
+func (s *Source) spare(d *delivery) {
+	if s.cfg.MaxDeliveries > 0 {
+		s.spared.spare(d.seq)
+	}
+}
+
+// forget drops what the ledger counts for d's message: it was settled for
+// good.
+func (s *Source) forget(d *delivery) {
+	if s.cfg.MaxDeliveries > 0 {
+		s.spared.forget(d.seq)
 	}
 }
 
@@ -239,13 +267,19 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
 		Sequence: d.seq, Deliveries: d.deliveries, Timestamp: d.stamp, d: d,
 	}
-	if s.cfg.MaxDeliveries > 0 && d.deliveries > s.cfg.MaxDeliveries {
-		return s.poison(ctx, d, m)
+	if s.cfg.MaxDeliveries > 0 {
+		// The deliveries the ledger spared do not count: the message was
+		// only held when a run ended, or was given back unemitted.
+		d.spared = min(s.spared.spared(d.seq), d.deliveries-1)
+		if d.deliveries-d.spared > s.cfg.MaxDeliveries {
+			return s.poison(ctx, d, m)
+		}
 	}
 	if d.deliveries > 1 {
 		s.redelivers.Add(1)
 	}
 	s.byID.Store(d.id, d)
+	d.emitted.Store(true)
 	return out.EmitTracked(ctx, m, d.done)
 }
 
@@ -304,6 +338,10 @@ type delivery struct {
 	stamp      time.Time
 	// past is what earlier deliveries told (nil: nothing known).
 	past *story
+	// spared is how many earlier deliveries the poison guard did not
+	// count; emitted is set once the message is handed to the pipeline.
+	spared  int
+	emitted atomic.Bool
 	// retry is the wait of the broker's retry that the dead-letter wrapper
 	// chose, handOff the hand-off's; 0 for none.
 	retry   atomic.Int64
@@ -330,6 +368,15 @@ func (d *delivery) done(o node.Outcome) {
 		}
 	case node.HandedOff:
 		st.how, st.delay = nakDelay, time.Duration(d.handOff.Load())
+	case node.Failed:
+		// The run ended before the item reached an outcome: not the
+		// message's fault, so the poison guard spares this delivery.
+		// Rejected (the item failed the run) counts.
+		d.src.spare(d)
+	}
+	if st.how == ack || st.how == term {
+		// Its story ends: the server delivers it no more.
+		d.src.forget(d)
 	}
 	d.sess.settle(st)
 }
