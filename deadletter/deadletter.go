@@ -34,17 +34,29 @@ type Envelope struct {
 	ItemType string `json:"item_type,omitempty"`
 	// Err is the error that decided the item's fate. It does not survive a
 	// file; ErrText does.
-	Err     error  `json:"-"`
+	Err error `json:"-"`
+	// ErrText is Err's text, which a file keeps; empty when Err is nil.
 	ErrText string `json:"error"`
 
-	Pipeline      string `json:"pipeline"`
-	RunID         string `json:"run_id"`
-	OriginNode    string `json:"origin_node"`   // where the item failed
-	DecisionNode  string `json:"decision_node"` // where it was dead-lettered
+	// Pipeline is the name of the pipeline the item failed in.
+	Pipeline string `json:"pipeline"`
+	// RunID identifies the run the item failed in, as the pipeline's
+	// events do.
+	RunID        string `json:"run_id"`
+	OriginNode   string `json:"origin_node"`   // where the item failed
+	DecisionNode string `json:"decision_node"` // where it was dead-lettered
+	// CorrelationID names the item: its own ([Correlated]), else the key
+	// its source gave it; empty when it has neither.
 	CorrelationID string `json:"correlation_id,omitempty"`
 
-	Attempts     int       `json:"attempts"` // calls made
-	History      []Attempt `json:"history"`
+	Attempts int `json:"attempts"` // calls made
+	// History is the item's failed calls, oldest first, across item
+	// retries and node restarts; empty when the engine did not record
+	// them.
+	History []Attempt `json:"history"`
+	// FirstFailure and LastFailure are when the item's first and last
+	// failed calls ended, on the pipeline's clock; zero when no call was
+	// recorded.
 	FirstFailure time.Time `json:"first_failure"`
 	LastFailure  time.Time `json:"last_failure"`
 
@@ -81,11 +93,15 @@ func typeName(t reflect.Type) string {
 
 // An Attempt is one failed call in an envelope's history.
 type Attempt struct {
-	Time  time.Time            `json:"time"`
+	// Time is when the call failed, on the pipeline's clock.
+	Time time.Time `json:"time"`
+	// Layer is the resilience layer that made the call: item retry, or
+	// node restart for the first call after a restart.
 	Layer resilience.RetryKind `json:"layer"`
 	Retry int                  `json:"retry"` // 0 for the first call of the layer
 	Delay time.Duration        `json:"delay"` // the wait chosen after this call, before the next; 0 after the last
-	Err   string               `json:"error"`
+	// Err is the text of the call's error.
+	Err string `json:"error"`
 }
 
 // A Correlated item names itself for its envelope: the engine copies
