@@ -22,16 +22,22 @@ type DeadLetterConfig struct {
 	URL string
 	// Exchange receives the envelopes; it must exist, with a queue bound
 	// for RoutingKey. Required.
-	Exchange   string
+	Exchange string
+	// RoutingKey is the key of every envelope's message; "" is a valid
+	// key.
 	RoutingKey string
 	// ConfirmTimeout bounds the wait for the broker's confirm of one
 	// envelope. Default [DefaultConfirmTimeout].
 	ConfirmTimeout time.Duration
-	// PubRetry retries a publish that failed before the broker took it.
-	PubRetry     PubRetry
+	// PubRetry retries a publish that failed before the broker took it;
+	// the zero value does not.
+	PubRetry PubRetry
+	// DialTimeout bounds connecting; CloseTimeout the closing handshake.
+	// Defaults [DefaultDialTimeout] and [DefaultCloseTimeout].
 	DialTimeout  time.Duration
 	CloseTimeout time.Duration
-	Clock        clockwork.Clock
+	// Clock is what the publisher's waits use; default the real clock.
+	Clock clockwork.Clock
 }
 
 // A DeadLetterPublisher is a [deadletter.Sink] that publishes each

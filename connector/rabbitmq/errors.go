@@ -19,8 +19,12 @@ var ErrInvalidConfig = errors.New("rabbitmq: invalid config")
 // A ConfigError reports one invalid setting of a connector's config. Field
 // is the path of the setting, such as "Retry.Delay".
 type ConfigError struct {
-	Field  string
-	Value  any
+	// Field is the path of the setting, such as "Retry.Delay".
+	Field string
+	// Value is the refused value, or a stand-in such as "(hidden)" for a
+	// URL that may hold a password.
+	Value any
+	// Reason says why the value is refused.
 	Reason string
 }
 
@@ -65,6 +69,8 @@ var (
 // error), and a late confirm may still come, so a retry can publish the
 // message twice.
 type ConfirmError struct {
+	// Exchange and RoutingKey are those of the publish; "" is the
+	// default exchange.
 	Exchange   string
 	RoutingKey string
 	// Timeout is the wait that ran out; 0 for a nack.
@@ -95,10 +101,14 @@ var ErrReturned = errors.New("rabbitmq: mandatory publish returned")
 // queue was bound to take it. It is permanent: publishing again to the same
 // exchange and key is returned again until someone changes the bindings.
 type ReturnError struct {
+	// Exchange and RoutingKey are those of the publish; "" is the
+	// default exchange.
 	Exchange   string
 	RoutingKey string
-	ReplyCode  uint16
-	ReplyText  string
+	// ReplyCode and ReplyText are the broker's reason, such as 312
+	// NO_ROUTE.
+	ReplyCode uint16
+	ReplyText string
 }
 
 // Error names the exchange, the key and the broker's reason.

@@ -16,12 +16,17 @@ import (
 // (return the Message's CorrelationID from its own CorrelationID method)
 // to take part in the broker's retry topology.
 type Message struct {
-	Body    []byte     `json:"body"`
+	// Body is the message's payload.
+	Body []byte `json:"body"`
+	// Headers are the message's AMQP headers, the connector's own
+	// included (see [HeaderAttempts]); nil when it has none.
 	Headers amqp.Table `json:"headers,omitempty"`
 	// Exchange and RoutingKey say how the message was published; after a
 	// trip through the retry topology Exchange is q_retry.
-	Exchange    string    `json:"exchange"`
-	RoutingKey  string    `json:"routing_key"`
+	Exchange   string `json:"exchange"`
+	RoutingKey string `json:"routing_key"`
+	// MessageID, ContentType and Timestamp are the message's properties
+	// as its publisher set them; empty, or zero, when it set none.
 	MessageID   string    `json:"message_id,omitempty"`
 	ContentType string    `json:"content_type,omitempty"`
 	Timestamp   time.Time `json:"timestamp,omitzero"`
