@@ -34,11 +34,15 @@ type DeadLetterConfig struct {
 	// AckTimeout bounds the wait for the stream's PubAck of one envelope.
 	// Default [DefaultAckTimeout].
 	AckTimeout time.Duration
-	// PubRetry retries a publish that failed before the stream took it.
-	PubRetry     PubRetry
+	// PubRetry retries a publish that failed before the stream took it;
+	// the zero value does not.
+	PubRetry PubRetry
+	// DialTimeout bounds connecting; CloseTimeout the flush at Close.
+	// Defaults [DefaultDialTimeout] and [DefaultCloseTimeout].
 	DialTimeout  time.Duration
 	CloseTimeout time.Duration
-	Clock        clockwork.Clock
+	// Clock is what the publisher's waits use; default the real clock.
+	Clock clockwork.Clock
 }
 
 // A DeadLetterPublisher is a [deadletter.Sink] that publishes each
