@@ -54,11 +54,12 @@ type Envelope struct {
 	// retries and node restarts; empty when the engine did not record
 	// them.
 	History []Attempt `json:"history"`
-	// FirstFailure and LastFailure are when the item's first and last
-	// failed calls ended, on the pipeline's clock; zero when no call was
-	// recorded.
+	// FirstFailure is when the item's first failed call ended, on the
+	// pipeline's clock; zero when no call was recorded.
 	FirstFailure time.Time `json:"first_failure"`
-	LastFailure  time.Time `json:"last_failure"`
+	// LastFailure is when its last failed call ended; zero when no call
+	// was recorded.
+	LastFailure time.Time `json:"last_failure"`
 
 	// ItemError is set when the file sink could not encode Item: it holds
 	// the encoder's error, the file holds a null item, and ItemText holds
@@ -66,7 +67,9 @@ type Envelope struct {
 	// so that a person can still see what failed. Both are empty when Item
 	// was encoded.
 	ItemError string `json:"item_error,omitempty"`
-	ItemText  string `json:"item_text,omitempty"`
+	// ItemText is the item as [Describe] renders it, when ItemError is
+	// set; empty otherwise.
+	ItemText string `json:"item_text,omitempty"`
 }
 
 // TypeOf names the Go type of item with its full package path, as

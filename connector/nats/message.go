@@ -29,7 +29,8 @@ type Message struct {
 	Header natsgo.Header `json:"header,omitempty"`
 	// Stream and Sequence name the message in its stream: they stay the
 	// same across its deliveries.
-	Stream   string `json:"stream"`
+	Stream string `json:"stream"`
+	// Sequence is the message's sequence number in Stream.
 	Sequence uint64 `json:"sequence"`
 	// Deliveries is the server's count of this message's deliveries to the
 	// consumer, this one included: 1 the first time.

@@ -63,9 +63,10 @@ type PublisherConfig[T any] struct {
 	// PubRetry retries a publish that failed before the stream took it;
 	// the zero value does not.
 	PubRetry PubRetry
-	// DialTimeout bounds connecting; CloseTimeout the flush at Close.
-	// Defaults [DefaultDialTimeout] and [DefaultCloseTimeout].
-	DialTimeout  time.Duration
+	// DialTimeout bounds connecting. Default [DefaultDialTimeout].
+	DialTimeout time.Duration
+	// CloseTimeout bounds the flush at Close. Default
+	// [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// Clock is what the publisher's waits use; default the real clock.
 	Clock clockwork.Clock

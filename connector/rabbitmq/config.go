@@ -150,10 +150,11 @@ type RetryTopology struct {
 	// HandOffAfter, when positive, hands the in-process retries that would
 	// wait at least this long to the broker; 0 keeps every wait in process.
 	HandOffAfter time.Duration
-	// Durable and AutoDelete apply to both exchanges and the retry
-	// queues: Durable makes them survive a broker restart, AutoDelete has
-	// the broker delete them once unused; both false by default.
-	Durable    bool
+	// Durable makes both exchanges and the retry queues survive a broker
+	// restart; false, the zero value, declares them transient.
+	Durable bool
+	// AutoDelete has the broker delete both exchanges and the retry
+	// queues once they are unused; false keeps them.
 	AutoDelete bool
 	// Classifier decides which failures the broker retries; the zero value
 	// is the default classifier. It judges the error under the pipeline's

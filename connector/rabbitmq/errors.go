@@ -69,9 +69,9 @@ var (
 // error), and a late confirm may still come, so a retry can publish the
 // message twice.
 type ConfirmError struct {
-	// Exchange and RoutingKey are those of the publish; "" is the
-	// default exchange.
-	Exchange   string
+	// Exchange is the publish's exchange; "" is the default exchange.
+	Exchange string
+	// RoutingKey is the publish's routing key.
 	RoutingKey string
 	// Timeout is the wait that ran out; 0 for a nack.
 	Timeout time.Duration
@@ -101,13 +101,13 @@ var ErrReturned = errors.New("rabbitmq: mandatory publish returned")
 // queue was bound to take it. It is permanent: publishing again to the same
 // exchange and key is returned again until someone changes the bindings.
 type ReturnError struct {
-	// Exchange and RoutingKey are those of the publish; "" is the
-	// default exchange.
-	Exchange   string
+	// Exchange is the publish's exchange; "" is the default exchange.
+	Exchange string
+	// RoutingKey is the publish's routing key.
 	RoutingKey string
-	// ReplyCode and ReplyText are the broker's reason, such as 312
-	// NO_ROUTE.
+	// ReplyCode is the broker's reply code, such as 312.
 	ReplyCode uint16
+	// ReplyText is the broker's reason, such as NO_ROUTE.
 	ReplyText string
 }
 

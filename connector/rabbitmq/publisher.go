@@ -76,9 +76,11 @@ type PublisherConfig[T any] struct {
 	// PubRetry retries a publish that failed before the broker took it;
 	// the zero value does not.
 	PubRetry PubRetry
-	// DialTimeout bounds connecting; CloseTimeout the closing handshake.
-	// Defaults [DefaultDialTimeout] and [DefaultCloseTimeout].
-	DialTimeout  time.Duration
+	// DialTimeout bounds connecting and the AMQP handshake. Default
+	// [DefaultDialTimeout].
+	DialTimeout time.Duration
+	// CloseTimeout bounds the closing handshake with the broker. Default
+	// [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// Clock is what the publisher's waits use; default the real clock.
 	Clock clockwork.Clock
