@@ -34,19 +34,32 @@ type Envelope struct {
 	ItemType string `json:"item_type,omitempty"`
 	// Err is the error that decided the item's fate. It does not survive a
 	// file; ErrText does.
-	Err     error  `json:"-"`
+	Err error `json:"-"`
+	// ErrText is Err's text, which a file keeps; empty when Err is nil.
 	ErrText string `json:"error"`
 
-	Pipeline      string `json:"pipeline"`
-	RunID         string `json:"run_id"`
-	OriginNode    string `json:"origin_node"`   // where the item failed
-	DecisionNode  string `json:"decision_node"` // where it was dead-lettered
+	// Pipeline is the name of the pipeline the item failed in.
+	Pipeline string `json:"pipeline"`
+	// RunID identifies the run the item failed in, as the pipeline's
+	// events do.
+	RunID        string `json:"run_id"`
+	OriginNode   string `json:"origin_node"`   // where the item failed
+	DecisionNode string `json:"decision_node"` // where it was dead-lettered
+	// CorrelationID names the item: its own ([Correlated]), else the key
+	// its source gave it; empty when it has neither.
 	CorrelationID string `json:"correlation_id,omitempty"`
 
-	Attempts     int       `json:"attempts"` // calls made
-	History      []Attempt `json:"history"`
+	Attempts int `json:"attempts"` // calls made
+	// History is the item's failed calls, oldest first, across item
+	// retries and node restarts; empty when the engine did not record
+	// them.
+	History []Attempt `json:"history"`
+	// FirstFailure is when the item's first failed call ended, on the
+	// pipeline's clock; zero when no call was recorded.
 	FirstFailure time.Time `json:"first_failure"`
-	LastFailure  time.Time `json:"last_failure"`
+	// LastFailure is when its last failed call ended; zero when no call
+	// was recorded.
+	LastFailure time.Time `json:"last_failure"`
 
 	// ItemError is set when the file sink could not encode Item: it holds
 	// the encoder's error, the file holds a null item, and ItemText holds
@@ -54,7 +67,9 @@ type Envelope struct {
 	// so that a person can still see what failed. Both are empty when Item
 	// was encoded.
 	ItemError string `json:"item_error,omitempty"`
-	ItemText  string `json:"item_text,omitempty"`
+	// ItemText is the item as [Describe] renders it, when ItemError is
+	// set; empty otherwise.
+	ItemText string `json:"item_text,omitempty"`
 }
 
 // TypeOf names the Go type of item with its full package path, as
@@ -81,11 +96,15 @@ func typeName(t reflect.Type) string {
 
 // An Attempt is one failed call in an envelope's history.
 type Attempt struct {
-	Time  time.Time            `json:"time"`
+	// Time is when the call failed, on the pipeline's clock.
+	Time time.Time `json:"time"`
+	// Layer is the resilience layer that made the call: item retry, or
+	// node restart for the first call after a restart.
 	Layer resilience.RetryKind `json:"layer"`
 	Retry int                  `json:"retry"` // 0 for the first call of the layer
 	Delay time.Duration        `json:"delay"` // the wait chosen after this call, before the next; 0 after the last
-	Err   string               `json:"error"`
+	// Err is the text of the call's error.
+	Err string `json:"error"`
 }
 
 // A Correlated item names itself for its envelope: the engine copies

@@ -32,11 +32,16 @@ var (
 // [errors.Is] matches it; Err says what was wrong, and [errors.As] and
 // [errors.Unwrap] reach it.
 type LineError struct {
+	// Path is the file the line is in.
 	Path   string
 	Line   int   // 1-based
 	Offset int64 // of the line's first byte in the file
-	Kind   error
-	Err    error
+	// Kind is the kind of problem: [ErrTornLine], [ErrCorruptLine] or
+	// [ErrUndecodableItem].
+	Kind error
+	// Err says what was wrong with the line, such as the JSON decoder's
+	// error.
+	Err error
 }
 
 // Error names the file, the line and its byte offset, then the problem.
@@ -62,7 +67,9 @@ func (e *LineError) Unwrap() error { return e.Err }
 // the line as it stands in the file, for tools that show or copy lines
 // without changing them.
 type Record struct {
+	// Envelope is the envelope decoded from the line.
 	Envelope
+	// Path is the file the line was read from.
 	Path   string
 	Line   int    // 1-based
 	Offset int64  // of the line's first byte in the file

@@ -36,23 +36,32 @@ type Observer interface {
 // Event is the part every event carries. It is embedded, so that events can
 // grow without breaking observers.
 type Event struct {
+	// Pipeline is the name of the pipeline the event happened in.
 	Pipeline string
-	RunID    string
-	Node     string
-	Time     time.Time // from the pipeline's clock
+	// RunID identifies the run: 16 random hex digits, new for each Run.
+	RunID string
+	// Node is the name of the node the event happened at.
+	Node string
+	// Time is when the event happened, on the pipeline's clock.
+	Time time.Time
 }
 
 // A NodeEvent reports a node starting or completing. Err is the error the
 // node completed with, nil on success; on start it is nil.
 type NodeEvent struct {
+	// Event is the pipeline, run, node and time of the event.
 	Event
+	// Err is the error the node completed with; nil on success and on
+	// start.
 	Err error
 	// Stopped says the node did not fail itself: the run ended for another
 	// reason, which Err holds, and the node stopped with it. StoppedBy
 	// names the node whose failure ended the run; it is empty when the
 	// caller cancelled the run. A node that failed itself, or ended on the
 	// caller's deadline, is not Stopped.
-	Stopped   bool
+	Stopped bool
+	// StoppedBy names the node whose failure ended the run, when Stopped;
+	// empty otherwise and when the caller cancelled the run.
 	StoppedBy string
 }
 
@@ -60,14 +69,22 @@ type NodeEvent struct {
 // number of the layer Kind, Delay the wait actually chosen (jitter
 // included), Err the failure that caused it.
 type RetryEvent struct {
+	// Event is the pipeline, run, node and time of the event.
 	Event
 	// Key is the item's correlation key (pipeline.WithKey, or the item's
 	// CorrelationID); empty for a node's own retries and unkeyed items.
-	Key     string
-	Kind    resilience.RetryKind
+	Key string
+	// Kind is the layer that retries: item retry, node restart or node
+	// retry.
+	Kind resilience.RetryKind
+	// Attempt is the retry's number in its layer, from 1 for the first
+	// retry (the second call).
 	Attempt int
-	Delay   time.Duration
-	Err     error
+	// Delay is the wait before the retry, jitter included; 0 retries at
+	// once.
+	Delay time.Duration
+	// Err is the failure that caused the retry.
+	Err error
 	// HandedOff says the item's source took the retry over: its broker
 	// waits Delay and delivers the item again (pipeline.HandOffSource),
 	// and no worker waits meanwhile.
@@ -77,40 +94,57 @@ type RetryEvent struct {
 // A RetryExhaustedEvent reports that a layer ran out of retries. Attempts
 // counts every call, the first one included.
 type RetryExhaustedEvent struct {
+	// Event is the pipeline, run, node and time of the event.
 	Event
-	Key      string // the item's correlation key, as in RetryEvent
-	Kind     resilience.RetryKind
+	Key string // the item's correlation key, as in RetryEvent
+	// Kind is the layer that ran out of retries.
+	Kind resilience.RetryKind
+	// Attempts counts the layer's calls, the first one included.
 	Attempts int
 	// Limit is what ended the retries: their count, MaxElapsed or the
 	// retry budget.
 	Limit resilience.Limit
-	Err   error
+	// Err is the last failure, which the retries did not get past.
+	Err error
 }
 
 // A DeadLetterEvent reports an item sent to the dead-letter sink. Node is
 // the node that decided; OriginNode is where the item failed.
 type DeadLetterEvent struct {
+	// Event is the pipeline, run and time of the event; its Node is the
+	// node that decided to dead-letter the item.
 	Event
-	Key        string // the item's correlation key, as in RetryEvent
+	Key string // the item's correlation key, as in RetryEvent
+	// OriginNode is the node where the item failed.
 	OriginNode string
-	Attempts   int
-	Err        error
+	// Attempts counts the calls made on the item, the first one included.
+	Attempts int
+	// Err is the item's last failure.
+	Err error
 }
 
 // A DropEvent reports an item dropped on purpose because its node's
 // OnItemFailure is Skip.
 type DropEvent struct {
+	// Event is the pipeline, run, node and time of the event.
 	Event
-	Key      string // the item's correlation key, as in RetryEvent
+	Key string // the item's correlation key, as in RetryEvent
+	// Attempts counts the calls made on the item, the first one included.
 	Attempts int
-	Err      error
+	// Err is the item's last failure.
+	Err error
 }
 
 // A CircuitEvent reports a circuit breaker transition. Generation counts the
 // breaker's transitions, which orders events that arrive concurrently.
 type CircuitEvent struct {
+	// Event is the pipeline, run, node and time of the event; Node is
+	// the node whose breaker changed state.
 	Event
-	From, To   resilience.CircuitState
+	// From and To are the breaker's states before and after the change.
+	From, To resilience.CircuitState
+	// Generation is the count of the breaker's transitions, this one
+	// included.
 	Generation uint64
 }
 

@@ -132,13 +132,23 @@ func (k NodeKind) HandsOnOnePerItem() bool {
 // dead-lettered, Filtered those a Filter dropped or a FlatMap or Unbatch
 // turned into nothing. The retry counts are the retries each layer made.
 type NodeStats struct {
-	Node         string
-	Kind         NodeKind
-	In, Out      int64
-	Failed       int64
-	Skipped      int64
+	// Node is the node's name.
+	Node string
+	// Kind is what the node does: the pipeline function that added it.
+	Kind NodeKind
+	// In counts the items the node took in, 0 for a source; Out the items
+	// it handed downstream, or for a sink the items written.
+	In, Out int64
+	// Failed counts the items whose processing failed after item
+	// retries, whatever happened to them next.
+	Failed int64
+	// Skipped counts the failed items the failure action Skip dropped.
+	Skipped int64
+	// DeadLettered counts the failed items sent to the dead-letter sink.
 	DeadLettered int64
-	Filtered     int64
+	// Filtered counts the items a Filter dropped or a FlatMap or Unbatch
+	// turned into nothing.
+	Filtered int64
 	// Fallbacks counts the items a Fallback rescued: layer 1 gave up on
 	// them, and the fallback's result was handed on (they count in Out).
 	Fallbacks int64
@@ -154,12 +164,17 @@ type NodeStats struct {
 	// items are not batches; In, Out and the failure counts count the
 	// items in the batches.
 	InBatches, OutBatches int64
-	ItemRetries           int64
-	NodeRestarts          int64
-	NodeRetries           int64
+	// ItemRetries counts the retries of layer 1, item retry.
+	ItemRetries int64
+	// NodeRestarts counts the restarts of layer 2, node restart.
+	NodeRestarts int64
+	// NodeRetries counts the retries of layer 3, node retry.
+	NodeRetries int64
 	// Size is, for a source that implements node.Sized (Sized set), how
 	// many items it emits in a run: with Out, a progress display's ETA.
-	Size  int64
+	Size int64
+	// Sized says Size is known: the node is a source that implements
+	// node.Sized. When false, Size is 0 and means nothing.
 	Sized bool
 	// Circuit is the node's breaker state; CircuitClosed when it has none.
 	Circuit resilience.CircuitState
@@ -194,10 +209,13 @@ func (s NodeStats) Retries(k resilience.RetryKind) int64 {
 // of the Pipeline, as metrics counters do; a run's own counts are in its
 // pipeline's Result.
 type Stats struct {
+	// Pipeline is the pipeline's name.
 	Pipeline string
 	RunID    string // the running or last run; empty before the first
-	Running  bool
-	Nodes    []NodeStats // in the order the nodes were added
+	// Running says a run is under way; false before the first run and
+	// between runs.
+	Running bool
+	Nodes   []NodeStats // in the order the nodes were added
 }
 
 // Node returns the stats of the node called name.

@@ -20,9 +20,12 @@ type Tracer interface {
 
 // An Attempt is one call of a node's function on an item.
 type Attempt struct {
+	// Pipeline is the name of the pipeline the call runs in.
 	Pipeline string
-	RunID    string
-	Node     string
+	// RunID identifies the run, as in [Event].
+	RunID string
+	// Node is the name of the node whose function is called.
+	Node string
 	// Key is the item's correlation key (pipeline.WithKey, or the item's
 	// own Correlated), empty when it has none.
 	Key string

@@ -13,19 +13,26 @@ import (
 // [Graph.DOT] render it; [Graph.WithStats] adds live counts. The output is
 // deterministic: the same pipeline (and counts) renders to the same text.
 type Graph struct {
+	// Pipeline is the pipeline's name.
 	Pipeline string
 	// HandOver is the pipeline's hand-over batch (WithHandOverBatch): how
 	// many items a stage gathers before one channel operation.
 	HandOver int
-	Nodes    []GraphNode
-	Edges    []GraphEdge
+	// Nodes are the pipeline's nodes, in the order they were added; an
+	// edge names a node by its index here.
+	Nodes []GraphNode
+	// Edges are the streams between the nodes, one per consumer of a
+	// node's output.
+	Edges []GraphEdge
 	// RunID is the run the counts are from, when WithStats added some.
 	RunID string
 }
 
 // A GraphNode is one node of a [Graph].
 type GraphNode struct {
+	// Name is the node's name.
 	Name string
+	// Kind is what the node does: the pipeline function that added it.
 	Kind NodeKind
 	// Parallel is the node's workers (Parallel or Keyed); 1 without.
 	Parallel  int
@@ -55,6 +62,8 @@ type GraphNode struct {
 // A GraphEdge is the channel in front of node To, which node From writes
 // to. Nodes are indexes into Graph.Nodes.
 type GraphEdge struct {
+	// From is the index in Graph.Nodes of the node whose output the
+	// stream carries, To that of the node that reads it.
 	From, To int
 	// Buffer is the channel's capacity in items: the node's Buffer, else
 	// the pipeline's (WithBuffer or the profile's).

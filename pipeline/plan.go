@@ -12,13 +12,18 @@ import (
 // A Plan describes, node by node, the worst case the configured resilience
 // layers allow, so that retry multiplication shows before production does.
 type Plan struct {
+	// Pipeline is the pipeline's name.
 	Pipeline string
-	Nodes    []NodePlan
+	// Nodes are the nodes' worst cases, in the order the nodes were
+	// added.
+	Nodes []NodePlan
 }
 
 // A NodePlan is the worst case of one node.
 type NodePlan struct {
+	// Node is the node's name.
 	Node string
+	// Kind is what the node does: the pipeline function that added it.
 	Kind NodeKind
 
 	// ItemCalls is the most calls one item can get: item retries, and the
@@ -65,13 +70,17 @@ type NodePlan struct {
 	// OnItemFailure is what happens to an item after all that, unless one
 	// of the node's FailureRules (their number) decides.
 	OnItemFailure resilience.FailureAction
-	FailureRules  int
+	// FailureRules is the number of the node's failure rules; 0 when
+	// OnItemFailure alone decides.
+	FailureRules int
 
 	// Deliveries is how often a broker can deliver one item to the node:
 	// 1 + the retries of the broker layer of the source upstream (a
 	// node.Redeliverer, such as a RabbitMQ source with a retry topology),
 	// else 1. BrokerWait is what that layer waits in all.
 	Deliveries int
+	// BrokerWait is the most time the broker layer waits between one
+	// item's deliveries, in all; 0 without a broker layer.
 	BrokerWait time.Duration
 	// AllCalls is the most calls of one item across every layer, the
 	// broker's included: ItemCalls × Deliveries. AllTime is the most time
@@ -79,7 +88,9 @@ type NodePlan struct {
 	// calls (ItemCalls × AttemptTimeout, when set; the calls' own time is
 	// unknown otherwise), plus BrokerWait.
 	AllCalls int
-	AllTime  time.Duration
+	// AllTime is the most time one item can take across every layer, as
+	// described under AllCalls.
+	AllTime time.Duration
 }
 
 // Plan returns the worst case of every node's resilience layers.

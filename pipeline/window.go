@@ -48,6 +48,7 @@ func (w WindowSpec) validate() error {
 
 // A Window is one window's aggregate, as [Aggregate] hands it on.
 type Window[K comparable, A any] struct {
+	// Key is the key whose items the window holds.
 	Key K
 	// Start and End bound a time window, [Start, End) on the pipeline's
 	// clock; zero for a count window.

@@ -158,6 +158,9 @@ type StreamDeclaration struct {
 //     that wait (pipeline.HandOffSource), and its next delivery continues
 //     the in-process retries where they were when this source gets it.
 type BrokerRetry struct {
+	// Enabled lets the server redeliver failed items after a delay, as
+	// described above; false, the zero value, leaves retries to the
+	// pipeline and ignores the other fields.
 	Enabled bool
 	// Delay is the wait before each redelivery without BackOff. It must be
 	// positive then.

@@ -34,11 +34,16 @@ type DeadLetterConfig struct {
 	// AckTimeout bounds the wait for the stream's PubAck of one envelope.
 	// Default [DefaultAckTimeout].
 	AckTimeout time.Duration
-	// PubRetry retries a publish that failed before the stream took it.
-	PubRetry     PubRetry
-	DialTimeout  time.Duration
+	// PubRetry retries a publish that failed before the stream took it;
+	// the zero value does not.
+	PubRetry PubRetry
+	// DialTimeout bounds connecting. Default [DefaultDialTimeout].
+	DialTimeout time.Duration
+	// CloseTimeout bounds the flush at Close. Default
+	// [DefaultCloseTimeout].
 	CloseTimeout time.Duration
-	Clock        clockwork.Clock
+	// Clock is what the publisher's waits use; default the real clock.
+	Clock clockwork.Clock
 }
 
 // A DeadLetterPublisher is a [deadletter.Sink] that publishes each

@@ -22,8 +22,12 @@ var ErrInvalidConfig = errors.New("nats: invalid config")
 // stream or consumer on the server that differs from it. Field is the path
 // of the setting, such as "Retry.Delay".
 type ConfigError struct {
-	Field  string
-	Value  any
+	// Field is the path of the setting, such as "Retry.Delay".
+	Field string
+	// Value is the refused value, or a stand-in such as "(hidden)" for a
+	// URL that may hold a password.
+	Value any
+	// Reason says why the value is refused.
 	Reason string
 }
 
@@ -60,7 +64,9 @@ var ErrAckTimeout = errors.New("nats: publish not acknowledged in time")
 // retry with the same Nats-Msg-Id inside the stream's duplicate window is
 // absorbed by the stream.
 type PubAckError struct {
+	// Subject is the publish's subject.
 	Subject string
+	// Timeout is the wait for the PubAck that ran out.
 	Timeout time.Duration
 }
 

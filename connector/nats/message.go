@@ -20,12 +20,17 @@ import (
 // carry the same id (return the Message's CorrelationID from its own
 // CorrelationID method) to take part in the broker's retry.
 type Message struct {
-	Subject string        `json:"subject"`
-	Data    []byte        `json:"data"`
-	Header  natsgo.Header `json:"header,omitempty"`
+	// Subject is the subject the message was published to.
+	Subject string `json:"subject"`
+	// Data is the message's payload.
+	Data []byte `json:"data"`
+	// Header are the message's headers, such as Nats-Msg-Id; nil when it
+	// has none.
+	Header natsgo.Header `json:"header,omitempty"`
 	// Stream and Sequence name the message in its stream: they stay the
 	// same across its deliveries.
-	Stream   string `json:"stream"`
+	Stream string `json:"stream"`
+	// Sequence is the message's sequence number in Stream.
 	Sequence uint64 `json:"sequence"`
 	// Deliveries is the server's count of this message's deliveries to the
 	// consumer, this one included: 1 the first time.

@@ -24,6 +24,9 @@ import (
 // pipeline's item retry. It is the RabbitMQ connector's PubRetry, with the
 // same meaning and defaults.
 type PubRetry struct {
+	// Enabled turns the publisher's own retry on; false, the zero value,
+	// fails the publish at once, with a transient error for the
+	// pipeline's item retry.
 	Enabled bool
 	// MaxRetry is the number of retries; MaxRetry = 3 allows 4 attempts.
 	// Default [DefaultPubRetries].
@@ -57,10 +60,13 @@ type PublisherConfig[T any] struct {
 	// AckTimeout bounds the wait for one PubAck. Default
 	// [DefaultAckTimeout].
 	AckTimeout time.Duration
-	PubRetry   PubRetry
-	// DialTimeout bounds connecting; CloseTimeout the flush at Close.
-	// Defaults [DefaultDialTimeout] and [DefaultCloseTimeout].
-	DialTimeout  time.Duration
+	// PubRetry retries a publish that failed before the stream took it;
+	// the zero value does not.
+	PubRetry PubRetry
+	// DialTimeout bounds connecting. Default [DefaultDialTimeout].
+	DialTimeout time.Duration
+	// CloseTimeout bounds the flush at Close. Default
+	// [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// Clock is what the publisher's waits use; default the real clock.
 	Clock clockwork.Clock

@@ -83,9 +83,15 @@ type SourceConfig struct {
 
 // A QueueDeclaration says how a connector declares its queue.
 type QueueDeclaration struct {
-	Durable    bool
+	// Durable makes the queue survive a broker restart; false, the
+	// zero value, declares a transient queue.
+	Durable bool
+	// AutoDelete has the broker delete the queue once its last consumer
+	// is gone; false keeps it.
 	AutoDelete bool
-	Exclusive  bool
+	// Exclusive makes the queue private to the source's connection,
+	// deleted when it closes; false lets any connection use it.
+	Exclusive bool
 	// Args are the queue's arguments, such as x-queue-type or
 	// x-max-length. With the retry topology, x-dead-letter-exchange is set
 	// by the connector and must not be given here.
@@ -126,6 +132,9 @@ type QueueDeclaration struct {
 // run, and the message goes back to q; a hand-off that cannot be published
 // waits in process instead.
 type RetryTopology struct {
+	// Enabled declares the topology at Open and sends failed items
+	// through it; false, the zero value, leaves retries to the pipeline
+	// and ignores the other fields.
 	Enabled bool
 	// MaxRetry is how many times the broker redelivers one message; it must
 	// be at least 1. MaxRetry = 3 allows 4 deliveries.
@@ -141,8 +150,11 @@ type RetryTopology struct {
 	// HandOffAfter, when positive, hands the in-process retries that would
 	// wait at least this long to the broker; 0 keeps every wait in process.
 	HandOffAfter time.Duration
-	// Durable and AutoDelete apply to both exchanges and the retry queues.
-	Durable    bool
+	// Durable makes both exchanges and the retry queues survive a broker
+	// restart; false, the zero value, declares them transient.
+	Durable bool
+	// AutoDelete has the broker delete both exchanges and the retry
+	// queues once they are unused; false keeps them.
 	AutoDelete bool
 	// Classifier decides which failures the broker retries; the zero value
 	// is the default classifier. It judges the error under the pipeline's

@@ -22,16 +22,24 @@ type DeadLetterConfig struct {
 	URL string
 	// Exchange receives the envelopes; it must exist, with a queue bound
 	// for RoutingKey. Required.
-	Exchange   string
+	Exchange string
+	// RoutingKey is the key of every envelope's message; "" is a valid
+	// key.
 	RoutingKey string
 	// ConfirmTimeout bounds the wait for the broker's confirm of one
 	// envelope. Default [DefaultConfirmTimeout].
 	ConfirmTimeout time.Duration
-	// PubRetry retries a publish that failed before the broker took it.
-	PubRetry     PubRetry
-	DialTimeout  time.Duration
+	// PubRetry retries a publish that failed before the broker took it;
+	// the zero value does not.
+	PubRetry PubRetry
+	// DialTimeout bounds connecting and the AMQP handshake. Default
+	// [DefaultDialTimeout].
+	DialTimeout time.Duration
+	// CloseTimeout bounds the closing handshake with the broker. Default
+	// [DefaultCloseTimeout].
 	CloseTimeout time.Duration
-	Clock        clockwork.Clock
+	// Clock is what the publisher's waits use; default the real clock.
+	Clock clockwork.Clock
 }
 
 // A DeadLetterPublisher is a [deadletter.Sink] that publishes each

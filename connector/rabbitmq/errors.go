@@ -19,8 +19,12 @@ var ErrInvalidConfig = errors.New("rabbitmq: invalid config")
 // A ConfigError reports one invalid setting of a connector's config. Field
 // is the path of the setting, such as "Retry.Delay".
 type ConfigError struct {
-	Field  string
-	Value  any
+	// Field is the path of the setting, such as "Retry.Delay".
+	Field string
+	// Value is the refused value, or a stand-in such as "(hidden)" for a
+	// URL that may hold a password.
+	Value any
+	// Reason says why the value is refused.
 	Reason string
 }
 
@@ -65,7 +69,9 @@ var (
 // error), and a late confirm may still come, so a retry can publish the
 // message twice.
 type ConfirmError struct {
-	Exchange   string
+	// Exchange is the publish's exchange; "" is the default exchange.
+	Exchange string
+	// RoutingKey is the publish's routing key.
 	RoutingKey string
 	// Timeout is the wait that ran out; 0 for a nack.
 	Timeout time.Duration
@@ -95,10 +101,14 @@ var ErrReturned = errors.New("rabbitmq: mandatory publish returned")
 // queue was bound to take it. It is permanent: publishing again to the same
 // exchange and key is returned again until someone changes the bindings.
 type ReturnError struct {
-	Exchange   string
+	// Exchange is the publish's exchange; "" is the default exchange.
+	Exchange string
+	// RoutingKey is the publish's routing key.
 	RoutingKey string
-	ReplyCode  uint16
-	ReplyText  string
+	// ReplyCode is the broker's reply code, such as 312.
+	ReplyCode uint16
+	// ReplyText is the broker's reason, such as NO_ROUTE.
+	ReplyText string
 }
 
 // Error names the exchange, the key and the broker's reason.

@@ -16,15 +16,25 @@ import (
 // (return the Message's CorrelationID from its own CorrelationID method)
 // to take part in the broker's retry topology.
 type Message struct {
-	Body    []byte     `json:"body"`
+	// Body is the message's payload.
+	Body []byte `json:"body"`
+	// Headers are the message's AMQP headers, the connector's own
+	// included (see [HeaderAttempts]); nil when it has none.
 	Headers amqp.Table `json:"headers,omitempty"`
 	// Exchange and RoutingKey say how the message was published; after a
 	// trip through the retry topology Exchange is q_retry.
-	Exchange    string    `json:"exchange"`
-	RoutingKey  string    `json:"routing_key"`
-	MessageID   string    `json:"message_id,omitempty"`
-	ContentType string    `json:"content_type,omitempty"`
-	Timestamp   time.Time `json:"timestamp,omitzero"`
+	Exchange string `json:"exchange"`
+	// RoutingKey is the key the message was published with.
+	RoutingKey string `json:"routing_key"`
+	// MessageID is the message-id property its publisher set; "" for
+	// none.
+	MessageID string `json:"message_id,omitempty"`
+	// ContentType is the content-type property its publisher set, such
+	// as application/json; "" for none.
+	ContentType string `json:"content_type,omitempty"`
+	// Timestamp is the timestamp property its publisher set; zero for
+	// none.
+	Timestamp time.Time `json:"timestamp,omitzero"`
 	// Redelivered is the broker's flag: the message was delivered before,
 	// to this or another consumer, and not acked (a consumer died, or a run
 	// stopped first). A trip through the retry topology is a new delivery,

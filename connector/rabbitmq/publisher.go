@@ -15,6 +15,9 @@ import (
 // once it has taken responsibility for it (routed it, and written it to
 // disk for a durable queue), or nacks it.
 type Confirms struct {
+	// Enabled puts the publisher's channel in confirm mode; false, the
+	// zero value, publishes without confirms: Write returns once the
+	// message is sent, and nothing reports a message the broker lost.
 	Enabled bool
 	// WaitFor makes Write wait for the message's confirm before it returns,
 	// so that an item is delivered only once the broker has it, and a nack
@@ -36,6 +39,9 @@ type Confirms struct {
 // layers do not multiply them; with PubRetry off such an error is
 // transient, for the pipeline's item retry.
 type PubRetry struct {
+	// Enabled turns the publisher's own retry on; false, the zero value,
+	// fails the publish at once, with a transient error for the
+	// pipeline's item retry.
 	Enabled bool
 	// MaxRetry is the number of retries; MaxRetry = 3 allows 4 attempts.
 	// Default [DefaultPubRetries].
@@ -64,11 +70,17 @@ type PublisherConfig[T any] struct {
 	// Requires Confirms.Enabled, which is how a return is tied to its
 	// publish (see [SeqHeader]).
 	Mandatory bool
-	Confirms  Confirms
-	PubRetry  PubRetry
-	// DialTimeout bounds connecting; CloseTimeout the closing handshake.
-	// Defaults [DefaultDialTimeout] and [DefaultCloseTimeout].
-	DialTimeout  time.Duration
+	// Confirms configures publisher confirms; the zero value publishes
+	// without them.
+	Confirms Confirms
+	// PubRetry retries a publish that failed before the broker took it;
+	// the zero value does not.
+	PubRetry PubRetry
+	// DialTimeout bounds connecting and the AMQP handshake. Default
+	// [DefaultDialTimeout].
+	DialTimeout time.Duration
+	// CloseTimeout bounds the closing handshake with the broker. Default
+	// [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// Clock is what the publisher's waits use; default the real clock.
 	Clock clockwork.Clock

@@ -47,4 +47,53 @@ func TestUndocumented(t *testing.T) {
 	assert.ErrorContains(t, err, "no type InTest", "test files are not the package's API")
 	_, err = fielddoc.Undocumented(dir, "NotStruct")
 	assert.ErrorContains(t, err, "not a struct")
+
+	structs, err := fielddoc.Structs(dir)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"T"}, structs,
+		"only exported struct types of the non-test files are listed")
+}
+
+// An embedded field of an exported type (type Options struct { Backoff })
+// is a field a user sets (o.Backoff = ...), named by its type, plain, by
+// pointer or from another package, so it is reported when it has no doc
+// comment, like a named field. An embedded unexported type is not.
+func TestUndocumentedReportsEmbeddedExportedFields(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "x.go"), []byte(`package x
+
+import "time"
+
+// Inner is documented.
+type Inner struct {
+	// N is documented.
+	N int
+}
+
+// Options embeds Inner without a word.
+type Options struct {
+	Inner
+	*Other
+	time.Duration
+	Generic[int]
+	inner
+	// Documented is embedded with a doc comment.
+	Documented
+}
+
+// Other is documented.
+type Other struct{}
+
+// Generic is documented.
+type Generic[T any] struct{}
+
+// Documented is documented.
+type Documented struct{}
+
+type inner struct{}
+`), 0o600))
+	missing, err := fielddoc.Undocumented(dir, "Options")
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"Options.Inner", "Options.Other", "Options.Duration", "Options.Generic"}, missing)
 }

@@ -52,10 +52,15 @@ func AllEvents() []Event {
 // state the breaker turned to (such as "open", the String of
 // [resilience.CircuitState]) for CircuitStateChanged, and "" for the rest.
 type Key struct {
-	Event    Event
+	// Event is the kind of event counted.
+	Event Event
+	// Pipeline is the name of the pipeline the event happened in.
 	Pipeline string
-	Node     string
-	Detail   string
+	// Node is the name of the node the event happened at.
+	Node string
+	// Detail is the retry kind or the breaker's new state, as described
+	// above; "" for the other events.
+	Detail string
 }
 
 // String returns the key as event{pipeline/node detail}, for test output.

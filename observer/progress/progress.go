@@ -91,6 +91,8 @@ func WithLineNodes(names ...string) Option {
 // observer.Observer and an observer.StatsUser; create it with [New]. Its
 // methods are safe for concurrent use.
 type Reporter struct {
+	// Nop supplies the observer methods whose events the Reporter does
+	// not show; it holds nothing.
 	observer.Nop
 
 	w         io.Writer

@@ -15,7 +15,10 @@ import (
 // A SliceSource emits its items in order. With Tracked set it emits them
 // with EmitTracked and records each item's outcome.
 type SliceSource[T any] struct {
-	Items   []T
+	// Items are what a run emits, in order; nil emits nothing.
+	Items []T
+	// Tracked emits the items with EmitTracked and records their
+	// outcomes; false, the zero value, emits them with Emit.
 	Tracked bool
 
 	mu       sync.Mutex
