@@ -3,6 +3,7 @@ package nats
 import (
 	"errors"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,8 +75,8 @@ type SourceConfig struct {
 	// BackOff, when set, are the consumer's waits before the server
 	// delivers again a message that was not acked: delivery n+1 waits
 	// BackOff[n-1], the last repeated. It also gives the waits of the
-	// broker's retry (see [BrokerRetry]). A positive MaxDeliver must
-	// exceed its length.
+	// broker's retry (see [BrokerRetry]). MaxDeliver must then exceed its
+	// length (the server refuses BackOff with unlimited deliveries).
 	BackOff []time.Duration
 	// MaxAckPending is the consumer's limit on messages delivered and not
 	// yet acked, across every process that shares it. 0 takes the
@@ -90,8 +91,8 @@ type SourceConfig struct {
 	// ProgressInterval is how often the source tells the server that it is
 	// still working on each message it holds (an in-progress ack), so that
 	// an item retried in process for longer than AckWait is not delivered
-	// to another consumer meanwhile. Default a third of AckWait (of
-	// BackOff[0] with BackOff); it must be shorter than that wait.
+	// to another consumer meanwhile. Default a third of AckWait (of the
+	// shortest BackOff wait with BackOff); it must be shorter than that wait.
 	ProgressInterval time.Duration
 	// Retry is the broker's delayed redelivery: see [BrokerRetry].
 	Retry BrokerRetry
@@ -189,6 +190,15 @@ func (c *SourceConfig) ackWait() time.Duration {
 	return c.AckWait
 }
 
+// shortestAckWait is the shortest wait the server gives a delivery before
+// it delivers the message again: delivery n waits BackOff[n-1].
+func (c *SourceConfig) shortestAckWait() time.Duration {
+	if len(c.BackOff) == 0 {
+		return c.AckWait
+	}
+	return slices.Min(c.BackOff)
+}
+
 // Validate reports every problem of c, joined, each a [*ConfigError].
 func (c SourceConfig) Validate() error {
 	var errs []error
@@ -233,8 +243,8 @@ func (c SourceConfig) Validate() error {
 			add("BackOff["+strconv.Itoa(i)+"]", d, "must be at least 1ms")
 		}
 	}
-	if len(c.BackOff) > 0 && c.MaxDeliver > 0 && c.MaxDeliver <= len(c.BackOff) {
-		add("MaxDeliver", c.MaxDeliver, "must exceed len(BackOff) = "+strconv.Itoa(len(c.BackOff))+": the server refuses a consumer whose backoff outlasts its deliveries")
+	if len(c.BackOff) > 0 && c.MaxDeliver >= 0 && c.MaxDeliver <= len(c.BackOff) {
+		add("MaxDeliver", c.MaxDeliver, "must exceed len(BackOff) = "+strconv.Itoa(len(c.BackOff))+": the server refuses a consumer with BackOff whose deliveries are unlimited or do not outlast it")
 	}
 	if c.MaxAckPending < 0 {
 		add("MaxAckPending", c.MaxAckPending, "must not be negative; 0 takes the server's default")
@@ -249,8 +259,8 @@ func (c SourceConfig) Validate() error {
 	}
 	if c.ProgressInterval < 0 {
 		add("ProgressInterval", c.ProgressInterval, "must not be negative")
-	} else if dc := c.withDefaults(); c.ProgressInterval > 0 && c.ProgressInterval >= dc.ackWait() {
-		w := dc.ackWait()
+	} else if dc := c.withDefaults(); c.ProgressInterval > 0 && c.ProgressInterval >= dc.shortestAckWait() {
+		w := dc.shortestAckWait()
 		add("ProgressInterval", c.ProgressInterval, "must be shorter than the ack wait ("+w.String()+"), or the server delivers the message again first")
 	}
 	if c.MaxDeliveries < 0 {
@@ -323,7 +333,7 @@ func (c SourceConfig) withDefaults() SourceConfig {
 		c.PullWait = DefaultPullWait
 	}
 	if c.ProgressInterval == 0 {
-		c.ProgressInterval = c.ackWait() / 3
+		c.ProgressInterval = c.shortestAckWait() / 3
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout
