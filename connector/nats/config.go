@@ -155,9 +155,11 @@ type StreamDeclaration struct {
 //     the server delivered it MaxDeliver times, the item goes to the
 //     pipeline's dead-letter sink instead, and is terminated;
 //   - the hand-off: with HandOffAfter, an item whose next in-process retry
-//     would wait at least HandOffAfter is delivered again after exactly
-//     that wait (pipeline.HandOffSource), and its next delivery continues
-//     the in-process retries where they were when this source gets it.
+//     would wait at least HandOffAfter is delivered again after that wait
+//     (pipeline.HandOffSource), and its next delivery continues the
+//     in-process retries where they were when this source gets it. With
+//     BackOff, the server waits at least BackOff[n-1] - BackOff[0] after
+//     a nak of delivery n, so a shorter hand-off waits that long.
 type BrokerRetry struct {
 	Enabled bool
 	// Delay is the wait before each redelivery without BackOff. It must be
@@ -180,6 +182,20 @@ func (c *SourceConfig) delay(n uint64) time.Duration {
 	}
 	i := min(max(int(n), 1), len(c.BackOff)) - 1
 	return c.BackOff[i]
+}
+
+// nakDelay returns the delay to send in the nak of delivery n for the
+// server to deliver the message again after want. With BackOff, NATS
+// (2.9) counts a nak's delay from the consumer's AckWait, BackOff[0], but
+// expires it against the ack wait of delivery n, BackOff[n-1]: it waits
+// delay + BackOff[n-1] - BackOff[0], which this takes off. When that
+// difference exceeds want, the server's wait is the difference (the
+// least delay it takes is 1ms).
+func (c *SourceConfig) nakDelay(want time.Duration, n int) time.Duration {
+	if len(c.BackOff) > 0 {
+		want -= c.delay(uint64(n)) - c.ackWait()
+	}
+	return max(want, time.Millisecond)
 }
 
 // ackWait is the wait the server gives a message's first delivery.

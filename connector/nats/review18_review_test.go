@@ -88,15 +88,15 @@ func next(t *testing.T, ch chan tracked) tracked {
 	}
 }
 
-// BrokerRetry's doc: with HandOffAfter an item "is delivered again after
-// exactly that wait". With BackOff on the consumer, NATS 2.9 computes a
-// nak's delay from the consumer's AckWait (BackOff[0]) but expires it
-// against BackOff[n-1]: the hand-off of delivery 2 waits
-// delay + BackOff[1] - BackOff[0]. Here 200ms asked, about 3.1s observed.
-// The same holds for the broker's retry through Source.DeadLetter (which
-// naks delivery n with BackOff[n-1], so it waits 2*BackOff[n-1]-BackOff[0]),
-// and for Redeliveries' longest wait, which pipeline's Plan counts.
-func TestReviewHandOffWaitIsLongerWithBackOff(t *testing.T) {
+// With BackOff on the consumer, a nak's delay still gives the wait asked
+// for. NATS 2.9 counts the delay from the consumer's AckWait (BackOff[0])
+// but expires it against the ack wait of delivery n (BackOff[n-1]), so
+// the source sends the delay less BackOff[n-1] - BackOff[0]: a hand-off
+// of delivery 2 waits its delay, not delay + BackOff[1] - BackOff[0]
+// (4.4 s rather than 2.5 s here), and
+// the broker's retry of delivery 3 waits BackOff[2] (the last repeated),
+// not 2*BackOff[2] - BackOff[0], which Redeliveries' longest wait counts.
+func TestNakDelayWaitsWhatItAsksWithBackOff(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
 	name := uniqueName(t)
@@ -104,11 +104,13 @@ func TestReviewHandOffWaitIsLongerWithBackOff(t *testing.T) {
 	a.publish(subject, "x")
 
 	cfg := a.config(name)
-	cfg.BackOff = []time.Duration{100 * time.Millisecond, 3 * time.Second}
+	cfg.BackOff = []time.Duration{100 * time.Millisecond, 2 * time.Second}
 	cfg.MaxDeliver = 5
 	cfg.Retry = nats.BrokerRetry{Enabled: true, HandOffAfter: 50 * time.Millisecond}
 	src, err := nats.NewSource(cfg)
 	require.NoError(t, err)
+	_, longest := src.Redeliveries()
+	require.Equal(t, 2*time.Second, longest)
 	ch := runSource(t, src)
 
 	d1 := next(t, ch)
@@ -116,15 +118,33 @@ func TestReviewHandOffWaitIsLongerWithBackOff(t *testing.T) {
 	d2 := next(t, ch)
 	require.Equal(t, 2, d2.m.Deliveries)
 
-	const delay = 200 * time.Millisecond
+	// Longer than BackOff[1] - BackOff[0], below which the server's wait
+	// is that difference.
+	const delay = 2500 * time.Millisecond
 	require.NoError(t, d2.m.HandOff(testContext(t), pipeline.HandOff{Delay: delay, Retry: 1}))
 	start := time.Now()
 	d2.done(node.HandedOff)
 	d3 := next(t, ch)
 	waited := d3.at.Sub(start)
 	t.Logf("hand-off asked %v, delivery %d came after %v", delay, d3.m.Deliveries, waited)
-	d3.done(node.Delivered)
+	require.Equal(t, 3, d3.m.Deliveries)
+	assert.GreaterOrEqual(t, waited, delay, "the hand-off's wait")
 	assert.Less(t, waited, delay+time.Second, "the hand-off's wait is the one asked for, as BrokerRetry documents")
+
+	// The broker's retry of delivery 3 waits BackOff[1], the last repeated.
+	sink := src.DeadLetter(deadletter.Func(func(context.Context, deadletter.Envelope) error {
+		t.Error("the broker's retry wrote the envelope")
+		return nil
+	}))
+	require.NoError(t, sink.Write(testContext(t), deadletter.Envelope{Item: d3.m, Err: resilience.MarkTransient(errFlaky)}))
+	start = time.Now()
+	d3.done(node.DeadLettered)
+	d4 := next(t, ch)
+	waited = d4.at.Sub(start)
+	t.Logf("broker retry of delivery 3: delivery %d came after %v", d4.m.Deliveries, waited)
+	d4.done(node.Delivered)
+	assert.GreaterOrEqual(t, waited, longest, "BackOff[1]")
+	assert.Less(t, waited, longest+time.Second, "the broker's retry waits BackOff[n-1], as Redeliveries counts")
 }
 
 // The server's ack wait of delivery n is BackOff[n-1], so ProgressInterval

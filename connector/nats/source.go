@@ -362,12 +362,12 @@ func (d *delivery) done(o node.Outcome) {
 		st.how = ack
 	case node.DeadLettered:
 		if w := time.Duration(d.retry.Load()); w > 0 {
-			st.how, st.delay = nakDelay, w
+			st.how, st.delay = nakDelay, d.src.cfg.nakDelay(w, d.deliveries)
 		} else {
 			st.how = term
 		}
 	case node.HandedOff:
-		st.how, st.delay = nakDelay, time.Duration(d.handOff.Load())
+		st.how, st.delay = nakDelay, d.src.cfg.nakDelay(time.Duration(d.handOff.Load()), d.deliveries)
 	case node.Failed:
 		// The run ended before the item reached an outcome: not the
 		// message's fault, so the poison guard spares this delivery.
