@@ -103,11 +103,12 @@ type SourceConfig struct {
 	// an error matching [ErrPoison], and terminates it, whatever the nodes'
 	// failure actions. A spared delivery is one the message was not to
 	// blame for: its item's outcome was node.Failed (the run ended first,
-	// such as when a neighbour failed it), or the source gave it back
-	// unemitted. The Source keeps them in process (up to 100,000
-	// messages); deliveries spared by another process, or by this one
-	// before it was restarted, count. So do node.Rejected, a broker retry
-	// and a hand-off. See docs/nats.md ("Poison messages"). It needs the
+	// such as when a neighbour failed it), the source gave it back
+	// unemitted, or it went to the broker's retry or was handed off (the
+	// connector's own redeliveries). The Source keeps them in process (up
+	// to 100,000 messages); deliveries spared by another process, or by
+	// this one before it was restarted, count. So does node.Rejected. See
+	// docs/nats.md ("Poison messages"). It needs the
 	// pipeline's dead-letter sink (pipeline.WithDeadLetter): Open fails
 	// without one. With MaxDeliver it must be below MaxDeliver. 0 sets no
 	// limit.

@@ -222,15 +222,12 @@ func TestPublisherRefusesWriteAfterClose(t *testing.T) {
 	assert.Equal(t, uint64(1), a.messages(name), "an opened publisher publishes again")
 }
 
-// MaxDeliveries is documented (SourceConfig, docs/nats.md "Poison
-// messages", connectortest.SourceConfig) as a guard against a message
-// that fails the run every time; docs/nats.md names the deliveries it
-// also counts (a run that stopped, a process that died) but not the
-// broker's own retries: each redelivery of BrokerRetry counts too, so a
-// message that the broker's retry would store at its third delivery
-// (MaxDeliver 5) is dead-lettered as poison instead, though it never
-// failed a run. Hand-offs count the same way.
-func TestReviewBrokerRetryCondemnedAsPoison(t *testing.T) {
+// The poison guard counts failed runs, not the connector's own
+// redeliveries: a message that fails transiently twice and goes through
+// the broker's retry each time (MaxDeliver 5) is stored at its third
+// delivery under MaxDeliveries 2, not dead-lettered as poison. Hand-offs
+// are spared the same way.
+func TestBrokerRetryIsNotCountedAsPoison(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
 	name := uniqueName(t)
