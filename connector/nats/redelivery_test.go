@@ -1,8 +1,9 @@
 package nats_test
 
-// Review 18: these tests FAIL ON PURPOSE. Each reproduces a finding of the
-// adversarial review of the NATS connector; production code is not fixed
-// here.
+// Guarantees of redelivery and settlement: a nak's delay under BackOff,
+// in-progress acks, the poison guard and broker retries, the publisher
+// after Close, and the config checks that keep the server from refusing
+// the consumer.
 
 import (
 	"context"
