@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -241,10 +242,20 @@ func drain[M any](t testing.TB, h Harness[M]) {
 
 var errStop = errors.New("connectortest: stop")
 
+// giveBackBound is how soon the messages of a cancelled run must reach a
+// new source: they are given back at once, so this leaves room for a busy
+// machine only. It is well below the ack wait of a NATS harness (5 s), so
+// that a connector that lets the ack wait run out, or hands them to a
+// delayed redelivery, fails.
+const giveBackBound = 3 * time.Second
+
+var errNotBack = errors.New("connectortest: the messages of the cancelled run were not back in time")
+
 // cancelPutsBack cancels the run's context while the store holds a
 // message: Run returns the cancellation, the messages stored before are
 // acked, every other is back in the queue, and a new source gets exactly
-// those.
+// those, promptly: within giveBackBound, not after an ack wait or a
+// redelivery delay.
 func cancelPutsBack[M any](t testing.TB, h Harness[M]) {
 	ctx := caseContext(t)
 	cfg := SourceConfig{Queue: queueName(t), Prefetch: 100}
@@ -279,8 +290,12 @@ func cancelPutsBack[M any](t testing.TB, h Harness[M]) {
 			rest = append(rest, k)
 		}
 	}
-	second, _, err := consumeAll(ctx, t, h, cfg, len(rest))
-	require.NoError(t, err)
+	// Pending counts messages delivered and not acked too (NATS): only a
+	// new source getting them shows that they are ready again.
+	backCtx, stop := context.WithTimeoutCause(ctx, giveBackBound, errNotBack)
+	second, _, err := consumeAll(backCtx, t, h, cfg, len(rest))
+	stop()
+	require.NoError(t, err, "a new source gets the messages not stored within %s", giveBackBound)
 	again := second.snapshot()
 	assert.Len(t, again, len(rest), "a new source gets exactly the messages not stored")
 	for _, k := range rest {

@@ -64,6 +64,11 @@ var variants = []variant{
 		source: func(c *rabbitmq.SourceConfig) { c.Retry.Delay /= 4 },
 	},
 	{
+		// 4.8 s instead of 400 ms: also beyond a NATS harness's AckWait.
+		name: "retries_too_late", catches: "BrokerRetryAfterItsDelay", says: "not later than",
+		source: func(c *rabbitmq.SourceConfig) { c.Retry.Delay *= 12 },
+	},
+	{
 		name: "retries_permanent_failures", catches: "PermanentFailureDeadLetteredOnce", says: "retried neither in process nor by the broker",
 		deadLetter: func(next deadletter.Sink) deadletter.Sink {
 			return deadletter.Func(func(ctx context.Context, env deadletter.Envelope) error {

@@ -3,6 +3,7 @@ package nats
 import (
 	"errors"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,8 +75,8 @@ type SourceConfig struct {
 	// BackOff, when set, are the consumer's waits before the server
 	// delivers again a message that was not acked: delivery n+1 waits
 	// BackOff[n-1], the last repeated. It also gives the waits of the
-	// broker's retry (see [BrokerRetry]). A positive MaxDeliver must
-	// exceed its length.
+	// broker's retry (see [BrokerRetry]). MaxDeliver must then exceed its
+	// length (the server refuses BackOff with unlimited deliveries).
 	BackOff []time.Duration
 	// MaxAckPending is the consumer's limit on messages delivered and not
 	// yet acked, across every process that shares it. 0 takes the
@@ -90,8 +91,8 @@ type SourceConfig struct {
 	// ProgressInterval is how often the source tells the server that it is
 	// still working on each message it holds (an in-progress ack), so that
 	// an item retried in process for longer than AckWait is not delivered
-	// to another consumer meanwhile. Default a third of AckWait (of
-	// BackOff[0] with BackOff); it must be shorter than that wait.
+	// to another consumer meanwhile. Default a third of AckWait (of the
+	// shortest BackOff wait with BackOff); it must be shorter than that wait.
 	ProgressInterval time.Duration
 	// Retry is the broker's delayed redelivery: see [BrokerRetry].
 	Retry BrokerRetry
@@ -102,11 +103,12 @@ type SourceConfig struct {
 	// an error matching [ErrPoison], and terminates it, whatever the nodes'
 	// failure actions. A spared delivery is one the message was not to
 	// blame for: its item's outcome was node.Failed (the run ended first,
-	// such as when a neighbour failed it), or the source gave it back
-	// unemitted. The Source keeps them in process (up to 100,000
-	// messages); deliveries spared by another process, or by this one
-	// before it was restarted, count. So do node.Rejected, a broker retry
-	// and a hand-off. See docs/nats.md ("Poison messages"). It needs the
+	// such as when a neighbour failed it), the source gave it back
+	// unemitted, or it went to the broker's retry or was handed off (the
+	// connector's own redeliveries). The Source keeps them in process (up
+	// to 100,000 messages); deliveries spared by another process, or by
+	// this one before it was restarted, count. So does node.Rejected. See
+	// docs/nats.md ("Poison messages"). It needs the
 	// pipeline's dead-letter sink (pipeline.WithDeadLetter): Open fails
 	// without one. With MaxDeliver it must be below MaxDeliver. 0 sets no
 	// limit.
@@ -154,9 +156,11 @@ type StreamDeclaration struct {
 //     the server delivered it MaxDeliver times, the item goes to the
 //     pipeline's dead-letter sink instead, and is terminated;
 //   - the hand-off: with HandOffAfter, an item whose next in-process retry
-//     would wait at least HandOffAfter is delivered again after exactly
-//     that wait (pipeline.HandOffSource), and its next delivery continues
-//     the in-process retries where they were when this source gets it.
+//     would wait at least HandOffAfter is delivered again after that wait
+//     (pipeline.HandOffSource), and its next delivery continues the
+//     in-process retries where they were when this source gets it. With
+//     BackOff, the server waits at least BackOff[n-1] - BackOff[0] after
+//     a nak of delivery n, so a shorter hand-off waits that long.
 type BrokerRetry struct {
 	// Enabled lets the server redeliver failed items after a delay, as
 	// described above; false, the zero value, leaves retries to the
@@ -184,12 +188,35 @@ func (c *SourceConfig) delay(n uint64) time.Duration {
 	return c.BackOff[i]
 }
 
+// nakDelay returns the delay to send in the nak of delivery n for the
+// server to deliver the message again after want. With BackOff, NATS
+// (2.9) counts a nak's delay from the consumer's AckWait, BackOff[0], but
+// expires it against the ack wait of delivery n, BackOff[n-1]: it waits
+// delay + BackOff[n-1] - BackOff[0], which this takes off. When that
+// difference exceeds want, the server's wait is the difference (the
+// least delay it takes is 1ms).
+func (c *SourceConfig) nakDelay(want time.Duration, n int) time.Duration {
+	if len(c.BackOff) > 0 {
+		want -= c.delay(uint64(n)) - c.ackWait()
+	}
+	return max(want, time.Millisecond)
+}
+
 // ackWait is the wait the server gives a message's first delivery.
 func (c *SourceConfig) ackWait() time.Duration {
 	if len(c.BackOff) > 0 {
 		return c.BackOff[0]
 	}
 	return c.AckWait
+}
+
+// shortestAckWait is the shortest wait the server gives a delivery before
+// it delivers the message again: delivery n waits BackOff[n-1].
+func (c *SourceConfig) shortestAckWait() time.Duration {
+	if len(c.BackOff) == 0 {
+		return c.AckWait
+	}
+	return slices.Min(c.BackOff)
 }
 
 // Validate reports every problem of c, joined, each a [*ConfigError].
@@ -236,8 +263,8 @@ func (c SourceConfig) Validate() error {
 			add("BackOff["+strconv.Itoa(i)+"]", d, "must be at least 1ms")
 		}
 	}
-	if len(c.BackOff) > 0 && c.MaxDeliver > 0 && c.MaxDeliver <= len(c.BackOff) {
-		add("MaxDeliver", c.MaxDeliver, "must exceed len(BackOff) = "+strconv.Itoa(len(c.BackOff))+": the server refuses a consumer whose backoff outlasts its deliveries")
+	if len(c.BackOff) > 0 && c.MaxDeliver >= 0 && c.MaxDeliver <= len(c.BackOff) {
+		add("MaxDeliver", c.MaxDeliver, "must exceed len(BackOff) = "+strconv.Itoa(len(c.BackOff))+": the server refuses a consumer with BackOff whose deliveries are unlimited or do not outlast it")
 	}
 	if c.MaxAckPending < 0 {
 		add("MaxAckPending", c.MaxAckPending, "must not be negative; 0 takes the server's default")
@@ -252,8 +279,8 @@ func (c SourceConfig) Validate() error {
 	}
 	if c.ProgressInterval < 0 {
 		add("ProgressInterval", c.ProgressInterval, "must not be negative")
-	} else if dc := c.withDefaults(); c.ProgressInterval > 0 && c.ProgressInterval >= dc.ackWait() {
-		w := dc.ackWait()
+	} else if dc := c.withDefaults(); c.ProgressInterval > 0 && c.ProgressInterval >= dc.shortestAckWait() {
+		w := dc.shortestAckWait()
 		add("ProgressInterval", c.ProgressInterval, "must be shorter than the ack wait ("+w.String()+"), or the server delivers the message again first")
 	}
 	if c.MaxDeliveries < 0 {
@@ -326,7 +353,7 @@ func (c SourceConfig) withDefaults() SourceConfig {
 		c.PullWait = DefaultPullWait
 	}
 	if c.ProgressInterval == 0 {
-		c.ProgressInterval = c.ackWait() / 3
+		c.ProgressInterval = c.shortestAckWait() / 3
 	}
 	if c.DialTimeout == 0 {
 		c.DialTimeout = DefaultDialTimeout

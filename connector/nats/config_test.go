@@ -66,7 +66,7 @@ func TestSourceConfigErrorsNameTheirFields(t *testing.T) {
 	_, err := nats.NewSource(nats.SourceConfig{URL: "nats://a:1,nats://b:2", Stream: "s", Consumer: "c"})
 	assert.NoError(t, err, "a list of servers")
 	_, err = nats.NewSource(nats.SourceConfig{URL: "nats://a", Stream: "s", Consumer: "c", BackOff: []time.Duration{time.Second}})
-	assert.NoError(t, err, "BackOff without a MaxDeliver limit")
+	assert.Equal(t, []string{"MaxDeliver"}, fields(err), "BackOff without a MaxDeliver limit: the server refuses it")
 }
 
 func TestPublisherConfigErrorsNameTheirFields(t *testing.T) {

@@ -44,8 +44,8 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 // it, and node restart does (see [Source]).
 var ErrConnectionLost = errors.New("nats: connection lost")
 
-// ErrNotOpen is returned by Run when the source was not opened; the
-// pipeline calls Open before Run.
+// ErrNotOpen is returned by Run when the source was not opened, and by a
+// Publisher's Write after Close; the pipeline calls Open before either.
 var ErrNotOpen = errors.New("nats: not open")
 
 // ErrPoison is matched by the error in the dead-letter envelope of a

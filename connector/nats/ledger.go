@@ -12,7 +12,8 @@ const maxSpared = 100_000
 // A ledger counts, in process, the deliveries of each message that the
 // poison guard spares: those that ended without the message being at
 // fault, since the run ended first (its item's outcome was node.Failed)
-// or the source gave it back unemitted. The server's NumDelivered counts
+// or the source gave it back unemitted, and those the connector itself
+// redelivered (the broker's retry, a hand-off). The server's NumDelivered counts
 // them too, and the guard takes them off it, so that the neighbours held
 // when a poison message fails the run are not dead-lettered with it.
 //

@@ -107,6 +107,7 @@ func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
 		return nil, err
 	}
 	core.name = "sluice publisher " + cfg.Subject
+	core.reopen = true
 	p := &Publisher[T]{cfg: cfg, core: core, msgID: cfg.MsgID}
 	if p.msgID == nil {
 		p.msgID = func(item T) string {
@@ -153,7 +154,8 @@ func (p *Publisher[T]) Write(ctx context.Context, item T) error {
 // duplicate window), and so did not store again.
 func (p *Publisher[T]) Duplicates() int64 { return p.core.duplicates.Load() }
 
-// Close sends what the connection still buffers and closes it.
+// Close sends what the connection still buffers and closes it. A Write
+// after Close fails with [ErrNotOpen], permanent, until Open is called again.
 func (p *Publisher[T]) Close(context.Context) error { return p.core.close() }
 
 func cloneHeader(h natsgo.Header) natsgo.Header {
@@ -175,9 +177,15 @@ type pubCore struct {
 	clock        clockwork.Clock
 	duplicates   atomic.Int64
 
-	mu sync.Mutex
-	nc *natsgo.Conn
-	js jetstream.JetStream
+	// reopen says that close ends publishing until the next open (a
+	// Publisher); without it a publish after close connects again (a
+	// DeadLetterPublisher, which has no Open).
+	reopen bool
+
+	mu     sync.Mutex
+	nc     *natsgo.Conn
+	js     jetstream.JetStream
+	closed bool // closed, and reopen: publish fails until open
 }
 
 // newCore validates the settings shared by every publisher and returns a
@@ -230,6 +238,9 @@ func newCore(url string, ackTimeout time.Duration, retry PubRetry, dialTimeout, 
 
 // open connects unless a working connection is there already.
 func (c *pubCore) open(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = false
+	c.mu.Unlock()
 	_, err := c.conn(ctx)
 	return err
 }
@@ -239,6 +250,11 @@ func (c *pubCore) open(ctx context.Context) error {
 func (c *pubCore) conn(ctx context.Context) (jetstream.JetStream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		// A write after Close is the program's error: a connection
+		// dialled now would be closed by nothing.
+		return nil, resilience.MarkPermanent(fmt.Errorf("nats: publish after Close: %w", ErrNotOpen))
+	}
 	if c.nc != nil && !c.nc.IsClosed() {
 		return c.js, nil
 	}
@@ -317,6 +333,7 @@ func (c *pubCore) close() error {
 	c.mu.Lock()
 	nc := c.nc
 	c.nc, c.js = nil, nil
+	c.closed = c.reopen
 	c.mu.Unlock()
 	return closeConn(nc, c.closeTimeout)
 }

@@ -137,7 +137,7 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 	}
 	env.Item, env.ItemType = msg, messageType
 	if d.spared > 0 {
-		env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times, %d of them not counted (only held when a run ended); MaxDeliveries is %d",
+		env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times, %d of them not counted (held when a run ended, or redelivered by the broker's retry or a hand-off); MaxDeliveries is %d",
 			ErrPoison, describeMsg(msg), s.cfg.Stream, d.deliveries-1, d.spared, s.cfg.MaxDeliveries)
 	} else {
 		env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times; MaxDeliveries is %d",

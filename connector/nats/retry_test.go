@@ -120,10 +120,13 @@ func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
 		assert.Equal(t, i+1, d.deliveries, "the server's count")
 	}
 	assert.GreaterOrEqual(t, broken[1].at.Sub(broken[0].at), 300*time.Millisecond, "BackOff[0]")
+	assert.Less(t, broken[1].at.Sub(broken[0].at), 300*time.Millisecond+time.Second, "BackOff[0]")
 	assert.GreaterOrEqual(t, broken[2].at.Sub(broken[1].at), 600*time.Millisecond, "BackOff[1]")
+	assert.Less(t, broken[2].at.Sub(broken[1].at), 600*time.Millisecond+time.Second, "BackOff[1]")
 	flaky := s.of("flaky")
 	require.Len(t, flaky, 2)
 	assert.GreaterOrEqual(t, flaky[1].at.Sub(flaky[0].at), 300*time.Millisecond)
+	assert.Less(t, flaky[1].at.Sub(flaky[0].at), 300*time.Millisecond+time.Second)
 
 	require.Len(t, dlq.Envelopes(), 1)
 	env := dlq.Envelopes()[0]

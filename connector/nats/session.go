@@ -36,11 +36,14 @@ type settle struct {
 //
 // Settlements are queued by the pipeline's done callbacks, which must not
 // block, and sent by one goroutine, the acker: one stuck socket holds up
-// nobody but the acker. Another goroutine, the progress ticker, sends an
-// in-progress ack for every message held, every ProgressInterval on the
-// source's clock, so that the server does not deliver a message to another
-// consumer while the pipeline still works on it (an item retried in
-// process, an item waiting for room downstream).
+// nobody but the acker. Every ProgressInterval on the source's clock,
+// another goroutine, the progress ticker, asks the acker to send an
+// in-progress ack for every message held, so that the server does not
+// deliver a message to another consumer while the pipeline still works on
+// it (an item retried in process, an item waiting for room downstream).
+// The acker is the only writer of acks: an in-progress ack that followed
+// its message's nak on the wire would restart the ack wait, and cut a
+// nak's delay to AckWait.
 type session struct {
 	id     string
 	nc     *natsgo.Conn
@@ -52,6 +55,8 @@ type session struct {
 	freed   chan struct{} // a message was settled; buffered 1
 	pending []settle
 	spare   []settle
+	wpi     bool          // the progress ticker asks for in-progress acks
+	replies []string      // the acker's: where to send them
 	idle    chan struct{} // closed when held empties, made by waitIdle
 	quit    bool
 	gone    bool // settlements can no longer be sent
@@ -126,6 +131,15 @@ func (s *session) acker() {
 		batch := s.pending
 		s.pending = s.spare[:0]
 		quit := s.quit
+		// The messages held now have no settlement in batch or before it,
+		// and theirs come after these in-progress acks.
+		replies := s.replies[:0]
+		if s.wpi && !quit {
+			for d := range s.held {
+				replies = append(replies, d.msg.Reply)
+			}
+		}
+		s.wpi = false
 		s.mu.Unlock()
 		for _, st := range batch {
 			if err := s.nc.Publish(st.d.msg.Reply, st.body()); err != nil && connectionLost(err) {
@@ -133,6 +147,13 @@ func (s *session) acker() {
 				break
 			}
 		}
+		for _, r := range replies {
+			// An error is a lost connection, which Run reports.
+			if err := s.nc.Publish(r, []byte(ackProgress)); err != nil && connectionLost(err) {
+				break
+			}
+		}
+		s.replies = replies[:0]
 		s.mu.Lock()
 		s.spare = batch[:0]
 		s.mu.Unlock()
@@ -168,13 +189,12 @@ func (st settle) body() []byte {
 	}
 }
 
-// progress sends an in-progress ack for every message held, every
-// interval, until the session closes.
+// progress asks the acker for an in-progress ack of every message held,
+// every interval, until the session closes.
 func (s *session) progress(clock clockwork.Clock, interval time.Duration) {
 	defer close(s.progressEnd)
 	t := clock.NewTicker(interval)
 	defer t.Stop()
-	var replies []string
 	for {
 		select {
 		case <-s.stopTicker:
@@ -184,15 +204,11 @@ func (s *session) progress(clock clockwork.Clock, interval time.Duration) {
 		case <-t.Chan():
 		}
 		s.mu.Lock()
-		replies = replies[:0]
-		for d := range s.held {
-			replies = append(replies, d.msg.Reply)
-		}
+		s.wpi = len(s.held) > 0
 		s.mu.Unlock()
-		for _, r := range replies {
-			// The server ignores one that comes after the message's ack;
-			// an error is a lost connection, which Run reports.
-			_ = s.nc.Publish(r, []byte(ackProgress))
+		select {
+		case s.wake <- struct{}{}:
+		default:
 		}
 	}
 }

@@ -30,8 +30,9 @@ import (
 // [Source.DeadLetter] chose that; HandedOff naks it with the hand-off's
 // delay; Failed and Rejected (the run ended first, or failed because of
 // it) nak it, and the server delivers it again at once. With
-// MaxDeliveries, a Failed delivery, and one given back unemitted, is
-// spared: the poison guard does not count it (see ledger). A message is
+// MaxDeliveries, a Failed delivery, one given back unemitted, and one
+// that went to the broker's retry or was handed off, is spared: the
+// poison guard does not count it (see ledger). A message is
 // never acked before the pipeline is done with it, so a process that dies
 // loses nothing: the server delivers what was not acked to another
 // consumer after AckWait. Sinks must therefore be idempotent.
@@ -269,7 +270,8 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 	}
 	if s.cfg.MaxDeliveries > 0 {
 		// The deliveries the ledger spared do not count: the message was
-		// only held when a run ended, or was given back unemitted.
+		// only held when a run ended, was given back unemitted, or was
+		// redelivered by the broker's retry or a hand-off.
 		d.spared = min(s.spared.spared(d.seq), d.deliveries-1)
 		if d.deliveries-d.spared > s.cfg.MaxDeliveries {
 			return s.poison(ctx, d, m)
@@ -362,12 +364,17 @@ func (d *delivery) done(o node.Outcome) {
 		st.how = ack
 	case node.DeadLettered:
 		if w := time.Duration(d.retry.Load()); w > 0 {
-			st.how, st.delay = nakDelay, w
+			// The broker's retry: the connector's own redelivery, not a
+			// failed run, so the poison guard spares it.
+			st.how, st.delay = nakDelay, d.src.cfg.nakDelay(w, d.deliveries)
+			d.src.spare(d)
 		} else {
 			st.how = term
 		}
 	case node.HandedOff:
-		st.how, st.delay = nakDelay, time.Duration(d.handOff.Load())
+		// Spared as the broker's retry is.
+		st.how, st.delay = nakDelay, d.src.cfg.nakDelay(time.Duration(d.handOff.Load()), d.deliveries)
+		d.src.spare(d)
 	case node.Failed:
 		// The run ended before the item reached an outcome: not the
 		// message's fault, so the poison guard spares this delivery.

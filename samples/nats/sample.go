@@ -58,7 +58,9 @@ func run(ctx context.Context, cfg config) (summary, error) {
 		MaxDeliver: cfg.maxDeliver, BackOff: cfg.backoff,
 		// A transient failure after the in-process retries is delivered
 		// again after the BackOff wait of its delivery; an in-process retry
-		// that would wait at least handOff waits in the server instead.
+		// that would wait at least handOff waits in the server instead,
+		// for that wait (for at least BackOff[n-1] - BackOff[0] after its
+		// delivery n: the server waits no less after a nak).
 		Retry: nats.BrokerRetry{Enabled: true, HandOffAfter: cfg.handOff},
 	})
 	if err != nil {
