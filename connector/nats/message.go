@@ -65,3 +65,21 @@ func describeMsg(m Message) string {
 	}
 	return m.CorrelationID()
 }
+
+// TraceHeaders returns the W3C trace context the message was published
+// with, its traceparent and tracestate headers; nil when it has none. Give
+// it to the source's node as pipeline.WithTraceHeaders(nats.TraceHeaders),
+// and a traced run links each attempt on the message to the publisher's
+// span.
+func TraceHeaders(m Message) map[string]string {
+	var h map[string]string
+	for _, k := range []string{"traceparent", "tracestate"} {
+		if v := m.Header.Get(k); v != "" {
+			if h == nil {
+				h = make(map[string]string, 2)
+			}
+			h[k] = v
+		}
+	}
+	return h
+}
