@@ -183,8 +183,8 @@ type NodeStats struct {
 	// run and has not yet handed on, written, filtered, skipped or
 	// dead-lettered: an estimate, since stages publish their counts every
 	// 64 items and whenever they wait. It is 0 between runs and for other
-	// kinds, for a transform that turns batches into something else (its
-	// items in and results out do not match), and in a Result.
+	// kinds, for a transform that takes batches (what it returns may hold
+	// fewer items than it took), and in a Result.
 	InFlight int64
 }
 

@@ -30,7 +30,10 @@ type Attempt struct {
 	// own Correlated), empty when it has none.
 	Key string
 	// Number counts the item's calls on this node: 1 for its first,
-	// across the item retries and node restarts of this run.
+	// across the item retries and node restarts of this run. It counts
+	// the calls that failed: a call replayed after a node restart that
+	// another item caused, when the item's last call had succeeded but
+	// was not yet handed on (under Parallel), repeats the number before.
 	Number int
 	// Links are the trace headers the item arrived with
 	// (pipeline.WithTraceHeaders), such as a message's W3C traceparent:

@@ -15,8 +15,18 @@ import (
 // it is in does.
 func Batch[T any](b *Builder, name string, in Stream[T], size int, linger time.Duration, opts ...NodeOption) Stream[[]T] {
 	s := b.add(name, KindBatch, opts, in.s)
-	countIn(s, sliceLen[T]())
-	countOut(s, sliceLen[[]T]())
+	if inLen := sliceLen[T](); countIn(s, inLen) {
+		// A batch of batches: its items are the inner batches' items.
+		countOut(s, func(v []T) int {
+			n := 0
+			for _, x := range v {
+				n += inLen(x)
+			}
+			return n
+		})
+	} else {
+		countOut(s, sliceLen[[]T]())
+	}
 	s.validate = func() []error {
 		errs := parallelRefused(s)
 		if size < 1 {

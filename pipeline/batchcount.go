@@ -37,10 +37,15 @@ func (s *spec) takesBatches() bool {
 }
 
 // countIn makes s count its input in items when it takes batches, with
-// inLen the length of one input item.
+// inLen the length of one input item, or the producer's own measure of
+// what it gives when it has one of the type (a batch of batches counts
+// the inner batches' items).
 func countIn[In any](s *spec, inLen func(In) int) bool {
 	if inLen == nil || !s.takesBatches() {
 		return false
+	}
+	if f, ok := s.inputs[0].producer.outSize.(func(In) int); ok {
+		inLen = f
 	}
 	s.inSize = inLen
 	s.itemSize = func(v any) int64 {
@@ -67,7 +72,11 @@ func countOut[Out any](s *spec, outLen func(Out) int) {
 // batches too when it is a slice.
 func passBatches[In, Out any](s *spec) {
 	if countIn(s, sliceLen[In]()) {
-		countOut(s, sliceLen[Out]())
+		if f, ok := s.inSize.(func(Out) int); ok {
+			countOut(s, f) // the same type: measured as it came in
+		} else {
+			countOut(s, sliceLen[Out]())
+		}
 	}
 }
 

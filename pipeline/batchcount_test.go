@@ -171,22 +171,25 @@ func TestStatsSlicesFromASourceAreItems(t *testing.T) {
 	assert.NotContains(t, res.String(), "batches")
 }
 
-// While a transform holds a batch, its in-flight count is the batch's
-// items when it hands on batches, and none when it turns batches into
-// something else, whose count would not match the items it took.
+// While a sink holds a batch, its in-flight count is the batch's items; a
+// transform that takes batches has none, since what it returns may hold
+// fewer items or none, whether a slice or something else.
 func TestStatsInFlightOfABatch(t *testing.T) {
 	t.Parallel()
-	for _, toSlice := range []bool{true, false} {
+	for _, holder := range []string{"sink", "to-slice", "to-int"} {
 		b := pipeline.New("inflight")
 		src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(100)...))
 		batches := pipeline.Batch(b, "batch", src, 100, 0)
 		entered, release := make(chan struct{}), make(chan struct{})
-		hold := func(v []int) { close(entered); <-release }
-		if toSlice {
-			out := pipeline.Map(b, "hold", batches, func(_ context.Context, v []int) ([]int, error) { hold(v); return v, nil })
+		hold := func() { close(entered); <-release }
+		switch holder {
+		case "sink":
+			pipeline.SinkFunc(b, "hold", batches, func(context.Context, []int) error { hold(); return nil })
+		case "to-slice":
+			out := pipeline.Map(b, "hold", batches, func(_ context.Context, v []int) ([]int, error) { hold(); return v, nil })
 			pipeline.Sink(b, "sink", out, &pipelinetest.Collector[[]int]{})
-		} else {
-			out := pipeline.Map(b, "hold", batches, func(_ context.Context, v []int) (int, error) { hold(v); return len(v), nil })
+		default:
+			out := pipeline.Map(b, "hold", batches, func(_ context.Context, v []int) (int, error) { hold(); return len(v), nil })
 			pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 		}
 		p := build(t, b)
@@ -197,10 +200,10 @@ func TestStatsInFlightOfABatch(t *testing.T) {
 		require.True(t, ok)
 		assert.Equal(t, int64(100), st.In)
 		assert.Equal(t, int64(1), st.InBatches)
-		if toSlice {
+		if holder == "sink" {
 			assert.Equal(t, int64(100), st.InFlight, "a batch held counts its items in flight")
 		} else {
-			assert.Zero(t, st.InFlight, "items in and totals out do not make an in-flight count")
+			assert.Zero(t, st.InFlight, "%s: a transform of batches has no in-flight count", holder)
 		}
 		close(release)
 		require.NoError(t, <-done)

@@ -209,9 +209,10 @@ func WithKey[T any](key func(T) string) NodeOption {
 // batch or window gets one set per item that has one.
 //
 // WithTraceHeaders is a Source option; T must be the source's item type.
-// headers runs once per item, on the source's Emit; a panic in it fails
-// the source. The map must not change afterwards. An item that carries
-// headers costs a small allocation, as with WithKey.
+// headers runs once per item, on the source's Emit, and only when the run
+// traces: without a tracer it costs nothing. A panic in it fails the run.
+// The map must not change afterwards. An item that carries headers costs
+// a small allocation, as with WithKey.
 func WithTraceHeaders[T any](headers func(T) map[string]string) NodeOption {
 	return func(c *nodeConfig) {
 		if headers == nil {

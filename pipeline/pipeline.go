@@ -510,9 +510,10 @@ func (p *Pipeline) Stats() Stats {
 		if n.breaker != nil {
 			s.Nodes[i].Circuit = n.breaker.State()
 		}
-		if live && s.Nodes[i].HasInFlight() && !(n.inSize != nil && n.output != nil && !n.givesBatches) {
-			// (A node that turns batches into other things counts items
-			// in and results out: the two do not match.)
+		if live && s.Nodes[i].HasInFlight() && !(n.inSize != nil && n.kind == KindTransform) {
+			// (A transform that takes batches counts the items it took and
+			// those of what it returned, which may be fewer or none: the
+			// two do not match.)
 			// Stages publish their counts in small tallies, so the
 			// difference can briefly dip below zero: it is an estimate.
 			s.Nodes[i].InFlight = max(0, held(s.Nodes[i])-held(rs.before[i]))

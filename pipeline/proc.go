@@ -95,7 +95,7 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 		p.call = withRateLimit(p.call, n.limiter)
 		p.wrapped = true
 	}
-	if nr.rs.tracer != nil {
+	if nr.rs.tracer != nil && callsUser(n) {
 		// Every call goes through traced: no fast loop.
 		p.wrapped = true
 	}
@@ -224,7 +224,7 @@ func (p *proc[In, R, Out]) fallback(ctx context.Context, in In, fl *failure) (R,
 		return zero, fl
 	}
 	if err == nil {
-		p.nr.spec.stats.fallbacks.Add(1)
+		p.nr.spec.stats.fallbacks.Add(p.nr.spec.items(in))
 		return r, nil
 	}
 	fl.err = errors.Join(fl.err, fmt.Errorf("fallback: %w", err))
@@ -383,7 +383,7 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 			r    R
 			cerr error
 		)
-		if p.nr.rs.tracer == nil {
+		if !p.wrapped || p.nr.rs.tracer == nil {
 			r, cerr = p.call(ctx, it.val)
 		} else {
 			r, cerr = traced(ctx, p.nr, p.call, it.val, it.tr, 1)

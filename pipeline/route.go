@@ -60,9 +60,11 @@ var ErrNoBranch = fmt.Errorf("pipeline: no such branch")
 // opts apply to the router.
 func Route[T any](b *Builder, name string, in Stream[T], n int, pick func(T) int, opts ...NodeOption) []Stream[T] {
 	r := b.add(name, KindRoute, opts, in.s)
-	size := sliceLen[T]()
-	routedSize := func(rv routed[T]) int { return size(rv.val) }
-	if countIn(r, size) {
+	var size func(T) int
+	var routedSize func(rv routed[T]) int
+	if countIn(r, sliceLen[T]()) {
+		size = r.inSize.(func(T) int)
+		routedSize = func(rv routed[T]) int { return size(rv.val) }
 		countOut(r, routedSize)
 	}
 	r.validate = func() []error {

@@ -271,21 +271,21 @@ type nodeRun struct {
 	closeLater bool
 }
 
-// callsUser reports whether a node of kind k calls a function of the
-// user's on the items it takes in, whose calls a retry budget counts as
-// first attempts: not a Batch, Unbatch, Merge or branch, which only move
-// items along.
-func callsUser(k NodeKind) bool {
-	switch k {
+// callsUser reports whether node n calls a function of the user's on the
+// items it takes in, whose calls a retry budget counts as first attempts
+// and a tracer traces: not a Batch, Unbatch, Merge, branch or a Join's
+// tagging transform, which only move items along.
+func callsUser(n *spec) bool {
+	switch n.kind {
 	case KindBatch, KindUnbatch, KindMerge, KindBranch:
 		return false
 	}
-	return true
+	return !n.tagging
 }
 
 func (nr *nodeRun) run() error {
 	rs, n := nr.rs, nr.spec
-	if b := n.res.RetryBudget; b != nil && n.consumes && callsUser(n.kind) {
+	if b := n.res.RetryBudget; b != nil && n.consumes && callsUser(n) {
 		// The items this node takes in are the budget's first attempts:
 		// a node that takes batches calls its function once a batch.
 		calls := &n.stats.in

@@ -57,7 +57,11 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	s.newRunner = func(nr *nodeRun) runner {
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), nr.spec)}
 		s.key, _ = nr.spec.cfg.withKey.(func(T) string)
-		s.trace, _ = nr.spec.cfg.withTrace.(func(T) map[string]string)
+		if nr.rs.tracer != nil {
+			// Headers serve only a traced run's spans: without a tracer
+			// the function is not called, and items carry nothing.
+			s.trace, _ = nr.spec.cfg.withTrace.(func(T) map[string]string)
+		}
 		if handOffAfter != nil {
 			s.handOffAfter = handOffAfter()
 		}
@@ -179,7 +183,7 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}
-	} else if s.key != nil || s.trace != nil {
+	} else if s.key != nil || headers != nil {
 		// Not tracked: the tracker only carries the key and headers.
 		tr = &tracker{key: key, trace: headers, quiet: true}
 		tr.refs.Store(1)

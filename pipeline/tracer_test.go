@@ -211,7 +211,7 @@ func TestWithTraceHeadersErrors(t *testing.T) {
 	b = pipeline.New("panics")
 	src = pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), pipeline.WithTraceHeaders(func(int) map[string]string { panic("no headers") }))
 	pipeline.SinkFunc(b, "sink", src, func(context.Context, int) error { return nil })
-	_, err = build(t, b).Run(t.Context())
+	_, err = build(t, b).Run(observer.WithTracer(t.Context(), &recordingTracer{}))
 	assert.ErrorContains(t, err, "WithTraceHeaders function")
 	assert.ErrorContains(t, err, "no headers")
 }

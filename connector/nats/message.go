@@ -2,6 +2,7 @@ package nats
 
 import (
 	"strconv"
+	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -73,12 +74,16 @@ func describeMsg(m Message) string {
 // span.
 func TraceHeaders(m Message) map[string]string {
 	var h map[string]string
-	for _, k := range []string{"traceparent", "tracestate"} {
-		if v := m.Header.Get(k); v != "" {
-			if h == nil {
-				h = make(map[string]string, 2)
+	for k, vs := range m.Header {
+		// NATS headers keep the case they were written in: an
+		// OpenTelemetry HeaderCarrier writes "Traceparent".
+		for _, w := range []string{"traceparent", "tracestate"} {
+			if strings.EqualFold(k, w) && len(vs) > 0 && vs[0] != "" {
+				if h == nil {
+					h = make(map[string]string, 2)
+				}
+				h[w] = vs[0]
 			}
-			h[k] = v
 		}
 	}
 	return h
