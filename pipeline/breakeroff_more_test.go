@@ -12,12 +12,12 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-func buildBreakerReview(pipe func(*resilience.Options), src, call []pipeline.NodeOption) error {
+func buildWithBreaker(pipe func(*resilience.Options), src, call []pipeline.NodeOption) error {
 	var opts []pipeline.Option
 	if pipe != nil {
 		opts = append(opts, pipeline.WithResilience(pipe))
 	}
-	b := pipeline.New("review", opts...)
+	b := pipeline.New("breaker", opts...)
 	out := pipeline.Transform(b, "call", pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), src...), double(), call...)
 	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 	_, err := b.Build()
@@ -29,7 +29,7 @@ func buildBreakerReview(pipe func(*resilience.Options), src, call []pipeline.Nod
 // defaults are not settings, whatever WithResilience made.
 func TestBreakerOffResetToDefaultsBuilds(t *testing.T) {
 	t.Parallel()
-	err := buildBreakerReview(
+	err := buildWithBreaker(
 		func(o *resilience.Options) {
 			o.CircuitBreaker.Enabled = true
 			o.CircuitBreaker.ConsecutiveFailures = 3
@@ -45,7 +45,7 @@ func TestBreakerOffResetToDefaultsBuilds(t *testing.T) {
 // OpenDuration to its documented default, 30 s, which Build accepts.
 func TestBreakerOffFieldEqualToDefaultBuilds(t *testing.T) {
 	t.Parallel()
-	err := buildBreakerReview(
+	err := buildWithBreaker(
 		func(o *resilience.Options) {
 			o.CircuitBreaker.Enabled = true
 			o.CircuitBreaker.OpenDuration = 10 * time.Second
@@ -62,7 +62,7 @@ func TestBreakerOffFieldEqualToDefaultBuilds(t *testing.T) {
 // says the settings do nothing.
 func TestBreakerEnabledOnlyOnSourceIsRefused(t *testing.T) {
 	t.Parallel()
-	err := buildBreakerReview(
+	err := buildWithBreaker(
 		func(o *resilience.Options) {
 			o.CircuitBreaker.ConsecutiveFailures = 2
 			o.CircuitBreaker.WhenOpen = resilience.OpenPause

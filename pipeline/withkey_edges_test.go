@@ -22,7 +22,7 @@ import (
 // with a recorder of its events.
 func keyedBuilder(opts ...pipeline.Option) (*pipeline.Builder, *pipelinetest.Recorder) {
 	rec := &pipelinetest.Recorder{}
-	b := pipeline.New("review-keys", append([]pipeline.Option{pipeline.WithObserver(rec),
+	b := pipeline.New("keys", append([]pipeline.Option{pipeline.WithObserver(rec),
 		pipeline.WithDeadLetter(deadletter.NewMemory(1000)),
 		pipeline.WithResilience(func(o *resilience.Options) {
 			o.ItemRetry.MaxRetries = 0
