@@ -1,0 +1,54 @@
+package doccheck_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/internal/doccheck"
+)
+
+// root is the repository's directory: the one of the module that holds
+// this package, as the go command sees it.
+func root(t *testing.T) string {
+	t.Helper()
+	out, err := exec.CommandContext(t.Context(), "go", "env", "GOMOD").Output()
+	require.NoError(t, err)
+	gomod := strings.TrimSpace(string(out))
+	require.NotEmpty(t, gomod, "the doc check runs inside the module")
+	require.NotEqual(t, os.DevNull, gomod, "the doc check runs inside the module")
+	return filepath.Dir(gomod)
+}
+
+// Every Go block of README.md and docs/*.md compiles (and passes go vet),
+// with the hidden preludes the pages give their fragments. The blocks
+// are written as packages in a temporary folder of this package's and
+// compiled by one go vet, whose complaints name the page and its line.
+func TestDocsCompile(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	root := root(t)
+	pages, err := doccheck.Pages(root)
+	require.NoError(t, err)
+	imports, err := doccheck.ListImports(ctx, root, "github.com/sluicehq/sluice/...")
+	require.NoError(t, err)
+
+	dir, err := os.MkdirTemp(".", "_docs")
+	require.NoError(t, err)
+	dir, err = filepath.Abs(dir)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+
+	st, err := doccheck.Write(dir, pages, imports)
+	require.NoError(t, err)
+	t.Logf("%d Go blocks compiled, %d skipped", st.Compiled, len(st.Skipped))
+	for _, s := range st.Skipped {
+		t.Logf("skipped %s", s)
+	}
+	require.NoError(t, doccheck.Vet(context.WithoutCancel(ctx), root, dir, vetFlags...))
+}
