@@ -85,7 +85,7 @@ func Write(dir string, pages []*Page, imports Imports) (Stats, error) {
 				errs = append(errs, fmt.Errorf("%s:%d: prelude: %w", p.File, p.PreludeLine, err))
 				continue
 			}
-			pageImports = merge(imports, own)
+			pageImports = without(merge(imports, own), topNames(rest))
 			restLine := p.PreludeLine + strings.Count(p.Prelude[:len(p.Prelude)-len(rest)], "\n")
 			var b strings.Builder
 			writeImports(&b, nil, namesUsed(rest), pageImports)
@@ -150,9 +150,6 @@ func isWholeFile(src string) bool {
 
 // merge returns base with extra added, extra winning.
 func merge(base, extra Imports) Imports {
-	if len(extra) == 0 {
-		return base
-	}
 	m := make(Imports, len(base)+len(extra))
 	for k, v := range base {
 		m[k] = v
@@ -177,6 +174,17 @@ func fragment(bl Block, imports Imports) (string, error) {
 		return "", fmt.Errorf("the \"<!-- go\" comment before it: %w", err)
 	}
 	beforeLine := bl.BeforeLine + strings.Count(bl.Before[:len(bl.Before)-len(beforeRest)], "\n")
+	// A name the fragment declares is its own, not a package's: a
+	// fragment's metrics := prometheus.New() is no runtime/metrics.
+	var mine []string
+	for _, src := range []string{rest, beforeRest} {
+		if isDecls(src) {
+			mine = append(mine, topNames(src)...)
+		} else {
+			mine = append(mine, declared(src)...)
+		}
+	}
+	imports = without(imports, mine)
 	used := namesUsed(rest + "\n" + beforeRest)
 
 	var b strings.Builder
@@ -188,7 +196,9 @@ func fragment(bl Block, imports Imports) (string, error) {
 		fmt.Fprintf(&b, "//line %s:%d\n%s\n", bl.File, restLine, rest)
 		return b.String(), nil
 	}
-	fmt.Fprintf(&b, "func _() {\n")
+	// The function returns an error, so that the usual "if err != nil {
+	// return err }" of a fragment compiles.
+	fmt.Fprintf(&b, "func _() error {\n")
 	if strings.TrimSpace(beforeRest) != "" {
 		fmt.Fprintf(&b, "//line %s:%d\n%s\n", bl.File, beforeLine, beforeRest)
 		for _, n := range declared(beforeRest) {
@@ -199,7 +209,7 @@ func fragment(bl Block, imports Imports) (string, error) {
 	for _, n := range declared(rest) {
 		fmt.Fprintf(&b, "\t_ = %s\n", n)
 	}
-	b.WriteString("\t}\n}\n")
+	b.WriteString("\t}\n\treturn nil\n}\n")
 	return b.String(), nil
 }
 
@@ -231,6 +241,54 @@ func splitImports(src string) (Imports, string, error) {
 	last := f.Decls[len(f.Decls)-1]
 	end := fset.Position(last.End()).Offset - len(head)
 	return own, strings.TrimLeft(src[end:], ";"), nil
+}
+
+// without returns imp without names.
+func without(imp Imports, names []string) Imports {
+	var m Imports
+	for _, n := range names {
+		if _, ok := imp[n]; !ok {
+			continue
+		}
+		if m == nil {
+			m = merge(imp, Imports{})
+		}
+		delete(m, n)
+	}
+	if m == nil {
+		return imp
+	}
+	return m
+}
+
+// topNames returns the names that the top-level declarations of src
+// declare.
+func topNames(src string) []string {
+	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\n"+src, 0)
+	if err != nil {
+		return nil
+	}
+	var names []string
+	for _, d := range f.Decls {
+		switch d := d.(type) {
+		case *ast.FuncDecl:
+			if d.Recv == nil {
+				names = append(names, d.Name.Name)
+			}
+		case *ast.GenDecl:
+			for _, sp := range d.Specs {
+				switch sp := sp.(type) {
+				case *ast.ValueSpec:
+					for _, id := range sp.Names {
+						names = append(names, id.Name)
+					}
+				case *ast.TypeSpec:
+					names = append(names, sp.Name.Name)
+				}
+			}
+		}
+	}
+	return names
 }
 
 // guessName guesses the name of the package at import path p the way

@@ -12,7 +12,8 @@
 //     declarations (func, type, var, const, import) is compiled at the top
 //     level of the page's package, so a later block of the page can use
 //     what it declares; any other fragment is the body of a function of
-//     its own. Variables a fragment declares but does not use are fine.
+//     its own that returns an error (so "return err" compiles). Variables
+//     a fragment declares but does not use are fine.
 //   - Packages a fragment names (context.Context, pipeline.New) are
 //     imported for it when the name is unique among the standard library
 //     and the module's packages; an import line in a prelude (or at the
@@ -24,7 +25,8 @@
 //     comment "<!-- go" ... "-->" right before a block holds declarations
 //     for that block alone (statements, inside its function, when the
 //     block is a function body).
-//   - In a Go block, a line of only "..." stands for code left out.
+//   - In a Go block, a line of only "..." or a block "{ ... }" stands for
+//     code left out.
 //   - A ```go block opts out only with a first line "// not compiled:"
 //     and a reason, which the reader sees too.
 //   - Any other block (```sh, ```text, ```json, or no language) is not Go.
@@ -175,8 +177,8 @@ func ParsePage(file, text string) (*Page, error) {
 				break
 			}
 			l = strip(l, indent)
-			if lang == "go" && strings.TrimSpace(l) == "..." {
-				l = strings.Replace(l, "...", "// ...", 1) // code left out
+			if lang == "go" {
+				l = elide(l)
 			}
 			content = append(content, l)
 		}
@@ -192,6 +194,15 @@ func ParsePage(file, text string) (*Page, error) {
 		return nil, fmt.Errorf("%s:%d: a \"<!-- go\" comment without a block after it", file, pendingGoLine-1)
 	}
 	return p, nil
+}
+
+// elide turns the "..." that stands for code left out, a line of its own
+// or a block "{ ... }", into a comment.
+func elide(line string) string {
+	if strings.TrimSpace(line) == "..." {
+		return strings.Replace(line, "...", "// ...", 1)
+	}
+	return strings.ReplaceAll(line, "{ ... }", "{ /* ... */ }")
 }
 
 // strip removes up to n leading spaces: the indentation of a block inside
