@@ -52,3 +52,17 @@ func TestDocsCompile(t *testing.T) {
 	}
 	require.NoError(t, doccheck.Vet(context.WithoutCancel(ctx), root, dir, vetFlags...))
 }
+
+// Every block of README.md and docs/*.md has a language, and every block
+// that shows what a program printed is produced by a test (an Example
+// whose output it is, or a test that runs the commands it shows) or says
+// it is abridged.
+func TestDocsOutputs(t *testing.T) {
+	t.Parallel()
+	root := root(t)
+	pages, err := doccheck.Pages(root)
+	require.NoError(t, err)
+	checked, abridged, err := doccheck.CheckOutputs(root, pages)
+	t.Logf("%d output blocks checked by a test, %d abridged", checked, abridged)
+	require.NoError(t, err)
+}

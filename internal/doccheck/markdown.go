@@ -59,6 +59,9 @@ type Block struct {
 	Before string
 	// BeforeLine is the markdown line of Before's first line.
 	BeforeLine int
+	// Intro is the last line of prose before the block (hidden comments
+	// and blank lines between are passed over), trimmed.
+	Intro string
 	// Marker is the text of any other HTML comment that ends on the line
 	// right before the opening fence (blank lines between are allowed),
 	// such as "output: cmd/sluice TestDocDLQStats", trimmed; "" for none.
@@ -121,6 +124,7 @@ func ParsePage(file, text string) (*Page, error) {
 		pendingGo     string // a "<!-- go" comment waiting for its block
 		pendingGoLine int
 		marker        string // the last other comment, while only blank lines follow
+		intro         string // the last line of prose
 	)
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
@@ -161,13 +165,13 @@ func ParsePage(file, text string) (*Page, error) {
 				if pendingGo != "" {
 					return nil, fmt.Errorf("%s:%d: a \"<!-- go\" comment must come right before its block", file, pendingGoLine-1)
 				}
-				marker = ""
+				marker, intro = "", trimmed
 			}
 			continue
 		}
 		indent, mark, lang := len(m[1]), m[2], m[3]
-		b := Block{File: file, Line: i + 2, Lang: lang, Before: pendingGo, BeforeLine: pendingGoLine, Marker: marker}
-		pendingGo, pendingGoLine, marker = "", 0, ""
+		b := Block{File: file, Line: i + 2, Lang: lang, Before: pendingGo, BeforeLine: pendingGoLine, Marker: marker, Intro: intro}
+		pendingGo, pendingGoLine, marker, intro = "", 0, "", ""
 		var content []string
 		closed := false
 		for i++; i < len(lines); i++ {
