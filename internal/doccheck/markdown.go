@@ -59,8 +59,9 @@ type Block struct {
 	Before string
 	// BeforeLine is the markdown line of Before's first line.
 	BeforeLine int
-	// Intro is the last line of prose before the block (hidden comments
-	// and blank lines between are passed over), trimmed.
+	// Intro is the last paragraph of prose before the block (hidden
+	// comments and blank lines between are passed over), its lines joined
+	// by spaces.
 	Intro string
 	// Marker is the text of any other HTML comment that ends on the line
 	// right before the opening fence (blank lines between are allowed),
@@ -124,7 +125,8 @@ func ParsePage(file, text string) (*Page, error) {
 		pendingGo     string // a "<!-- go" comment waiting for its block
 		pendingGoLine int
 		marker        string // the last other comment, while only blank lines follow
-		intro         string // the last line of prose
+		intro         string // the last paragraph of prose
+		blank         bool   // a blank line ended it
 	)
 	for i := 0; i < len(lines); i++ {
 		line := lines[i]
@@ -165,13 +167,20 @@ func ParsePage(file, text string) (*Page, error) {
 				if pendingGo != "" {
 					return nil, fmt.Errorf("%s:%d: a \"<!-- go\" comment must come right before its block", file, pendingGoLine-1)
 				}
-				marker, intro = "", trimmed
+				if blank || intro == "" {
+					intro = trimmed
+				} else {
+					intro += " " + trimmed
+				}
+				marker, blank = "", false
+			} else {
+				blank = true
 			}
 			continue
 		}
 		indent, mark, lang := len(m[1]), m[2], m[3]
 		b := Block{File: file, Line: i + 2, Lang: lang, Before: pendingGo, BeforeLine: pendingGoLine, Marker: marker, Intro: intro}
-		pendingGo, pendingGoLine, marker, intro = "", 0, "", ""
+		pendingGo, pendingGoLine, marker, intro, blank = "", 0, "", "", false
 		var content []string
 		closed := false
 		for i++; i < len(lines); i++ {
