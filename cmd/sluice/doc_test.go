@@ -179,7 +179,9 @@ func writeDemoLetters(t *testing.T, path string) {
 	row := func(id string) string { return id + ",cust-042,2026-11-30,12.3,EUR" }
 	kinds := []kind{
 		{"parse", 206, func(id string) string { return fmt.Sprintf("malformed row %q: amount: bad cents", row(id)) }},
-		{"parse", 187, func(id string) string { return fmt.Sprintf("malformed row %q: fields: want 5, got 3", id+",cust-042,12.30") }},
+		{"parse", 187, func(id string) string {
+			return fmt.Sprintf("malformed row %q: fields: want 5, got 3", id+",cust-042,12.30")
+		}},
 		{"parse", 93, func(id string) string {
 			return fmt.Sprintf("malformed row %q: date: parsing time %q as %q: cannot parse %q as %q", id+",cust-042,2026-1x-30,12.30,EUR", "2026-1x-30", "2006-01-02", "1x-30", "01")
 		}},
