@@ -64,6 +64,9 @@ type Stats struct {
 	Compiled int
 	// Skipped lists "file:line: reason" for each Go block that opted out.
 	Skipped []string
+	// Programs are the folders of the whole-file blocks, by "file:line"
+	// of their first line, for a test that runs one.
+	Programs map[string]string
 }
 
 // Write writes the Go blocks of pages as packages under dir, which must
@@ -108,6 +111,10 @@ func Write(dir string, pages []*Page, imports Imports) (Stats, error) {
 				if err := writeFile(wholeDir, "main.go", src); err != nil {
 					return st, err
 				}
+				if st.Programs == nil {
+					st.Programs = map[string]string{}
+				}
+				st.Programs[fmt.Sprintf("%s:%d", b.File, b.Line)] = wholeDir
 				continue
 			}
 			src, err := fragment(b, pageImports)

@@ -5,9 +5,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/internal/doccheck"
@@ -51,6 +53,52 @@ func TestDocsCompile(t *testing.T) {
 		t.Logf("skipped %s", s)
 	}
 	require.NoError(t, doccheck.Vet(context.WithoutCancel(ctx), root, dir, vetFlags...))
+
+	// Getting started says its first program "prints SLUICE and GATE".
+	prog, ok := st.Programs["docs/getting-started.md:"+strconv.Itoa(firstGoLine(t, pages, "docs/getting-started.md"))]
+	require.True(t, ok, "getting-started begins with a whole program")
+	cmd := exec.CommandContext(ctx, "go", "run", ".")
+	cmd.Dir = prog
+	out, err := cmd.Output()
+	require.NoError(t, err)
+	assert.Equal(t, "SLUICE\nGATE\n", string(out))
+	page := pageOf(t, pages, "docs/getting-started.md")
+	assert.Contains(t, page.Blocks[sh(t, page, "go run .")].Text, "# prints SLUICE and GATE", "the page says what the test checks")
+}
+
+func pageOf(t *testing.T, pages []*doccheck.Page, file string) *doccheck.Page {
+	t.Helper()
+	for _, p := range pages {
+		if p.File == file {
+			return p
+		}
+	}
+	t.Fatalf("no page %s", file)
+	return nil
+}
+
+// firstGoLine is the line of the first Go block of a page.
+func firstGoLine(t *testing.T, pages []*doccheck.Page, file string) int {
+	t.Helper()
+	for _, b := range pageOf(t, pages, file).Blocks {
+		if b.Lang == "go" {
+			return b.Line
+		}
+	}
+	t.Fatalf("no Go block in %s", file)
+	return 0
+}
+
+// sh is the index of the first sh block of page holding text.
+func sh(t *testing.T, page *doccheck.Page, text string) int {
+	t.Helper()
+	for i, b := range page.Blocks {
+		if b.Lang == "sh" && strings.Contains(b.Text, text) {
+			return i
+		}
+	}
+	t.Fatalf("no sh block with %q in %s", text, page.File)
+	return 0
 }
 
 // Every block of README.md and docs/*.md has a language, and every block
