@@ -6,9 +6,11 @@ package doccheck_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/sluicehq/sluice/deadletter"
@@ -106,4 +108,49 @@ func Example_slogSummary() {
 	// Output:
 	// level=WARN msg="item dead-lettered" pipeline=orders node=price key="order 17" origin_node=price attempts=1 error="price order 17: HTTP 400" reason="price order #: HTTP 400"
 	// level=WARN msg="dead letters" pipeline=orders node=price origin_node=price count=37 reason="price order #: HTTP 400" last_key="order 123" last_error="price order 123: HTTP 400"
+}
+
+// docs/dead-letters.md, "The file format": the line an envelope becomes.
+func Example_envelopeLine() {
+	type Order struct {
+		ID    int    `json:"id"`
+		Total string `json:"total"`
+	}
+	dir, err := os.MkdirTemp("", "doccheck")
+	if err != nil {
+		panic(err)
+	}
+	defer os.RemoveAll(dir)
+	path := filepath.Join(dir, "orders.dlq.jsonl")
+	dlq, err := deadletter.OpenFile(path)
+	if err != nil {
+		panic(err)
+	}
+	at := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	const cause = "price service: status 503"
+	err = dlq.Write(context.Background(), deadletter.Envelope{
+		Item:     Order{ID: 1042, Total: "19.90"},
+		ItemType: "github.com/acme/shop.Order", // the type's package, where the page's Order lives
+		Err:      &resilience.RetryExhaustedError{Kind: resilience.ItemRetry, Attempts: 2, Err: errors.New(cause)},
+		Pipeline: "orders", RunID: "run-7", OriginNode: "price", DecisionNode: "price",
+		CorrelationID: "order-1042", Attempts: 2,
+		History: []deadletter.Attempt{
+			{Time: at, Layer: resilience.ItemRetry, Retry: 0, Delay: 200 * time.Millisecond, Err: cause},
+			{Time: at.Add(200 * time.Millisecond), Layer: resilience.ItemRetry, Retry: 1, Err: cause},
+		},
+		FirstFailure: at, LastFailure: at.Add(200 * time.Millisecond),
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := dlq.Close(); err != nil {
+		panic(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Print(string(data))
+	// Output:
+	// {"item":{"id":1042,"total":"19.90"},"item_type":"github.com/acme/shop.Order","error":"resilience: item_retry exhausted after 2 attempts: price service: status 503","pipeline":"orders","run_id":"run-7","origin_node":"price","decision_node":"price","correlation_id":"order-1042","attempts":2,"history":[{"time":"2026-03-01T12:00:00Z","layer":"item_retry","retry":0,"delay":200000000,"error":"price service: status 503"},{"time":"2026-03-01T12:00:00.2Z","layer":"item_retry","retry":1,"delay":0,"error":"price service: status 503"}],"first_failure":"2026-03-01T12:00:00Z","last_failure":"2026-03-01T12:00:00.2Z"}
 }
