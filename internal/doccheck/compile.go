@@ -99,7 +99,12 @@ func Write(dir string, pages []*Page, imports Imports) (Stats, error) {
 			if b.Lang != "go" {
 				continue
 			}
-			if r := b.SkipReason(); r != "" {
+			if b.Skips() {
+				r := b.SkipReason()
+				if r == "" {
+					errs = append(errs, fmt.Errorf("%s:%d: \"// not compiled:\" needs a reason after it", b.File, b.Line))
+					continue
+				}
 				st.Skipped = append(st.Skipped, fmt.Sprintf("%s:%d: %s", b.File, b.Line, r))
 				continue
 			}

@@ -91,6 +91,8 @@ func TestParsePageErrors(t *testing.T) {
 		"fence left open":      {"# x\n```go\nx := 1\n", "a.md:2: code block not closed"},
 		"comment left open":    {"# x\n<!-- go prelude\nvar x int\n", "a.md:2: comment not closed"},
 		"prelude with no code": {"# x\n<!-- go\nvar x int\n-->\n", "a.md:2: a \"<!-- go\" comment without a block after it"},
+		"prelude before other code": {"# x\n<!-- go\nvar x int\n-->\n```sh\nls\n```\n",
+			"a.md:2: a \"<!-- go\" comment before a block that is not Go"},
 		"prelude far from code": {"# x\n<!-- go\nvar x int\n-->\nsome prose\n```go\nx++\n```\n",
 			"a.md:2: a \"<!-- go\" comment must come right before its block"},
 	} {
@@ -136,6 +138,11 @@ func TestWriteAndVet(t *testing.T) {
 	assert.Equal(t, 2, st.Compiled)
 	assert.Equal(t, []string{"docs/good.md:24: only the shape of a call"}, st.Skipped)
 	require.NoError(t, doccheck.Vet(ctx, root, filepath.Join(dir, "good"), vetFlags...))
+
+	noReason, err := doccheck.ParsePage("docs/skip.md", "# Skip\n\n```go\n// not compiled:\nx\n```\n")
+	require.NoError(t, err)
+	_, err = doccheck.Write(filepath.Join(dir, "skip"), []*doccheck.Page{noReason}, imports)
+	assert.EqualError(t, err, `docs/skip.md:4: "// not compiled:" needs a reason after it`)
 
 	st, err = doccheck.Write(filepath.Join(dir, "bad"), []*doccheck.Page{bad}, imports)
 	require.NoError(t, err)

@@ -82,17 +82,21 @@ type Page struct {
 }
 
 // SkipReason is the reason a Go block gives for not being compiled, or ""
-// for a block that is compiled.
+// for a block that is compiled; Skips reports whether it opts out at all
+// (an opt-out without a reason is an error).
 func (b Block) SkipReason() string {
 	first, _, _ := strings.Cut(b.Text, "\n")
 	reason, ok := strings.CutPrefix(strings.TrimSpace(first), "// not compiled:")
 	if !ok {
 		return ""
 	}
-	if reason = strings.TrimSpace(reason); reason == "" {
-		return "(no reason given)"
-	}
-	return reason
+	return strings.TrimSpace(reason)
+}
+
+// Skips reports whether the block's first line is "// not compiled:".
+func (b Block) Skips() bool {
+	first, _, _ := strings.Cut(b.Text, "\n")
+	return strings.HasPrefix(strings.TrimSpace(first), "// not compiled:")
 }
 
 var fence = regexp.MustCompile("^( *)(`{3,}|~{3,})\\s*([^`\\s]*)[^`]*$")
@@ -179,6 +183,9 @@ func ParsePage(file, text string) (*Page, error) {
 			continue
 		}
 		indent, mark, lang := len(m[1]), m[2], m[3]
+		if pendingGo != "" && lang != "go" {
+			return nil, fmt.Errorf("%s:%d: a \"<!-- go\" comment before a block that is not Go", file, pendingGoLine-1)
+		}
 		b := Block{File: file, Line: i + 2, Lang: lang, Before: pendingGo, BeforeLine: pendingGoLine, Marker: marker, Intro: intro}
 		pendingGo, pendingGoLine, marker, intro, blank = "", 0, "", "", false
 		var content []string
