@@ -1,8 +1,10 @@
-// Package doccheck keeps the Go code and the command outputs that the docs
-// show honest. Blocks reads the fenced blocks of a markdown page, with the
+// Package doccheck keeps the Go code and the outputs that the docs show
+// honest. ParsePage reads the fenced blocks of a markdown page, with the
 // hidden preludes that give a fragment the declarations it leaves out;
-// Write turns a page's Go blocks into packages that one go vet compiles;
-// Match compares the lines a command printed with a block that shows them.
+// Write turns the pages' Go blocks into packages, which Vet compiles in
+// one go vet; CheckOutputs makes sure that every block of output is
+// produced by a test or says it is abridged (see there), and Page.Output
+// finds a block for the test that produces it.
 //
 // The conventions, for whoever writes a page:
 //
@@ -29,7 +31,8 @@
 //     code left out.
 //   - A ```go block opts out only with a first line "// not compiled:"
 //     and a reason, which the reader sees too.
-//   - Any other block (```sh, ```text, ```json, or no language) is not Go.
+//   - Any other block (```sh, ```text, ```json, ```output) is not Go;
+//     CheckOutputs wants every block to have a language.
 package doccheck
 
 import (
