@@ -152,3 +152,18 @@ func TestWriteAndVet(t *testing.T) {
 	assert.Contains(t, err.Error(), "docs/bad.md:11: in call to pipeline.Transform", "the error names the page and the block's line")
 	assert.NotContains(t, err.Error(), "line0010.go", "not the generated file")
 }
+
+// An empty page has no blocks, and writing and vetting nothing succeeds.
+func TestEmpty(t *testing.T) {
+	t.Parallel()
+	p, err := doccheck.ParsePage("docs/empty.md", "")
+	require.NoError(t, err)
+	assert.Empty(t, p.Blocks)
+	assert.Empty(t, p.Prelude)
+
+	dir := t.TempDir()
+	st, err := doccheck.Write(dir, []*doccheck.Page{p}, nil)
+	require.NoError(t, err)
+	assert.Zero(t, st.Compiled)
+	assert.NoError(t, doccheck.Vet(t.Context(), dir, dir))
+}
