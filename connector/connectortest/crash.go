@@ -86,6 +86,7 @@ func crashedConsumer[M any](t testing.TB, h Harness[M]) {
 		crashes++
 	}
 
+	t.Logf("%d consumer processes crashed", crashes)
 	got := readKeys(t, stored)
 	assert.Len(t, got, len(good), "every good message is stored")
 	for _, k := range good {
