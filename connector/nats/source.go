@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -81,6 +82,9 @@ type Source struct {
 	// spared counts, with MaxDeliveries, the deliveries that the poison
 	// guard does not count (see ledger).
 	spared *ledger
+	// crash is the crash ledger, from Open to Close (nil without
+	// CrashLedger): see crash.go.
+	crash *crashledger.Ledger
 }
 
 // maxStories bounds the stories a source keeps: a message redelivered to
@@ -151,7 +155,10 @@ func (s *Source) Open(ctx context.Context) error {
 			// one created again counts afresh.
 			s.spared.begin(s.cfg.Stream + "/" + s.cfg.Consumer + "@" + cons.CachedInfo().Created.Format(time.RFC3339Nano))
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.openCrashLedger()
 	}()
 	if err != nil {
 		nc.Close()
@@ -228,6 +235,7 @@ func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 		stream: meta.Stream, stamp: meta.Timestamp}
 	d.id = meta.Stream + "/" + strconv.FormatUint(d.seq, 10)
 	sess.hold(d)
+	s.holdCrash(d)
 	return d
 }
 
@@ -268,6 +276,9 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
 		Sequence: d.seq, Deliveries: d.deliveries, Timestamp: d.stamp, d: d,
 	}
+	if handled, err := s.crashCheck(ctx, d, m); handled {
+		return err
+	}
 	if s.cfg.MaxDeliveries > 0 {
 		// The deliveries the ledger spared do not count: the message was
 		// only held when a run ended, was given back unemitted, or was
@@ -276,6 +287,9 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 		if d.deliveries-d.spared > s.cfg.MaxDeliveries {
 			return s.poison(ctx, d, m)
 		}
+	}
+	if err := s.crashTurn(ctx, d); err != nil {
+		return err
 	}
 	if d.deliveries > 1 {
 		s.redelivers.Add(1)
@@ -312,7 +326,7 @@ func (s *Source) Close(ctx context.Context) error {
 	if drain {
 		sess.waitIdle(ctx.Done(), s.cfg.Clock, s.cfg.DrainTimeout)
 	}
-	return sess.close(s.cfg.CloseTimeout)
+	return errors.Join(sess.close(s.cfg.CloseTimeout), s.closeCrashLedger())
 }
 
 // Redelivered returns how many messages the source emitted that the
@@ -349,6 +363,10 @@ type delivery struct {
 	retry   atomic.Int64
 	handOff atomic.Int64
 	settled atomic.Bool
+	// crash is the message's entry in the crash ledger, and crashErr the
+	// error of recording it; nil without a ledger.
+	crash    *crashledger.Entry
+	crashErr error
 }
 
 // done is the EmitTracked callback. It runs once per item on an engine

@@ -1,0 +1,149 @@
+package nats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/sluicehq/sluice/internal/crashledger"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// ErrCrashed is matched by the error in the dead-letter envelope of a
+// message that the source stopped delivering because its crash ledger
+// found that it ends the consumer's process (see SourceConfig.CrashLedger).
+// That error matches [ErrPoison] too.
+var ErrCrashed = errors.New("nats: the message crashed the consumer")
+
+// A crashError is the error of a message that crashed the consumer.
+type crashError struct{ text string }
+
+func (e *crashError) Error() string { return e.text }
+
+func (e *crashError) Is(target error) bool { return target == ErrCrashed || target == ErrPoison }
+
+// openCrashLedger opens the source's crash ledger, when it has one and it
+// is not open yet.
+func (s *Source) openCrashLedger() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cfg.CrashLedger == "" || s.crash != nil {
+		return nil
+	}
+	if s.dl == nil {
+		return resilience.MarkPermanent(&ConfigError{Field: "CrashLedger", Value: s.cfg.CrashLedger,
+			Reason: "a message that crashes the consumer goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+	}
+	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock})
+	if err != nil {
+		return resilience.MarkPermanent(fmt.Errorf("nats: source of %s/%s: CrashLedger: %w", s.cfg.Stream, s.cfg.Consumer, err))
+	}
+	s.crash = l
+	return nil
+}
+
+// closeCrashLedger closes the crash ledger: what is held goes back to the
+// server (nak'd by the session's close, or after AckWait), and is not
+// suspect.
+func (s *Source) closeCrashLedger() error {
+	s.mu.Lock()
+	l := s.crash
+	s.crash = nil
+	s.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	return l.Close()
+}
+
+// holdCrash records d in the crash ledger as it arrives, before it waits
+// behind others: the server counts its delivery from now on, and a crash
+// before it is settled must be known not to be its fault (unless it runs
+// alone). A write that fails is returned by crashTurn.
+func (s *Source) holdCrash(d *delivery) {
+	s.mu.Lock()
+	l := s.crash
+	s.mu.Unlock()
+	if l == nil {
+		return
+	}
+	d.crash = l.Entry(d.id + "@" + strconv.FormatInt(d.stamp.UnixNano(), 10))
+	d.crashErr = d.crash.Hold()
+}
+
+// crashCheck is the crash ledger's part before the poison guard: it
+// dead-letters a culprit (handled), and spares the deliveries that crashes
+// of earlier processes cost a message that was not their culprit, so that
+// the poison guard does not count them.
+func (s *Source) crashCheck(ctx context.Context, d *delivery, msg Message) (handled bool, err error) {
+	if d.crash == nil {
+		return false, nil
+	}
+	if d.crash.Verdict() == crashledger.Culprit {
+		return true, s.crashed(ctx, d, msg)
+	}
+	for range d.crash.Crashes() {
+		s.spare(d)
+	}
+	return false, nil
+}
+
+// crashTurn waits, just before d is emitted, until it may run: a suspect
+// alone, any other message when no suspect runs alone. When it cannot (the
+// run ends, the ledger cannot write), d goes back to the server.
+func (s *Source) crashTurn(ctx context.Context, d *delivery) error {
+	if d.crash == nil {
+		return nil
+	}
+	err := d.crashErr
+	if err == nil {
+		err = d.crash.Turn(ctx)
+	}
+	if err != nil {
+		d.giveBack()
+		return err
+	}
+	return nil
+}
+
+// endCrash tells the crash ledger how d ended: for good (acked,
+// terminated), or back with the server (a suspect then stays one).
+func (d *delivery) endCrash(how settlement) {
+	if d.crash == nil {
+		return
+	}
+	if how == ack || how == term {
+		d.crash.Settle()
+		return
+	}
+	d.crash.Release()
+}
+
+// crashed writes the message of d, which the crash ledger names the
+// culprit of a crash, to the pipeline's dead-letter sink and terminates
+// it. An error of the sink ends Run: the message is nak'd and comes back,
+// still the culprit.
+func (s *Source) crashed(ctx context.Context, d *delivery, msg Message) error {
+	s.mu.Lock()
+	sink, env := s.dl, s.dlBase
+	s.mu.Unlock()
+	env.Item, env.ItemType = msg, messageType
+	env.Err = &crashError{fmt.Sprintf("nats: poison message: message %s of stream %q crashed the consumer: "+
+		"its process ended while the message ran alone, after an earlier crash with it in flight (crash ledger %s)",
+		describeMsg(msg), s.cfg.Stream, s.cfg.CrashLedger)}
+	env.ErrText = env.Err.Error()
+	env.CorrelationID = d.id
+	now := s.cfg.Clock.Now()
+	env.FirstFailure, env.LastFailure = now, now
+	env = d.merge(env)
+	d.settled.Store(true)
+	if err := sink.Write(ctx, env); err != nil {
+		d.sess.settle(settle{d: d, how: nak})
+		return fmt.Errorf("nats: dead-letter message %s, which crashed the consumer: %w", d.id, err)
+	}
+	s.poisoned.Add(1)
+	s.forget(d)
+	d.sess.settle(settle{d: d, how: term})
+	return nil
+}
