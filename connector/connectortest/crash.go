@@ -55,7 +55,7 @@ const (
 func crashedConsumer[M any](t testing.TB, h Harness[M]) {
 	ctx := caseContext(t)
 	dir := t.TempDir()
-	cfg := SourceConfig{Queue: queueName(t), Prefetch: 16, MaxDeliveries: 3, CrashLedger: filepath.Join(dir, "crash.ledger")}
+	cfg := SourceConfig{Queue: queueName(t), Prefetch: 16, MaxDeliveries: 1, CrashLedger: filepath.Join(dir, "crash.ledger")}
 	h.CreateQueue(t, cfg)
 	good := keys(600)
 	crashing := []string{"crash-exit-1", "crash-panic-2", "crash-exit-3"}

@@ -4,7 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/resilience"
@@ -24,8 +29,8 @@ func (e *crashError) Error() string { return e.text }
 func (e *crashError) Is(target error) bool { return target == ErrCrashed || target == ErrPoison }
 
 // openCrashLedger opens the source's crash ledger, when it has one and it
-// is not open yet.
-func (s *Source) openCrashLedger() error {
+// is not open yet, after Open found the consumer cons.
+func (s *Source) openCrashLedger(ctx context.Context, js jetstream.JetStream, cons jetstream.Consumer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cfg.CrashLedger == "" || s.crash != nil {
@@ -39,8 +44,96 @@ func (s *Source) openCrashLedger() error {
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("nats: source of %s/%s: CrashLedger: %w", s.cfg.Stream, s.cfg.Consumer, err))
 	}
-	s.crash = l
+	if f := l.Found(); f.Crashed {
+		if err := s.suspectUnheld(ctx, js, l, f.InFlight, cons.CachedInfo().Delivered.Stream); err != nil {
+			_ = l.Close()
+			return err
+		}
+	}
+	s.crash, s.crashOpened = l, s.cfg.Clock.Now()
 	return nil
+}
+
+// suspectUnheld makes suspects of the messages the server delivered to the
+// dead process after the last one the ledger holds, up to delivered (the
+// consumer's last delivered stream sequence), at most Batch of them: they
+// were on their way when it died, and the server counted their delivery.
+// Their ids need their timestamps, which the stream tells.
+func (s *Source) suspectUnheld(ctx context.Context, js jetstream.JetStream, l *crashledger.Ledger, inFlight []string, delivered uint64) error {
+	var high uint64
+	for _, id := range inFlight {
+		rest, ok := strings.CutPrefix(id, s.cfg.Stream+"/")
+		if !ok {
+			continue
+		}
+		seq, _, _ := strings.Cut(rest, "@")
+		if n, err := strconv.ParseUint(seq, 10, 64); err == nil {
+			high = max(high, n)
+		}
+	}
+	if high == 0 || delivered <= high {
+		return nil
+	}
+	from := high + 1
+	if delivered-high > uint64(s.cfg.Batch) {
+		from = delivered - uint64(s.cfg.Batch) + 1
+	}
+	st, err := js.Stream(ctx, s.cfg.Stream)
+	if err != nil {
+		return classify(fmt.Errorf("nats: stream %q: %w", s.cfg.Stream, err))
+	}
+	for seq := from; seq <= delivered; seq++ {
+		m, err := st.GetMsg(ctx, seq)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // gone: it will not come back
+		}
+		if err != nil {
+			return classify(fmt.Errorf("nats: stream %q: message %d: %w", s.cfg.Stream, seq, err))
+		}
+		if err := l.Suspect(crashID(s.cfg.Stream, seq, m.Time)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// crashID names a message in the crash ledger: its stream sequence, and
+// the time it was stored, so that a stream deleted and created again does
+// not inherit the marks of the old one.
+func crashID(stream string, seq uint64, stored time.Time) string {
+	return stream + "/" + strconv.FormatUint(seq, 10) + "@" + strconv.FormatInt(stored.UnixNano(), 10)
+}
+
+// crashPause waits, before a pull, while a suspect runs alone: every
+// message the server delivers counts a delivery, and one delivered while a
+// suspect crashes the process, even if the source never held it, would
+// count one that was not the message's fault.
+func (s *Source) crashPause(ctx context.Context) error {
+	s.mu.Lock()
+	l := s.crash
+	s.mu.Unlock()
+	if l == nil {
+		return nil
+	}
+	return l.WaitAlone(ctx)
+}
+
+// crashRoom returns the size of the next pull: room, or 1 while suspects
+// of a crash may still come back (for twice the longest wait before the
+// server delivers again what a dead process held), so that a suspect
+// comes alone in its pull and nothing else is on its way while it runs.
+func (s *Source) crashRoom(room int) int {
+	s.mu.Lock()
+	l, since := s.crash, s.crashOpened
+	s.mu.Unlock()
+	if l == nil || room <= 1 {
+		return room
+	}
+	wait := max(s.cfg.AckWait, slices.Max(append([]time.Duration{0}, s.cfg.BackOff...)))
+	if s.cfg.Clock.Since(since) < 2*wait && l.Suspects() > 0 {
+		return 1
+	}
+	return room
 }
 
 // closeCrashLedger closes the crash ledger: what is held goes back to the
@@ -68,7 +161,7 @@ func (s *Source) holdCrash(d *delivery) {
 	if l == nil {
 		return
 	}
-	d.crash = l.Entry(d.id + "@" + strconv.FormatInt(d.stamp.UnixNano(), 10))
+	d.crash = l.Entry(crashID(d.stream, d.seq, d.stamp))
 	d.crashErr = d.crash.Hold()
 }
 

@@ -84,7 +84,8 @@ type Source struct {
 	spared *ledger
 	// crash is the crash ledger, from Open to Close (nil without
 	// CrashLedger): see crash.go.
-	crash *crashledger.Ledger
+	crash       *crashledger.Ledger
+	crashOpened time.Time
 }
 
 // maxStories bounds the stories a source keeps: a message redelivered to
@@ -158,7 +159,7 @@ func (s *Source) Open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return s.openCrashLedger()
+		return s.openCrashLedger(ctx, js, cons)
 	}()
 	if err != nil {
 		nc.Close()
@@ -211,7 +212,12 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 				continue
 			}
 		}
-		err := s.pull(ctx, sess, room, out)
+		// After a crash, nothing is delivered while a suspect runs alone
+		// (see crash.go).
+		if err := s.crashPause(ctx); err != nil {
+			return err
+		}
+		err := s.pull(ctx, sess, s.crashRoom(room), out)
 		if errors.Is(err, errBusy) {
 			if err := wait(ctx, s.cfg.Clock, min(s.cfg.PullWait, time.Second)); err != nil {
 				return err

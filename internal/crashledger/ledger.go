@@ -32,6 +32,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -144,6 +145,8 @@ type Found struct {
 	// Torn says the file's last line was cut short, as a crash mid-write
 	// leaves it; the line was ignored.
 	Torn bool
+	// InFlight are the ids in flight at the crash, sorted.
+	InFlight []string
 }
 
 // Found returns what Open found in the file.
@@ -193,10 +196,12 @@ func (l *Ledger) recover() error {
 		return err
 	}
 	now := l.clock.Now()
+	var inFlight []string
 	for id, n := range st.inflight {
 		if n <= 0 {
 			continue
 		}
+		inFlight = append(inFlight, id)
 		m := st.marks[id]
 		if m == nil {
 			m = &mark{since: now}
@@ -211,7 +216,8 @@ func (l *Ledger) recover() error {
 	}
 	l.marks = st.marks
 	l.forgetOld(now)
-	l.found = Found{Crashed: st.crashed(), Torn: st.torn}
+	slices.Sort(inFlight)
+	l.found = Found{Crashed: st.crashed(), Torn: st.torn, InFlight: inFlight}
 	for _, m := range l.marks {
 		if m.culprit {
 			l.found.Culprits++
@@ -507,4 +513,64 @@ func (e *Entry) end(op byte) {
 	if changed {
 		l.wake()
 	}
+}
+
+// Suspects returns how many suspects of earlier crashes are not resolved
+// yet: neither settled nor forgotten (a suspect released stays one).
+func (l *Ledger) Suspects() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, m := range l.marks {
+		if !m.culprit {
+			n++
+		}
+	}
+	return n
+}
+
+// WaitAlone waits until no suspect runs alone, and returns ctx's cause
+// when ctx is done first. A source that must not take more messages from
+// its broker while a suspect runs alone (each delivery counts) calls it
+// before it asks for more.
+func (l *Ledger) WaitAlone(ctx context.Context) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for l.alone != nil && !l.closed {
+		ch := l.changed
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			l.mu.Lock()
+			return context.Cause(ctx)
+		case <-ch:
+		}
+		l.mu.Lock()
+	}
+	return nil
+}
+
+// Suspect makes a suspect of the message with id, as if it had been in
+// flight at the last crash: for a message that the broker delivered to the
+// dead process and that the ledger could not record (it was on its way
+// when the process died). The mark is written at once.
+func (l *Ledger) Suspect(id string) error {
+	id = keyOf(id)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	m := l.marks[id]
+	if m == nil {
+		m = &mark{}
+		l.marks[id] = m
+	}
+	if m.culprit {
+		return nil
+	}
+	m.crashes++
+	m.since = l.clock.Now()
+	l.buf = appendMark(l.buf, id, m)
+	return l.flushLocked()
 }

@@ -86,7 +86,7 @@ func TestInFlightAtACrashIsSuspect(t *testing.T) {
 	run(t, l, "d").Release()
 	e := run(t, l, "e") // its turn writes the settlements before it
 	l = crash(t, l, path)
-	assert.Equal(t, crashledger.Found{Suspects: 3, Crashed: true}, l.Found())
+	assert.Equal(t, crashledger.Found{Suspects: 3, Crashed: true, InFlight: []string{"b", "c", "e"}}, l.Found())
 	assert.Equal(t, crashledger.Clean, l.Entry("a").Verdict(), "settled before the crash")
 	assert.Equal(t, crashledger.Clean, l.Entry("d").Verdict(), "released before the crash")
 	for _, id := range []string{b.ID(), c.ID(), e.ID()} {
@@ -143,7 +143,7 @@ func TestCrashWhileAloneNamesTheCulprit(t *testing.T) {
 	require.NoError(t, n.Hold(), "held behind the suspect, waiting for its turn")
 	l = crash(t, l, path)
 
-	assert.Equal(t, crashledger.Found{Suspects: 1, Culprits: 1, Crashed: true}, l.Found())
+	assert.Equal(t, crashledger.Found{Suspects: 1, Culprits: 1, Crashed: true, InFlight: []string{"n", "x"}}, l.Found())
 	culprit := l.Entry("x")
 	assert.Equal(t, crashledger.Culprit, culprit.Verdict())
 	e := l.Entry("n")
@@ -182,7 +182,7 @@ func TestTornLastLineIsIgnored(t *testing.T) {
 	path := ledgerPath(t)
 	require.NoError(t, os.WriteFile(path, []byte("sluice crash ledger v1\n+ \"a\"\n+ \"b\"\n- \"b\"\n+ \"zz"), 0o644))
 	l := open(t, path)
-	assert.Equal(t, crashledger.Found{Suspects: 1, Crashed: true, Torn: true}, l.Found())
+	assert.Equal(t, crashledger.Found{Suspects: 1, Crashed: true, Torn: true, InFlight: []string{"a"}}, l.Found())
 	assert.Equal(t, crashledger.Suspect, l.Entry("a").Verdict())
 	assert.Equal(t, crashledger.Clean, l.Entry("b").Verdict())
 	assert.Equal(t, crashledger.Clean, l.Entry("zz").Verdict())
@@ -347,4 +347,47 @@ func TestCompactionKeepsWhatHolds(t *testing.T) {
 	assert.Equal(t, crashledger.Suspect, l.Entry("n").Verdict(), "held")
 	assert.Equal(t, crashledger.Suspect, l.Entry("t").Verdict(), "never came back")
 	assert.Equal(t, crashledger.Clean, l.Entry("x7").Verdict())
+}
+
+// WaitAlone waits while a suspect runs alone; Suspects counts those not
+// resolved.
+func TestWaitAloneAndSuspects(t *testing.T) {
+	t.Parallel()
+	path := ledgerPath(t)
+	l := open(t, path)
+	run(t, l, "s1")
+	run(t, l, "s2")
+	l = crash(t, l, path)
+	require.Equal(t, 2, l.Suspects())
+	require.NoError(t, l.WaitAlone(t.Context()), "nothing runs alone")
+	s := run(t, l, "s1")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	assert.ErrorIs(t, l.WaitAlone(ctx), context.Canceled, "s1 runs alone")
+	got := make(chan error, 1)
+	go func() { got <- l.WaitAlone(t.Context()) }()
+	s.Settle()
+	require.NoError(t, <-got)
+	assert.Equal(t, 1, l.Suspects(), "s1 is resolved")
+	run(t, l, "s2").Release()
+	assert.Equal(t, 1, l.Suspects(), "a suspect released stays one")
+}
+
+// Suspect adds a crash to a message the ledger never held, at once and
+// for good; a culprit stays one.
+func TestSuspectAddsACrash(t *testing.T) {
+	t.Parallel()
+	path := ledgerPath(t)
+	l := open(t, path)
+	run(t, l, "x")
+	l = crash(t, l, path)
+	run(t, l, "x")
+	l = crash(t, l, path)
+	require.NoError(t, l.Suspect("unheld"))
+	require.NoError(t, l.Suspect("x"))
+	l = crash(t, l, path)
+	e := l.Entry("unheld")
+	assert.Equal(t, crashledger.Suspect, e.Verdict())
+	assert.Equal(t, 1, e.Crashes())
+	assert.Equal(t, crashledger.Culprit, l.Entry("x").Verdict())
 }
