@@ -1,0 +1,4 @@
+package rabbitmq
+
+// CrashID is crashID, for the tests.
+var CrashID = crashID
