@@ -10,7 +10,8 @@
 //	}
 //
 //	func TestMain(m *testing.M) {
-//		// The SIGKILL case's consumer process is this binary run again.
+//		// The consumer processes of the SIGKILL and crash cases are this
+//		// binary run again.
 //		connectortest.ChildMain(harness{url: os.Getenv("MY_BROKER_URL")})
 //		goleak.VerifyTestMain(m)
 //	}
@@ -21,10 +22,9 @@
 // competing consumers share the queue; a permanent failure is dead-lettered
 // once; a poison message stops looping; a message that crashes its
 // consumer's process is dead-lettered once, and none of its neighbours;
-// the broker's retry path redelivers
-// after its delay; a drain finishes and acks what was emitted; a
-// cancellation puts back what was not processed. docs/connectors.md says
-// what each case checks.
+// the broker's retry path redelivers after its delay; a drain finishes and
+// acks what was emitted; a cancellation puts back what was not processed.
+// docs/connectors.md says what each case checks.
 //
 // Nothing in the suite names a broker's notions: a queue is whatever the
 // connector consumes (a RabbitMQ queue, a JetStream stream and its durable

@@ -30,8 +30,9 @@ const (
 	crashMode     = "crash"
 	childLedger   = "SLUICE_CONNECTORTEST_LEDGER"
 	childMaxDeliv = "SLUICE_CONNECTORTEST_MAX_DELIVERIES"
-	childDead     = "SLUICE_CONNECTORTEST_DEAD"  // the file dead-lettered keys and reasons go to
-	childTotal    = "SLUICE_CONNECTORTEST_TOTAL" // drain once this many keys are stored or dead-lettered
+	childDead     = "SLUICE_CONNECTORTEST_DEAD"    // the file dead-lettered keys and reasons go to
+	childCrashes  = "SLUICE_CONNECTORTEST_CRASHES" // the file a crashing message's key goes to before it crashes
+	childTotal    = "SLUICE_CONNECTORTEST_TOTAL"   // drain once this many keys are stored or dead-lettered
 )
 
 // The exit codes of a crashing consumer process: os.Exit(exitCrash) for a
@@ -65,11 +66,11 @@ func crashedConsumer[M any](t testing.TB, h Harness[M]) {
 	}
 	h.Publish(t, cfg.Queue, messages(all...)...)
 
-	stored, dead := filepath.Join(dir, "stored"), filepath.Join(dir, "dead")
+	stored, dead, crashed := filepath.Join(dir, "stored"), filepath.Join(dir, "dead"), filepath.Join(dir, "crashes")
 	env := map[string]string{
 		childMode: crashMode, childQueue: cfg.Queue, childPrefetch: strconv.Itoa(cfg.Prefetch),
 		childMaxDeliv: strconv.Itoa(cfg.MaxDeliveries), childLedger: cfg.CrashLedger,
-		childOut: stored, childDead: dead, childTotal: strconv.Itoa(len(all)),
+		childOut: stored, childDead: dead, childCrashes: crashed, childTotal: strconv.Itoa(len(all)),
 	}
 	crashes := 0
 	maxRuns := 2*len(crashing) + 2
@@ -101,7 +102,16 @@ func crashedConsumer[M any](t testing.TB, h Harness[M]) {
 		}
 	}
 	assert.ElementsMatch(t, crashing, deadKeys, "the crashing messages, and no neighbour, are dead-lettered")
-	assert.LessOrEqual(t, crashes, 2*len(crashing), "a crashing message ends at most two processes: once among its neighbours, once alone")
+	byKey := readKeys(t, crashed)
+	n := 0
+	for _, c := range byKey {
+		n += c
+	}
+	assert.Equal(t, crashes, n, "each crash was a crashing message's")
+	for k, n := range byKey {
+		assert.Contains(t, crashing, k)
+		assert.LessOrEqual(t, n, 2, "%s ends at most two processes: once among its neighbours, once alone", k)
+	}
 	requirePending(t, h, cfg.Queue, 0, "nothing is left in the queue")
 }
 
@@ -175,6 +185,11 @@ func crashChild[M any](h Harness[M]) error {
 		return err
 	}
 	defer deadFile.Close()
+	crashFile, err := open(os.Getenv(childCrashes))
+	if err != nil {
+		return err
+	}
+	defer crashFile.Close()
 
 	cons, err := h.NewSource(SourceConfig{Queue: os.Getenv(childQueue), Prefetch: prefetch,
 		MaxDeliveries: maxDeliveries, CrashLedger: os.Getenv(childLedger)})
@@ -214,6 +229,11 @@ func crashChild[M any](h Harness[M]) error {
 	b := pipeline.New("connectortest-crash", pipeline.WithDeadLetter(dead))
 	pipeline.Sink(b, "store", pipeline.Source(b, "consume", cons.Source), node.SinkFunc[M](func(ctx context.Context, m M) error {
 		key := h.Message(m).Key
+		if strings.HasPrefix(key, "crash-") {
+			if _, err := crashFile.WriteString(key + "\n"); err != nil {
+				return err
+			}
+		}
 		switch {
 		case strings.HasPrefix(key, "crash-exit"):
 			os.Exit(exitCrash)
