@@ -109,6 +109,9 @@ func crashID(stream string, seq uint64, stored time.Time) string {
 // suspect crashes the process, even if the source never held it, would
 // count one that was not the message's fault.
 func (s *Source) crashPause(ctx context.Context) error {
+	if s.cfg.CrashLedger == "" {
+		return nil
+	}
 	s.mu.Lock()
 	l := s.crash
 	s.mu.Unlock()
@@ -123,6 +126,9 @@ func (s *Source) crashPause(ctx context.Context) error {
 // server delivers again what a dead process held), so that a suspect
 // comes alone in its pull and nothing else is on its way while it runs.
 func (s *Source) crashRoom(room int) int {
+	if s.cfg.CrashLedger == "" {
+		return room
+	}
 	s.mu.Lock()
 	l, since := s.crash, s.crashOpened
 	s.mu.Unlock()
@@ -153,8 +159,12 @@ func (s *Source) closeCrashLedger() error {
 // holdCrash records d in the crash ledger as it arrives, before it waits
 // behind others: the server counts its delivery from now on, and a crash
 // before it is settled must be known not to be its fault (unless it runs
-// alone). A write that fails is returned by crashTurn.
+// alone). The record goes out with the next message's turn, before that
+// message is emitted.
 func (s *Source) holdCrash(d *delivery) {
+	if s.cfg.CrashLedger == "" {
+		return
+	}
 	s.mu.Lock()
 	l := s.crash
 	s.mu.Unlock()
@@ -162,7 +172,7 @@ func (s *Source) holdCrash(d *delivery) {
 		return
 	}
 	d.crash = l.Entry(crashID(d.stream, d.seq, d.stamp))
-	d.crashErr = d.crash.Hold()
+	d.crash.Hold()
 }
 
 // crashCheck is the crash ledger's part before the poison guard: it
@@ -189,11 +199,7 @@ func (s *Source) crashTurn(ctx context.Context, d *delivery) error {
 	if d.crash == nil {
 		return nil
 	}
-	err := d.crashErr
-	if err == nil {
-		err = d.crash.Turn(ctx)
-	}
-	if err != nil {
+	if err := d.crash.Turn(ctx); err != nil {
 		d.giveBack()
 		return err
 	}

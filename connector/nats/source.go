@@ -369,10 +369,8 @@ type delivery struct {
 	retry   atomic.Int64
 	handOff atomic.Int64
 	settled atomic.Bool
-	// crash is the message's entry in the crash ledger, and crashErr the
-	// error of recording it; nil without a ledger.
-	crash    *crashledger.Entry
-	crashErr error
+	// crash is the message's entry in the crash ledger; nil without one.
+	crash *crashledger.Entry
 }
 
 // done is the EmitTracked callback. It runs once per item on an engine

@@ -388,25 +388,24 @@ func (e *Entry) Crashes() int { return e.crashes }
 // ID returns the message's id as the ledger keeps it.
 func (e *Entry) ID() string { return e.id }
 
-// Hold records the message in flight, in the file, before it returns: a
-// crash from now on finds it there. Turn holds the entry too when Hold was
-// not called.
-func (e *Entry) Hold() error {
+// Hold records the message in flight as it arrives, before it waits for
+// its turn: the record goes out with the next write, which Turn makes
+// before any message is emitted, so that a crash a message causes finds
+// every message held before it. Turn holds the entry too when Hold was not
+// called.
+func (e *Entry) Hold() {
 	l := e.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return e.holdLocked()
-}
-
-func (e *Entry) holdLocked() error {
-	l := e.l
 	if l.closed || e.held || e.done {
-		return nil
+		return
 	}
 	e.held = true
 	l.inflight[e.id]++
 	l.addLocked(opHold, e.id)
-	return l.flushLocked()
+	if len(l.buf) >= maxBuffered {
+		_ = l.flushLocked()
+	}
 }
 
 // Turn waits for the message's turn to run, holds it if it is not held,
@@ -459,12 +458,11 @@ func (e *Entry) Turn(ctx context.Context) error {
 
 // Settle says the message is done for good (acked, or dead-lettered): it
 // is no longer in flight, and a mark against it is cleared. Settle and
-// Release are idempotent, and only the first of them counts. They never
-// block on the disk for long: their record is buffered, and written with
-// the next Turn or Hold, or at once when nothing else runs. A crash before
-// that write makes a suspect of a message that is already settled, which
-// costs nothing: it never arrives again, and its mark is forgotten after
-// ForgetAfter.
+// Release are idempotent, and only the first of them counts. They do not
+// wait for the disk: their record is buffered, and written with the next
+// Turn (at once for a suspect that ran alone). A crash before that write
+// makes a suspect of a message that is already settled, which costs little:
+// it never arrives again, and its mark is forgotten after ForgetAfter.
 func (e *Entry) Settle() { e.end(opSettle) }
 
 // Release says the message went back to the broker without an outcome
@@ -505,9 +503,7 @@ func (e *Entry) end(op byte) {
 		l.alone = nil
 		// At once: a crash from now on must not find it running alone.
 		_ = l.flushLocked()
-	case l.running == 0, len(l.buf) >= maxBuffered:
-		// Idle, or much buffered: a crash now would make suspects of
-		// messages long settled.
+	case len(l.buf) >= maxBuffered:
 		_ = l.flushLocked()
 	}
 	if changed {
@@ -572,5 +568,16 @@ func (l *Ledger) Suspect(id string) error {
 	m.crashes++
 	m.since = l.clock.Now()
 	l.buf = appendMark(l.buf, id, m)
+	return l.flushLocked()
+}
+
+// Flush writes what is buffered (the records of Hold, Settle and Release)
+// now, and returns the ledger's write error, if any.
+func (l *Ledger) Flush() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
 	return l.flushLocked()
 }
