@@ -3,6 +3,7 @@ package crashledger_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -394,4 +395,26 @@ func TestSuspectAddsACrash(t *testing.T) {
 	assert.Equal(t, crashledger.Suspect, e.Verdict())
 	assert.Equal(t, 1, e.Crashes())
 	assert.Equal(t, crashledger.Culprit, l.Entry("x").Verdict())
+}
+
+// Past MaxMarks suspects, the oldest are forgotten.
+func TestMarksAreBounded(t *testing.T) {
+	t.Parallel()
+	path := ledgerPath(t)
+	clock := clockwork.NewFakeClock()
+	var b strings.Builder
+	b.WriteString("sluice crash ledger v1\n")
+	for i := range crashledger.MaxMarks + 3 {
+		// The first three are the oldest.
+		fmt.Fprintf(&b, "s %q 1 %d\n", "m"+strconv.Itoa(i), clock.Now().Add(time.Duration(i)*time.Millisecond).UnixNano())
+	}
+	require.NoError(t, os.WriteFile(path, []byte(b.String()), 0o644))
+	l, err := crashledger.Open(path, crashledger.Options{Clock: clock})
+	require.NoError(t, err)
+	defer l.Close()
+	assert.Equal(t, crashledger.MaxMarks, l.Found().Suspects)
+	for i := range 3 {
+		assert.Equal(t, crashledger.Clean, l.Entry("m"+strconv.Itoa(i)).Verdict(), "m%d is among the oldest", i)
+	}
+	assert.Equal(t, crashledger.Suspect, l.Entry("m3").Verdict())
 }
