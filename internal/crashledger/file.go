@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -133,8 +134,13 @@ func (st *state) apply(rec []byte) error {
 			return errBadRecord
 		}
 	case opSuspect, opCulprit:
-		var crashes, since int64
-		if _, err := fmt.Sscanf(string(more), " %d %d", &crashes, &since); err != nil || crashes < 0 {
+		f := strings.Fields(string(more))
+		if len(f) != 2 || more[0] != ' ' {
+			return errBadRecord
+		}
+		crashes, err1 := strconv.ParseInt(f[0], 10, 64)
+		since, err2 := strconv.ParseInt(f[1], 10, 64)
+		if err1 != nil || err2 != nil || crashes < 0 {
 			return errBadRecord
 		}
 		st.marks[id] = &mark{culprit: op == opCulprit, crashes: int(crashes), since: time.Unix(0, since)}

@@ -26,12 +26,12 @@
 package crashledger
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"maps"
 	"os"
 	"slices"
 	"sync"
@@ -243,10 +243,17 @@ func (l *Ledger) forgetOld(now time.Time) {
 		}
 	}
 	if over := len(l.marks) - MaxMarks; over > 0 {
-		ids := slices.Collect(maps.Keys(l.marks))
-		slices.SortFunc(ids, func(a, b string) int { return l.marks[a].since.Compare(l.marks[b].since) })
-		for _, id := range ids[:over] {
-			delete(l.marks, id)
+		type aged struct {
+			id    string
+			since int64
+		}
+		all := make([]aged, 0, len(l.marks))
+		for id, m := range l.marks {
+			all = append(all, aged{id, m.since.UnixNano()})
+		}
+		slices.SortFunc(all, func(a, b aged) int { return cmp.Compare(a.since, b.since) })
+		for _, a := range all[:over] {
+			delete(l.marks, a.id)
 		}
 	}
 }
