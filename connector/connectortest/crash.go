@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -36,17 +37,21 @@ const (
 )
 
 // The exit codes of a crashing consumer process: os.Exit(exitCrash) for a
-// message whose key starts with "crash-exit", and Go's own 2 for the
+// message whose key starts with "crash-exit", Go's own 2 for the
 // unrecovered panic of a goroutine, for a key that starts with
-// "crash-panic".
+// "crash-panic", and 128 + SIGKILL, as a shell reports it, for a key that
+// starts with "crash-kill" (the process kills itself, as the OOM killer
+// would).
 const (
 	exitCrash = 3
 	exitPanic = 2
+	exitKill  = 128 + int(syscall.SIGKILL)
 )
 
 // crashedConsumer publishes 600 good messages and three that end the
-// consumer's process when they are stored (two call os.Exit, one panics in
-// a goroutine of its own), spread among them, with a prefetch of 16 and
+// consumer's process when they are stored (one calls os.Exit, one panics
+// in a goroutine of its own, one has the process killed with SIGKILL),
+// spread among them, with a prefetch of 16 and
 // MaxDeliveries 3, and runs a consumer process with a crash ledger again
 // after each crash until every message was stored or dead-lettered. Every
 // good message is stored (by an idempotent store, in a file), none is
@@ -59,7 +64,7 @@ func crashedConsumer[M any](t testing.TB, h Harness[M]) {
 	cfg := SourceConfig{Queue: queueName(t), Prefetch: 16, MaxDeliveries: 1, CrashLedger: filepath.Join(dir, "crash.ledger")}
 	h.CreateQueue(t, cfg)
 	good := keys(600)
-	crashing := []string{"crash-exit-1", "crash-panic-2", "crash-exit-3"}
+	crashing := []string{"crash-exit-1", "crash-panic-2", "crash-kill-3"}
 	all := slices.Clone(good)
 	for i, k := range crashing {
 		all = slices.Insert(all, 150*(i+1)+i, k)
@@ -83,7 +88,7 @@ func crashedConsumer[M any](t testing.TB, h Harness[M]) {
 		if code == 0 {
 			break
 		}
-		require.Contains(t, []int{exitCrash, exitPanic}, code, "consumer process %d ended with %d:\n%s", run, code, stderr)
+		require.Contains(t, []int{exitCrash, exitPanic, exitKill}, code, "consumer process %d ended with %d:\n%s", run, code, stderr)
 		crashes++
 	}
 
@@ -116,7 +121,8 @@ func crashedConsumer[M any](t testing.TB, h Harness[M]) {
 }
 
 // runCrashChild runs one consumer process to its end and returns its exit
-// code and what it wrote to stderr.
+// code (128 + the signal when a signal ended it) and what it wrote to
+// stderr.
 func runCrashChild(ctx context.Context, t testing.TB, env map[string]string) (int, string) {
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), childEnv+"=1")
@@ -129,6 +135,9 @@ func runCrashChild(ctx context.Context, t testing.TB, env map[string]string) (in
 	require.NoError(t, ctx.Err(), "the consumer process did not end in time:\n%s", stderr.String())
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), stderr.String()
+		}
 		return exit.ExitCode(), stderr.String()
 	}
 	require.NoError(t, err)
@@ -237,6 +246,10 @@ func crashChild[M any](h Harness[M]) error {
 		switch {
 		case strings.HasPrefix(key, "crash-exit"):
 			os.Exit(exitCrash)
+		case strings.HasPrefix(key, "crash-kill"):
+			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			<-ctx.Done()
+			return ctx.Err()
 		case strings.HasPrefix(key, "crash-panic"):
 			go func() { panic(fmt.Sprintf("connectortest: crashing message %s", key)) }()
 			<-ctx.Done()
