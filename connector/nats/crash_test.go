@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 
@@ -55,4 +56,14 @@ func TestCrashLedgerIsOneProcess(t *testing.T) {
 	require.NoError(t, first.Close(context.Background()))
 	require.NoError(t, second.Open(ctx), "free once the first closed")
 	require.NoError(t, second.Close(context.Background()))
+}
+
+// The error of a message that crashed the consumer matches ErrCrashed and
+// ErrPoison, so that Source.DeadLetter passes it on unretried.
+func TestCrashErrorIsPoison(t *testing.T) {
+	t.Parallel()
+	err := nats.CrashError("nats: poison message: message 7 of stream \"s\" crashed the consumer")
+	assert.ErrorIs(t, err, nats.ErrCrashed)
+	assert.ErrorIs(t, err, nats.ErrPoison)
+	assert.NotErrorIs(t, errors.New("other"), nats.ErrCrashed)
 }

@@ -2,6 +2,7 @@ package rabbitmq_test
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"testing"
 	"time"
@@ -97,4 +98,14 @@ func TestCrashLedgerIsOneProcess(t *testing.T) {
 	require.NoError(t, first.Close(ctx))
 	require.NoError(t, second.Open(ctx), "free once the first closed")
 	require.NoError(t, second.Close(ctx))
+}
+
+// The error of a message that crashed the consumer matches ErrCrashed and
+// ErrPoison, so that Source.DeadLetter passes it on unretried.
+func TestCrashErrorIsPoison(t *testing.T) {
+	t.Parallel()
+	err := rabbitmq.CrashError("rabbitmq: poison message: message \"m\" of queue \"q\" crashed the consumer")
+	assert.ErrorIs(t, err, rabbitmq.ErrCrashed)
+	assert.ErrorIs(t, err, rabbitmq.ErrPoison)
+	assert.NotErrorIs(t, errors.New("other"), rabbitmq.ErrCrashed)
 }
