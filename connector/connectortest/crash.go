@@ -247,7 +247,9 @@ func crashChild[M any](h Harness[M]) error {
 		case strings.HasPrefix(key, "crash-exit"):
 			os.Exit(exitCrash)
 		case strings.HasPrefix(key, "crash-kill"):
-			_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			if self, err := os.FindProcess(os.Getpid()); err == nil {
+				_ = self.Kill() // SIGKILL
+			}
 			<-ctx.Done()
 			return ctx.Err()
 		case strings.HasPrefix(key, "crash-panic"):
