@@ -100,9 +100,9 @@ func publishThrough(b *testing.B, sink node.Sink[int]) {
 
 // consumeThrough runs a pipeline from src to a sink that counts, until
 // the sink has seen n messages; stop ends the source.
-func consumeThrough[T any](b *testing.B, src node.Source[T], n int, stop func()) {
+func consumeThrough[T any](b *testing.B, src node.Source[T], n int, stop func(), opts ...pipeline.Option) {
 	b.Helper()
-	p := pipeline.New("consume")
+	p := pipeline.New("consume", opts...)
 	var seen atomic.Int64
 	pipeline.SinkFunc(p, "count", pipeline.Source(p, "consume", src), func(context.Context, T) error {
 		if int(seen.Add(1)) == n {

@@ -2,6 +2,7 @@ package connectors_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -9,7 +10,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/connector/nats"
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/servicetest"
+	"github.com/sluicehq/sluice/pipeline"
 )
 
 // natsStream creates a memory stream for one benchmark run, deleted when
@@ -125,6 +128,20 @@ func BenchmarkNATSConsume(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		consumeThrough(b, src, b.N, src.Stop)
+		rate(b, start)
+	})
+	// The same with a crash ledger: a write(2) per message.
+	b.Run("impl=sluice-crashledger", func(b *testing.B) {
+		js, name, subject := natsStream(b, url)
+		fill(b, js, subject, b.N)
+		src, err := nats.NewSource(nats.SourceConfig{URL: url, Stream: name, Consumer: name, Batch: batch,
+			CrashLedger: filepath.Join(b.TempDir(), "crash.ledger")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		start := time.Now()
+		consumeThrough(b, src, b.N, src.Stop, pipeline.WithDeadLetter(deadletter.NewMemory(1)))
 		rate(b, start)
 	})
 }

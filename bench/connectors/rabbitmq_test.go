@@ -2,13 +2,16 @@ package connectors_test
 
 import (
 	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicehq/sluice/connector/rabbitmq"
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/servicetest"
+	"github.com/sluicehq/sluice/pipeline"
 )
 
 // rabbitQueue declares a queue for one benchmark run, deleted when b
@@ -143,6 +146,20 @@ func BenchmarkRabbitMQConsume(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		consumeThrough(b, src, b.N, src.Stop)
+		rate(b, start)
+	})
+	// The same with a crash ledger: a write(2) per message.
+	b.Run("impl=sluice-crashledger", func(b *testing.B) {
+		ch, q := rabbitQueue(b, url)
+		fillQueue(b, ch, q, b.N)
+		src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{URL: url, Queue: q, Prefetch: batch,
+			CrashLedger: filepath.Join(b.TempDir(), "crash.ledger")})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ResetTimer()
+		start := time.Now()
+		consumeThrough(b, src, b.N, src.Stop, pipeline.WithDeadLetter(deadletter.NewMemory(1)))
 		rate(b, start)
 	})
 }

@@ -40,7 +40,11 @@ func ChildMain[M any](h Harness[M]) {
 	if os.Getenv(childEnv) == "" {
 		return
 	}
-	if err := child(h); err != nil {
+	run := child[M]
+	if os.Getenv(childMode) == crashMode {
+		run = crashChild[M]
+	}
+	if err := run(h); err != nil {
 		fmt.Fprintln(os.Stderr, "connectortest: consumer process:", err)
 		os.Exit(1)
 	}

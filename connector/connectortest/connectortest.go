@@ -10,7 +10,8 @@
 //	}
 //
 //	func TestMain(m *testing.M) {
-//		// The SIGKILL case's consumer process is this binary run again.
+//		// The consumer processes of the SIGKILL and crash cases are this
+//		// binary run again.
 //		connectortest.ChildMain(harness{url: os.Getenv("MY_BROKER_URL")})
 //		goleak.VerifyTestMain(m)
 //	}
@@ -19,10 +20,11 @@
 // keeps bodies and keys; a forced disconnect loses nothing and node restart
 // reconnects; a consumer process killed with SIGKILL loses nothing;
 // competing consumers share the queue; a permanent failure is dead-lettered
-// once; a poison message stops looping; the broker's retry path redelivers
-// after its delay; a drain finishes and acks what was emitted; a
-// cancellation puts back what was not processed. docs/connectors.md says
-// what each case checks.
+// once; a poison message stops looping; a message that crashes its
+// consumer's process is dead-lettered once, and none of its neighbours;
+// the broker's retry path redelivers after its delay; a drain finishes and
+// acks what was emitted; a cancellation puts back what was not processed.
+// docs/connectors.md says what each case checks.
 //
 // Nothing in the suite names a broker's notions: a queue is whatever the
 // connector consumes (a RabbitMQ queue, a JetStream stream and its durable
@@ -72,6 +74,11 @@ type SourceConfig struct {
 	// MaxDeliveries times is not emitted again; the source writes it to
 	// the pipeline's dead-letter sink and settles it.
 	MaxDeliveries int
+	// CrashLedger, when not empty, is the path of the source's crash
+	// ledger: a message whose delivery ended the consumer's process is
+	// found after at most two crashes, and dead-lettered, with "crashed the
+	// consumer" in its reason, at its next delivery.
+	CrashLedger string
 	// Addr, when not empty, is the host:port the source must dial instead
 	// of the broker's address ([Harness.Addr]): a proxy that the suite
 	// owns and cuts to force a disconnect.
@@ -172,6 +179,7 @@ func cases[M any]() []suiteCase[M] {
 		{"CompetingConsumers", competingConsumers[M]},
 		{"PermanentFailureDeadLetteredOnce", permanentFailure[M]},
 		{"PoisonMessageDeadLetteredOnce", poisonMessage[M]},
+		{"CrashingMessageDeadLetteredOnce", crashedConsumer[M]},
 		{"BrokerRetryAfterItsDelay", brokerRetry[M]},
 		{"DrainFinishesAndAcks", drain[M]},
 		{"CancelPutsBackTheRest", cancelPutsBack[M]},

@@ -44,7 +44,7 @@ func (h *rabbit) config(cfg connectortest.SourceConfig) rabbitmq.SourceConfig {
 		u.Host = cfg.Addr
 	}
 	rc := rabbitmq.SourceConfig{URL: u.String(), Queue: cfg.Queue, Prefetch: cfg.Prefetch, MaxDeliveries: cfg.MaxDeliveries,
-		Declare: &rabbitmq.QueueDeclaration{}}
+		CrashLedger: cfg.CrashLedger, Declare: &rabbitmq.QueueDeclaration{}}
 	if cfg.Retry.Delay > 0 {
 		rc.Retry = rabbitmq.RetryTopology{Enabled: true, Delay: cfg.Retry.Delay, MaxRetry: cfg.Retry.MaxRetries}
 	}

@@ -22,11 +22,37 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The consumer processes of the SIGKILL and crash cases are this
+	// binary, with the connector of the variant under test.
+	connectortest.ChildMain(childRabbit())
+	goleak.VerifyTestMain(m)
+}
 
 // brokenEnv, when set, lets TestBroken run the suite against the broken
 // connectors: only in the process TestSuiteFailsBrokenConnectors starts.
-const brokenEnv = "SLUICE_CONNECTORTEST_BROKEN"
+// variantEnv names the variant that process runs, for its consumer
+// processes.
+const (
+	brokenEnv  = "SLUICE_CONNECTORTEST_BROKEN"
+	variantEnv = "SLUICE_CONNECTORTEST_VARIANT"
+)
+
+// childRabbit is the harness of a consumer process: the sound one, with
+// the fault of the variant that variantEnv names, if any.
+func childRabbit() *rabbit {
+	u := os.Getenv(servicetest.RabbitMQEnv)
+	if u == "" {
+		u = servicetest.DefaultRabbitMQURL
+	}
+	h := newRabbit(u)
+	for _, v := range variants {
+		if v.name == os.Getenv(variantEnv) {
+			h.source = v.source
+		}
+	}
+	return h
+}
 
 // A variant is the sound RabbitMQ connector with one fault, and the case
 // of the suite that must catch it, by the words of its failure.
@@ -80,6 +106,10 @@ var variants = []variant{
 	{
 		name: "ignores_max_deliveries", catches: "PoisonMessageDeadLetteredOnce", says: "the poison message alone is dead-lettered, once",
 		source: func(c *rabbitmq.SourceConfig) { c.MaxDeliveries = 0 },
+	},
+	{
+		name: "ignores_crash_ledger", catches: "CrashingMessageDeadLetteredOnce", says: "the queue is not done",
+		source: func(c *rabbitmq.SourceConfig) { c.CrashLedger = "" },
 	},
 	{
 		name: "publisher_cuts_bodies", catches: "RoundTrip", says: "bytes that differ",
@@ -205,7 +235,7 @@ func TestSuiteFailsBrokenConnectors(t *testing.T) {
 func runSuite(ctx context.Context, variant, cases string) (string, error) {
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.v", "-test.count=1",
 		"-test.run=^TestBroken$/^"+variant+"$/^("+cases+")$")
-	cmd.Env = append(os.Environ(), brokenEnv+"=1")
+	cmd.Env = append(os.Environ(), brokenEnv+"=1", variantEnv+"="+variant)
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

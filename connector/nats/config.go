@@ -113,6 +113,22 @@ type SourceConfig struct {
 	// without one. With MaxDeliver it must be below MaxDeliver. 0 sets no
 	// limit.
 	MaxDeliveries int
+	// CrashLedger, when not empty, is the path of a file in which the
+	// source keeps the ids (stream sequences) of the messages it holds, so
+	// that a message whose delivery ends the consumer's process (os.Exit,
+	// an unrecovered panic in a goroutine, an OOM kill) is caught: after a
+	// crash, each message that was held runs alone when it comes back, and
+	// a message that crashes the process while it runs alone is, at its
+	// next delivery, written to the pipeline's dead-letter sink with an
+	// error matching [ErrCrashed] (and [ErrPoison]) and terminated,
+	// without running. Its neighbours are never dead-lettered, and the
+	// deliveries a crash cost them do not count toward MaxDeliveries. It
+	// needs the pipeline's dead-letter sink: Open fails without one. Each
+	// consumer process needs a path of its own (Open fails while another
+	// holds it); a restarted process must get the same path. See
+	// docs/nats.md ("Messages that crash the consumer"). "" keeps no
+	// ledger.
+	CrashLedger string
 	// DialTimeout bounds connecting. Default [DefaultDialTimeout].
 	DialTimeout time.Duration
 	// CloseTimeout bounds the flush of the last acks at Close. Default

@@ -61,6 +61,7 @@ func (h conformance) config(cfg connectortest.SourceConfig) nats.SourceConfig {
 		URL: u.String(), Stream: cfg.Queue, Consumer: cfg.Queue,
 		Declare: &nats.StreamDeclaration{Subjects: []string{cfg.Queue + ".>"}, Storage: jetstream.MemoryStorage},
 		AckWait: conformanceAckWait, Batch: cfg.Prefetch, PullWait: time.Second, MaxDeliveries: cfg.MaxDeliveries,
+		CrashLedger: cfg.CrashLedger,
 	}
 	if cfg.Retry.Delay > 0 {
 		nc.Retry = nats.BrokerRetry{Enabled: true, Delay: cfg.Retry.Delay}

@@ -101,6 +101,7 @@ func (s *session) room(limit int) int {
 // settle queues a settlement for the acker. It never blocks; on a session
 // that is gone it only does the counting.
 func (s *session) settle(st settle) {
+	st.d.endCrash(st.how)
 	s.mu.Lock()
 	delete(s.held, st.d)
 	if len(s.held) == 0 && s.idle != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -81,6 +82,10 @@ type Source struct {
 	// spared counts, with MaxDeliveries, the deliveries that the poison
 	// guard does not count (see ledger).
 	spared *ledger
+	// crash is the crash ledger, from Open to Close (nil without
+	// CrashLedger): see crash.go.
+	crash       *crashledger.Ledger
+	crashOpened time.Time
 }
 
 // maxStories bounds the stories a source keeps: a message redelivered to
@@ -151,7 +156,10 @@ func (s *Source) Open(ctx context.Context) error {
 			// one created again counts afresh.
 			s.spared.begin(s.cfg.Stream + "/" + s.cfg.Consumer + "@" + cons.CachedInfo().Created.Format(time.RFC3339Nano))
 		}
-		return err
+		if err != nil {
+			return err
+		}
+		return s.openCrashLedger(ctx, js, cons)
 	}()
 	if err != nil {
 		nc.Close()
@@ -204,7 +212,12 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 				continue
 			}
 		}
-		err := s.pull(ctx, sess, room, out)
+		// After a crash, nothing is delivered while a suspect runs alone
+		// (see crash.go).
+		if err := s.crashPause(ctx); err != nil {
+			return err
+		}
+		err := s.pull(ctx, sess, s.crashRoom(room), out)
 		if errors.Is(err, errBusy) {
 			if err := wait(ctx, s.cfg.Clock, min(s.cfg.PullWait, time.Second)); err != nil {
 				return err
@@ -228,6 +241,7 @@ func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 		stream: meta.Stream, stamp: meta.Timestamp}
 	d.id = meta.Stream + "/" + strconv.FormatUint(d.seq, 10)
 	sess.hold(d)
+	s.holdCrash(d)
 	return d
 }
 
@@ -268,6 +282,9 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
 		Sequence: d.seq, Deliveries: d.deliveries, Timestamp: d.stamp, d: d,
 	}
+	if handled, err := s.crashCheck(ctx, d, m); handled {
+		return err
+	}
 	if s.cfg.MaxDeliveries > 0 {
 		// The deliveries the ledger spared do not count: the message was
 		// only held when a run ended, was given back unemitted, or was
@@ -276,6 +293,9 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 		if d.deliveries-d.spared > s.cfg.MaxDeliveries {
 			return s.poison(ctx, d, m)
 		}
+	}
+	if err := s.crashTurn(ctx, d); err != nil {
+		return err
 	}
 	if d.deliveries > 1 {
 		s.redelivers.Add(1)
@@ -312,7 +332,7 @@ func (s *Source) Close(ctx context.Context) error {
 	if drain {
 		sess.waitIdle(ctx.Done(), s.cfg.Clock, s.cfg.DrainTimeout)
 	}
-	return sess.close(s.cfg.CloseTimeout)
+	return errors.Join(sess.close(s.cfg.CloseTimeout), s.closeCrashLedger())
 }
 
 // Redelivered returns how many messages the source emitted that the
@@ -349,6 +369,8 @@ type delivery struct {
 	retry   atomic.Int64
 	handOff atomic.Int64
 	settled atomic.Bool
+	// crash is the message's entry in the crash ledger; nil without one.
+	crash *crashledger.Entry
 }
 
 // done is the EmitTracked callback. It runs once per item on an engine

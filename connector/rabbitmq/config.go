@@ -67,6 +67,21 @@ type SourceConfig struct {
 	// requeueing it. A delivery lost with a crashed consumer is not counted:
 	// see docs/rabbitmq.md ("Poison messages"). 0 sets no limit.
 	MaxDeliveries int
+	// CrashLedger, when not empty, is the path of a file in which the
+	// source keeps the ids of the messages it has in flight, so that a
+	// message whose delivery ends the consumer's process (os.Exit, an
+	// unrecovered panic in a goroutine, an OOM kill) is caught: after a
+	// crash, each message that was in flight runs alone when it comes
+	// back, and a message that crashes the process while it runs alone is,
+	// at its next delivery, written to the pipeline's dead-letter sink
+	// with an error matching [ErrCrashed] (and [ErrPoison]) and acked,
+	// without running. Its neighbours are never dead-lettered. It needs
+	// the pipeline's dead-letter sink: Open fails without one. Each
+	// consumer process needs a path of its own (Open fails while another
+	// holds it); a restarted process must get the same path. See
+	// docs/rabbitmq.md ("Messages that crash the consumer"). "" keeps no
+	// ledger.
+	CrashLedger string
 	// DialTimeout bounds connecting and the AMQP handshake. Default
 	// [DefaultDialTimeout].
 	DialTimeout time.Duration

@@ -66,7 +66,7 @@ func (h *harness) config(cfg connectortest.SourceConfig) rabbitmq.SourceConfig {
 		p.Host = cfg.Addr
 		u = p.String()
 	}
-	rc := rabbitmq.SourceConfig{URL: u, Queue: cfg.Queue, Prefetch: cfg.Prefetch, MaxDeliveries: cfg.MaxDeliveries,
+	rc := rabbitmq.SourceConfig{URL: u, Queue: cfg.Queue, Prefetch: cfg.Prefetch, MaxDeliveries: cfg.MaxDeliveries, CrashLedger: cfg.CrashLedger,
 		Declare: &rabbitmq.QueueDeclaration{}}
 	if cfg.Retry.Delay > 0 {
 		rc.Retry = rabbitmq.RetryTopology{Enabled: true, Delay: cfg.Retry.Delay, MaxRetry: cfg.Retry.MaxRetries}

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -66,6 +67,9 @@ type Source struct {
 	dl       deadletter.Sink
 	dlBase   deadletter.Envelope
 	poisoned atomic.Int64
+	// crash is the crash ledger, from Open to Close (nil without
+	// CrashLedger): see crash.go.
+	crash *crashledger.Ledger
 }
 
 // NewSource returns a Source for cfg, or every problem of cfg joined, each
@@ -133,6 +137,9 @@ func (s *Source) Open(ctx context.Context) error {
 		if s.cfg.MaxDeliveries > 0 && s.dl == nil {
 			return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: s.cfg.MaxDeliveries,
 				Reason: "a poison message goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+		}
+		if err := s.openCrashLedger(); err != nil {
+			return err
 		}
 		s.mu.Lock()
 		s.qtype = qtype
@@ -233,6 +240,9 @@ func (s *Source) emit(ctx context.Context, sess *session, d amqp.Delivery, out n
 	if s.cfg.MaxDeliveries > 0 && dl.failures >= s.cfg.MaxDeliveries {
 		return s.poison(ctx, dl, msg)
 	}
+	if handled, err := s.crashTurn(ctx, dl, msg); handled {
+		return err
+	}
 	s.byID.Store(dl.id, dl)
 	sess.track()
 	return out.EmitTracked(ctx, msg, dl.done)
@@ -274,7 +284,7 @@ func (s *Source) Close(context.Context) error {
 	if drain && runCtx != nil {
 		sess.waitIdle(runCtx, s.cfg.Clock, s.cfg.DrainTimeout)
 	}
-	err := sess.close(s.cfg.Clock, s.cfg.CloseTimeout)
+	err := errors.Join(sess.close(s.cfg.Clock, s.cfg.CloseTimeout), s.closeCrashLedger())
 	if s.copies != nil {
 		// The publisher connection of the copies goes too; a later copy
 		// opens it again.
@@ -311,6 +321,8 @@ type delivery struct {
 	// is in the retry topology: the delivery itself is then acked.
 	copied  atomic.Bool
 	settled atomic.Bool
+	// crash is the message's entry in the crash ledger; nil without one.
+	crash *crashledger.Entry
 }
 
 // done is the EmitTracked callback. It runs once per item on an engine
@@ -319,6 +331,7 @@ func (d *delivery) done(o node.Outcome) {
 	if !d.settled.CompareAndSwap(false, true) {
 		return
 	}
+	d.endCrash(o)
 	d.src.byID.Delete(d.id)
 	how := requeue
 	switch o {

@@ -1,0 +1,274 @@
+package connectortest
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+)
+
+// The consumer process of the crash case is the test binary run again
+// with childEnv and childMode=crashMode set, configured by these
+// variables.
+const (
+	childMode     = "SLUICE_CONNECTORTEST_MODE"
+	crashMode     = "crash"
+	childLedger   = "SLUICE_CONNECTORTEST_LEDGER"
+	childMaxDeliv = "SLUICE_CONNECTORTEST_MAX_DELIVERIES"
+	childDead     = "SLUICE_CONNECTORTEST_DEAD"    // the file dead-lettered keys and reasons go to
+	childCrashes  = "SLUICE_CONNECTORTEST_CRASHES" // the file a crashing message's key goes to before it crashes
+	childTotal    = "SLUICE_CONNECTORTEST_TOTAL"   // drain once this many keys are stored or dead-lettered
+)
+
+// The exit codes of a crashing consumer process: os.Exit(exitCrash) for a
+// message whose key starts with "crash-exit", Go's own 2 for the
+// unrecovered panic of a goroutine, for a key that starts with
+// "crash-panic", and 128 + SIGKILL, as a shell reports it, for a key that
+// starts with "crash-kill" (the process kills itself, as the OOM killer
+// would).
+const (
+	exitCrash = 3
+	exitPanic = 2
+	exitKill  = 128 + int(syscall.SIGKILL)
+)
+
+// crashedConsumer publishes 600 good messages and three that end the
+// consumer's process when they are stored (one calls os.Exit, one panics
+// in a goroutine of its own, one has the process killed with SIGKILL),
+// spread among them, with a prefetch of 16 and
+// MaxDeliveries 3, and runs a consumer process with a crash ledger again
+// after each crash until every message was stored or dead-lettered. Every
+// good message is stored (by an idempotent store, in a file), none is
+// dead-lettered, each crashing message is dead-lettered once with "crashed
+// the consumer" in its reason after at most two crashes, and the queue
+// ends empty.
+func crashedConsumer[M any](t testing.TB, h Harness[M]) {
+	ctx := caseContext(t)
+	dir := t.TempDir()
+	cfg := SourceConfig{Queue: queueName(t), Prefetch: 16, MaxDeliveries: 1, CrashLedger: filepath.Join(dir, "crash.ledger")}
+	h.CreateQueue(t, cfg)
+	good := keys(600)
+	crashing := []string{"crash-exit-1", "crash-panic-2", "crash-kill-3"}
+	all := slices.Clone(good)
+	for i, k := range crashing {
+		all = slices.Insert(all, 150*(i+1)+i, k)
+	}
+	h.Publish(t, cfg.Queue, messages(all...)...)
+
+	stored, dead, crashed := filepath.Join(dir, "stored"), filepath.Join(dir, "dead"), filepath.Join(dir, "crashes")
+	env := map[string]string{
+		childMode: crashMode, childQueue: cfg.Queue, childPrefetch: strconv.Itoa(cfg.Prefetch),
+		childMaxDeliv: strconv.Itoa(cfg.MaxDeliveries), childLedger: cfg.CrashLedger,
+		childOut: stored, childDead: dead, childCrashes: crashed, childTotal: strconv.Itoa(len(all)),
+	}
+	crashes := 0
+	maxRuns := 2*len(crashing) + 2
+	for run := 1; ; run++ {
+		if run > maxRuns {
+			require.FailNow(t, "the queue is not done", "after %d consumer processes: %d stored, dead letters %v",
+				maxRuns, len(readKeys(t, stored)), readDead(t, dead))
+		}
+		code, stderr := runCrashChild(ctx, t, env)
+		if code == 0 {
+			break
+		}
+		require.Contains(t, []int{exitCrash, exitPanic, exitKill}, code, "consumer process %d ended with %d:\n%s", run, code, stderr)
+		crashes++
+	}
+
+	t.Logf("%d consumer processes crashed", crashes)
+	got := readKeys(t, stored)
+	assert.Len(t, got, len(good), "every good message is stored")
+	for _, k := range good {
+		assert.Equal(t, 1, got[k], "message %s is stored once", k)
+	}
+	letters := readDead(t, dead)
+	var deadKeys []string
+	for k, reasons := range letters {
+		deadKeys = append(deadKeys, k)
+		if assert.Len(t, reasons, 1, "message %s is dead-lettered once", k) {
+			assert.Contains(t, reasons[0], "crashed the consumer", "the reason of %s", k)
+		}
+	}
+	assert.ElementsMatch(t, crashing, deadKeys, "the crashing messages, and no neighbour, are dead-lettered")
+	byKey := readKeys(t, crashed)
+	n := 0
+	for _, c := range byKey {
+		n += c
+	}
+	assert.Equal(t, crashes, n, "each crash was a crashing message's")
+	for k, n := range byKey {
+		assert.Contains(t, crashing, k)
+		assert.LessOrEqual(t, n, 2, "%s ends at most two processes: once among its neighbours, once alone", k)
+	}
+	requirePending(t, h, cfg.Queue, 0, "nothing is left in the queue")
+}
+
+// runCrashChild runs one consumer process to its end and returns its exit
+// code (128 + the signal when a signal ended it) and what it wrote to
+// stderr.
+func runCrashChild(ctx context.Context, t testing.TB, env map[string]string) (int, string) {
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	for k, v := range env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	require.NoError(t, ctx.Err(), "the consumer process did not end in time:\n%s", stderr.String())
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), stderr.String()
+		}
+		return exit.ExitCode(), stderr.String()
+	}
+	require.NoError(t, err)
+	return 0, stderr.String()
+}
+
+// readDead returns the reasons each key was dead-lettered with, from a
+// consumer process's file of dead letters.
+func readDead(t testing.TB, path string) map[string][]string {
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	require.NoError(t, err)
+	out := map[string][]string{}
+	for line := range strings.Lines(string(b)) {
+		k, reason, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+		out[k] = append(out[k], reason)
+	}
+	return out
+}
+
+// crashChild consumes the queue into an idempotent store in a file (a key
+// already in it is not written again), dead-letters into another file,
+// and crashes on a crashing message; it drains once every key is stored or
+// dead-lettered.
+func crashChild[M any](h Harness[M]) error {
+	prefetch, _ := strconv.Atoi(os.Getenv(childPrefetch))
+	maxDeliveries, _ := strconv.Atoi(os.Getenv(childMaxDeliv))
+	total, _ := strconv.Atoi(os.Getenv(childTotal))
+	done := map[string]bool{}
+	for _, path := range []string{os.Getenv(childOut), os.Getenv(childDead)} {
+		b, err := os.ReadFile(path)
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		for line := range strings.Lines(string(b)) {
+			k, _, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
+			done[k] = true
+		}
+	}
+	// O_APPEND: each line is one write(2) at the end of the file, which
+	// the kernel keeps when the process ends right after.
+	open := func(path string) (*os.File, error) {
+		return os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+	}
+	out, err := open(os.Getenv(childOut))
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+	deadFile, err := open(os.Getenv(childDead))
+	if err != nil {
+		return err
+	}
+	defer deadFile.Close()
+	crashFile, err := open(os.Getenv(childCrashes))
+	if err != nil {
+		return err
+	}
+	defer crashFile.Close()
+
+	cons, err := h.NewSource(SourceConfig{Queue: os.Getenv(childQueue), Prefetch: prefetch,
+		MaxDeliveries: maxDeliveries, CrashLedger: os.Getenv(childLedger)})
+	if err != nil {
+		return err
+	}
+	var (
+		mu sync.Mutex
+		p  *pipeline.Pipeline
+	)
+	// record writes line for key unless key is done, and drains once
+	// every key is.
+	record := func(f *os.File, key, line string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if done[key] {
+			return nil
+		}
+		if _, err := f.WriteString(line + "\n"); err != nil {
+			return err
+		}
+		if done[key] = true; len(done) == total {
+			p.Drain()
+		}
+		return nil
+	}
+	var dead deadletter.Sink = deadletter.Func(func(_ context.Context, env deadletter.Envelope) error {
+		key := "(not an item of the source)"
+		if m, ok := env.Item.(M); ok {
+			key = h.Message(m).Key
+		}
+		return record(deadFile, key, key+"\t"+strings.ReplaceAll(env.ErrText, "\n", " "))
+	})
+	if cons.DeadLetter != nil {
+		dead = cons.DeadLetter(dead)
+	}
+	b := pipeline.New("connectortest-crash", pipeline.WithDeadLetter(dead))
+	pipeline.Sink(b, "store", pipeline.Source(b, "consume", cons.Source), node.SinkFunc[M](func(ctx context.Context, m M) error {
+		key := h.Message(m).Key
+		if strings.HasPrefix(key, "crash-") {
+			if _, err := crashFile.WriteString(key + "\n"); err != nil {
+				return err
+			}
+		}
+		switch {
+		case strings.HasPrefix(key, "crash-exit"):
+			os.Exit(exitCrash)
+		case strings.HasPrefix(key, "crash-kill"):
+			if self, err := os.FindProcess(os.Getpid()); err == nil {
+				_ = self.Kill() // SIGKILL
+			}
+			<-ctx.Done()
+			return ctx.Err()
+		case strings.HasPrefix(key, "crash-panic"):
+			go func() { panic(fmt.Sprintf("connectortest: crashing message %s", key)) }()
+			<-ctx.Done()
+			return ctx.Err()
+		}
+		return record(out, key, key)
+	}))
+	p, err = b.Build()
+	if err != nil {
+		return err
+	}
+	mu.Lock()
+	finished := len(done) == total
+	mu.Unlock()
+	if finished {
+		return nil
+	}
+	_, err = p.Run(context.Background())
+	return err
+}

@@ -1,0 +1,4 @@
+package nats
+
+// CrashError returns the error of a message that crashed the consumer.
+func CrashError(text string) error { return &crashError{text} }
