@@ -50,4 +50,3 @@ func (nr *nodeRun) tellRejected(tr *tracker, item any, fl *failure) {
 	r := tr.rej
 	_ = protect(func() { r.Rejected(env) })
 }
-
