@@ -79,6 +79,7 @@ func TestFileRoundTripsEveryField(t *testing.T) {
 		assert.Equal(t, a.Retry, b.Retry, "history[%d]", i)
 		assert.Equal(t, a.Delay, b.Delay, "history[%d]", i)
 		assert.Equal(t, a.Err, b.Err, "history[%d]", i)
+		assert.Equal(t, a.Node, b.Node, "history[%d]", i)
 	}
 
 	// The line is readable by people and tools: HTML characters are not
