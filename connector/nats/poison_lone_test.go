@@ -142,6 +142,20 @@ func lonePoison(t *testing.T, neighbours, batch int) {
 	require.True(t, ok)
 	assert.Equal(t, "poison", string(m.Data))
 	assert.ErrorIs(t, dead[0].Err, nats.ErrPoison)
+	// The envelope tells each failed run: its node, its error, its time.
+	env := dead[0]
+	assert.Equal(t, "handle", env.OriginNode, "the node that failed")
+	assert.Equal(t, "consume", env.DecisionNode, "the source stopped it")
+	assert.Equal(t, len(poisoned), env.Attempts, "one call per delivery that failed a run")
+	if assert.Len(t, env.History, len(poisoned)) {
+		for i, h := range env.History {
+			assert.Equal(t, "handle", h.Node, "run %d", i+1)
+			assert.Contains(t, h.Err, errPoisonous.Error(), "run %d", i+1)
+		}
+		assert.Equal(t, env.History[0].Time, env.FirstFailure)
+		assert.Equal(t, env.History[len(env.History)-1].Time, env.LastFailure)
+		assert.False(t, env.FirstFailure.IsZero())
+	}
 	assert.Len(t, written, neighbours, "every neighbour is written")
 	for body, n := range written {
 		assert.Equal(t, 1, n, "%s written once", body)
