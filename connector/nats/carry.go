@@ -225,6 +225,11 @@ func (s *Source) recount(d *delivery) error {
 	if _, ok := s.stories.LoadAndDelete(d.seq); ok {
 		s.nStories.Add(-1)
 	}
+	if s.nReplaced.Add(1) > maxReplaced {
+		s.replaced.Clear()
+		s.nReplaced.Store(1)
+	}
+	s.replaced.Store(d.streamSeq, struct{}{})
 	return nil
 }
 

@@ -77,7 +77,16 @@ type Source struct {
 	dlBase     deadletter.Envelope
 	poisoned   atomic.Int64
 	redelivers atomic.Int64
+	// replaced holds the stream sequences of the messages this source
+	// replaced by a counted copy and acked (see recount), at most
+	// maxReplaced: the server can deliver such a message once more
+	// (seen on 2.9.10), and it must not fail a run again.
+	replaced  sync.Map // uint64 -> struct{}
+	nReplaced atomic.Int64
 }
+
+// maxReplaced bounds Source.replaced; past it, it starts afresh.
+const maxReplaced = 10_000
 
 // maxStories bounds the stories a source keeps: a message redelivered to
 // another process leaves its story here until this bound drops new ones.
@@ -217,7 +226,7 @@ func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 	if err != nil {
 		return nil
 	}
-	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered),
+	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, streamSeq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered),
 		stream: meta.Stream, stamp: meta.Timestamp}
 	if c := carriedOf(msg.Header, s.consumerName()); c.ok {
 		// A copy this consumer published after a failed run: it is the
@@ -245,6 +254,13 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 	if c := d.msg.Header.Get(HeaderConsumer); c != "" && c != s.consumerName() {
 		// The counted copy of a message that failed a run of another
 		// consumer of the stream: that consumer's, not this one's.
+		if d.settled.CompareAndSwap(false, true) {
+			d.sess.settle(settle{d: d, how: ack})
+		}
+		return nil
+	}
+	if _, ok := s.replaced.Load(d.streamSeq); ok {
+		// Replaced by its copy and acked already: a late duplicate.
 		if d.settled.CompareAndSwap(false, true) {
 			d.sess.settle(settle{d: d, how: ack})
 		}
@@ -326,7 +342,8 @@ type delivery struct {
 	msg        *natsgo.Msg
 	id         string
 	stream     string
-	seq        uint64
+	seq        uint64 // of the message first published (HeaderSequence)
+	streamSeq  uint64 // of this delivery's message: a copy's own
 	deliveries int
 	stamp      time.Time
 	// past is what earlier deliveries told (nil: nothing known), carried
