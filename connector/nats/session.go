@@ -222,8 +222,13 @@ func (s *session) acker() {
 				case nak:
 					st.how, st.delay = nakDelay, s.nakDelay(st.d, wait)
 				case recount:
+					// Bounded by PullWait; a connection gone cannot send it.
 					t := s.clock.NewTimer(wait)
-					<-t.Chan()
+					select {
+					case <-t.Chan():
+					case <-s.closed:
+					}
+					t.Stop()
 				}
 			}
 			if st.how == recount {
