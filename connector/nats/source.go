@@ -377,7 +377,7 @@ func (d *delivery) done(o node.Outcome) {
 	case node.DeadLettered:
 		if w := time.Duration(d.retry.Load()); w > 0 {
 			// The broker's retry: the connector's own redelivery, not a
-			// failed run, so the poison guard spares it.
+			// failed run; the message's count of failed runs is unchanged.
 			st.how, st.delay = nakDelay, d.src.cfg.nakDelay(w, d.deliveries)
 		} else {
 			st.how = term
