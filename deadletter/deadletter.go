@@ -105,6 +105,11 @@ type Attempt struct {
 	Delay time.Duration        `json:"delay"` // the wait chosen after this call, before the next; 0 after the last
 	// Err is the text of the call's error.
 	Err string `json:"error"`
+	// Node is the node that made the call, when it is not the envelope's
+	// OriginNode: a broker source's poison envelope tells each failed run
+	// of the message, and each may have failed at another node. "" means
+	// the envelope's OriginNode.
+	Node string `json:"node,omitempty"`
 }
 
 // A Correlated item names itself for its envelope: the engine copies

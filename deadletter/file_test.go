@@ -39,7 +39,7 @@ func TestFileRoundTripsEveryField(t *testing.T) {
 		Attempts:      4,
 		History: []deadletter.Attempt{
 			{Time: first, Layer: resilience.ItemRetry, Retry: 0, Err: "db down"},
-			{Time: first.Add(time.Second), Layer: resilience.NodeRestart, Retry: 1, Delay: time.Second, Err: "db down"},
+			{Time: first.Add(time.Second), Layer: resilience.NodeRestart, Retry: 1, Delay: time.Second, Err: "db down", Node: "price"},
 			{Time: first.Add(3 * time.Second), Layer: resilience.NodeRetry, Retry: 2, Delay: 2 * time.Second, Err: "db down"},
 			{Time: first.Add(4 * time.Second), Layer: resilience.RetryKind(7), Retry: 3, Delay: time.Nanosecond, Err: "db down"},
 		},
@@ -79,6 +79,7 @@ func TestFileRoundTripsEveryField(t *testing.T) {
 		assert.Equal(t, a.Retry, b.Retry, "history[%d]", i)
 		assert.Equal(t, a.Delay, b.Delay, "history[%d]", i)
 		assert.Equal(t, a.Err, b.Err, "history[%d]", i)
+		assert.Equal(t, a.Node, b.Node, "history[%d]", i)
 	}
 
 	// The line is readable by people and tools: HTML characters are not

@@ -40,6 +40,7 @@ type wireAttempt struct {
 	Retry int           `json:"retry"`
 	Delay time.Duration `json:"delay"`
 	Err   string        `json:"error"`
+	Node  string        `json:"node,omitempty"`
 }
 
 // nullItem is what a file holds for an item that is nil or could not be
@@ -86,7 +87,7 @@ func encodeLine(env Envelope, enc func(any) ([]byte, error)) ([]byte, error) {
 		}
 	}
 	for i, a := range env.History {
-		w.History[i] = wireAttempt{Time: utc(a.Time), Layer: layerName(a.Layer), Retry: a.Retry, Delay: a.Delay, Err: a.Err}
+		w.History[i] = wireAttempt{Time: utc(a.Time), Layer: layerName(a.Layer), Retry: a.Retry, Delay: a.Delay, Err: a.Err, Node: a.Node}
 	}
 	var buf bytes.Buffer
 	e := json.NewEncoder(&buf)
@@ -163,7 +164,7 @@ func decodeLine(line []byte) (Envelope, error) {
 		if err != nil {
 			return Envelope{}, fmt.Errorf("history[%d]: %w", i, err)
 		}
-		env.History[i] = Attempt{Time: utc(a.Time), Layer: layer, Retry: a.Retry, Delay: a.Delay, Err: a.Err}
+		env.History[i] = Attempt{Time: utc(a.Time), Layer: layer, Retry: a.Retry, Delay: a.Delay, Err: a.Err, Node: a.Node}
 	}
 	return env, nil
 }

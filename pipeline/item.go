@@ -474,6 +474,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 	default:
 		n.stats.failed.Add(items)
 		tr.blame()
+		nr.tellRejected(tr, item, fl)
 		return fl.err
 	}
 }

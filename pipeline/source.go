@@ -179,7 +179,7 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 	}
 	if done != nil {
 		tr = s.nr.rs.reg.root(s.nr.spec.name, done)
-		tr.key, tr.trace = key, headers
+		tr.key, tr.trace, tr.rej = key, headers, newRejected(item)
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}

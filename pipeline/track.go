@@ -27,6 +27,7 @@ type tracker struct {
 	done    func(node.Outcome) // root only
 	src     string             // root only: the source that emitted it
 	ho      *handOffState      // root only: nil unless its item can be handed off
+	rej     RejectedItem       // root only: nil unless its item wants to know why it failed the run
 	parents []*tracker         // group only: by position in the batch, nil for an untracked item
 	blamed  atomic.Bool        // root only: the item failed the run (its outcome then is Rejected)
 	window  bool               // group only: of an Aggregate window, whose value is not its items

@@ -97,21 +97,17 @@ type SourceConfig struct {
 	// Retry is the broker's delayed redelivery: see [BrokerRetry].
 	Retry BrokerRetry
 	// MaxDeliveries, when positive, guards against a poison message: one
-	// whose earlier deliveries, as the server counts them (NumDelivered),
-	// less those this Source spared, number MaxDeliveries is not emitted
-	// again: the source writes it to the pipeline's dead-letter sink, with
-	// an error matching [ErrPoison], and terminates it, whatever the nodes'
-	// failure actions. A spared delivery is one the message was not to
-	// blame for: its item's outcome was node.Failed (the run ended first,
-	// such as when a neighbour failed it), the source gave it back
-	// unemitted, or it went to the broker's retry or was handed off (the
-	// connector's own redeliveries). The Source keeps them in process (up
-	// to 100,000 messages); deliveries spared by another process, or by
-	// this one before it was restarted, count. So does node.Rejected. See
-	// docs/nats.md ("Poison messages"). It needs the
-	// pipeline's dead-letter sink (pipeline.WithDeadLetter): Open fails
-	// without one. With MaxDeliver it must be below MaxDeliver. 0 sets no
-	// limit.
+	// that failed MaxDeliveries runs (its item's outcome was
+	// node.Rejected) is not emitted again: the source writes it to the
+	// pipeline's dead-letter sink, with an error matching [ErrPoison],
+	// and terminates it, whatever the nodes' failure actions. The count is
+	// carried in the message: after a failed run the source publishes a
+	// copy that counts it (see [HeaderFailures]) and acks the original, so
+	// it holds across processes; deliveries that ended otherwise (the run
+	// ended first, a broker retry, a hand-off, a crash) count nothing. See
+	// docs/nats.md ("Poison messages"). It needs the pipeline's
+	// dead-letter sink (pipeline.WithDeadLetter): Open fails without one.
+	// With MaxDeliver it must be below MaxDeliver. 0 sets no limit.
 	MaxDeliveries int
 	// CrashLedger, when not empty, is the path of a file in which the
 	// source keeps the ids (stream sequences) of the messages it holds, so

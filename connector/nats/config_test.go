@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/connector/nats"
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -137,6 +138,28 @@ func TestOpenWithoutServerIsTransient(t *testing.T) {
 	require.NoError(t, err)
 	err = src.Open(testContext(t))
 	require.Error(t, err)
-	assert.True(t, strings.HasPrefix(err.Error(), "nats: connect: "), err.Error())
+	assert.True(t, strings.HasPrefix(err.Error(), "nats: connect to nats://127.0.0.1:1: "), err.Error())
 	assert.True(t, resilience.IsTransient(err))
+}
+
+// A connection error names the URL it tried, without its password, for
+// the source and for the publishers.
+func TestConnectErrorNamesTheURL(t *testing.T) {
+	t.Parallel()
+	const url = "nats://app:s3cret@127.0.0.1:1,nats://t0ken@127.0.0.1:2"
+	src, err := nats.NewSource(nats.SourceConfig{URL: url, Stream: "s", Consumer: "c", DialTimeout: time.Second})
+	require.NoError(t, err)
+	err = src.Open(testContext(t))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "nats://app:xxxxx@127.0.0.1:1,nats://xxxxx@127.0.0.1:2")
+	assert.NotContains(t, err.Error(), "s3cret")
+	assert.NotContains(t, err.Error(), "t0ken")
+
+	dl, err := nats.NewDeadLetterPublisher(nats.DeadLetterConfig{URL: url, Subject: "dl", DialTimeout: time.Second})
+	require.NoError(t, err)
+	err = dl.Write(testContext(t), deadletter.Envelope{Item: 1})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "127.0.0.1:1")
+	assert.NotContains(t, err.Error(), "s3cret")
+	require.NoError(t, dl.Close())
 }

@@ -3,6 +3,8 @@ package nats
 import (
 	"context"
 	"fmt"
+	neturl "net/url"
+	"strings"
 	"time"
 
 	natsgo "github.com/nats-io/nats.go"
@@ -33,7 +35,7 @@ func dial(ctx context.Context, url, name string, timeout time.Duration) (nc *nat
 	select {
 	case r := <-res:
 		if r.err != nil {
-			return nil, nil, classify(fmt.Errorf("nats: connect: %w", r.err))
+			return nil, nil, classify(fmt.Errorf("nats: connect to %s: %w", redact(url), r.err))
 		}
 		return r.nc, done, nil
 	case <-ctx.Done():
@@ -43,8 +45,29 @@ func dial(ctx context.Context, url, name string, timeout time.Duration) (nc *nat
 				r.nc.Close()
 			}
 		}()
-		return nil, nil, fmt.Errorf("nats: connect: %w", context.Cause(ctx))
+		return nil, nil, fmt.Errorf("nats: connect to %s: %w", redact(url), context.Cause(ctx))
 	}
+}
+
+// redact returns a server URL, or a comma-separated list of them, for an
+// error: each without its password, or its token.
+func redact(u string) string {
+	parts := strings.Split(u, ",")
+	for i, s := range parts {
+		p, err := neturl.Parse(strings.TrimSpace(s))
+		if err != nil {
+			parts[i] = "(a URL that does not parse)"
+			continue
+		}
+		if p.User != nil {
+			if _, ok := p.User.Password(); !ok {
+				// nats://token@host: the user is a secret.
+				p.User = neturl.User("xxxxx")
+			}
+		}
+		parts[i] = p.Redacted()
+	}
+	return strings.Join(parts, ",")
 }
 
 // closeConn sends what the connection still buffers, within timeout, and

@@ -171,23 +171,20 @@ func (s *Source) holdCrash(d *delivery) {
 	if l == nil {
 		return
 	}
-	d.crash = l.Entry(crashID(d.stream, d.seq, d.stamp))
+	d.crash = l.Entry(crashID(d.stream, d.streamSeq, d.stamp))
 	d.crash.Hold()
 }
 
 // crashCheck is the crash ledger's part before the poison guard: it
-// dead-letters a culprit (handled), and spares the deliveries that crashes
-// of earlier processes cost a message that was not their culprit, so that
-// the poison guard does not count them.
+// dead-letters a culprit (handled). The deliveries that crashes of earlier
+// processes cost a message need no sparing: the poison guard counts only
+// the runs the message failed, which its copies carry.
 func (s *Source) crashCheck(ctx context.Context, d *delivery, msg Message) (handled bool, err error) {
 	if d.crash == nil {
 		return false, nil
 	}
 	if d.crash.Verdict() == crashledger.Culprit {
 		return true, s.crashed(ctx, d, msg)
-	}
-	for range d.crash.Crashes() {
-		s.spare(d)
 	}
 	return false, nil
 }
@@ -242,7 +239,6 @@ func (s *Source) crashed(ctx context.Context, d *delivery, msg Message) error {
 		return fmt.Errorf("nats: dead-letter message %s, which crashed the consumer: %w", d.id, err)
 	}
 	s.poisoned.Add(1)
-	s.forget(d)
 	d.sess.settle(settle{d: d, how: term})
 	return nil
 }

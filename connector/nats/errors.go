@@ -49,9 +49,8 @@ var ErrConnectionLost = errors.New("nats: connection lost")
 var ErrNotOpen = errors.New("nats: not open")
 
 // ErrPoison is matched by the error in the dead-letter envelope of a
-// message that the source stopped delivering because the server had
-// delivered it more than SourceConfig.MaxDeliveries times, not counting
-// the deliveries the source spared.
+// message that the source stopped delivering because it failed
+// SourceConfig.MaxDeliveries runs (see [HeaderFailures]).
 var ErrPoison = errors.New("nats: poison message")
 
 // ErrAckTimeout is matched by a [*PubAckError] whose publish was not

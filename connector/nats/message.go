@@ -29,12 +29,17 @@ type Message struct {
 	// has none.
 	Header natsgo.Header `json:"header,omitempty"`
 	// Stream and Sequence name the message in its stream: they stay the
-	// same across its deliveries.
+	// same across its deliveries, and across the copies that a source
+	// with MaxDeliveries publishes after a failed run (see
+	// [HeaderFailures]).
 	Stream string `json:"stream"`
-	// Sequence is the message's sequence number in Stream.
+	// Sequence is the message's sequence number in Stream: that of the
+	// message first published, for a copy.
 	Sequence uint64 `json:"sequence"`
 	// Deliveries is the server's count of this message's deliveries to the
-	// consumer, this one included: 1 the first time.
+	// consumer, this one included (1 the first time), plus those of its
+	// earlier copies. The server's count is not exact: a delivery into a
+	// pull request the source gave up may be counted, or set back.
 	Deliveries int `json:"deliveries"`
 	// Timestamp is when the stream stored the message.
 	Timestamp time.Time `json:"timestamp,omitzero"`
@@ -46,8 +51,15 @@ type Message struct {
 var messageType = deadletter.TypeOf(Message{})
 
 // MsgID returns the message's Nats-Msg-Id header: the id its publisher
-// gave it for the stream's duplicate window, "" for none.
-func (m Message) MsgID() string { return m.Header.Get(jetstream.MsgIDHeader) }
+// gave it for the stream's duplicate window, "" for none. For a counted
+// copy it is the first message's (HeaderMsgID).
+func (m Message) MsgID() string {
+	if m.Header.Get(HeaderConsumer) != "" {
+		// The copy's own Nats-Msg-Id names the copy, not the message.
+		return m.Header.Get(HeaderMsgID)
+	}
+	return m.Header.Get(jetstream.MsgIDHeader)
+}
 
 // CorrelationID returns the message's stream and stream sequence, such as
 // "orders/42": the same for every delivery of the message, and unique in

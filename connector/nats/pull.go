@@ -52,6 +52,11 @@ func (s *Source) pull(ctx context.Context, sess *session, n int, out node.Emitte
 	}
 	closed := sub.StatusChanged(natsgo.SubscriptionClosed)
 	body, _ := json.Marshal(pullRequest{Batch: n, Expires: s.cfg.PullWait})
+	// Naks wait until the server holds the request no more (see
+	// session.settle): when this returns, it was fulfilled, it expired, or
+	// its unsubscribe was flushed.
+	sess.beginPull(ctx, s.cfg.PullWait)
+	defer sess.endPull()
 	if err := sess.nc.PublishRequest(sess.next, sub.Subject, body); err != nil {
 		_ = sub.Unsubscribe()
 		return s.pullFailed(sess, err)
@@ -71,9 +76,12 @@ func (s *Source) pull(ctx context.Context, sess *session, n int, out node.Emitte
 	drain := func() {
 		if !draining {
 			draining = true
+			sess.giveUpPull()
 			ctxDone, stopDone, expired = nil, nil, nil
 			if sub.Drain() != nil {
 				_ = sub.Unsubscribe()
+				// The unsubscribe must reach the server before the naks.
+				_ = sess.nc.FlushTimeout(s.cfg.CloseTimeout)
 			}
 		}
 	}

@@ -228,7 +228,7 @@ func TestPublisherRefusesWriteAfterClose(t *testing.T) {
 // redeliveries: a message that fails transiently twice and goes through
 // the broker's retry each time (MaxDeliver 5) is stored at its third
 // delivery under MaxDeliveries 2, not dead-lettered as poison. Hand-offs
-// are spared the same way.
+// do not count either.
 func TestBrokerRetryIsNotCountedAsPoison(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)

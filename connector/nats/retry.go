@@ -123,9 +123,9 @@ func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
 // Poisoned returns how many poison messages the source dead-lettered.
 func (s *Source) Poisoned() int64 { return s.poisoned.Load() }
 
-// poison writes the message of d, which the server delivered more than
-// MaxDeliveries times, to the pipeline's dead-letter sink and terminates
-// it. An error of the sink ends Run: the message is nak'd and comes back.
+// poison writes the message of d, which failed MaxDeliveries runs, to the
+// pipeline's dead-letter sink and terminates it. An error of the sink
+// ends Run: the message is nak'd and comes back.
 func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 	s.mu.Lock()
 	sink, env := s.dl, s.dlBase
@@ -136,24 +136,31 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 		return fmt.Errorf("nats: message %s is poison and the pipeline has no dead-letter sink", d.id)
 	}
 	env.Item, env.ItemType = msg, messageType
-	if d.spared > 0 {
-		env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times, %d of them not counted (held when a run ended, or redelivered by the broker's retry or a hand-off); MaxDeliveries is %d",
-			ErrPoison, describeMsg(msg), s.cfg.Stream, d.deliveries-1, d.spared, s.cfg.MaxDeliveries)
-	} else {
-		env.Err = fmt.Errorf("%w: message %s of stream %q was delivered %d times; MaxDeliveries is %d",
-			ErrPoison, describeMsg(msg), s.cfg.Stream, d.deliveries-1, s.cfg.MaxDeliveries)
-	}
+	env.Err = fmt.Errorf("%w: message %s of stream %q failed %d runs; MaxDeliveries is %d",
+		ErrPoison, describeMsg(msg), s.cfg.Stream, d.failures, s.cfg.MaxDeliveries)
 	env.ErrText = env.Err.Error()
 	env.CorrelationID = d.id
 	env.LastFailure = s.cfg.Clock.Now()
-	env = d.merge(env)
+	if p := d.past; p != nil {
+		// The story its copies carried: each failed run, its node, error
+		// and time. The poison letter names the node that failed first.
+		env.Attempts = p.attempts
+		env.History = append([]deadletter.Attempt(nil), p.history...)
+		env.FirstFailure = p.first
+		if p.origin != "" {
+			env.OriginNode = p.origin
+		}
+		if n := len(p.history); n > 0 {
+			env.LastFailure = p.history[n-1].Time
+		}
+	}
+	env.Attempts = max(env.Attempts, d.failures)
 	d.settled.Store(true)
 	if err := sink.Write(ctx, env); err != nil {
 		d.sess.settle(settle{d: d, how: nak})
 		return fmt.Errorf("nats: dead-letter poison message %s: %w", d.id, err)
 	}
 	s.poisoned.Add(1)
-	s.forget(d)
 	d.sess.settle(settle{d: d, how: term})
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -264,15 +265,20 @@ func TestInProgressHoldsALongRetry(t *testing.T) {
 	assert.Zero(t, src.Redelivered())
 }
 
-// The poison guard: a message the server already delivered MaxDeliveries
-// times is not emitted; it is dead-lettered with ErrPoison and the
-// server's count, and terminated. The next message goes through.
+// The poison guard counts the runs a message failed, which the copies a
+// source publishes carry (nats.HeaderFailures), not the server's
+// deliveries: a message delivered twice elsewhere and nak'd (a plain
+// client) is emitted; a copy that says it failed MaxDeliveries runs of
+// this consumer, as one published by another process would, is not: it
+// is dead-lettered with ErrPoison and the story its headers carry, and
+// terminated. A copy for another consumer of the stream is acked unseen.
+// The next message goes through.
 func TestPoisonGuard(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
 	name := uniqueName(t)
 	subject := a.stream(name)
-	a.publish(subject, "poison")
+	a.publish(subject, "nakd")
 
 	cfg := a.config(name)
 	cfg.MaxDeliveries = 2
@@ -286,7 +292,7 @@ func TestPoisonGuard(t *testing.T) {
 	assert.Equal(t, "MaxDeliveries", ce.Field)
 	assert.False(t, resilience.IsTransient(err))
 
-	// Two deliveries of "poison" fail elsewhere (a plain client naks them).
+	// Two deliveries of "nakd" end elsewhere (a plain client naks them).
 	cons, err := a.js.CreateConsumer(testContext(t), name, jetstream.ConsumerConfig{Durable: name, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: nats.DefaultAckWait, MaxDeliver: 10})
 	require.NoError(t, err)
@@ -294,10 +300,28 @@ func TestPoisonGuard(t *testing.T) {
 		batch, err := cons.Fetch(1)
 		require.NoError(t, err)
 		for m := range batch.Messages() {
-			require.Equal(t, "poison", string(m.Data()))
+			require.Equal(t, "nakd", string(m.Data()))
 			require.NoError(t, m.Nak())
 		}
 	}
+	first := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	copyOf := func(body, consumer string) {
+		h := natsgo.Header{}
+		h.Set(nats.HeaderConsumer, consumer)
+		h.Set(nats.HeaderFailures, "2")
+		h.Set(nats.HeaderSequence, "7")
+		h.Set(nats.HeaderDeliveries, "3")
+		h.Set(nats.HeaderMsgID, "order-7")
+		h.Set(nats.HeaderAttempts, "2")
+		h.Set(nats.HeaderFirstFailure, first.Format(time.RFC3339Nano))
+		h.Set(nats.HeaderFirstNode, "parse")
+		h.Set(nats.HeaderHistory, `[{"time":"2026-12-01T10:00:00Z","layer":"item_retry","retry":0,"error":"bad json","node":"parse"},`+
+			`{"time":"2026-12-01T10:00:05Z","layer":"item_retry","retry":0,"error":"panic: nil map","node":"price"}]`)
+		_, err := a.js.PublishMsg(testContext(t), &natsgo.Msg{Subject: subject, Header: h, Data: []byte(body)})
+		require.NoError(t, err)
+	}
+	copyOf("poison", name+"/"+name)
+	copyOf("theirs", name+"/other")
 	a.publish(subject, "fine")
 
 	dlq := deadletter.NewMemory(10)
@@ -310,7 +334,9 @@ func TestPoisonGuard(t *testing.T) {
 		mu.Lock()
 		defer mu.Unlock()
 		stored = append(stored, string(m.Data))
-		src.Stop()
+		if string(m.Data) == "fine" {
+			src.Stop()
+		}
 		return nil
 	})
 	p, err := b.Build()
@@ -318,18 +344,29 @@ func TestPoisonGuard(t *testing.T) {
 	_, err = p.Run(testContext(t))
 	require.NoError(t, err)
 
-	assert.Equal(t, []string{"fine"}, stored)
+	assert.Equal(t, []string{"nakd", "fine"}, stored, "deliveries that failed no run do not count; the copy for another consumer is not emitted")
 	assert.Equal(t, int64(1), src.Poisoned())
 	require.Len(t, dlq.Envelopes(), 1)
 	env := dlq.Envelopes()[0]
 	assert.ErrorIs(t, env.Err, nats.ErrPoison)
-	assert.Contains(t, env.ErrText, "was delivered 2 times; MaxDeliveries is 2")
-	assert.Equal(t, 2, env.Attempts, "one call for each earlier delivery")
-	assert.Equal(t, "consume", env.OriginNode)
+	assert.Contains(t, env.ErrText, "failed 2 runs; MaxDeliveries is 2")
+	assert.Contains(t, env.ErrText, `"order-7"`, "named by the first message's id")
+	assert.Equal(t, name+"/7", env.CorrelationID, "the first message's sequence")
+	assert.Equal(t, 2, env.Attempts, "one call in each failed run")
+	assert.Equal(t, "parse", env.OriginNode, "the node that failed first")
+	assert.Equal(t, "consume", env.DecisionNode)
+	assert.Equal(t, first, env.FirstFailure)
+	assert.Equal(t, first.Add(5*time.Second), env.LastFailure)
+	require.Len(t, env.History, 2)
+	assert.Equal(t, "price", env.History[1].Node)
+	assert.Equal(t, "panic: nil map", env.History[1].Err)
+	m, ok := env.Item.(nats.Message)
+	require.True(t, ok)
+	assert.Equal(t, 4, m.Deliveries, "3 of the earlier copies, 1 of this one")
+	assert.Equal(t, "order-7", m.MsgID())
 	info := a.consumer(name, name)
 	assert.Zero(t, info.NumAckPending)
-	assert.Zero(t, info.NumRedelivered)
-	assert.Equal(t, uint64(2), info.AckFloor.Stream)
+	assert.Zero(t, info.NumPending)
 }
 
 // A message on its last delivery (MaxDeliver) is not handed off: the

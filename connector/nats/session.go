@@ -1,6 +1,7 @@
 package nats
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"time"
@@ -19,6 +20,7 @@ const (
 	nak                            // not done: deliver it again now
 	nakDelay                       // not done: deliver it again after a delay
 	term                           // dead-lettered: never deliver it again
+	recount                        // failed a run: publish a counted copy, then ack it (see Source.recount)
 )
 
 type settle struct {
@@ -62,6 +64,24 @@ type session struct {
 	gone    bool // settlements can no longer be sent
 	dead    chan struct{}
 	wake    chan struct{} // the acker has work; buffered 1
+	// pulling is set while a pull request of the source may still be
+	// waiting at the server, for the run whose context is pullCtx; ending
+	// once the source gives the request up. The naks settled then wait in
+	// deferred (see settle).
+	pulling, ending bool
+	pullCtx         context.Context
+	deferred        []settle
+	// expires is when the server drops the pull request last sent, on
+	// clock; stale, once that request was given up: until then, a nak
+	// waits with a delay and a copy is not published (see acker).
+	expires, stale time.Time
+	clock          clockwork.Clock
+	// nakDelay is the delay to send in a nak for d to wait w
+	// (SourceConfig.nakDelay).
+	nakDelay func(d *delivery, w time.Duration) time.Duration
+	// recount publishes the counted copy of a delivery that failed a run
+	// (Source.recount); it runs on the acker.
+	recount func(d *delivery) error
 
 	ackerEnd    chan struct{}
 	progressEnd chan struct{}
@@ -70,7 +90,7 @@ type session struct {
 
 func newSession(id string, nc *natsgo.Conn, closed <-chan struct{}, next string, clock clockwork.Clock, interval time.Duration) *session {
 	s := &session{
-		id: id, nc: nc, closed: closed, next: next,
+		id: id, nc: nc, closed: closed, next: next, clock: clock,
 		held:        map[*delivery]struct{}{},
 		freed:       make(chan struct{}, 1),
 		dead:        make(chan struct{}),
@@ -100,6 +120,15 @@ func (s *session) room(limit int) int {
 
 // settle queues a settlement for the acker. It never blocks; on a session
 // that is gone it only does the counting.
+//
+// A nak (or a recount, which may end as one) waits while a pull request
+// that the source gives up (its run ending) may still be waiting at the
+// server: the server sends a message nak'd for immediate redelivery to
+// the first request that waits, and when that is this one, the redelivery
+// goes to a subscription that is gone: it is counted and held by nobody
+// until AckWait, or, once the server noticed the request gone, its
+// delivery count is set back (seen on server 2.9.10). endPull sends the
+// deferred naks once the server knows the request is over.
 func (s *session) settle(st settle) {
 	st.d.endCrash(st.how)
 	s.mu.Lock()
@@ -108,7 +137,11 @@ func (s *session) settle(st settle) {
 		close(s.idle)
 		s.idle = nil
 	}
-	if !s.gone {
+	switch {
+	case s.gone:
+	case s.pulling && (s.ending || s.pullCtx.Err() != nil) && (st.how == nak || st.how == recount):
+		s.deferred = append(s.deferred, st)
+	default:
 		s.pending = append(s.pending, st)
 	}
 	s.mu.Unlock()
@@ -116,6 +149,46 @@ func (s *session) settle(st settle) {
 	case s.freed <- struct{}{}:
 	default:
 	}
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// beginPull says that a pull request of the run whose context is ctx is
+// about to be sent: once ctx is done or giveUpPull is called, naks wait
+// until endPull.
+func (s *session) beginPull(ctx context.Context, wait time.Duration) {
+	s.mu.Lock()
+	s.pulling, s.ending, s.pullCtx = true, false, ctx
+	s.expires = s.clock.Now().Add(wait)
+	s.mu.Unlock()
+}
+
+// giveUpPull says that the source gives the pull request up (Stop, or the
+// request's guard expired).
+func (s *session) giveUpPull() {
+	s.mu.Lock()
+	s.ending = true
+	s.mu.Unlock()
+}
+
+// endPull says that the server holds no pull request of the source any
+// more (it was fulfilled, expired, or its subscription's unsubscribe was
+// flushed), and queues the naks that waited.
+func (s *session) endPull() {
+	s.mu.Lock()
+	if s.ending || (s.pullCtx != nil && s.pullCtx.Err() != nil) {
+		// Given up: the server may still try to deliver into it until it
+		// expires.
+		s.stale = s.expires.Add(staleMargin)
+	}
+	s.pulling, s.ending, s.pullCtx = false, false, nil
+	if !s.gone {
+		s.pending = append(s.pending, s.deferred...)
+	}
+	s.deferred = nil
+	s.mu.Unlock()
 	select {
 	case s.wake <- struct{}{}:
 	default:
@@ -143,6 +216,29 @@ func (s *session) acker() {
 		s.wpi = false
 		s.mu.Unlock()
 		for _, st := range batch {
+			if wait := s.untilStale(); wait > 0 {
+				// A pull request given up still waits at the server: a
+				// message nak'd or published now could be sent into it.
+				switch st.how {
+				case nak:
+					st.how, st.delay = nakDelay, s.nakDelay(st.d, wait)
+				case recount:
+					// Bounded by PullWait; a connection gone cannot send it.
+					t := s.clock.NewTimer(wait)
+					select {
+					case <-t.Chan():
+					case <-s.closed:
+					}
+					t.Stop()
+				}
+			}
+			if st.how == recount {
+				// The copy first, then the ack; a copy that failed naks.
+				st.how = nak
+				if s.recount != nil && s.recount(st.d) == nil {
+					st.how = ack
+				}
+			}
 			if err := s.nc.Publish(st.d.msg.Reply, st.body()); err != nil && connectionLost(err) {
 				s.markGone()
 				break
@@ -163,6 +259,21 @@ func (s *session) acker() {
 			return
 		}
 	}
+}
+
+// staleMargin is added to a given-up pull request's expiry, for the
+// server's clock and the request's trip.
+const staleMargin = 250 * time.Millisecond
+
+// untilStale returns how long a pull request given up may still wait at
+// the server; 0 for none.
+func (s *session) untilStale() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stale.IsZero() {
+		return 0
+	}
+	return max(s.stale.Sub(s.clock.Now()), 0)
 }
 
 // The bodies of the acks a consumer sends to a message's reply subject.
@@ -219,7 +330,7 @@ func (s *session) markGone() {
 	defer s.mu.Unlock()
 	if !s.gone {
 		s.gone = true
-		s.pending = nil
+		s.pending, s.deferred = nil, nil
 		close(s.dead)
 	}
 }
@@ -263,17 +374,15 @@ func (s *session) close(timeout time.Duration) error {
 	close(s.stopTicker)
 	s.mu.Lock()
 	if !s.gone {
+		// Run has returned: no pull request waits at the server.
+		s.pending = append(s.pending, s.deferred...)
 		for d := range s.held {
 			if d.settled.CompareAndSwap(false, true) {
-				if !d.emitted.Load() {
-					// Never in the pipeline: spared by the poison guard.
-					// One in flight counts, its outcome unknown.
-					d.src.spare(d)
-				}
 				s.pending = append(s.pending, settle{d: d, how: nak})
 			}
 		}
 	}
+	s.deferred = nil
 	clear(s.held)
 	s.quit = true
 	s.mu.Unlock()

@@ -30,11 +30,10 @@ import (
 // in the dead-letter sink), or naks it with the broker retry's delay when
 // [Source.DeadLetter] chose that; HandedOff naks it with the hand-off's
 // delay; Failed and Rejected (the run ended first, or failed because of
-// it) nak it, and the server delivers it again at once. With
-// MaxDeliveries, a Failed delivery, one given back unemitted, and one
-// that went to the broker's retry or was handed off, is spared: the
-// poison guard does not count it (see ledger). A message is
-// never acked before the pipeline is done with it, so a process that dies
+// it) nak it, and the server delivers it again at once; with
+// MaxDeliveries, a Rejected message is instead published again as a copy
+// that counts the failed run (see [HeaderFailures]), and acked. A message
+// is never acked before the pipeline is done with it, so a process that dies
 // loses nothing: the server delivers what was not acked to another
 // consumer after AckWait. Sinks must therefore be idempotent.
 //
@@ -79,14 +78,20 @@ type Source struct {
 	dlBase     deadletter.Envelope
 	poisoned   atomic.Int64
 	redelivers atomic.Int64
-	// spared counts, with MaxDeliveries, the deliveries that the poison
-	// guard does not count (see ledger).
-	spared *ledger
 	// crash is the crash ledger, from Open to Close (nil without
 	// CrashLedger): see crash.go.
 	crash       *crashledger.Ledger
 	crashOpened time.Time
+	// replaced holds the stream sequences of the messages this source
+	// replaced by a counted copy and acked (see recount), at most
+	// maxReplaced: the server can deliver such a message once more
+	// (seen on 2.9.10), and it must not fail a run again.
+	replaced  sync.Map // uint64 -> struct{}
+	nReplaced atomic.Int64
 }
+
+// maxReplaced bounds Source.replaced; past it, it starts afresh.
+const maxReplaced = 10_000
 
 // maxStories bounds the stories a source keeps: a message redelivered to
 // another process leaves its story here until this bound drops new ones.
@@ -98,7 +103,7 @@ func NewSource(cfg SourceConfig) (*Source, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Source{cfg: cfg.withDefaults(), prefix: randomID(), spared: newLedger(maxSpared)}
+	s := &Source{cfg: cfg.withDefaults(), prefix: randomID()}
 	s.stopCtx, s.stopFunc = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -151,11 +156,6 @@ func (s *Source) Open(ctx context.Context) error {
 			return err
 		}
 		cons, err := ensureConsumer(ctx, js, &s.cfg)
-		if err == nil {
-			// The spared deliveries were counted for this consumer only:
-			// one created again counts afresh.
-			s.spared.begin(s.cfg.Stream + "/" + s.cfg.Consumer + "@" + cons.CachedInfo().Created.Format(time.RFC3339Nano))
-		}
 		if err != nil {
 			return err
 		}
@@ -167,6 +167,8 @@ func (s *Source) Open(ctx context.Context) error {
 	}
 	next := "$JS.API.CONSUMER.MSG.NEXT." + s.cfg.Stream + "." + s.cfg.Consumer
 	sess := newSession(id, nc, closed, next, s.cfg.Clock, s.cfg.ProgressInterval)
+	sess.recount = s.recount
+	sess.nakDelay = func(d *delivery, w time.Duration) time.Duration { return s.cfg.nakDelay(w, d.deliveries) }
 	s.mu.Lock()
 	old := s.sess
 	s.sess, s.drain = sess, false
@@ -237,8 +239,16 @@ func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 	if err != nil {
 		return nil
 	}
-	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered),
+	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, streamSeq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered),
 		stream: meta.Stream, stamp: meta.Timestamp}
+	if c := carriedOf(msg.Header, s.consumerName()); c.ok {
+		// A copy this consumer published after a failed run: it is the
+		// first message, failed c.failures times.
+		if c.seq > 0 {
+			d.seq = c.seq
+		}
+		d.failures, d.prior, d.carried = c.failures, c.deliveries, c.past
+	}
 	d.id = meta.Stream + "/" + strconv.FormatUint(d.seq, 10)
 	sess.hold(d)
 	s.holdCrash(d)
@@ -246,58 +256,55 @@ func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 }
 
 // giveBack naks d, held and not emitted, so that the server delivers it
-// again at once. The delivery is spared: the message never entered the
-// pipeline.
+// again at once.
 func (d *delivery) giveBack() {
 	if d.settled.CompareAndSwap(false, true) {
-		d.src.spare(d)
 		d.sess.settle(settle{d: d, how: nak})
-	}
-}
-
-// spare counts d's delivery as one the poison guard spares: it ended
-// without its message being at fault (see ledger).
-func (s *Source) spare(d *delivery) {
-	if s.cfg.MaxDeliveries > 0 {
-		s.spared.spare(d.seq)
-	}
-}
-
-// forget drops what the ledger counts for d's message: it was settled for
-// good.
-func (s *Source) forget(d *delivery) {
-	if s.cfg.MaxDeliveries > 0 {
-		s.spared.forget(d.seq)
 	}
 }
 
 // emit emits d's message, or dead-letters it as poison.
 func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message]) error {
+	if c := d.msg.Header.Get(HeaderConsumer); c != "" && c != s.consumerName() {
+		// The counted copy of a message that failed a run of another
+		// consumer of the stream: that consumer's, not this one's.
+		if d.settled.CompareAndSwap(false, true) {
+			d.sess.settle(settle{d: d, how: ack})
+		}
+		return nil
+	}
+	if _, ok := s.replaced.Load(d.streamSeq); ok {
+		// Replaced by its copy and acked already: a late duplicate.
+		if d.settled.CompareAndSwap(false, true) {
+			d.sess.settle(settle{d: d, how: ack})
+		}
+		return nil
+	}
 	if v, ok := s.stories.LoadAndDelete(d.seq); ok {
 		s.nStories.Add(-1)
 		d.past = v.(*story)
+	} else {
+		d.past = d.carried
 	}
 	msg := d.msg
 	m := Message{
 		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
-		Sequence: d.seq, Deliveries: d.deliveries, Timestamp: d.stamp, d: d,
+		Sequence: d.seq, Deliveries: d.prior + d.deliveries, Timestamp: d.stamp, d: d,
 	}
 	if handled, err := s.crashCheck(ctx, d, m); handled {
 		return err
 	}
-	if s.cfg.MaxDeliveries > 0 {
-		// The deliveries the ledger spared do not count: the message was
-		// only held when a run ended, was given back unemitted, or was
-		// redelivered by the broker's retry or a hand-off.
-		d.spared = min(s.spared.spared(d.seq), d.deliveries-1)
-		if d.deliveries-d.spared > s.cfg.MaxDeliveries {
-			return s.poison(ctx, d, m)
-		}
+	if s.cfg.MaxDeliveries > 0 && d.failures >= s.cfg.MaxDeliveries {
+		// Only the runs the message failed count (node.Rejected), carried
+		// in its copies: not the server's deliveries, which also count
+		// neighbours held when a run ended, redeliveries into a pull
+		// request given up, and deliveries lost with a crashed process.
+		return s.poison(ctx, d, m)
 	}
 	if err := s.crashTurn(ctx, d); err != nil {
 		return err
 	}
-	if d.deliveries > 1 {
+	if m.Deliveries > 1 {
 		s.redelivers.Add(1)
 	}
 	s.byID.Store(d.id, d)
@@ -355,14 +362,19 @@ type delivery struct {
 	msg        *natsgo.Msg
 	id         string
 	stream     string
-	seq        uint64
+	seq        uint64 // of the message first published (HeaderSequence)
+	streamSeq  uint64 // of this delivery's message: a copy's own
 	deliveries int
 	stamp      time.Time
-	// past is what earlier deliveries told (nil: nothing known).
-	past *story
-	// spared is how many earlier deliveries the poison guard did not
-	// count; emitted is set once the message is handed to the pipeline.
-	spared  int
+	// past is what earlier deliveries told (nil: nothing known), carried
+	// what the copy's headers told.
+	past, carried *story
+	// failures is the runs the message failed before (HeaderFailures),
+	// prior the deliveries of its earlier copies; rejected is why this
+	// delivery failed the run, when it did (Message.Rejected).
+	failures, prior int
+	rejected        atomic.Pointer[deadletter.Envelope]
+	// emitted is set once the message is handed to the pipeline.
 	emitted atomic.Bool
 	// retry is the wait of the broker's retry that the dead-letter wrapper
 	// chose, handOff the hand-off's; 0 for none.
@@ -387,25 +399,20 @@ func (d *delivery) done(o node.Outcome) {
 	case node.DeadLettered:
 		if w := time.Duration(d.retry.Load()); w > 0 {
 			// The broker's retry: the connector's own redelivery, not a
-			// failed run, so the poison guard spares it.
+			// failed run; the message's count of failed runs is unchanged.
 			st.how, st.delay = nakDelay, d.src.cfg.nakDelay(w, d.deliveries)
-			d.src.spare(d)
 		} else {
 			st.how = term
 		}
 	case node.HandedOff:
-		// Spared as the broker's retry is.
 		st.how, st.delay = nakDelay, d.src.cfg.nakDelay(time.Duration(d.handOff.Load()), d.deliveries)
-		d.src.spare(d)
-	case node.Failed:
-		// The run ended before the item reached an outcome: not the
-		// message's fault, so the poison guard spares this delivery.
-		// Rejected (the item failed the run) counts.
-		d.src.spare(d)
-	}
-	if st.how == ack || st.how == term {
-		// Its story ends: the server delivers it no more.
-		d.src.forget(d)
+	case node.Rejected:
+		// The item failed the run: with the poison guard, a copy counts
+		// it. Failed (the run ended first) is a plain nak, and counts
+		// nothing.
+		if d.src.cfg.MaxDeliveries > 0 {
+			st.how = recount
+		}
 	}
 	d.sess.settle(st)
 }

@@ -78,6 +78,7 @@ type carriedAttempt struct {
 	Retry int           `json:"retry"`
 	Delay time.Duration `json:"delay"`
 	Err   string        `json:"error"`
+	Node  string        `json:"node,omitempty"`
 }
 
 // pastOf reads the story headers that the retry topology of queue wrote;
@@ -114,7 +115,7 @@ func pastOf(h amqp.Table, queue string) *past {
 				if k.UnmarshalText([]byte(a.Layer)) != nil {
 					continue
 				}
-				p.history = append(p.history, deadletter.Attempt{Time: a.Time, Layer: k, Retry: a.Retry, Delay: a.Delay, Err: a.Err})
+				p.history = append(p.history, deadletter.Attempt{Time: a.Time, Layer: k, Retry: a.Retry, Delay: a.Delay, Err: a.Err, Node: a.Node})
 			}
 		}
 	}
@@ -192,6 +193,45 @@ func (d *delivery) retryCopy(env deadletter.Envelope, ho *handOffAt) *amqp.Publi
 	return pub
 }
 
+// failedRun returns the story headers of d's copy after it failed the run:
+// the earlier deliveries' story with this run told after it, one entry
+// per failed call, each naming its node (see Message.Rejected).
+func (d *delivery) failedRun() amqp.Table {
+	env := d.why.Load()
+	if env == nil {
+		// Told nothing (a node restart took the item up, or the engine
+		// could not say): the run still failed because of it.
+		env = &deadletter.Envelope{Attempts: 1, LastFailure: d.src.cfg.Clock.Now(), ErrText: "failed the run"}
+	}
+	run := *env
+	run.Attempts = max(run.Attempts, 1)
+	if run.FirstFailure.IsZero() {
+		run.FirstFailure = run.LastFailure
+	}
+	if len(run.History) == 0 {
+		run.History = []deadletter.Attempt{{Time: run.LastFailure, Layer: resilience.ItemRetry,
+			Retry: run.Attempts - 1, Err: run.ErrText, Node: run.OriginNode}}
+	} else {
+		hist := make([]deadletter.Attempt, len(run.History))
+		for i, a := range run.History {
+			if a.Node == "" {
+				a.Node = run.OriginNode
+			}
+			hist[i] = a
+		}
+		run.History = hist
+	}
+	run = d.past.merge(run)
+	h := amqp.Table{HeaderAttempts: int64(run.Attempts), HeaderHistory: historyJSON(run.History)}
+	if !run.FirstFailure.IsZero() {
+		h[HeaderFirstFailure] = run.FirstFailure.UTC().Format(time.RFC3339Nano)
+	}
+	if run.OriginNode != "" {
+		h[HeaderOriginNode] = run.OriginNode
+	}
+	return h
+}
+
 // A handOffAt is where a hand-off leaves a message's retries.
 type handOffAt struct {
 	node  string
@@ -242,7 +282,7 @@ func historyJSON(hist []deadletter.Attempt) string {
 	as := make([]carriedAttempt, len(hist))
 	for i, a := range hist {
 		layer, _ := a.Layer.MarshalText()
-		as[i] = carriedAttempt{Time: a.Time.UTC(), Layer: string(layer), Retry: a.Retry, Delay: a.Delay, Err: cut(a.Err, maxErrText)}
+		as[i] = carriedAttempt{Time: a.Time.UTC(), Layer: string(layer), Retry: a.Retry, Delay: a.Delay, Err: cut(a.Err, maxErrText), Node: a.Node}
 	}
 	for len(as) > 0 {
 		b, err := json.Marshal(as)

@@ -2,6 +2,8 @@ package rabbitmq
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -242,6 +244,30 @@ func shortDuration(d time.Duration) string {
 	return strconv.FormatInt(d.Milliseconds(), 10) + "ms"
 }
 
+// maxNameLen is AMQP's limit on a queue or exchange name, and a routing
+// key: a short string, 255 bytes.
+const maxNameLen = 255
+
+// longestName returns the longest of the names declared for c's queue
+// (the queue, and with the retry topology its q_dlx, q_retry and tier
+// queues), and its length.
+func (c *SourceConfig) longestName() (int, string) {
+	names := []string{c.Queue}
+	if c.Retry.Enabled {
+		names = append(names, dlxName(c.Queue), retryName(c.Queue))
+		for _, d := range c.Retry.tiers() {
+			names = append(names, c.Retry.tierName(c.Queue, d))
+		}
+	}
+	longest := ""
+	for _, n := range names {
+		if len(n) > len(longest) {
+			longest = n
+		}
+	}
+	return len(longest), longest
+}
+
 // The names the retry topology derives from a queue's name.
 func dlxName(queue string) string   { return queue + "_dlx" }
 func retryName(queue string) string { return queue + "_retry" }
@@ -259,6 +285,10 @@ func (c *SourceConfig) validate() error {
 	}
 	if c.Queue == "" {
 		add("Queue", `""`, "required")
+	} else if n, name := c.longestName(); n > maxNameLen {
+		// Refused before anything is declared: the broker would take the
+		// queue and refuse a name derived from it halfway through.
+		add("Queue", fmt.Sprintf("(%d bytes)", len(c.Queue)), fmt.Sprintf("too long: the name %q… is %d bytes, and AMQP allows 255 bytes", name[:min(len(name), 16)], n))
 	}
 	if c.Prefetch < 0 || c.Prefetch > 65535 {
 		add("Prefetch", c.Prefetch, "must be in [0, 65535]; 0 takes the default")
@@ -287,11 +317,15 @@ func (c *SourceConfig) validate() error {
 		if r.MaxRetry < 1 || r.MaxRetry > resilience.MaxRepeats {
 			add("Retry.MaxRetry", r.MaxRetry, "must be in [1, 100]")
 		}
-		switch {
-		case len(r.Delays) > 0 && r.Delay != 0:
+		// Every problem is reported: Delay beside Delays does not hide
+		// Delays that do not rise.
+		if len(r.Delays) > 0 && r.Delay != 0 {
 			add("Retry.Delay", r.Delay, "set Delay or Delays, not both")
-		case len(r.Delays) > maxTiers:
+		}
+		if len(r.Delays) > maxTiers {
 			add("Retry.Delays", len(r.Delays), "at most 16 tiers")
+		}
+		switch {
 		case len(r.Delays) > 0:
 			for i, d := range r.Delays {
 				field := "Retry.Delays[" + strconv.Itoa(i) + "]"
@@ -307,6 +341,8 @@ func (c *SourceConfig) validate() error {
 		}
 		if r.HandOffAfter < 0 {
 			add("Retry.HandOffAfter", r.HandOffAfter, "must not be negative; 0 keeps every wait in process")
+		} else if longest := slices.Max(r.tiers()); r.HandOffAfter > longest && longest > 0 {
+			add("Retry.HandOffAfter", r.HandOffAfter, "must not exceed the longest tier ("+longest.String()+"): a wait is handed off only to a retry queue that waits at least as long, so no wait would ever be")
 		}
 		switch c.queueType() {
 		case "quorum":

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	neturl "net/url"
 	"sync"
 	"time"
 
@@ -55,7 +56,7 @@ func dial(ctx context.Context, url, name string, timeout time.Duration) (*amqp.C
 		err = context.Cause(ctx)
 	}
 	if err != nil {
-		return nil, classify(fmt.Errorf("rabbitmq: connect: %w", err))
+		return nil, classify(fmt.Errorf("rabbitmq: connect to %s: %w", redact(url), err))
 	}
 	return conn, nil
 }
@@ -71,4 +72,13 @@ func closeConn(conn *amqp.Connection, timeout time.Duration) error {
 		return fmt.Errorf("rabbitmq: close connection: %w", err)
 	}
 	return nil
+}
+
+// redact returns url for an error, without its password.
+func redact(url string) string {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "(a URL that does not parse)"
+	}
+	return u.Redacted()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -66,6 +67,15 @@ func (m Message) Resumed() (pipeline.Resume, bool) {
 	return pipeline.Resume{Node: p.handOffNode, Retry: p.handOffRetry, Since: p.handOffSince}, true
 }
 
+// Rejected keeps why the message failed the run (pipeline.RejectedItem):
+// with MaxDeliveries, the copy that the source puts back carries it, and
+// the poison envelope tells every failed run.
+func (m Message) Rejected(env deadletter.Envelope) {
+	if m.d != nil {
+		m.d.why.Store(&env)
+	}
+}
+
 // ErrPoison is matched by the error in the dead-letter envelope of a
 // message that the source stopped delivering because it failed
 // SourceConfig.MaxDeliveries times.
@@ -115,7 +125,12 @@ func (s *Source) recount(ctx context.Context, d *delivery) error {
 		n++
 	}
 	// The copy leaves x-death behind (copyWith): its count is in n.
-	pub := d.copyWith(amqp.Table{HeaderDeliveries: int64(n)})
+	set := amqp.Table{HeaderDeliveries: int64(n)}
+	if d.rejected {
+		// The copy carries why the run failed, for the poison envelope.
+		maps.Copy(set, d.failedRun())
+	}
+	pub := d.copyWith(set)
 	delete(pub.Headers, "x-delivery-count")
 	ctx, cancel := context.WithTimeout(ctx, DefaultConfirmTimeout)
 	defer cancel()
@@ -139,6 +154,11 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 	env.CorrelationID = d.id
 	env.LastFailure = s.cfg.Clock.Now()
 	env = d.past.merge(env)
+	if p := d.past; p != nil && len(p.history) > 0 {
+		// The story its copies carried: each failed run, its node, error
+		// and time; the poison letter names the node that failed first.
+		env.LastFailure = p.history[len(p.history)-1].Time
+	}
 	if err := sink.Write(ctx, env); err != nil {
 		return fmt.Errorf("rabbitmq: dead-letter poison message %s: %w", d.id, err)
 	}

@@ -3,6 +3,7 @@ package rabbitmq
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -108,6 +109,12 @@ func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
 	}
 	if cfg.Publishing == nil {
 		add("Publishing", "nil", "required: it turns an item into a message")
+	}
+	if len(cfg.Exchange) > maxNameLen {
+		add("Exchange", fmt.Sprintf("(%d bytes)", len(cfg.Exchange)), "too long: AMQP allows 255 bytes")
+	}
+	if len(cfg.RoutingKey) > maxNameLen {
+		add("RoutingKey", fmt.Sprintf("(%d bytes)", len(cfg.RoutingKey)), "too long: AMQP allows 255 bytes")
 	}
 	core, err := newCore(cfg.URL, cfg.Exchange, cfg.Mandatory, cfg.Confirms, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
 	errs = append(errs, err)

@@ -313,6 +313,9 @@ type delivery struct {
 	// (see Source.failures); rejected says this one did.
 	failures int
 	rejected bool
+	// why is what the engine told of the run this delivery failed
+	// (Message.Rejected).
+	why atomic.Pointer[deadletter.Envelope]
 	// orig is the message as it was delivered, and past what its headers
 	// say of its earlier deliveries (nil: none).
 	orig amqp.Delivery

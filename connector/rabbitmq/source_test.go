@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	neturl "net/url"
 	"sync"
 	"testing"
 	"time"
@@ -175,7 +176,14 @@ func TestSourceNoBroker(t *testing.T) {
 	err := src.Open(testContext(t))
 	require.Error(t, err)
 	assert.True(t, resilience.IsTransient(err), "%v", err)
-	assert.Contains(t, err.Error(), "rabbitmq: connect: ")
+	assert.Contains(t, err.Error(), "rabbitmq: connect to ")
+	// The error names the URL it tried, without its password.
+	u, perr := neturl.Parse(url)
+	require.NoError(t, perr)
+	assert.Contains(t, err.Error(), u.Redacted())
+	if pw, ok := u.User.Password(); ok {
+		assert.NotContains(t, err.Error(), ":"+pw+"@")
+	}
 }
 
 // TestSourceConfig: every problem of a config is reported at once.

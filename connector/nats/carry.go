@@ -1,0 +1,263 @@
+package nats
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// Headers of the copy that a [Source] with MaxDeliveries publishes in
+// place of a message that failed a run (its item's outcome was
+// node.Rejected): the copy carries the message's count of failed runs and
+// their story, so that the poison guard counts what the pipeline saw, in
+// any process, and the poison envelope tells why each run failed.
+const (
+	// HeaderFailures is the runs the message failed, this copy's
+	// publishing included.
+	HeaderFailures = "Sluice-Failures"
+	// HeaderConsumer is the stream and durable consumer the copy is for,
+	// "<stream>/<consumer>": a source of another consumer of the same
+	// stream acks the copy without emitting it.
+	HeaderConsumer = "Sluice-Consumer"
+	// HeaderSequence is the stream sequence of the message first
+	// published, which [Message.Sequence] and CorrelationID keep.
+	HeaderSequence = "Sluice-Sequence"
+	// HeaderDeliveries is the deliveries of the message's earlier copies,
+	// which [Message.Deliveries] adds to the server's count.
+	HeaderDeliveries = "Sluice-Deliveries"
+	// HeaderMsgID is the Nats-Msg-Id the message was first published
+	// with, which [Message.MsgID] returns: the copy's own Nats-Msg-Id
+	// names the copy, so that the stream's duplicate window drops a second
+	// copy of the same failure.
+	HeaderMsgID = "Sluice-Msg-Id"
+	// HeaderAttempts is the calls the message had in its failed runs.
+	HeaderAttempts = "Sluice-Attempts"
+	// HeaderFirstFailure is when it first failed (RFC 3339, UTC).
+	HeaderFirstFailure = "Sluice-First-Failure"
+	// HeaderFirstNode is the node where it first failed.
+	HeaderFirstNode = "Sluice-First-Origin-Node"
+	// HeaderHistory is the JSON of its failed calls, the newest
+	// maxHistory of them, each naming its node.
+	HeaderHistory = "Sluice-History"
+)
+
+// Bounds of the story a copy carries, so that its headers stay small
+// however often the message failed and however long its errors.
+const (
+	maxErrText     = 256
+	maxHistoryJSON = 16 << 10
+	// copyTimeout bounds the wait for the PubAck of one copy.
+	copyTimeout = 5 * time.Second
+)
+
+type carriedAttempt struct {
+	Time  time.Time     `json:"time"`
+	Layer string        `json:"layer"`
+	Retry int           `json:"retry"`
+	Delay time.Duration `json:"delay,omitempty"`
+	Err   string        `json:"error"`
+	Node  string        `json:"node,omitempty"`
+}
+
+// carried is what a delivery's headers say of a message copied by this
+// source's consumer; ok false for a message that is no such copy.
+type carried struct {
+	ok         bool
+	failures   int
+	seq        uint64 // the first message's stream sequence
+	deliveries int    // of the earlier copies
+	past       *story // nil for none
+}
+
+// carriedOf reads the copy headers of h when they are for consumer.
+// Headers of another shape are ignored: they cannot make a delivery fail.
+func carriedOf(h natsgo.Header, consumer string) carried {
+	if h.Get(HeaderConsumer) != consumer {
+		return carried{}
+	}
+	c := carried{ok: true}
+	c.failures, _ = strconv.Atoi(h.Get(HeaderFailures))
+	c.seq, _ = strconv.ParseUint(h.Get(HeaderSequence), 10, 64)
+	c.deliveries, _ = strconv.Atoi(h.Get(HeaderDeliveries))
+	c.failures, c.deliveries = max(c.failures, 0), max(c.deliveries, 0)
+	p := &story{}
+	p.attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
+	p.first, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderFirstFailure))
+	p.origin = h.Get(HeaderFirstNode)
+	var as []carriedAttempt
+	if json.Unmarshal([]byte(h.Get(HeaderHistory)), &as) == nil {
+		for _, a := range as {
+			var k resilience.RetryKind
+			if k.UnmarshalText([]byte(a.Layer)) != nil {
+				continue
+			}
+			p.history = append(p.history, deadletter.Attempt{Time: a.Time, Layer: k, Retry: a.Retry, Delay: a.Delay, Err: a.Err, Node: a.Node})
+		}
+	}
+	if p.attempts > 0 || len(p.history) > 0 || p.origin != "" {
+		c.past = p
+	}
+	return c
+}
+
+// consumerName is what HeaderConsumer holds for the source's consumer.
+func (s *Source) consumerName() string { return s.cfg.Stream + "/" + s.cfg.Consumer }
+
+// Rejected keeps why the message failed the run (pipeline.RejectedItem):
+// the copy that the source publishes, once the item's outcome says
+// Rejected, carries it.
+func (m Message) Rejected(env deadletter.Envelope) {
+	if m.d != nil {
+		m.d.rejected.Store(&env)
+	}
+}
+
+// failedRun returns the message's story with the run that d failed told
+// after it: one entry per failed call, each naming its node.
+func (d *delivery) failedRun() *story {
+	p := d.past
+	if p == nil {
+		p = &story{}
+	}
+	st := &story{attempts: p.attempts, first: p.first, origin: p.origin, history: p.history}
+	env := d.rejected.Load()
+	if env == nil {
+		// Told nothing (a node restart took the item up, or the engine
+		// could not say): the run still failed because of it.
+		env = &deadletter.Envelope{Attempts: 1, LastFailure: d.src.cfg.Clock.Now(), ErrText: "failed the run"}
+	}
+	st.attempts += max(env.Attempts, 1)
+	first := env.FirstFailure
+	if first.IsZero() {
+		first = env.LastFailure
+	}
+	if st.first.IsZero() {
+		st.first = first
+	}
+	if st.origin == "" {
+		st.origin = env.OriginNode
+	}
+	hist := append([]deadletter.Attempt(nil), st.history...)
+	if len(env.History) > 0 {
+		for _, a := range env.History {
+			if a.Node == "" {
+				a.Node = env.OriginNode
+			}
+			hist = append(hist, a)
+		}
+	} else {
+		hist = append(hist, deadletter.Attempt{Time: env.LastFailure, Layer: resilience.ItemRetry,
+			Retry: max(env.Attempts-1, 0), Err: env.ErrText, Node: env.OriginNode})
+	}
+	if len(hist) > maxHistory {
+		hist = hist[len(hist)-maxHistory:]
+	}
+	st.history = hist
+	return st
+}
+
+// copyMsg returns the copy of d's message to publish in its place after
+// it failed a run: its subject, data and headers, less the headers the
+// server acts on (Nats-*), with the count, the story and a Nats-Msg-Id
+// of its own.
+func (d *delivery) copyMsg() *natsgo.Msg {
+	s := d.src
+	h := natsgo.Header{}
+	for k, vs := range d.msg.Header {
+		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+			continue
+		}
+		h[k] = append([]string(nil), vs...)
+	}
+	if id := d.msg.Header.Get(jetstream.MsgIDHeader); id != "" && h.Get(HeaderMsgID) == "" {
+		h.Set(HeaderMsgID, id)
+	}
+	failures := d.failures + 1
+	h.Set(HeaderConsumer, s.consumerName())
+	h.Set(HeaderFailures, strconv.Itoa(failures))
+	h.Set(HeaderSequence, strconv.FormatUint(d.seq, 10))
+	h.Set(HeaderDeliveries, strconv.Itoa(d.prior+d.deliveries))
+	st := d.failedRun()
+	h.Set(HeaderAttempts, strconv.Itoa(st.attempts))
+	if !st.first.IsZero() {
+		h.Set(HeaderFirstFailure, st.first.UTC().Format(time.RFC3339Nano))
+	}
+	if st.origin != "" {
+		h.Set(HeaderFirstNode, st.origin)
+	}
+	h.Set(HeaderHistory, historyJSON(st.history))
+	// The same failure of the same message makes the same id: a copy
+	// published again (its ack was lost, and the message failed again) is
+	// dropped by the stream's duplicate window.
+	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("sluice:%s:%d:%d", s.consumerName(), d.seq, failures))
+	h.Set(jetstream.ExpectedStreamHeader, s.cfg.Stream)
+	return &natsgo.Msg{Subject: d.msg.Subject, Header: h, Data: d.msg.Data}
+}
+
+// recount publishes the copy of d, which failed a run, and waits for the
+// stream's PubAck; the acker then acks d, or naks it after an error (the
+// failure is then not counted). It runs on the acker. A process that dies
+// between the copy and the ack leaves both: the message comes back after
+// AckWait with its old count beside the copy with the new one (at least
+// once); if it fails again, its copy has the copy's id, and the stream
+// drops it within its duplicate window.
+func (s *Source) recount(d *delivery) error {
+	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
+	defer cancel()
+	js, err := jetstream.New(d.sess.nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.PublishMsg(ctx, d.copyMsg()); err != nil {
+		return fmt.Errorf("nats: publish the counted copy of message %s: %w", d.id, err)
+	}
+	// Its story is in the copy now.
+	if _, ok := s.stories.LoadAndDelete(d.seq); ok {
+		s.nStories.Add(-1)
+	}
+	if s.nReplaced.Add(1) > maxReplaced {
+		s.replaced.Clear()
+		s.nReplaced.Store(1)
+	}
+	s.replaced.Store(d.streamSeq, struct{}{})
+	return nil
+}
+
+// historyJSON encodes the newest entries of hist within the story's bounds.
+func historyJSON(hist []deadletter.Attempt) string {
+	as := make([]carriedAttempt, len(hist))
+	for i, a := range hist {
+		layer, _ := a.Layer.MarshalText()
+		as[i] = carriedAttempt{Time: a.Time.UTC(), Layer: string(layer), Retry: a.Retry, Delay: a.Delay, Err: cut(a.Err, maxErrText), Node: a.Node}
+	}
+	for len(as) > 0 {
+		b, err := json.Marshal(as)
+		if err == nil && len(b) <= maxHistoryJSON {
+			return string(b)
+		}
+		as = as[1:]
+	}
+	return "[]"
+}
+
+// cut shortens s to at most n bytes, at a rune boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}

@@ -1,0 +1,131 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// A rejectable is an item that records what the engine tells it when it
+// fails the run (pipeline.RejectedItem).
+type rejectable struct {
+	n    int
+	told *told
+}
+
+type told struct {
+	mu   sync.Mutex
+	envs []deadletter.Envelope
+}
+
+func (r rejectable) Rejected(env deadletter.Envelope) {
+	r.told.mu.Lock()
+	defer r.told.mu.Unlock()
+	r.told.envs = append(r.told.envs, env)
+}
+
+var errBadItem = errors.New("bad item")
+
+// rejectedRun runs three tracked rejectables, item 1 failing the node
+// "check" under action, through batches of batch (0: none), and returns
+// what item 1 was told and each item's outcome.
+func rejectedRun(t *testing.T, action resilience.FailureAction, batch int) ([]deadletter.Envelope, []node.Outcome, time.Time) {
+	t.Helper()
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 2, 1, 0, 0, 0, time.UTC))
+	tl := &told{}
+	var mu sync.Mutex
+	outcomes := make([]node.Outcome, 3)
+	src := node.SourceFunc[rejectable](func(ctx context.Context, out node.Emitter[rejectable]) error {
+		for i := range 3 {
+			err := out.EmitTracked(ctx, rejectable{n: i, told: tl}, func(o node.Outcome) {
+				mu.Lock()
+				outcomes[i] = o
+				mu.Unlock()
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	b := pipeline.New("rej", pipeline.WithClock(clock), pipeline.WithDeadLetter(deadletter.NewMemory(10)),
+		pipeline.WithResilience(func(o *resilience.Options) {
+			*o = resilience.Options{}
+			o.OnItemFailure = action
+		}))
+	in := pipeline.Source(b, "src", src)
+	check := func(_ context.Context, r rejectable) (rejectable, error) {
+		if r.n == 1 {
+			return r, errBadItem
+		}
+		return r, nil
+	}
+	if batch > 0 {
+		bt := pipeline.Batch(b, "batch", in, batch, 0)
+		checked := pipeline.Transform(b, "check", bt, node.TransformFunc[[]rejectable, []rejectable](
+			func(ctx context.Context, rs []rejectable) ([]rejectable, error) {
+				for _, r := range rs {
+					if _, err := check(ctx, r); err != nil {
+						return rs, err
+					}
+				}
+				return rs, nil
+			}))
+		pipeline.SinkFunc(b, "store", pipeline.Unbatch(b, "unbatch", checked), func(context.Context, rejectable) error { return nil })
+	} else {
+		checked := pipeline.Transform(b, "check", in, node.TransformFunc[rejectable, rejectable](check))
+		pipeline.SinkFunc(b, "store", checked, func(context.Context, rejectable) error { return nil })
+	}
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, _ = p.Run(t.Context())
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	return tl.envs, outcomes, clock.Now()
+}
+
+// An item that fails its node under Fail is told, before its done runs
+// with Rejected, which node failed, with what error, after how many calls
+// and when, on the pipeline's clock.
+func TestRejectedItemIsToldWhy(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{0, 1} {
+		envs, outcomes, now := rejectedRun(t, resilience.Fail, batch)
+		assert.Equal(t, node.Rejected, outcomes[1], "batch %d", batch)
+		require.Len(t, envs, 1, "told once, batch %d", batch)
+		env := envs[0]
+		assert.Equal(t, "check", env.OriginNode)
+		assert.Equal(t, "check", env.DecisionNode)
+		assert.ErrorIs(t, env.Err, errBadItem)
+		assert.Equal(t, errBadItem.Error(), env.ErrText)
+		assert.Equal(t, 1, env.Attempts)
+		assert.Equal(t, now, env.LastFailure)
+		assert.Equal(t, now, env.FirstFailure)
+	}
+}
+
+// Only the item to blame is told: not under DeadLetter (its outcome is
+// DeadLettered), and not in a batch of several (its neighbours could be
+// to blame as well).
+func TestRejectedItemNotToldWhenNotToBlame(t *testing.T) {
+	t.Parallel()
+	envs, outcomes, _ := rejectedRun(t, resilience.DeadLetter, 0)
+	assert.Empty(t, envs)
+	assert.Equal(t, node.DeadLettered, outcomes[1])
+	envs, outcomes, _ = rejectedRun(t, resilience.Fail, 3)
+	assert.Empty(t, envs, "a batch of three blames none of them")
+	assert.Equal(t, node.Failed, outcomes[1])
+}
