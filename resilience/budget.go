@@ -48,7 +48,7 @@ const budgetBuckets = 10
 type Budget struct {
 	opts   BudgetOptions
 	bad    []OptionError // what Validate reports, Field relative to the budget
-	origin time.Time // bucket epochs count from here
+	origin time.Time     // bucket epochs count from here
 
 	mu      sync.Mutex
 	sources map[*atomic.Int64]int64 // tracked input counters and their base
