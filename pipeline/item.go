@@ -115,7 +115,7 @@ func endAttempt(end func(error), cerr error) (err error) {
 func withAttemptTimeout[In, R any](f func(context.Context, In) (R, error), d time.Duration, clock clockwork.Clock) func(context.Context, In) (R, error) {
 	return func(ctx context.Context, in In) (R, error) {
 		deadline := clock.Now().Add(d)
-		cctx, cancel := withDeadlineOn(ctx, clock, d)
+		cctx, cancel := withDeadlineOn(ctx, clock, deadline)
 		defer cancel()
 		r, err := f(cctx, in)
 		// Past the deadline by the clock, or ended by it: the clock is what
