@@ -50,6 +50,10 @@ type NodePlan struct {
 	// Pause is the longest a breaker under OpenPause can hold one item
 	// back in one cycle, MaxPause; 0 when the node has no pausing breaker.
 	Pause time.Duration
+	// ItemPause is the longest pauses can hold one item back in all: Pause
+	// in every restart cycle the item can go through (MaxPause counts from
+	// the item's first refusal in each cycle), as the repeat cap allows.
+	ItemPause time.Duration
 	// AttemptTimeout bounds each call (0: unbounded): an item's calls take
 	// at most ItemCalls × AttemptTimeout on top of ItemWait, for calls that
 	// heed their context.
@@ -84,8 +88,8 @@ type NodePlan struct {
 	BrokerWait time.Duration
 	// AllCalls is the most calls of one item across every layer, the
 	// broker's included: ItemCalls × Deliveries. AllTime is the most time
-	// one item can take across them: every delivery's ItemWait, Pause and
-	// calls (ItemCalls × AttemptTimeout, when set; the calls' own time is
+	// one item can take across them: every delivery's ItemWait, ItemPause
+	// and calls (ItemCalls × AttemptTimeout, when set; the calls' own time is
 	// unknown otherwise), plus BrokerWait.
 	AllCalls int
 	// AllTime is the most time one item can take across every layer, as
@@ -103,7 +107,7 @@ func (p *Pipeline) Plan() Plan {
 		np.Deliveries = retries + 1
 		np.BrokerWait = mulSat(delay, retries)
 		np.AllCalls = np.ItemCalls * np.Deliveries
-		perDelivery := addSat(addSat(np.ItemWait, np.Pause), mulSat(np.AttemptTimeout, np.ItemCalls))
+		perDelivery := addSat(addSat(np.ItemWait, np.ItemPause), mulSat(np.AttemptTimeout, np.ItemCalls))
 		np.AllTime = addSat(mulSat(perDelivery, np.Deliveries), np.BrokerWait)
 		pl.Nodes[i] = np
 	}
@@ -184,6 +188,8 @@ func planNode(n *spec) NodePlan {
 			cycleWait = e // no retry starts past MaxElapsed
 		}
 		wait = addSat(wait, cycleWait)
+		// A pause is bounded per cycle: a restart starts the item's next.
+		np.ItemPause = addSat(np.ItemPause, np.Pause)
 		calls += retries + 1
 		calls = min(calls+probes, resilience.MaxRepeats+1)
 	}
@@ -211,8 +217,8 @@ func (pl Plan) String() string {
 			calls = fmt.Sprint(n.ItemCalls)
 		}
 		pause := "-"
-		if n.Pause > 0 {
-			pause = n.Pause.String()
+		if n.ItemPause > 0 {
+			pause = short(n.ItemPause)
 		}
 		then := n.OnItemFailure.String()
 		if n.Fallback {
