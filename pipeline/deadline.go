@@ -126,9 +126,3 @@ func (c *deadlineCtx) cancel() {
 	}
 	c.endLocked(context.Canceled)
 }
-
-// deadlinePassed reports, without blocking, whether ctx ended by its own
-// deadline.
-func deadlinePassed(ctx context.Context) bool {
-	return ctx.Err() == context.DeadlineExceeded
-}

@@ -118,9 +118,10 @@ func withAttemptTimeout[In, R any](f func(context.Context, In) (R, error), d tim
 		cctx, cancel := withDeadlineOn(ctx, clock, deadline)
 		defer cancel()
 		r, err := f(cctx, in)
-		// Past the deadline by the clock, or ended by it: the clock is what
-		// counts, not whether the context's own timer was seen to fire.
-		if err != nil && ctx.Err() == nil && (deadlinePassed(cctx) || !clock.Now().Before(deadline)) {
+		// Past the deadline by one reading of the clock once the call
+		// returned: the clock is what counts, not whether the context's own
+		// timer was seen to fire (it fires only once the clock is there).
+		if err != nil && ctx.Err() == nil && !clock.Now().Before(deadline) {
 			err = &resilience.AttemptTimeoutError{Timeout: d, Err: err}
 		}
 		return r, err
