@@ -112,8 +112,8 @@ func TestRetryBudgetWindow(t *testing.T) {
 	o.RetryBudget = resilience.NewBudget(resilience.BudgetOptions{Ratio: -1, Window: time.Nanosecond})
 	err := o.Validate()
 	assert.ErrorContains(t, err, "RetryBudget")
-	assert.ErrorContains(t, err, "Ratio -1")
-	assert.ErrorContains(t, err, "Window 1ns")
+	assert.ErrorContains(t, err, "RetryBudget.Ratio = -1")
+	assert.ErrorContains(t, err, "RetryBudget.Window = 1ns")
 }
 
 // After a Batch a node calls its function once a batch, so the budget

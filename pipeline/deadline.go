@@ -12,20 +12,22 @@ import (
 // realClockType is the type of clockwork's real clock.
 var realClockType = reflect.TypeOf(clockwork.NewRealClock())
 
-// withDeadlineOn returns a child of parent that ends d later on clock, and
-// its cancel function, which must be called. On the real clock it is
-// context.WithTimeout. On another clock (a fake one, in tests) it is a
+// withDeadlineOn returns a child of parent that ends at deadline on clock,
+// and its cancel function, which must be called. The caller computes the
+// deadline from its one reading of the clock, so that the context ends
+// when it says (a second reading could be later). On the real clock it is
+// context.WithDeadline. On another clock (a fake one, in tests) it is a
 // context of its own, which differs from clockwork's in three ways: its Err
 // does not block (clockwork's waits until the context is done); its timer
 // starts only when the call asks for Done, so that a call that never waits
 // on its context puts no timer on the fake clock, which a test driver
 // (pipelinetest.AdvanceUntilDone) would take for a waiter and move time
 // for while the call runs; and cancel stops that timer.
-func withDeadlineOn(parent context.Context, clock clockwork.Clock, d time.Duration) (context.Context, context.CancelFunc) {
+func withDeadlineOn(parent context.Context, clock clockwork.Clock, deadline time.Time) (context.Context, context.CancelFunc) {
 	if reflect.TypeOf(clock) == realClockType {
-		return context.WithTimeout(parent, d)
+		return context.WithDeadline(parent, deadline)
 	}
-	c := &deadlineCtx{Context: parent, clock: clock, deadline: clock.Now().Add(d), done: make(chan struct{}), stop: make(chan struct{})}
+	c := &deadlineCtx{Context: parent, clock: clock, deadline: deadline, done: make(chan struct{}), stop: make(chan struct{})}
 	return c, c.cancel
 }
 
@@ -63,13 +65,14 @@ func (c *deadlineCtx) start() {
 		c.mu.Unlock()
 		return
 	}
-	left := c.deadline.Sub(c.clock.Now())
-	if left <= 0 {
+	if !c.clock.Now().Before(c.deadline) {
 		c.endLocked(context.DeadlineExceeded)
 		c.mu.Unlock()
 		return
 	}
-	t := c.clock.NewTimer(left)
+	// Armed at the deadline, not for the time left at a reading: the
+	// clock may move before the timer is armed.
+	t := newTimerAt(c.clock, c.deadline)
 	c.timer = t
 	c.mu.Unlock()
 	go func() {
@@ -122,10 +125,4 @@ func (c *deadlineCtx) cancel() {
 		close(c.stop)
 	}
 	c.endLocked(context.Canceled)
-}
-
-// deadlinePassed reports, without blocking, whether ctx ended by its own
-// deadline.
-func deadlinePassed(ctx context.Context) bool {
-	return ctx.Err() == context.DeadlineExceeded
 }

@@ -115,12 +115,13 @@ func endAttempt(end func(error), cerr error) (err error) {
 func withAttemptTimeout[In, R any](f func(context.Context, In) (R, error), d time.Duration, clock clockwork.Clock) func(context.Context, In) (R, error) {
 	return func(ctx context.Context, in In) (R, error) {
 		deadline := clock.Now().Add(d)
-		cctx, cancel := withDeadlineOn(ctx, clock, d)
+		cctx, cancel := withDeadlineOn(ctx, clock, deadline)
 		defer cancel()
 		r, err := f(cctx, in)
-		// Past the deadline by the clock, or ended by it: the clock is what
-		// counts, not whether the context's own timer was seen to fire.
-		if err != nil && ctx.Err() == nil && (deadlinePassed(cctx) || !clock.Now().Before(deadline)) {
+		// Past the deadline by one reading of the clock once the call
+		// returned: the clock is what counts, not whether the context's own
+		// timer was seen to fire (it fires only once the clock is there).
+		if err != nil && ctx.Err() == nil && !clock.Now().Before(deadline) {
 			err = &resilience.AttemptTimeoutError{Timeout: d, Err: err}
 		}
 		return r, err

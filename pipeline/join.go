@@ -118,13 +118,15 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 	}()
 	defer recovered(&err)
 	var timer clockwork.Timer
-	arm := func(now time.Time) {
+	arm := func() {
 		if timer != nil {
 			timer.Stop()
 			timer = nil
 		}
 		if len(j.queue) > 0 {
-			timer = j.clock.NewTimer(max(j.queue[0].expires.Sub(now), 0))
+			// At the expiry itself: a duration from a reading would fire
+			// late by however far the clock moved before it was armed.
+			timer = newTimerAt(j.clock, j.queue[0].expires)
 		}
 	}
 	defer func() {
@@ -132,7 +134,7 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 			timer.Stop()
 		}
 	}()
-	arm(j.clock.Now())
+	arm()
 	for {
 		var expired <-chan time.Time
 		if timer != nil {
@@ -153,7 +155,7 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 				return err
 			}
 		}
-		arm(j.clock.Now())
+		arm()
 	}
 }
 

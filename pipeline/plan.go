@@ -30,15 +30,20 @@ type NodePlan struct {
 	// probes of a pause under OpenPause (which spend no retry), within node
 	// restarts, (ItemRetry.MaxRetries + 1 + PauseProbes) ×
 	// (NodeRestart.MaxRestarts + 1), capped at resilience.MaxRepeats + 1,
-	// where the engine fails the node. 0 for a source, whose items are not
-	// called.
+	// where the engine fails the node. 0 for a node whose items are not
+	// called by a function of yours that can fail, where item retry cannot
+	// act: a source, and the nodes whose graph lists no retry (Filter,
+	// Batch, Unbatch, Merge, Route and its branches, Aggregate, Join).
 	ItemCalls int
 	// Starts is how often the node can be started: node retry runs it
 	// again only while it has consumed nothing, so this multiplies starts,
-	// not the calls of an item that was read.
+	// not the calls of an item that was read. 1 where no start can fail
+	// before the node consumes (the graph lists no node retry): on every
+	// node but sources, transforms, sinks and flat maps.
 	Starts int
 	// Multiplied is ItemCalls × Starts, uncapped: the product of the
-	// three layers' attempts (for a source, its starts and restarts).
+	// three layers' attempts (where ItemCalls is 0, the node's starts and
+	// restarts).
 	Multiplied int
 	// ItemWait is the most time the layers can make one item wait in
 	// backoffs: item-retry waits in every restart cycle plus the restart
@@ -50,6 +55,10 @@ type NodePlan struct {
 	// Pause is the longest a breaker under OpenPause can hold one item
 	// back in one cycle, MaxPause; 0 when the node has no pausing breaker.
 	Pause time.Duration
+	// ItemPause is the longest pauses can hold one item back in all: Pause
+	// in every restart cycle the item can go through (MaxPause counts from
+	// the item's first refusal in each cycle), as the repeat cap allows.
+	ItemPause time.Duration
 	// AttemptTimeout bounds each call (0: unbounded): an item's calls take
 	// at most ItemCalls × AttemptTimeout on top of ItemWait, for calls that
 	// heed their context.
@@ -84,8 +93,8 @@ type NodePlan struct {
 	BrokerWait time.Duration
 	// AllCalls is the most calls of one item across every layer, the
 	// broker's included: ItemCalls × Deliveries. AllTime is the most time
-	// one item can take across them: every delivery's ItemWait, Pause and
-	// calls (ItemCalls × AttemptTimeout, when set; the calls' own time is
+	// one item can take across them: every delivery's ItemWait, ItemPause
+	// and calls (ItemCalls × AttemptTimeout, when set; the calls' own time is
 	// unknown otherwise), plus BrokerWait.
 	AllCalls int
 	// AllTime is the most time one item can take across every layer, as
@@ -103,7 +112,7 @@ func (p *Pipeline) Plan() Plan {
 		np.Deliveries = retries + 1
 		np.BrokerWait = mulSat(delay, retries)
 		np.AllCalls = np.ItemCalls * np.Deliveries
-		perDelivery := addSat(addSat(np.ItemWait, np.Pause), mulSat(np.AttemptTimeout, np.ItemCalls))
+		perDelivery := addSat(addSat(np.ItemWait, np.ItemPause), mulSat(np.AttemptTimeout, np.ItemCalls))
 		np.AllTime = addSat(mulSat(perDelivery, np.Deliveries), np.BrokerWait)
 		pl.Nodes[i] = np
 	}
@@ -150,20 +159,33 @@ func mulSat(d time.Duration, n int) time.Duration {
 	return d * time.Duration(n)
 }
 
+// planNode returns n's worst case. The layers count where the graph lists
+// them (armedLayers), which is where the runtime applies them: item retry,
+// the breaker and the attempt timeout on nodes that call a function of
+// yours that returns an error; node retry on those and on sources.
 func planNode(n *spec) NodePlan {
 	o := n.res
-	np := NodePlan{Node: n.name, Kind: n.kind, Starts: o.NodeRetry.MaxRetries + 1, OnItemFailure: o.OnItemFailure,
-		FailureRules: len(o.FailureRules), AttemptTimeout: o.ItemRetry.AttemptTimeout, MaxElapsed: o.ItemRetry.MaxElapsed,
-		Budget: o.RetryBudget != nil, Fallback: n.cfg.fallback != nil, StartWait: o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)}
-	if o.CircuitBreaker.Enabled && o.CircuitBreaker.WhenOpen == resilience.OpenPause {
-		np.Pause = o.CircuitBreaker.MaxPause
+	fallible := callsFallible(n.kind) && !n.tagging
+	np := NodePlan{Node: n.name, Kind: n.kind, Starts: 1, OnItemFailure: o.OnItemFailure,
+		FailureRules: len(o.FailureRules), Fallback: n.cfg.fallback != nil}
+	if fallible || !n.consumes {
+		np.Starts = o.NodeRetry.MaxRetries + 1
+		np.StartWait = o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)
+	}
+	if fallible {
+		np.AttemptTimeout, np.MaxElapsed, np.Budget = o.ItemRetry.AttemptTimeout, o.ItemRetry.MaxElapsed, o.RetryBudget != nil
+		if o.CircuitBreaker.Enabled && o.CircuitBreaker.WhenOpen == resilience.OpenPause {
+			np.Pause = o.CircuitBreaker.MaxPause
+		}
 	}
 	if n.cfg.limited {
 		np.RateLimit = n.cfg.rate
 	}
 	cycles := o.NodeRestart.MaxRestarts + 1
-	if !n.consumes {
-		// A source's items are not called; its restarts run it again.
+	if !fallible {
+		// A source's items are not called, nor are those of a node that
+		// calls nothing of yours that can fail (a Batch, a Merge, a
+		// Filter); restarts run the node again.
 		np.Multiplied = cycles * np.Starts
 		np.ItemWait = o.NodeRestart.Backoff.TotalDelay(o.NodeRestart.MaxRestarts)
 		return np
@@ -184,6 +206,8 @@ func planNode(n *spec) NodePlan {
 			cycleWait = e // no retry starts past MaxElapsed
 		}
 		wait = addSat(wait, cycleWait)
+		// A pause is bounded per cycle: a restart starts the item's next.
+		np.ItemPause = addSat(np.ItemPause, np.Pause)
 		calls += retries + 1
 		calls = min(calls+probes, resilience.MaxRepeats+1)
 	}
@@ -207,12 +231,12 @@ func (pl Plan) String() string {
 	fmt.Fprintln(tw, "node\tkind\tcalls/item\tstarts\tmultiplied\twait/item\twait to start\tpause/item\tcall limit\tdeliveries\tall calls\tall time\tthen")
 	for _, n := range pl.Nodes {
 		calls := "-"
-		if n.Kind != KindSource {
+		if n.ItemCalls > 0 {
 			calls = fmt.Sprint(n.ItemCalls)
 		}
 		pause := "-"
-		if n.Pause > 0 {
-			pause = n.Pause.String()
+		if n.ItemPause > 0 {
+			pause = short(n.ItemPause)
 		}
 		then := n.OnItemFailure.String()
 		if n.Fallback {
@@ -227,7 +251,7 @@ func (pl Plan) String() string {
 			then += fmt.Sprintf(" (%d rules first)", n.FailureRules)
 		}
 		var limits []string
-		if n.AttemptTimeout > 0 && n.Kind != KindSource {
+		if n.AttemptTimeout > 0 {
 			limits = append(limits, n.AttemptTimeout.String())
 		}
 		if n.RateLimit > 0 {
@@ -239,7 +263,10 @@ func (pl Plan) String() string {
 		}
 		allCalls, allTime := "-", "-"
 		if n.Kind != KindSource {
-			allCalls, allTime = fmt.Sprint(n.AllCalls), short(n.AllTime)
+			allTime = short(n.AllTime)
+		}
+		if n.ItemCalls > 0 {
+			allCalls = fmt.Sprint(n.AllCalls)
 			if n.Budget {
 				allCalls += " (budget)"
 			}

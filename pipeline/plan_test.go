@@ -61,6 +61,8 @@ func TestPlanMultipliesTheLayers(t *testing.T) {
 	// Each cycle waits 100+200+250 ms; restarts wait 1s then 2s.
 	assert.Equal(t, 3*550*time.Millisecond+3*time.Second, call.ItemWait)
 	assert.Equal(t, 5*time.Minute, call.Pause)
+	assert.Equal(t, 3*5*time.Minute, call.ItemPause, "a pause in each of 3 cycles")
+	assert.Equal(t, call.ItemWait+call.ItemPause+45*2*time.Second, call.AllTime)
 	assert.Equal(t, resilience.DeadLetter, call.OnItemFailure)
 	assert.Equal(t, 2, call.FailureRules)
 	assert.Equal(t, 2*time.Second, call.AttemptTimeout)
@@ -74,7 +76,7 @@ func TestPlanMultipliesTheLayers(t *testing.T) {
 
 	s := plan.String()
 	assert.Contains(t, s, `resilience plan of pipeline "plan" (worst cases)`)
-	assert.Regexp(t, `call\s+transform\s+45\s+3\s+135\s+4.7s\s+2s\s+5m0s\s+2s\s+1\s+45\s+6m34.7s\s+dead_letter \(2 rules first\)`, s)
+	assert.Regexp(t, `call\s+transform\s+45\s+3\s+135\s+4.7s\s+2s\s+15m0s\s+2s\s+1\s+45\s+16m34.7s\s+dead_letter \(2 rules first\)`, s)
 	assert.Regexp(t, `store\s+sink\s+101\s+.*\s+fail\n`, s)
 	assert.Regexp(t, `read\s+source\s+-\s+3\s+15\s+8s`, s)
 }

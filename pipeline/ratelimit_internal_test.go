@@ -41,3 +41,20 @@ func TestLimiterTinyRateWaitsLong(t *testing.T) {
 		}
 	}
 }
+
+// The cost of one call's token when none has to wait (a rate and burst
+// far above the calls), from 4 goroutines at once, as a node's workers.
+func BenchmarkLimiterWaitNoDelay(b *testing.B) {
+	l := newLimiter(1e12, 1<<30, clockwork.NewFakeClock())
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(4)
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := l.wait(ctx); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}

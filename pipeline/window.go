@@ -157,7 +157,9 @@ func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 			timer = nil
 		}
 		if end, ok := a.nextEnd(); ok {
-			timer = a.clock.NewTimer(max(end.Sub(a.clock.Now()), 0))
+			// At the end itself: a duration from a reading would fire late
+			// by however far the clock moved before the timer was armed.
+			timer = newTimerAt(a.clock, end)
 		}
 	}
 	defer func() {

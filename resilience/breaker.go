@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -290,11 +291,13 @@ func (b *Breaker) changedCh() <-chan struct{} {
 func (b *Breaker) Wait(ctx context.Context, deadline time.Time) (Permit, error) {
 	for {
 		changed := b.changedCh()
+		// Read before Allow: a refusal's Until is then after now, even if
+		// the clock moves while Allow runs.
+		now := b.clock.Now()
 		p, err := b.Allow()
 		if err == nil {
 			return p, nil
 		}
-		now := b.clock.Now()
 		if !now.Before(deadline) {
 			return p, err
 		}
@@ -303,6 +306,15 @@ func (b *Breaker) Wait(ctx context.Context, deadline time.Time) (Permit, error) 
 			until = coe.Until
 		}
 		t := b.clock.NewTimer(until.Sub(now))
+		if b.clock.Now().After(now) && !isRealClock(b.clock) {
+			// The clock moved since the reading (while Allow ran or the
+			// timer was armed), so the timer would fire late by that much:
+			// ask again from a newer reading. (On the real clock every
+			// reading is later; a timer there is late by its scheduling
+			// anyway.)
+			t.Stop()
+			continue
+		}
 		select {
 		case <-t.Chan():
 		case <-changed:
@@ -503,3 +515,8 @@ func (b *Breaker) report(ts []Transition) {
 		b.onTransition(t)
 	}
 }
+
+// realClockType is the type of clockwork's real clock.
+var realClockType = reflect.TypeOf(clockwork.NewRealClock())
+
+func isRealClock(c clockwork.Clock) bool { return reflect.TypeOf(c) == realClockType }

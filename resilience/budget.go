@@ -47,8 +47,8 @@ const budgetBuckets = 10
 // keeps anyway, are read only when a retry asks for leave.
 type Budget struct {
 	opts   BudgetOptions
-	err    error     // what Validate reports
-	origin time.Time // bucket epochs count from here
+	bad    []OptionError // what Validate reports, Field relative to the budget
+	origin time.Time     // bucket epochs count from here
 
 	mu      sync.Mutex
 	sources map[*atomic.Int64]int64 // tracked input counters and their base
@@ -79,17 +79,15 @@ func NewBudget(o BudgetOptions) *Budget {
 		o.Clock = clockwork.NewRealClock()
 	}
 	b := &Budget{opts: o, sources: map[*atomic.Int64]int64{}, origin: o.Clock.Now()}
-	var errs []error
 	if o.Ratio < 0 || math.IsNaN(o.Ratio) || math.IsInf(o.Ratio, 0) {
-		errs = append(errs, fmt.Errorf("options.Ratio %v: must be a finite number, at least 0", o.Ratio))
+		b.bad = append(b.bad, OptionError{Field: "Ratio", Value: o.Ratio, Reason: "must be a finite number, at least 0"})
 	}
 	if o.MinPerSecond < 0 || math.IsNaN(o.MinPerSecond) || math.IsInf(o.MinPerSecond, 0) {
-		errs = append(errs, fmt.Errorf("options.MinPerSecond %v: must be a finite number, at least 0", o.MinPerSecond))
+		b.bad = append(b.bad, OptionError{Field: "MinPerSecond", Value: o.MinPerSecond, Reason: "must be a finite number, at least 0"})
 	}
 	if o.Window < budgetBuckets {
-		errs = append(errs, fmt.Errorf("options.Window %s: must be at least %dns", o.Window, budgetBuckets))
+		b.bad = append(b.bad, OptionError{Field: "Window", Value: o.Window, Reason: fmt.Sprintf("must be at least %dns", budgetBuckets)})
 	}
-	b.err = errors.Join(errs...)
 	return b
 }
 
@@ -198,17 +196,10 @@ func (b *Budget) sampleLocked(now time.Time, total int64) {
 	}
 }
 
+// validate files the budget's problems under errs, each at its field
+// (RetryBudget.Ratio, say).
 func (b *Budget) validate(errs optionErrors) {
-	if b.err != nil {
-		for _, e := range unjoin(b.err) {
-			errs.add("RetryBudget", "", e.Error())
-		}
+	for _, e := range b.bad {
+		errs.add(e.Field, e.Value, e.Reason)
 	}
-}
-
-func unjoin(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }

@@ -316,7 +316,7 @@ func (o Options) validate(errs optionErrors) {
 		errs.add("OnItemFailure", o.OnItemFailure, "unknown failure action")
 	}
 	if o.RetryBudget != nil {
-		o.RetryBudget.validate(errs)
+		o.RetryBudget.validate(errs.at("RetryBudget"))
 	}
 	for i, r := range o.FailureRules {
 		field := fmt.Sprintf("FailureRules[%d]", i)

@@ -1,0 +1,176 @@
+package pipeline_test
+
+// Timers armed while the clock moves: Aggregate's time windows, Join's
+// expiry and AttemptTimeout's deadline each read the clock, then arm a
+// timer. When the clock moves between the two (another goroutine advances
+// it), the timer must still fire at the instant computed from the
+// reading, not that much later.
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// An armMovingClock is a fake clock that, once told to, moves itself
+// forward just before it arms its next timer: the clock moved after the
+// reading the timer's duration was computed from, as another goroutine
+// advancing it at that moment would move it.
+type armMovingClock struct {
+	*clockwork.FakeClock
+	by atomic.Int64 // how far the next NewTimer moves the clock first, ns
+}
+
+func (c *armMovingClock) moveAtNextArm(d time.Duration) { c.by.Store(int64(d)) }
+
+func (c *armMovingClock) NewTimer(d time.Duration) clockwork.Timer {
+	if by := c.by.Swap(0); by > 0 {
+		c.Advance(time.Duration(by))
+	}
+	return c.FakeClock.NewTimer(d)
+}
+
+// armGuard bounds, on the real clock, a wait for something that the fake
+// clock's last move should have caused: it fails the test instead of
+// hanging it when the timer is late.
+const armGuard = 10 * time.Second
+
+// a minute-aligned start, so that TimeWindow(time.Minute) ends a minute
+// after it.
+var armStart = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// feed emits, tracked, the items sent on items, and reports each item's
+// outcome on outcomes; it keeps the input open until the run stops.
+type armFeed struct {
+	items    chan int
+	outcomes chan node.Outcome
+}
+
+func newArmFeed() *armFeed {
+	return &armFeed{items: make(chan int), outcomes: make(chan node.Outcome, 16)}
+}
+
+func (f *armFeed) Run(ctx context.Context, out node.Emitter[int]) error {
+	for {
+		select {
+		case v := <-f.items:
+			if err := out.EmitTracked(ctx, v, func(o node.Outcome) { f.outcomes <- o }); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+func TestAggregateWindowEndsOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
+	t.Parallel()
+	for range 10 {
+		clock := &armMovingClock{FakeClock: clockwork.NewFakeClockAt(armStart.Add(10 * time.Second))}
+		feed := newArmFeed()
+		got := make(chan time.Time, 1)
+		b := pipeline.New("agg", pipeline.WithClock(clock))
+		wins := pipeline.Aggregate(b, "sum", pipeline.Source[int](b, "src", feed), func(int) int { return 0 },
+			pipeline.TimeWindow(time.Minute), zero, sum)
+		pipeline.SinkFunc(b, "store", wins, func(_ context.Context, w pipeline.Window[int, int]) error {
+			assert.False(t, w.Partial)
+			assert.Equal(t, armStart.Add(time.Minute), w.End)
+			got <- clock.Now()
+			return nil
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		run := pipelinetest.Start(ctx, build(t, b))
+
+		clock.moveAtNextArm(20 * time.Second) // the window's timer, armed once the item is placed
+		feed.items <- 1
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the window's timer")
+		clock.Advance(armStart.Add(time.Minute).Sub(clock.Now()))
+		select {
+		case at := <-got:
+			assert.Equal(t, armStart.Add(time.Minute), at, "handed on at its end")
+		case <-time.After(armGuard):
+			t.Fatal("the window was not handed on at its end: its timer fires late by the clock's move")
+		}
+		cancel()
+		_, err := run.Wait()
+		require.ErrorIs(t, err, context.Canceled)
+	}
+}
+
+func TestJoinExpiresOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
+	t.Parallel()
+	for range 10 {
+		clock := &armMovingClock{FakeClock: clockwork.NewFakeClockAt(armStart)}
+		left, right := newArmFeed(), newArmFeed()
+		b := pipeline.New("join", pipeline.WithClock(clock))
+		pairs := pipeline.Join(b, "pair", pipeline.Source[int](b, "left", left), pipeline.Source[int](b, "right", right),
+			func(v int) int { return v }, func(v int) int { return v }, time.Minute, func(l, r int) int { return l + r })
+		pipeline.Sink(b, "store", pairs, &pipelinetest.Collector[int]{})
+		ctx, cancel := context.WithCancel(t.Context())
+		run := pipelinetest.Start(ctx, build(t, b))
+
+		clock.moveAtNextArm(20 * time.Second) // the expiry timer, armed once the item waits
+		left.items <- 1
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the expiry timer")
+		clock.Advance(armStart.Add(time.Minute).Sub(clock.Now()))
+		select {
+		case o := <-left.outcomes:
+			assert.Equal(t, node.Filtered, o, "an unmatched item is dropped at its window's end")
+		case <-time.After(armGuard):
+			t.Fatal("the unmatched item was kept past its window: the expiry timer fires late by the clock's move")
+		}
+		cancel()
+		_, err := run.Wait()
+		require.ErrorIs(t, err, context.Canceled)
+	}
+}
+
+func TestAttemptTimeoutEndsOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
+	t.Parallel()
+	for range 10 {
+		clock := &armMovingClock{FakeClock: clockwork.NewFakeClockAt(armStart)}
+		deadlines := make(chan time.Time, 1)
+		ended := make(chan time.Time, 1)
+		tr := node.TransformFunc[int, int](func(ctx context.Context, v int) (int, error) {
+			done := ctx.Done() // arms the deadline's timer
+			dl, ok := ctx.Deadline()
+			assert.True(t, ok)
+			deadlines <- dl
+			<-done
+			ended <- clock.Now()
+			return 0, ctx.Err()
+		})
+		b := pipeline.New("timeout", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+			*o = resilience.Options{OnItemFailure: resilience.Skip}
+			o.ItemRetry.AttemptTimeout = time.Minute
+		}))
+		out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1)), tr)
+		pipeline.Sink(b, "store", out, &pipelinetest.Collector[int]{})
+		clock.moveAtNextArm(20 * time.Second) // the deadline's timer
+		run := pipelinetest.Start(t.Context(), build(t, b))
+
+		dl := <-deadlines
+		assert.Equal(t, armStart.Add(time.Minute), dl, "the deadline counts from the call's start")
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the deadline's timer")
+		clock.Advance(dl.Sub(clock.Now()))
+		select {
+		case at := <-ended:
+			assert.Equal(t, dl, at, "the call's context is done at its deadline")
+		case <-time.After(armGuard):
+			t.Fatal("the call's context was not done at its deadline: its timer fires late by the clock's move")
+		}
+		res, err := run.Wait()
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), nodeOf(t, res, "call").Skipped)
+	}
+}
