@@ -129,8 +129,10 @@ func (k NodeKind) HandsOnOnePerItem() bool {
 // InBatches and OutBatches count the batches themselves. Failed counts items
 // whose processing failed after item retries, whatever happened next;
 // Skipped and DeadLettered count those the failure action dropped or
-// dead-lettered, Filtered those a Filter dropped or a FlatMap or Unbatch
-// turned into nothing. The retry counts are the retries each layer made.
+// dead-lettered, BrokerRetries those the dead-letter sink gave back to
+// their broker to deliver again instead, Filtered those a Filter dropped
+// or a FlatMap or Unbatch turned into nothing. The retry counts are the
+// retries each layer made.
 type NodeStats struct {
 	// Node is the node's name.
 	Node string
@@ -144,8 +146,13 @@ type NodeStats struct {
 	Failed int64
 	// Skipped counts the failed items the failure action Skip dropped.
 	Skipped int64
-	// DeadLettered counts the failed items sent to the dead-letter sink.
+	// DeadLettered counts the failed items the dead-letter sink stored.
 	DeadLettered int64
+	// BrokerRetries counts the failed items the dead-letter sink gave
+	// back to the broker they came from, to be delivered again (its retry
+	// path; deadletter.BrokerRetrier): not dead letters, and not in
+	// DeadLettered.
+	BrokerRetries int64
 	// Filtered counts the items a Filter dropped or a FlatMap or Unbatch
 	// turned into nothing.
 	Filtered int64

@@ -223,6 +223,7 @@ func (n GraphNode) counts() string {
 	add("node retries", s.NodeRetries, false)
 	add("fallbacks", s.Fallbacks, false)
 	add("handed off", s.HandedOff, false)
+	add("broker retries", s.BrokerRetries, false)
 	add("in flight", s.InFlight, false)
 	if s.Circuit != resilience.CircuitClosed {
 		parts = append(parts, "circuit "+s.Circuit.String())
@@ -241,7 +242,7 @@ func (n GraphNode) troubled() bool {
 // on, less the skipped and dead-lettered ones. Counters read one at a time
 // during a run can make it dip below zero for a moment; it is then 0.
 func failedNode(s NodeStats) int64 {
-	return max(0, s.Failed-s.Skipped-s.DeadLettered)
+	return max(0, s.Failed-s.Skipped-s.DeadLettered-s.BrokerRetries)
 }
 
 // lines returns the lines of a node's label, names made printable.

@@ -1,0 +1,115 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// retrier is a dead-letter sink that gives the items of which retry says
+// so back to their broker, and stores the others.
+type retrier struct {
+	mu     sync.Mutex
+	retry  func(item any) bool
+	stored []deadletter.Envelope
+	sent   int
+}
+
+func (r *retrier) Write(ctx context.Context, env deadletter.Envelope) error {
+	_, err := r.WriteOrRetry(ctx, env)
+	return err
+}
+
+func (r *retrier) WriteOrRetry(_ context.Context, env deadletter.Envelope) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.retry(env.Item) {
+		r.sent++
+		return true, nil
+	}
+	r.stored = append(r.stored, env)
+	return false, nil
+}
+
+var _ deadletter.BrokerRetrier = (*retrier)(nil)
+
+// Items that the dead-letter sink gives back to their broker are broker
+// retries, not dead letters: DeadLettered is what the sink stored, in
+// Stats, in the Result and its table, in the graph, and in the events;
+// and they are no longer in flight.
+func TestBrokerRetriesAreNotDeadLetters(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name          string
+		items         []int
+		retried, dead int64
+	}{
+		{"none", nil, 0, 0},
+		{"one retried", []int{1}, 1, 0},
+		{"one stored", []int{2}, 0, 1},
+		{"mixed", []int{1, 2, 3, 4, 5, 6, 7}, 4, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := clockwork.NewFakeClock()
+			rec := &pipelinetest.Recorder{}
+			sink := &retrier{retry: func(item any) bool { return item.(int)%2 == 1 }}
+			b := pipeline.New("broker-retries", pipeline.WithClock(clock), pipeline.WithObserver(rec), pipeline.WithDeadLetter(sink),
+				pipeline.WithResilience(func(o *resilience.Options) {
+					o.ItemRetry.MaxRetries = 0
+					o.OnItemFailure = resilience.DeadLetter
+				}))
+			src := pipelinetest.NewTrackedSource(tc.items...)
+			out := pipeline.Transform(b, "call", pipeline.Source(b, "src", src), pipelinetest.FailAlways(errors.New("down"), tc.items...))
+			pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+			p := build(t, b)
+			res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), p), time.Millisecond)
+			require.NoError(t, err)
+
+			call := nodeOf(t, res, "call")
+			assert.Equal(t, tc.dead, call.DeadLettered, "what the sink stored")
+			assert.Equal(t, tc.retried, call.BrokerRetries)
+			assert.Equal(t, tc.dead+tc.retried, call.Failed)
+			assert.Len(t, sink.stored, int(tc.dead))
+			assert.Equal(t, int(tc.retried), sink.sent)
+			st, ok := p.Stats().Node("call")
+			require.True(t, ok)
+			assert.Equal(t, tc.retried, st.BrokerRetries)
+			assert.Equal(t, tc.dead, st.DeadLettered)
+
+			table := res.String()
+			if tc.retried > 0 {
+				assert.Contains(t, table, "broker retries")
+			} else {
+				assert.NotContains(t, table, "broker retries", "the column is there only when a node counted some")
+			}
+			var brokerEvents, deadEvents int64
+			for _, e := range pipelinetest.Of[observer.DeadLetterEvent](rec) {
+				if e.BrokerRetry {
+					brokerEvents++
+				} else {
+					deadEvents++
+				}
+			}
+			assert.Equal(t, tc.retried, brokerEvents)
+			assert.Equal(t, tc.dead, deadEvents)
+
+			g := p.Graph().WithStats(p.Stats()).Mermaid()
+			if tc.retried > 0 {
+				assert.Contains(t, g, "broker retries")
+			}
+		})
+	}
+}
