@@ -222,6 +222,10 @@ type Stats struct {
 	// Running says a run is under way; false before the first run and
 	// between runs.
 	Running bool
+	// Draining says a drain was asked for in run RunID
+	// (pipeline.Pipeline.Drain): while Running, the sources take no new
+	// items and the items in flight finish; after, the run was drained.
+	Draining bool
 	Nodes   []NodeStats // in the order the nodes were added
 }
 

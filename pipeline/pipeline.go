@@ -498,6 +498,7 @@ func (p *Pipeline) Stats() Stats {
 	rs := p.current.Load()
 	if rs != nil {
 		s.RunID = rs.id
+		s.Draining = rs.drains.on.Load()
 	}
 	live := rs != nil && !rs.ended.Load()
 	for i, n := range p.nodes {
