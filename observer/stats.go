@@ -226,7 +226,7 @@ type Stats struct {
 	// (pipeline.Pipeline.Drain): while Running, the sources take no new
 	// items and the items in flight finish; after, the run was drained.
 	Draining bool
-	Nodes   []NodeStats // in the order the nodes were added
+	Nodes    []NodeStats // in the order the nodes were added
 }
 
 // Node returns the stats of the node called name.
