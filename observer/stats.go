@@ -185,6 +185,14 @@ type NodeStats struct {
 	Sized bool
 	// Circuit is the node's breaker state; CircuitClosed when it has none.
 	Circuit resilience.CircuitState
+	// Exhaustible is the layers and limits that can end the node's
+	// retries, from its options: item retry with MaxRetries above 0
+	// (count; elapsed with MaxElapsed; budget with a RetryBudget) for the
+	// nodes that call user code per item, node restart and node retry
+	// with retries allowed (elapsed with their MaxElapsed). A metrics
+	// exporter starts these series at 0, and only these. Empty in a
+	// Result.
+	Exhaustible Exhaustions
 	// InFlight is, for a node that hands on at most one item per item it
 	// takes in (see HasInFlight), the items it took in during the current
 	// run and has not yet handed on, written, filtered, skipped or
@@ -193,6 +201,33 @@ type NodeStats struct {
 	// kinds, for a transform that takes batches (what it returns may hold
 	// fewer items than it took), and in a Result.
 	InFlight int64
+}
+
+// Exhaustions is a set of the ways a node's retries can run out: a layer
+// ([resilience.RetryKind]) with what ends its retries ([resilience.Limit]).
+// The zero value is the empty set. It is a value: With returns a new set.
+type Exhaustions uint32
+
+// exhaustionBit returns the bit of (k, l), and false for a layer or a
+// limit the set does not know.
+func exhaustionBit(k resilience.RetryKind, l resilience.Limit) (Exhaustions, bool) {
+	nk, nl := len(resilience.RetryKinds()), len(resilience.Limits())
+	if k < 1 || int(k) > nk || l < 0 || int(l) >= nl {
+		return 0, false
+	}
+	return 1 << (int(k-1)*nl + int(l)), true
+}
+
+// With returns the set with layer k ended by limit l added.
+func (e Exhaustions) With(k resilience.RetryKind, l resilience.Limit) Exhaustions {
+	b, _ := exhaustionBit(k, l)
+	return e | b
+}
+
+// Has reports whether the set holds layer k ended by limit l.
+func (e Exhaustions) Has(k resilience.RetryKind, l resilience.Limit) bool {
+	b, ok := exhaustionBit(k, l)
+	return ok && e&b != 0
 }
 
 // HasInFlight reports whether InFlight means something for the node's

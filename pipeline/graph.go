@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -122,6 +123,36 @@ func (g Graph) WithStats(s Stats) Graph {
 // returns an error, so that item retry and the breaker can act.
 func callsFallible(k NodeKind) bool {
 	return k == KindTransform || k == KindSink || k == KindFlatMap
+}
+
+// exhaustible returns the layers and limits that can end node n's
+// retries: those of armedLayers, with the limits its options set.
+func exhaustible(n *spec) observer.Exhaustions {
+	o := n.res
+	var e observer.Exhaustions
+	fallible := callsFallible(n.kind) && !n.tagging
+	if fallible && o.ItemRetry.MaxRetries > 0 {
+		e = e.With(resilience.ItemRetry, resilience.LimitCount)
+		if o.ItemRetry.MaxElapsed > 0 {
+			e = e.With(resilience.ItemRetry, resilience.LimitElapsed)
+		}
+		if o.RetryBudget != nil {
+			e = e.With(resilience.ItemRetry, resilience.LimitBudget)
+		}
+	}
+	if o.NodeRestart.MaxRestarts > 0 {
+		e = e.With(resilience.NodeRestart, resilience.LimitCount)
+		if o.NodeRestart.MaxElapsed > 0 {
+			e = e.With(resilience.NodeRestart, resilience.LimitElapsed)
+		}
+	}
+	if (fallible || n.kind == KindSource) && o.NodeRetry.MaxRetries > 0 {
+		e = e.With(resilience.NodeRetry, resilience.LimitCount)
+		if o.NodeRetry.MaxElapsed > 0 {
+			e = e.With(resilience.NodeRetry, resilience.LimitElapsed)
+		}
+	}
+	return e
 }
 
 // armedLayers returns the resilience layers that can act on node n, as
