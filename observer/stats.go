@@ -195,8 +195,9 @@ type NodeStats struct {
 	Exhaustible Exhaustions
 	// InFlight is, for a node that hands on at most one item per item it
 	// takes in (see HasInFlight), the items it took in during the current
-	// run and has not yet handed on, written, filtered, skipped or
-	// dead-lettered: an estimate, since stages publish their counts every
+	// run and has not yet handed on, written, filtered, skipped,
+	// dead-lettered, given back to its broker (BrokerRetries) or handed
+	// off: an estimate, since stages publish their counts every
 	// 64 items and whenever they wait. It is 0 between runs and for other
 	// kinds, for a transform that takes batches (what it returns may hold
 	// fewer items than it took), and in a Result.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
@@ -111,5 +112,47 @@ func TestBrokerRetriesAreNotDeadLetters(t *testing.T) {
 				assert.Contains(t, g, "broker retries")
 			}
 		})
+	}
+}
+
+// An item given back to its broker is no longer in flight at its node.
+func TestBrokerRetryLeavesTheNode(t *testing.T) {
+	t.Parallel()
+	for range 20 {
+		clock := clockwork.NewFakeClock()
+		sink := &retrier{retry: func(any) bool { return true }}
+		b := pipeline.New("broker-retries", pipeline.WithClock(clock), pipeline.WithDeadLetter(sink),
+			pipeline.WithResilience(func(o *resilience.Options) {
+				o.ItemRetry.MaxRetries = 0
+				o.OnItemFailure = resilience.DeadLetter
+			}))
+		release := make(chan struct{})
+		src := node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+			if err := out.Emit(ctx, 1); err != nil {
+				return err
+			}
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				return context.Cause(ctx)
+			}
+		})
+		out := pipeline.Transform(b, "call", pipeline.Source(b, "src", src), pipelinetest.FailAlways(errors.New("down"), 1))
+		pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+		p := build(t, b)
+		run := pipelinetest.Start(t.Context(), p)
+		var st pipeline.NodeStats
+		for {
+			st, _ = p.Stats().Node("call")
+			if st.In == 1 && st.BrokerRetries == 1 {
+				break
+			}
+			runtimeGosched()
+		}
+		assert.Zero(t, st.InFlight, "the item went back to its broker")
+		close(release)
+		_, err := run.Wait()
+		require.NoError(t, err)
 	}
 }
