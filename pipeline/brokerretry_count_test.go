@@ -156,3 +156,53 @@ func TestBrokerRetryLeavesTheNode(t *testing.T) {
 		require.NoError(t, err)
 	}
 }
+
+// poisoner is a source that writes its first item to the dead-letter sink
+// itself, as a broker source does with a poison message, and emits the
+// others.
+type poisoner struct {
+	sink deadletter.Sink
+	base deadletter.Envelope
+}
+
+func (s *poisoner) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
+	s.sink, s.base = sink, base
+}
+
+func (s *poisoner) Run(ctx context.Context, out node.Emitter[int]) error {
+	env := s.base
+	env.Item, env.Err, env.CorrelationID, env.Attempts = 0, errors.New("poison: delivered 4 times"), "m0", 3
+	if err := s.sink.Write(ctx, env); err != nil {
+		return err
+	}
+	for i := 1; i < 3; i++ {
+		if err := out.Emit(ctx, i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// A letter that a source writes itself (a broker's poison message) counts
+// in the source's DeadLettered, and observers hear of it: the counts match
+// what the dead-letter sink holds.
+func TestSourceDeadLettersAreCounted(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	rec := &pipelinetest.Recorder{}
+	dl := deadletter.NewMemory(10)
+	b := pipeline.New("poison", pipeline.WithClock(clock), pipeline.WithObserver(rec), pipeline.WithDeadLetter(dl))
+	pipeline.Sink(b, "sink", pipeline.Source[int](b, "src", &poisoner{}), &pipelinetest.Collector[int]{})
+	res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), time.Millisecond)
+	require.NoError(t, err)
+	require.Len(t, dl.Envelopes(), 1)
+	src := nodeOf(t, res, "src")
+	assert.Equal(t, int64(1), src.DeadLettered, "what the sink holds")
+	assert.Equal(t, int64(2), src.Out)
+	events := pipelinetest.Of[observer.DeadLetterEvent](rec)
+	require.Len(t, events, 1)
+	assert.Equal(t, "src", events[0].Node)
+	assert.Equal(t, "m0", events[0].Key)
+	assert.Equal(t, 3, events[0].Attempts)
+	assert.False(t, events[0].BrokerRetry)
+}
