@@ -206,3 +206,35 @@ func TestSourceDeadLettersAreCounted(t *testing.T) {
 	assert.Equal(t, 3, events[0].Attempts)
 	assert.False(t, events[0].BrokerRetry)
 }
+
+// Stats.Draining says a drain was asked for in the current run, and after
+// it ended, in the last one; a new run starts without it.
+func TestStatsSaysDraining(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("drain", pipeline.WithClock(clock))
+	emitted := make(chan struct{}, 1)
+	src := node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+		if err := out.Emit(ctx, 1); err != nil {
+			return err
+		}
+		emitted <- struct{}{}
+		<-ctx.Done()
+		return nil
+	})
+	pipeline.Sink(b, "sink", pipeline.Source(b, "src", src), &pipelinetest.Collector[int]{})
+	p := build(t, b)
+	assert.False(t, p.Stats().Draining, "before any run")
+	for range 2 {
+		run := pipelinetest.Start(t.Context(), p)
+		<-emitted
+		assert.False(t, p.Stats().Draining, "a new run does not drain")
+		require.True(t, p.Drain())
+		assert.True(t, p.Stats().Draining)
+		_, err := run.Wait()
+		require.NoError(t, err)
+		st := p.Stats()
+		assert.True(t, st.Draining, "the last run was drained")
+		assert.False(t, st.Running)
+	}
+}
