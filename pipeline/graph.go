@@ -55,8 +55,9 @@ type GraphNode struct {
 	// then what is not zero: filtered, skipped, "dead" (dead-lettered),
 	// "failed" (the failures neither skipped nor dead-lettered: those
 	// that failed the node), retries, restarts, node retries, fallbacks,
-	// handed off, in flight, and a breaker that is not closed. Nodes with
-	// failures, dead letters or a breaker not closed get a red border.
+	// handed off, broker retries, in flight, and a breaker that is not
+	// closed. Nodes with failures, dead letters or a breaker not closed
+	// get a red border.
 	Stats *NodeStats
 }
 
