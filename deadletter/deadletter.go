@@ -124,6 +124,23 @@ type Sink interface {
 	Write(ctx context.Context, env Envelope) error
 }
 
+// A BrokerRetrier is a [Sink] that may give an envelope's item back to the
+// broker it came from, to be delivered again, instead of storing it: the
+// broker's own retry path, the outermost layer. The dead-letter sinks of
+// the broker sources (rabbitmq.Source.DeadLetter, nats.Source.DeadLetter)
+// are BrokerRetriers. The engine calls WriteOrRetry instead of Write, and
+// counts an item that went back to its broker as a broker retry
+// (NodeStats.BrokerRetries), never as a dead letter. A sink that wraps a
+// BrokerRetrier hides it, unless it is one itself: give the broker
+// source's sink to the pipeline as it is.
+type BrokerRetrier interface {
+	Sink
+	// WriteOrRetry stores env as Write does, and returns retried false;
+	// or it gives the item back to its broker, and returns retried true.
+	// An error is a write that failed, as Write's.
+	WriteOrRetry(ctx context.Context, env Envelope) (retried bool, err error)
+}
+
 // Func adapts a function to a [Sink].
 type Func func(ctx context.Context, env Envelope) error
 

@@ -109,7 +109,9 @@ type RetryExhaustedEvent struct {
 }
 
 // A DeadLetterEvent reports an item sent to the dead-letter sink. Node is
-// the node that decided; OriginNode is where the item failed.
+// the node that decided; OriginNode is where the item failed. When
+// BrokerRetry is set, the sink did not store the item: it gave it back to
+// its broker's retry path, and the item is no dead letter.
 type DeadLetterEvent struct {
 	// Event is the pipeline, run and time of the event; its Node is the
 	// node that decided to dead-letter the item.
@@ -121,6 +123,11 @@ type DeadLetterEvent struct {
 	Attempts int
 	// Err is the item's last failure.
 	Err error
+	// BrokerRetry says the dead-letter sink gave the item back to the
+	// broker it came from, to be delivered again, instead of storing it
+	// (deadletter.BrokerRetrier): a broker retry, counted in
+	// NodeStats.BrokerRetries and not in DeadLettered.
+	BrokerRetry bool
 }
 
 // A DropEvent reports an item dropped on purpose because its node's

@@ -129,8 +129,10 @@ func (k NodeKind) HandsOnOnePerItem() bool {
 // InBatches and OutBatches count the batches themselves. Failed counts items
 // whose processing failed after item retries, whatever happened next;
 // Skipped and DeadLettered count those the failure action dropped or
-// dead-lettered, Filtered those a Filter dropped or a FlatMap or Unbatch
-// turned into nothing. The retry counts are the retries each layer made.
+// dead-lettered, BrokerRetries those the dead-letter sink gave back to
+// their broker to deliver again instead, Filtered those a Filter dropped
+// or a FlatMap or Unbatch turned into nothing. The retry counts are the
+// retries each layer made.
 type NodeStats struct {
 	// Node is the node's name.
 	Node string
@@ -144,8 +146,13 @@ type NodeStats struct {
 	Failed int64
 	// Skipped counts the failed items the failure action Skip dropped.
 	Skipped int64
-	// DeadLettered counts the failed items sent to the dead-letter sink.
+	// DeadLettered counts the failed items the dead-letter sink stored.
 	DeadLettered int64
+	// BrokerRetries counts the failed items the dead-letter sink gave
+	// back to the broker they came from, to be delivered again (its retry
+	// path; deadletter.BrokerRetrier): not dead letters, and not in
+	// DeadLettered.
+	BrokerRetries int64
 	// Filtered counts the items a Filter dropped or a FlatMap or Unbatch
 	// turned into nothing.
 	Filtered int64
@@ -178,14 +185,50 @@ type NodeStats struct {
 	Sized bool
 	// Circuit is the node's breaker state; CircuitClosed when it has none.
 	Circuit resilience.CircuitState
+	// Exhaustible is the layers and limits that can end the node's
+	// retries, from its options: item retry with MaxRetries above 0
+	// (count; elapsed with MaxElapsed; budget with a RetryBudget) for the
+	// nodes that call user code per item, node restart and node retry
+	// with retries allowed (elapsed with their MaxElapsed). A metrics
+	// exporter starts these series at 0, and only these. Empty in a
+	// Result.
+	Exhaustible Exhaustions
 	// InFlight is, for a node that hands on at most one item per item it
 	// takes in (see HasInFlight), the items it took in during the current
-	// run and has not yet handed on, written, filtered, skipped or
-	// dead-lettered: an estimate, since stages publish their counts every
+	// run and has not yet handed on, written, filtered, skipped,
+	// dead-lettered, given back to its broker (BrokerRetries) or handed
+	// off: an estimate, since stages publish their counts every
 	// 64 items and whenever they wait. It is 0 between runs and for other
 	// kinds, for a transform that takes batches (what it returns may hold
 	// fewer items than it took), and in a Result.
 	InFlight int64
+}
+
+// Exhaustions is a set of the ways a node's retries can run out: a layer
+// ([resilience.RetryKind]) with what ends its retries ([resilience.Limit]).
+// The zero value is the empty set. It is a value: With returns a new set.
+type Exhaustions uint32
+
+// exhaustionBit returns the bit of (k, l), and false for a layer or a
+// limit the set does not know.
+func exhaustionBit(k resilience.RetryKind, l resilience.Limit) (Exhaustions, bool) {
+	nk, nl := len(resilience.RetryKinds()), len(resilience.Limits())
+	if k < 1 || int(k) > nk || l < 0 || int(l) >= nl {
+		return 0, false
+	}
+	return 1 << (int(k-1)*nl + int(l)), true
+}
+
+// With returns the set with layer k ended by limit l added.
+func (e Exhaustions) With(k resilience.RetryKind, l resilience.Limit) Exhaustions {
+	b, _ := exhaustionBit(k, l)
+	return e | b
+}
+
+// Has reports whether the set holds layer k ended by limit l.
+func (e Exhaustions) Has(k resilience.RetryKind, l resilience.Limit) bool {
+	b, ok := exhaustionBit(k, l)
+	return ok && e&b != 0
 }
 
 // HasInFlight reports whether InFlight means something for the node's
@@ -215,7 +258,11 @@ type Stats struct {
 	// Running says a run is under way; false before the first run and
 	// between runs.
 	Running bool
-	Nodes   []NodeStats // in the order the nodes were added
+	// Draining says a drain was asked for in run RunID
+	// (pipeline.Pipeline.Drain): while Running, the sources take no new
+	// items and the items in flight finish; after, the run was drained.
+	Draining bool
+	Nodes    []NodeStats // in the order the nodes were added
 }
 
 // Node returns the stats of the node called name.

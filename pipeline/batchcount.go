@@ -11,7 +11,7 @@ import (
 // a Batch as before it; InBatches and OutBatches count the batches.
 //
 // A node takes batches when every stream it reads carries them. It then
-// counts In, Failed, Skipped, DeadLettered, Filtered and HandedOff in
+// counts In, Failed, Skipped, DeadLettered, BrokerRetries, Filtered and HandedOff in
 // items. It gives batches when its output carries them: a Batch, and a
 // Transform, Filter, Merge, Route or branch that takes batches and hands
 // on a slice; it then counts Out in items.

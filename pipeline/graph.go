@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -54,8 +55,9 @@ type GraphNode struct {
 	// then what is not zero: filtered, skipped, "dead" (dead-lettered),
 	// "failed" (the failures neither skipped nor dead-lettered: those
 	// that failed the node), retries, restarts, node retries, fallbacks,
-	// handed off, in flight, and a breaker that is not closed. Nodes with
-	// failures, dead letters or a breaker not closed get a red border.
+	// handed off, broker retries, in flight, and a breaker that is not
+	// closed. Nodes with failures, dead letters or a breaker not closed
+	// get a red border.
 	Stats *NodeStats
 }
 
@@ -122,6 +124,36 @@ func (g Graph) WithStats(s Stats) Graph {
 // returns an error, so that item retry and the breaker can act.
 func callsFallible(k NodeKind) bool {
 	return k == KindTransform || k == KindSink || k == KindFlatMap
+}
+
+// exhaustible returns the layers and limits that can end node n's
+// retries: those of armedLayers, with the limits its options set.
+func exhaustible(n *spec) observer.Exhaustions {
+	o := n.res
+	var e observer.Exhaustions
+	fallible := callsFallible(n.kind) && !n.tagging
+	if fallible && o.ItemRetry.MaxRetries > 0 {
+		e = e.With(resilience.ItemRetry, resilience.LimitCount)
+		if o.ItemRetry.MaxElapsed > 0 {
+			e = e.With(resilience.ItemRetry, resilience.LimitElapsed)
+		}
+		if o.RetryBudget != nil {
+			e = e.With(resilience.ItemRetry, resilience.LimitBudget)
+		}
+	}
+	if o.NodeRestart.MaxRestarts > 0 {
+		e = e.With(resilience.NodeRestart, resilience.LimitCount)
+		if o.NodeRestart.MaxElapsed > 0 {
+			e = e.With(resilience.NodeRestart, resilience.LimitElapsed)
+		}
+	}
+	if (fallible || n.kind == KindSource) && o.NodeRetry.MaxRetries > 0 {
+		e = e.With(resilience.NodeRetry, resilience.LimitCount)
+		if o.NodeRetry.MaxElapsed > 0 {
+			e = e.With(resilience.NodeRetry, resilience.LimitElapsed)
+		}
+	}
+	return e
 }
 
 // armedLayers returns the resilience layers that can act on node n, as
@@ -223,6 +255,7 @@ func (n GraphNode) counts() string {
 	add("node retries", s.NodeRetries, false)
 	add("fallbacks", s.Fallbacks, false)
 	add("handed off", s.HandedOff, false)
+	add("broker retries", s.BrokerRetries, false)
 	add("in flight", s.InFlight, false)
 	if s.Circuit != resilience.CircuitClosed {
 		parts = append(parts, "circuit "+s.Circuit.String())
@@ -241,7 +274,7 @@ func (n GraphNode) troubled() bool {
 // on, less the skipped and dead-lettered ones. Counters read one at a time
 // during a run can make it dip below zero for a moment; it is then 0.
 func failedNode(s NodeStats) int64 {
-	return max(0, s.Failed-s.Skipped-s.DeadLettered)
+	return max(0, s.Failed-s.Skipped-s.DeadLettered-s.BrokerRetries)
 }
 
 // lines returns the lines of a node's label, names made printable.

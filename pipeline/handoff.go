@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/observer"
 )
 
 // A HandOffSource is a source whose broker can take over an item's long
@@ -152,6 +153,38 @@ func (nr *nodeRun) handOff(ctx context.Context, h *handOffState, item any, fl *f
 // DecisionNode. The node fills in the rest (Item, ItemType, Err, ErrText,
 // Attempts, ...). A write the sink refuses is the node's to report: it must
 // not drop the item.
+//
+// A letter the sink stores counts in the source's DeadLettered, one the
+// sink gives back to the broker (a [deadletter.BrokerRetrier]) in its
+// BrokerRetries, and observers get OnDeadLetter for either, as for a
+// letter a node writes.
 type DeadLetterWriter interface {
 	UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope)
+}
+
+// sourceLetters is the dead-letter sink a DeadLetterWriter source writes
+// to: the run's, counted for the source and told to observers.
+type sourceLetters struct {
+	rs *runState
+	n  *spec
+}
+
+func (s *sourceLetters) Write(ctx context.Context, env deadletter.Envelope) error {
+	_, err := s.WriteOrRetry(ctx, env)
+	return err
+}
+
+func (s *sourceLetters) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
+	retried, err = safeWrite(ctx, s.rs.p.cfg.deadLetter, env)
+	if err != nil {
+		return false, err
+	}
+	if retried {
+		s.n.stats.brokerRetries.Add(1)
+	} else {
+		s.n.stats.deadLettered.Add(1)
+	}
+	notify(s.rs, s.n, observer.Observer.OnDeadLetter, observer.DeadLetterEvent{Event: s.rs.event(s.n), Key: env.CorrelationID,
+		OriginNode: env.OriginNode, Attempts: env.Attempts, Err: env.Err, BrokerRetry: retried})
+	return retried, nil
 }

@@ -460,14 +460,20 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		return nil
 	case resilience.DeadLetter:
 		key := keyOf(item, tr)
-		if err := nr.deadLetter(ctx, item, key, fl); err != nil {
+		retried, err := nr.deadLetter(ctx, item, key, fl)
+		if err != nil {
 			n.stats.failed.Add(items)
 			return err
 		}
-		n.stats.deadLettered.Add(items)
+		if retried {
+			// The sink gave the item back to its broker: no dead letter.
+			n.stats.brokerRetries.Add(items)
+		} else {
+			n.stats.deadLettered.Add(items)
+		}
 		n.stats.failed.Add(items)
 		notify(rs, n, observer.Observer.OnDeadLetter,
-			observer.DeadLetterEvent{Event: rs.event(n), Key: key, OriginNode: n.name, Attempts: fl.total(), Err: fl.err})
+			observer.DeadLetterEvent{Event: rs.event(n), Key: key, OriginNode: n.name, Attempts: fl.total(), Err: fl.err, BrokerRetry: retried})
 		if tr != nil {
 			tr.finish(outcomeOf(resilience.DeadLetter))
 		}
@@ -482,39 +488,40 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 
 // deadLetter writes item's envelope to the dead-letter sink, retrying with
 // the sink's own backoff. When the sink still fails, the run fails with
-// both the item's error and the sink's.
-func (nr *nodeRun) deadLetter(ctx context.Context, item any, key string, fl *failure) error {
+// both the item's error and the sink's. retried says the sink gave the
+// item back to its broker instead (deadletter.BrokerRetrier).
+func (nr *nodeRun) deadLetter(ctx context.Context, item any, key string, fl *failure) (retried bool, err error) {
 	rs := nr.rs
 	env, err := nr.envelope(item, fl)
 	if env.CorrelationID == "" {
 		env.CorrelationID = key
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	o := rs.p.cfg.dlRetry
 	for retry := 0; ; retry++ {
-		err = safeWrite(ctx, rs.p.cfg.deadLetter, env)
+		retried, err = safeWrite(ctx, rs.p.cfg.deadLetter, env)
 		if err == nil {
-			return nil
+			return retried, nil
 		}
 		if ctx.Err() != nil || retry >= o.maxRetries {
 			break
 		}
 		d, perr := delay(o.backoff, retry+1, rs.p.cfg.rand)
 		if perr != nil {
-			return perr
+			return false, perr
 		}
 		if werr := rs.wait(ctx, d); werr != nil {
-			return werr
+			return false, werr
 		}
 	}
 	if ctx.Err() != nil {
 		// Whatever the sink said, the run is stopping: not the sink's
 		// failure, and the item is reported Failed at the run's end.
-		return context.Cause(ctx)
+		return false, context.Cause(ctx)
 	}
-	return &notRestartable{errors.Join(fl.err, fmt.Errorf("pipeline: dead-letter sink failed: %w", err))}
+	return false, &notRestartable{errors.Join(fl.err, fmt.Errorf("pipeline: dead-letter sink failed: %w", err))}
 }
 
 // envelope returns the dead-letter envelope of item after fl.
@@ -535,9 +542,12 @@ func (nr *nodeRun) envelope(item any, fl *failure) (deadletter.Envelope, error) 
 	return env, nil
 }
 
-func safeWrite(ctx context.Context, s deadletter.Sink, env deadletter.Envelope) (err error) {
+func safeWrite(ctx context.Context, s deadletter.Sink, env deadletter.Envelope) (retried bool, err error) {
 	defer recovered(&err)
-	return s.Write(ctx, env)
+	if br, ok := s.(deadletter.BrokerRetrier); ok {
+		return br.WriteOrRetry(ctx, env)
+	}
+	return false, s.Write(ctx, env)
 }
 
 // classify asks c whether err is transient for work under ctx and returns

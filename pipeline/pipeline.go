@@ -498,10 +498,12 @@ func (p *Pipeline) Stats() Stats {
 	rs := p.current.Load()
 	if rs != nil {
 		s.RunID = rs.id
+		s.Draining = rs.drains.on.Load()
 	}
 	live := rs != nil && !rs.ended.Load()
 	for i, n := range p.nodes {
 		s.Nodes[i] = n.stats.snapshot(n.name, n.kind)
+		s.Nodes[i].Exhaustible = exhaustible(n)
 		if n.size != nil {
 			if z, ok := sourceSize(n.size); ok {
 				s.Nodes[i].Size, s.Nodes[i].Sized = z, true

@@ -67,7 +67,11 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		}
 		if dw, ok := src.(DeadLetterWriter); ok && !isNil(src) {
 			rs := nr.rs
-			dw.UseDeadLetter(rs.p.cfg.deadLetter, deadletter.Envelope{
+			var sink deadletter.Sink
+			if rs.p.cfg.deadLetter != nil {
+				sink = &sourceLetters{rs: rs, n: nr.spec}
+			}
+			dw.UseDeadLetter(sink, deadletter.Envelope{
 				Pipeline: rs.p.name, RunID: rs.id, OriginNode: nr.spec.name, DecisionNode: nr.spec.name})
 		}
 		if needsFlusher(nr.rs.p.cfg, nr.spec) {

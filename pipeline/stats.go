@@ -17,7 +17,7 @@ import (
 // do not slow each other down.
 type counters struct {
 	in, out, failed, skipped, deadLettered, filtered atomic.Int64
-	fallbacks, handedOff                             atomic.Int64
+	fallbacks, handedOff, brokerRetries              atomic.Int64
 	inBatches, outBatches                            atomic.Int64
 	retries                                          []atomic.Int64 // by RetryKind - 1
 	_                                                [40]byte
@@ -31,21 +31,22 @@ func (c *counters) retry(k resilience.RetryKind) { c.retries[k-1].Add(1) }
 
 func (c *counters) snapshot(name string, kind NodeKind) NodeStats {
 	return NodeStats{
-		Node:         name,
-		Kind:         kind,
-		In:           c.in.Load(),
-		Out:          c.out.Load(),
-		Failed:       c.failed.Load(),
-		Skipped:      c.skipped.Load(),
-		DeadLettered: c.deadLettered.Load(),
-		Filtered:     c.filtered.Load(),
-		Fallbacks:    c.fallbacks.Load(),
-		HandedOff:    c.handedOff.Load(),
-		InBatches:    c.inBatches.Load(),
-		OutBatches:   c.outBatches.Load(),
-		ItemRetries:  c.retries[resilience.ItemRetry-1].Load(),
-		NodeRestarts: c.retries[resilience.NodeRestart-1].Load(),
-		NodeRetries:  c.retries[resilience.NodeRetry-1].Load(),
+		Node:          name,
+		Kind:          kind,
+		In:            c.in.Load(),
+		Out:           c.out.Load(),
+		Failed:        c.failed.Load(),
+		Skipped:       c.skipped.Load(),
+		DeadLettered:  c.deadLettered.Load(),
+		Filtered:      c.filtered.Load(),
+		Fallbacks:     c.fallbacks.Load(),
+		HandedOff:     c.handedOff.Load(),
+		BrokerRetries: c.brokerRetries.Load(),
+		InBatches:     c.inBatches.Load(),
+		OutBatches:    c.outBatches.Load(),
+		ItemRetries:   c.retries[resilience.ItemRetry-1].Load(),
+		NodeRestarts:  c.retries[resilience.NodeRestart-1].Load(),
+		NodeRetries:   c.retries[resilience.NodeRetry-1].Load(),
 	}
 }
 
@@ -61,7 +62,7 @@ type Stats = observer.Stats
 
 // held is what the node has taken in and not yet let go of, over every run.
 func held(s NodeStats) int64 {
-	return s.In - s.Out - s.Filtered - s.Skipped - s.DeadLettered
+	return s.In - s.Out - s.Filtered - s.Skipped - s.DeadLettered - s.BrokerRetries - s.HandedOff
 }
 
 func minus(s, o NodeStats) NodeStats {
@@ -73,6 +74,7 @@ func minus(s, o NodeStats) NodeStats {
 	s.Filtered -= o.Filtered
 	s.Fallbacks -= o.Fallbacks
 	s.HandedOff -= o.HandedOff
+	s.BrokerRetries -= o.BrokerRetries
 	s.InBatches -= o.InBatches
 	s.OutBatches -= o.OutBatches
 	s.ItemRetries -= o.ItemRetries
@@ -106,14 +108,17 @@ func (r Result) Node(name string) (NodeStats, bool) {
 	return NodeStats{}, false
 }
 
-// String returns the per-node counts as a table.
+// String returns the per-node counts as a table. The columns "handed
+// off" and "broker retries" are there only when a node counted some, and
+// "batches in" and "batches out" only when a Batch ran.
 func (r Result) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "pipeline %s run %s in %s\n", r.Pipeline, r.RunID, r.Duration)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	handOffs, batches := false, false
+	handOffs, brokerRetries, batches := false, false, false
 	for _, n := range r.Nodes {
 		handOffs = handOffs || n.HandedOff != 0
+		brokerRetries = brokerRetries || n.BrokerRetries != 0
 		batches = batches || n.InBatches != 0 || n.OutBatches != 0
 	}
 	head := "node\tkind\tin\tout\tfailed\tskipped\tdead-lettered\tfiltered\tretries\trestarts\tnode retries\t"
@@ -121,6 +126,11 @@ func (r Result) String() string {
 		// Only when a source handed waits to its broker: the items that
 		// left the node that way.
 		head += "handed off\t"
+	}
+	if brokerRetries {
+		// Only when the dead-letter sink gave failed items back to their
+		// broker's retry path: they are not dead letters.
+		head += "broker retries\t"
 	}
 	if batches {
 		// Only when a Batch ran: in and out count items, these batches.
@@ -132,6 +142,9 @@ func (r Result) String() string {
 			n.Skipped, n.DeadLettered, n.Filtered, n.ItemRetries, n.NodeRestarts, n.NodeRetries)
 		if handOffs {
 			fmt.Fprintf(tw, "%d\t", n.HandedOff)
+		}
+		if brokerRetries {
+			fmt.Fprintf(tw, "%d\t", n.BrokerRetries)
 		}
 		if batches {
 			fmt.Fprintf(tw, "%d\t%d\t", n.InBatches, n.OutBatches)

@@ -257,7 +257,11 @@ func show(file, n string, stdout, stderr io.Writer) int {
 		}
 		if r.Line == line {
 			var out bytes.Buffer
-			if err := json.Indent(&out, r.Raw, "", "  "); err != nil {
+			raw, err := bytesAsText(r.Raw)
+			if err == nil {
+				err = json.Indent(&out, raw, "", "  ")
+			}
+			if err != nil {
 				dataError(stderr, fmt.Errorf("%s:%d: %w", file, line, err))
 				return exitData
 			}
@@ -271,6 +275,108 @@ func show(file, n string, stdout, stderr io.Writer) int {
 	}
 	dataError(stderr, fmt.Errorf("%s: no envelope at line %d", file, line))
 	return exitData
+}
+
+// bytesAsText returns the envelope line raw with the bytes of its item
+// (a []byte item, a rabbitmq.Message's body, a nats.Message's data),
+// which JSON holds as base64, as text when they are valid UTF-8 without a
+// NUL: people read them. Beside the bytes' field X it adds X_encoding,
+// "text" or "base64", to say which. Other fields stay as they are, in
+// their order.
+func bytesAsText(raw []byte) ([]byte, error) {
+	top, err := fields(raw)
+	if err != nil || top == nil {
+		return raw, err
+	}
+	var itemType string
+	for _, f := range top {
+		if f.key == "item_type" {
+			_ = json.Unmarshal(f.val, &itemType)
+		}
+	}
+	for i, f := range top {
+		if f.key != "item" {
+			continue
+		}
+		switch {
+		case itemType == "[]uint8":
+			top = decodeBytes(top, i)
+		case strings.HasSuffix(itemType, "/connector/rabbitmq.Message"), strings.HasSuffix(itemType, "/connector/nats.Message"):
+			item, err := fields(f.val)
+			if err != nil || item == nil {
+				return raw, err
+			}
+			for j, g := range item {
+				if g.key == "body" || g.key == "data" {
+					item = decodeBytes(item, j)
+					break
+				}
+			}
+			top[i].val = joinFields(item)
+		}
+		break
+	}
+	return joinFields(top), nil
+}
+
+// A field is one member of a JSON object, its value as it was.
+type field struct {
+	key string
+	val json.RawMessage
+}
+
+// fields returns the members of the JSON object raw in their order, or
+// nil when raw is not an object.
+func fields(raw []byte) ([]field, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil, err
+	}
+	var out []field
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, err
+		}
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return nil, err
+		}
+		out = append(out, field{tok.(string), val})
+	}
+	return out, nil
+}
+
+func joinFields(fs []field) []byte {
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, f := range fs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		key, _ := json.Marshal(f.key)
+		b.Write(key)
+		b.WriteByte(':')
+		b.Write(f.val)
+	}
+	b.WriteByte('}')
+	return b.Bytes()
+}
+
+// decodeBytes turns fs[i], bytes as base64, into text when they are
+// valid UTF-8 without a NUL, and adds the field that says which.
+func decodeBytes(fs []field, i int) []field {
+	var data []byte
+	if err := json.Unmarshal(fs[i].val, &data); err != nil || data == nil {
+		return fs // not bytes, or null
+	}
+	encoding := "base64"
+	if utf8.Valid(data) && !bytes.Contains(data, []byte{0}) {
+		encoding = "text"
+		fs[i].val, _ = json.Marshal(string(data))
+	}
+	enc, _ := json.Marshal(encoding)
+	return slices.Insert(fs, i+1, field{fs[i].key + "_encoding", enc})
 }
 
 // filter copies the matching envelopes to a new file, or to standard

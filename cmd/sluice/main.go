@@ -48,7 +48,8 @@ Commands:
         Count the envelopes, by node and by reason unless --by says
         otherwise. REASON is the error with one item's detail stripped:
         quoted text becomes "…", a number N (a status code from 100 to 599
-        stays), the digits in a word N (ord-N), so one cause is one group.
+        stays; 1 000 000 and 1,000,000 are one N), the digits in a word N
+        (ord-N), so one cause is one group.
         ERROR is the whole error text; RUN the run ID. --top N shows the N
         largest groups of each count (default 10; 0 shows all).
 
@@ -107,7 +108,7 @@ Exit codes:
      envelope at line N, an OUT that exists already, an item never encoded,
      a publish the broker refused or did not confirm
   2  a usage error: an unknown command, missing or extra arguments, an
-     unknown flag
+     unknown flag, a flag's value out of range (--timeout 0 or less)
 `
 
 func main() {

@@ -35,10 +35,65 @@ func reason(text string) string {
 		for j < len(rs) && isWordRune(rs[j]) {
 			j++
 		}
+		if end, dot, ok := groupedNumber(rs, i, j); ok {
+			b.WriteByte('N')
+			if dot {
+				b.WriteByte('.')
+			}
+			i = end
+			continue
+		}
 		b.WriteString(stripWord(string(rs[i:j])))
 		i = j
 	}
 	return b.String()
+}
+
+// groupedNumber reports whether the word rs[i:j] begins a number written
+// with thousands separators (1 000 000, 1,000,000, 12 500.75): one to three
+// digits, then groups of three digits, each after one space or comma, the
+// last of them with a decimal part or a sentence's dot (dot) or neither.
+// end is where the number ends. Words that are all status codes (503 404)
+// are no number.
+func groupedNumber(rs []rune, i, j int) (end int, dot, ok bool) {
+	if j-i > 3 || !allDigits(rs[i:j]) {
+		return 0, false, false
+	}
+	status := isStatus(rs[i:j])
+	end = j
+	for end+4 <= len(rs) && (rs[end] == ' ' || rs[end] == ',') && allDigits(rs[end+1:end+4]) {
+		w := end + 1
+		for w < len(rs) && isWordRune(rs[w]) {
+			w++
+		}
+		g := rs[end+1 : w]
+		if len(g) > 3 && (g[3] != '.' || !allDigits(g[4:])) {
+			break
+		}
+		status = status && len(g) == 3 && isStatus(g)
+		dot = len(g) == 4
+		end = w
+	}
+	if end == j || status {
+		return 0, false, false
+	}
+	return end, dot, true
+}
+
+func allDigits(rs []rune) bool {
+	for _, r := range rs {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// isStatus reports whether rs is a number from 100 to 599, likely a
+// status code.
+func isStatus(rs []rune) bool {
+	n, err := strconv.Atoi(string(rs))
+	return err == nil && len(rs) == 3 && n >= 100 && n <= 599
 }
 
 // closingQuotes returns, for each rune that opens a quote, the index of the

@@ -35,3 +35,18 @@ func TestReasonEscapedQuotes(t *testing.T) {
 	assert.True(t, strings.HasPrefix(got, `400 Bad Request: {\"id\":N,\"sku\":\"A\"},`), got[:60])
 	assert.Equal(t, 10000, strings.Count(got, `\"sku\"`))
 }
+
+// A number written with thousands separators is one number: one N.
+func TestReasonGroupedNumbers(t *testing.T) {
+	for in, want := range map[string]string{
+		`limit 1 000 000 exceeded`:      `limit N exceeded`,
+		`limit 1 000 000 exceeded by 3`: `limit N exceeded by N`,
+		`limit 1,000,000 exceeded`:      `limit N exceeded`,
+		`limit 1 000 000.`:              `limit N.`,
+		`ids 12 34 failed`:              `ids N N failed`,
+		`status 503 404 429`:            `status 503 404 429`,
+		`took 1 200 ms`:                 `took N ms`,
+	} {
+		assert.Equal(t, want, reason(in), in)
+	}
+}

@@ -60,6 +60,8 @@ func redrive(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "dlq redrive: give one of --queue Q and --exchange X")
 	case *queue != "" && *key != "":
 		return usageError(stderr, "dlq redrive: --routing-key goes with --exchange; --queue is the routing key")
+	case *timeout <= 0:
+		return usageError(stderr, fmt.Sprintf("dlq redrive: --timeout %s: must be positive", *timeout))
 	}
 	in.files = positional
 	if *ledgerPath == "" {
@@ -173,11 +175,19 @@ func publishLetters(ctx context.Context, todo []letter, url, exchange, key strin
 		return 0, errors.Join(err, pub.Close(ctx))
 	}
 	defer func() { err = errors.Join(err, pub.Close(ctx)) }()
-	ledger, err := openLedger(ledgerPath)
+	ledger, created, err := openLedger(ledgerPath)
 	if err != nil {
 		return 0, err
 	}
-	defer func() { err = errors.Join(err, ledger.Close()) }()
+	defer func() {
+		err = errors.Join(err, ledger.Close())
+		if created && sent == 0 {
+			// Opened first so that a ledger that cannot be written stops
+			// the redrive before it sends anything; a redrive that sent
+			// nothing leaves no empty ledger behind.
+			err = errors.Join(err, os.Remove(ledgerPath))
+		}
+	}()
 	for _, l := range todo {
 		if err := pub.Write(ctx, l); err != nil {
 			return sent, fmt.Errorf("%s:%d: %w", l.r.Path, l.r.Line, err)
@@ -247,10 +257,15 @@ func readLedger(path, target string) (map[string]bool, error) {
 
 // openLedger opens the ledger for appending, first ending a torn last line
 // (a crash in the middle of a write), so that the next line starts whole.
-func openLedger(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+// created says the file did not exist before.
+func openLedger(path string) (f *os.File, created bool, err error) {
+	f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
+		created = err == nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("ledger: %w", err)
+		return nil, false, fmt.Errorf("ledger: %w", err)
 	}
 	info, err := f.Stat()
 	if err == nil && info.Size() > 0 {
@@ -260,7 +275,7 @@ func openLedger(path string) (*os.File, error) {
 		}
 	}
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("ledger: %w", err), f.Close())
+		return nil, false, errors.Join(fmt.Errorf("ledger: %w", err), f.Close())
 	}
-	return f, nil
+	return f, created, nil
 }

@@ -54,6 +54,8 @@ func requeue(args []string, stdout, stderr io.Writer) int {
 		return usageError(stderr, "rabbitmq requeue: --from and --to name the same queue")
 	case *limit < 0:
 		return usageError(stderr, fmt.Sprintf("rabbitmq requeue: --limit %d: must not be negative", *limit))
+	case *timeout <= 0:
+		return usageError(stderr, fmt.Sprintf("rabbitmq requeue: --timeout %s: must be positive", *timeout))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()

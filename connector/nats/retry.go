@@ -187,7 +187,9 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 //
 // Every other envelope goes to next unchanged. A batch goes to the broker
 // only when each of its messages may still be retried. next must not be
-// nil.
+// nil. The sink is a [deadletter.BrokerRetrier]: the pipeline counts an
+// item it wrote nothing for as a broker retry (NodeStats.BrokerRetries),
+// not as a dead letter.
 func (s *Source) DeadLetter(next deadletter.Sink) deadletter.Sink {
 	if next == nil {
 		panic("sluice: nats: Source.DeadLetter: next sink is nil")
@@ -202,8 +204,17 @@ type retrySink struct {
 
 // Write decides env's fate as DeadLetter describes.
 func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
+	_, err := r.WriteOrRetry(ctx, env)
+	return err
+}
+
+// WriteOrRetry decides env's fate as DeadLetter describes, and returns
+// retried true when the message goes back to the broker instead of to
+// next, so that the pipeline counts a broker retry, not a dead letter
+// (deadletter.BrokerRetrier).
+func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
 	if errors.Is(env.Err, ErrPoison) {
-		return r.next.Write(ctx, env)
+		return false, r.next.Write(ctx, env)
 	}
 	ds := r.deliveries(env)
 	final := env
@@ -211,21 +222,21 @@ func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 		final = ds[0].merge(env)
 	}
 	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
-		return r.next.Write(ctx, final)
+		return false, r.next.Write(ctx, final)
 	}
 	gone := true
 	for _, d := range ds {
 		gone = gone && d.sess.isGone()
 	}
 	if gone {
-		return nil
+		return true, nil
 	}
 	if !r.src.cfg.Retry.Classifier.IsTransient(unmark(env.Err)) {
-		return r.next.Write(ctx, final)
+		return false, r.next.Write(ctx, final)
 	}
 	for _, d := range ds {
 		if d.deliveries >= r.src.cfg.MaxDeliver {
-			return r.next.Write(ctx, final)
+			return false, r.next.Write(ctx, final)
 		}
 	}
 	for _, d := range ds {
@@ -234,7 +245,7 @@ func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 		}
 		d.retry.Store(int64(r.src.cfg.delay(uint64(d.deliveries))))
 	}
-	return nil
+	return true, nil
 }
 
 // deliveries returns the deliveries of this source that env's item came

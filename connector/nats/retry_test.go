@@ -111,10 +111,16 @@ func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
 	})
 	p, err = b.Build()
 	require.NoError(t, err)
-	_, err = p.Run(testContext(t))
+	res, err := p.Run(testContext(t))
 	require.NoError(t, err)
 
 	assert.ElementsMatch(t, []string{"fine", "flaky"}, stored)
+	// One dead letter, the one the sink holds; the three naks with a
+	// wait are broker retries (flaky once, broken twice).
+	if n, ok := res.Node("store"); assert.True(t, ok) {
+		assert.Equal(t, int64(1), n.DeadLettered, "what the dead-letter sink holds")
+		assert.Equal(t, int64(3), n.BrokerRetries)
+	}
 	broken := s.of("broken")
 	require.Len(t, broken, 3, "MaxDeliver deliveries")
 	for i, d := range broken {

@@ -34,7 +34,9 @@ import (
 //
 // Every other envelope goes to next unchanged. A batch goes to the broker
 // only when each of its messages may still be retried. next must not be
-// nil.
+// nil. The sink is a [deadletter.BrokerRetrier]: the pipeline counts an
+// item it wrote nothing for as a broker retry (NodeStats.BrokerRetries),
+// not as a dead letter.
 func (s *Source) DeadLetter(next deadletter.Sink) deadletter.Sink {
 	if next == nil {
 		panic("sluice: rabbitmq: Source.DeadLetter: next sink is nil")
@@ -49,10 +51,19 @@ type retrySink struct {
 
 // Write decides env's fate as DeadLetter describes.
 func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
+	_, err := r.WriteOrRetry(ctx, env)
+	return err
+}
+
+// WriteOrRetry decides env's fate as DeadLetter describes, and returns
+// retried true when the message goes back to the broker instead of to
+// next, so that the pipeline counts a broker retry, not a dead letter
+// (deadletter.BrokerRetrier).
+func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
 	if errors.Is(env.Err, ErrPoison) {
 		// The source's own poison letter: its story is merged already, and
 		// the broker must not retry it.
-		return r.next.Write(ctx, env)
+		return false, r.next.Write(ctx, env)
 	}
 	ds := r.deliveries(env)
 	final := env
@@ -62,21 +73,21 @@ func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 		final = ds[0].past.merge(env)
 	}
 	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
-		return r.next.Write(ctx, final)
+		return false, r.next.Write(ctx, final)
 	}
 	gone := true
 	for _, d := range ds {
 		gone = gone && d.sess.isGone()
 	}
 	if gone {
-		return nil
+		return true, nil
 	}
 	if !r.retryable(env.Err) {
-		return r.next.Write(ctx, final)
+		return false, r.next.Write(ctx, final)
 	}
 	for _, d := range ds {
 		if d.retries >= r.src.cfg.Retry.MaxRetry {
-			return r.next.Write(ctx, final)
+			return false, r.next.Write(ctx, final)
 		}
 	}
 	// Send the copies now, on this goroutine, as any dead-letter write: a
@@ -91,11 +102,11 @@ func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 		rt := &r.src.cfg.Retry
 		tier := rt.tierName(r.src.cfg.Queue, rt.tierForTrip(d.retries+1))
 		if err := r.src.copies.publish(ctx, "", tier, *d.retryCopy(env, nil)); err != nil {
-			return fmt.Errorf("rabbitmq: send message %s to the retry queue %q of queue %q: %w", d.id, tier, r.src.cfg.Queue, err)
+			return false, fmt.Errorf("rabbitmq: send message %s to the retry queue %q of queue %q: %w", d.id, tier, r.src.cfg.Queue, err)
 		}
 		d.copied.Store(true)
 	}
-	return nil
+	return true, nil
 }
 
 // deliveries returns the deliveries of this source that env's item came

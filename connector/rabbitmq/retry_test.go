@@ -112,8 +112,12 @@ func TestRetryTopology(t *testing.T) {
 	pipeline.Sink(b, "store", handled, store)
 	p, err := b.Build()
 	require.NoError(t, err)
-	_, err = p.Run(ctx)
+	res, err := p.Run(ctx)
 	require.NoError(t, err)
+	if n, ok := res.Node("handle"); assert.True(t, ok) {
+		assert.Equal(t, int64(2), n.DeadLettered)
+		assert.Equal(t, int64(5), n.BrokerRetries)
+	}
 
 	// flaky: two deliveries of two calls each, then a third delivery that
 	// worked, each delivery at least the TTL after the one before.
@@ -166,7 +170,24 @@ func TestRetryTopology(t *testing.T) {
 	// poison, 1 of bad); the source's sink turned 5 of them into broker
 	// retries and let 2 through. Every queue is empty: what was not
 	// retried was acked.
-	assert.Len(t, pipelinetest.Of[observer.DeadLetterEvent](rec), 7)
+	events := pipelinetest.Of[observer.DeadLetterEvent](rec)
+	assert.Len(t, events, 7)
+	retried := 0
+	for _, e := range events {
+		if e.BrokerRetry {
+			retried++
+		}
+	}
+	assert.Equal(t, 5, retried, "the events say which went to the broker's retry")
+	// Only the two letters in the sink count as dead letters: the five
+	// broker retries are counted on their own, in Stats and in each run's
+	// Result.
+	st, ok := p.Stats().Node("handle")
+	require.True(t, ok)
+	assert.Equal(t, int64(2), st.DeadLettered, "what the dead-letter sink holds")
+	assert.Equal(t, int64(5), st.BrokerRetries)
+	assert.Equal(t, int64(7), st.Failed)
+	assert.Contains(t, res.String(), "broker retries")
 	for _, name := range []string{q, q + "_retry"} {
 		ready, _ := a.depth(name)
 		assert.Zero(t, ready, "queue %s is empty", name)

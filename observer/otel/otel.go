@@ -53,6 +53,8 @@ const (
 	RetryDelay       = "sluice.retry.delay"       // Float64Histogram, s
 	CircuitState     = "sluice.circuit.state"     // Int64ObservableGauge, {state}
 	ItemsInFlight    = "sluice.items.in_flight"   // Int64ObservableUpDownCounter, {item}
+	BrokerRetries    = "sluice.broker_retries"    // Int64ObservableCounter, {item}
+	HandedOff        = "sluice.handed_off"        // Int64ObservableCounter, {item}
 )
 
 // The attribute keys of every measurement.
@@ -97,6 +99,7 @@ type Observer struct {
 	kindAttrs sync.Map // kindKey → metric.MeasurementOption
 
 	in, out, failed, filtered, deadLetters, drops, fallbacks, retries metric.Int64ObservableCounter
+	brokerRetries, handedOff                                          metric.Int64ObservableCounter
 	circuit                                                           metric.Int64ObservableGauge
 	inFlight                                                          metric.Int64ObservableUpDownCounter
 }
@@ -141,7 +144,10 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.out = counter(ItemsOut, "{item}", "Items a node handed downstream; for a sink, items written.")
 	o.failed = counter(ItemsFailed, "{item}", "Items whose processing failed after item retries, whatever happened to them next.")
 	o.filtered = counter(ItemsFiltered, "{item}", "Items a filter dropped, or a flat map or unbatch turned into nothing.")
-	o.deadLetters = counter(DeadLetters, "{item}", "Items a node sent to the dead-letter sink.")
+	o.deadLetters = counter(DeadLetters, "{item}", "Items a node sent to the dead-letter sink, which stored them.")
+	o.brokerRetries = counter(BrokerRetries, "{item}",
+		"Items a node sent to the dead-letter sink, which gave them back to their broker's retry path instead of storing them: not dead letters.")
+	o.handedOff = counter(HandedOff, "{item}", "Items whose item retry a node handed to their source's broker, to be delivered again after the wait.")
 	o.drops = counter(Drops, "{item}", "Items a node dropped because its failure action is skip.")
 	o.fallbacks = counter(Fallbacks, "{item}", "Items a node's Fallback rescued after its item retries gave up.")
 	o.retries = counter(Retries, "{retry}", "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.")
@@ -161,7 +167,8 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("otel: creating instruments: %w", err)
 	}
-	o.reg, err = m.RegisterCallback(o.observe, o.in, o.out, o.failed, o.filtered, o.deadLetters, o.drops, o.fallbacks, o.retries, o.circuit, o.inFlight)
+	o.reg, err = m.RegisterCallback(o.observe, o.in, o.out, o.failed, o.filtered, o.deadLetters, o.drops, o.fallbacks, o.retries, o.circuit, o.inFlight,
+		o.brokerRetries, o.handedOff)
 	if err != nil {
 		return nil, fmt.Errorf("otel: registering the callback: %w", err)
 	}
@@ -207,9 +214,12 @@ func (o *Observer) UseStats(r observer.StatsReader) error {
 		byKind := make([]metric.MeasurementOption, len(kinds))
 		for i, k := range kinds {
 			byKind[i] = o.attrs(name, n.Node, k)
-			// Exhaustion counters start at zero, as the Prometheus ones do.
+			// Exhaustion counters start at zero, as the Prometheus ones do:
+			// only those that can move.
 			for _, l := range limits {
-				o.exhausted.Add(context.Background(), 0, o.limitAttrs(name, n.Node, k, l))
+				if n.Exhaustible.Has(k, l) {
+					o.exhausted.Add(context.Background(), 0, o.limitAttrs(name, n.Node, k, l))
+				}
 			}
 		}
 		t.kinds = append(t.kinds, byKind)
@@ -272,6 +282,14 @@ func (o *Observer) observe(_ context.Context, ob metric.Observer) error {
 			ob.ObserveInt64(o.deadLetters, n.DeadLettered, at)
 			ob.ObserveInt64(o.drops, n.Skipped, at)
 			ob.ObserveInt64(o.fallbacks, n.Fallbacks, at)
+			// Only nodes whose items went back to a broker, as the
+			// Prometheus series.
+			if n.BrokerRetries != 0 {
+				ob.ObserveInt64(o.brokerRetries, n.BrokerRetries, at)
+			}
+			if n.HandedOff != 0 {
+				ob.ObserveInt64(o.handedOff, n.HandedOff, at)
+			}
 			for j, k := range kinds {
 				ob.ObserveInt64(o.retries, n.Retries(k), t.kinds[i][j])
 			}

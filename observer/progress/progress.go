@@ -5,10 +5,16 @@
 //
 // Each line has the items a node took in and handed on, its rate over the
 // last few seconds (the window, 5 s by default) beside its average since
-// the run started, its retries, dead letters and skips, and its circuit
-// breaker's state when the breaker is not closed. A source that implements
-// node.Sized also gets how far it is through its items and an ETA: the
-// items it has left divided by its recent rate.
+// the run started, its retries, dead letters, broker retries, hand-offs
+// and skips, and its circuit breaker's state when the breaker is not
+// closed. A source that implements node.Sized also gets how far it has
+// read. When every source is sized, the run gets how much of their items
+// settled (reached an end at the sink side: written, or filtered, skipped,
+// dead-lettered, given back to the broker) and an ETA: the items left to
+// settle divided by the rate they settle at. While a drain runs
+// (pipeline.Pipeline.Drain) the display says "draining" and counts the
+// items in flight instead; the final frame says how the run ended: done,
+// drained, cancelled or failed (naming the node).
 //
 // A Reporter is an observer: hand it to pipeline.WithObserver (alone or in
 // observer.Multi) and it starts drawing when a run starts and draws a final
@@ -26,6 +32,7 @@
 package progress
 
 import (
+	"context"
 	"errors"
 	"io"
 	"sync"
@@ -258,6 +265,9 @@ func (r *Reporter) OnNodeCompleted(e observer.NodeEvent) {
 	if p == nil || p.runID != e.RunID || !p.live {
 		return
 	}
+	if e.Err != nil {
+		p.ended(e)
+	}
 	p.completed++
 	if p.completed < len(p.last.Nodes) {
 		return
@@ -392,7 +402,7 @@ func (r *Reporter) sample(p *pipe, now time.Time) bool {
 
 // begin starts showing run id of p, which started at start. r.mu is held.
 func (r *Reporter) begin(p *pipe, id string, start time.Time) {
-	p.runID, p.start, p.live, p.completed = id, start, true, 0
+	p.runID, p.start, p.live, p.completed, p.end = id, start, true, 0, ""
 	// The counters add up over every run: this run's are what they grew
 	// by since the last sample before it.
 	p.base = p.last.Nodes
@@ -411,23 +421,45 @@ type pipe struct {
 	live      bool // showing run runID: it has not ended
 	start     time.Time
 	completed int                  // nodes of the run that completed
+	end       string               // how the run ended, from its nodes' errors: "" for no error seen
 	base      []observer.NodeStats // the counters when the run started
 	st        observer.Stats       // the run's latest sample
 	samples   []sample             // the run's samples within the window, oldest first
 }
 
 type sample struct {
-	t   time.Time
-	out []int64 // each node's Out
+	t       time.Time
+	out     []int64 // each node's Out
+	settled int64   // the run's items settled
 }
 
-// add keeps a sample of the run's counters.
+// add keeps a sample of the run's counters; p.st is st.
 func (p *pipe) add(t time.Time, st observer.Stats) {
 	out := make([]int64, len(st.Nodes))
 	for i, n := range st.Nodes {
 		out[i] = n.Out
 	}
-	p.samples = append(p.samples, sample{t, out})
+	settled, _ := p.settled()
+	p.samples = append(p.samples, sample{t, out, settled})
+}
+
+// ended notes how the run ended from e, the completion of one of its
+// nodes with an error: a node that failed the run names it, and so does
+// a node it stopped; the caller's cancel or deadline is "cancelled". A
+// failure outranks a cancellation seen first.
+func (p *pipe) ended(e observer.NodeEvent) {
+	var end string
+	switch {
+	case e.Stopped && e.StoppedBy != "":
+		end = "failed (" + printable(e.StoppedBy) + ")"
+	case e.Stopped, errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
+		end = "cancelled"
+	default:
+		end = "failed (" + printable(e.Node) + ")"
+	}
+	if p.end == "" || p.end == "cancelled" {
+		p.end = end
+	}
 }
 
 // trim drops the samples older than the one a window before now.

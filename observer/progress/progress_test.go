@@ -157,8 +157,8 @@ func TestRateOverWindow(t *testing.T) {
 	assert.Equal(t, []string{"4000", "0", "333"}, last[1:], "idle for more than the window: no recent rate, the average stays")
 }
 
-// TestETAFromSizedSource checks the ETA: what a sized source has left
-// over its recent rate.
+// TestETAFromSizedSource checks the ETA: what a sized source has left to
+// settle over the recent rate items settle at.
 func TestETAFromSizedSource(t *testing.T) {
 	h := newHarness(t, progress.WithTTY(false), progress.WithInterval(time.Second))
 	src := source("read")
@@ -168,15 +168,15 @@ func TestETAFromSizedSource(t *testing.T) {
 	r.startRun("run-1")
 	h.start()
 	for range 3 {
-		r.set(func(st *observer.Stats) { st.Nodes[0].Out += 1000 })
+		r.set(func(st *observer.Stats) { st.Nodes[0].Out += 1000; st.Nodes[1].Out += 1000 })
 		h.tick()
 	}
 	w := h.out.take()
 	require.Len(t, w, 3)
 	assert.Contains(t, w[2], "read 3000/10000 (1.0k/s, avg 1.0k/s)")
-	assert.True(t, strings.HasSuffix(w[2], "ETA 7s\n"), w[2])
+	assert.True(t, strings.HasSuffix(w[2], "settled 30%  ETA 7s\n"), w[2])
 
-	// A source that stalled has no ETA, rather than an endless one.
+	// A pipeline that stalled has no ETA, rather than an endless one.
 	for range 6 {
 		h.tick()
 	}
@@ -264,8 +264,9 @@ func TestTTYRedrawsInPlace(t *testing.T) {
 		}
 	}
 	last := frames[2]
-	assert.Contains(t, last, "of 1000 (30%)")
-	assert.Contains(t, last, "ETA 1s") // 700 left at 500/s
+	assert.Contains(t, last, "of 1000 (30% read)")
+	// 300 settled (270 stored, 30 dead) at 500/s: 700 left take 1.4 s.
+	assert.Contains(t, last, "orders  0.6s  settled 30%  ETA 1s")
 	assert.Contains(t, last, "retries 21  dead 30  breaker open")
 	assert.Regexp(t, `enrich +300 +270 +450/s +450/s`, last)
 }

@@ -77,17 +77,7 @@ func (r *Reporter) drawTTY(now time.Time, ending []*pipe) {
 // block returns a pipeline's lines on a terminal: a header, and a line per
 // node.
 func (r *Reporter) block(p *pipe, now time.Time) []string {
-	head := fmt.Sprintf("%s  %s", printable(p.st.Pipeline), elapsed(now.Sub(p.start)))
-	switch {
-	case p.live:
-	case p.finished():
-		head += "  done"
-	default:
-		head += "  stopped"
-	}
-	if eta, ok := p.eta(now); ok && p.live {
-		head += "  ETA " + eta
-	}
+	head := strings.Join(append([]string{printable(p.st.Pipeline), elapsed(now.Sub(p.start))}, p.state(now)...), "  ")
 	names := make([]string, len(p.st.Nodes))
 	wide := len("node")
 	for i, n := range p.st.Nodes {
@@ -106,12 +96,11 @@ func (r *Reporter) block(p *pipe, now time.Time) []string {
 		fmt.Fprintf(&b, "  %s  %8s  %8d  %8s  %8s", pad(names[i]), in, c.Out,
 			human(p.rate(i, now))+"/s", human(p.avg(i, now))+"/s")
 		if n.Sized {
+			// How far the source has read; how far the run has got is
+			// the header's, measured where items settle.
 			fmt.Fprintf(&b, "  of %d", n.Size)
 			if n.Size > 0 {
-				fmt.Fprintf(&b, " (%d%%)", min(100, 100*c.Out/n.Size))
-			}
-			if eta, ok := p.sourceETA(i, now); ok && p.live {
-				b.WriteString("  ETA " + eta)
+				fmt.Fprintf(&b, " (%d%% read)", min(100, 100*c.Out/n.Size))
 			}
 		}
 		for _, x := range extras(c) {
@@ -124,7 +113,8 @@ func (r *Reporter) block(p *pipe, now time.Time) []string {
 
 // line returns a pipeline's compact line for an output that is not a
 // terminal: the chosen nodes' counts and rates, then the whole pipeline's
-// retries, dead letters, breakers that are not closed, and ETA.
+// retries, dead letters, breakers that are not closed, and its state: how
+// far it got and its ETA, draining, or how it ended.
 func (r *Reporter) line(p *pipe, now time.Time) string {
 	var parts []string
 	if len(r.pipes) > 1 {
@@ -147,6 +137,8 @@ func (r *Reporter) line(p *pipe, now time.Time) string {
 		sum.NodeRestarts += c.NodeRestarts
 		sum.NodeRetries += c.NodeRetries
 		sum.DeadLettered += c.DeadLettered
+		sum.BrokerRetries += c.BrokerRetries
+		sum.HandedOff += c.HandedOff
 		sum.Skipped += c.Skipped
 		if n.Circuit != resilience.CircuitClosed {
 			open = append(open, printable(n.Node)+" "+circuit(n.Circuit))
@@ -156,17 +148,51 @@ func (r *Reporter) line(p *pipe, now time.Time) string {
 	if len(open) > 0 {
 		parts = append(parts, "breaker "+strings.Join(open, ", "))
 	}
-	switch {
-	case !p.live && p.finished():
-		parts = append(parts, "done")
-	case !p.live:
-		parts = append(parts, "stopped")
-	default:
-		if eta, ok := p.eta(now); ok {
-			parts = append(parts, "ETA "+eta)
+	parts = append(parts, p.state(now)...)
+	return strings.Join(parts, "  ")
+}
+
+// state returns what a frame says of the run as a whole: while it runs,
+// how much of its sized sources' items settled and its ETA; while it
+// drains, "draining", the items left in flight and their ETA; once it
+// ended, how: done, drained, cancelled, failed (naming the node), or
+// stopped when Stop cut the display short.
+func (p *pipe) state(now time.Time) []string {
+	if !p.live {
+		return []string{p.outcome()}
+	}
+	var parts []string
+	settled, emitted := p.settled()
+	left := int64(-1)
+	if p.st.Draining {
+		left = emitted - settled
+		parts = append(parts, fmt.Sprintf("draining %d left", max(left, 0)))
+	} else if size, ok := p.size(); ok {
+		left = size - settled
+		if size > 0 {
+			parts = append(parts, fmt.Sprintf("settled %d%%", min(100, 100*settled/size)))
 		}
 	}
-	return strings.Join(parts, "  ")
+	if left > 0 {
+		if rate := p.settledRate(now); rate > 0 {
+			parts = append(parts, "ETA "+duration(etaOf(left, rate)))
+		}
+	}
+	return parts
+}
+
+// outcome returns how p's run ended, for its final frame.
+func (p *pipe) outcome() string {
+	switch {
+	case p.end != "":
+		return p.end
+	case !p.finished():
+		return "stopped"
+	case p.st.Draining:
+		return "drained"
+	default:
+		return "done"
+	}
 }
 
 // lineIndexes returns the nodes a compact line shows: WithLineNodes's, or
@@ -204,6 +230,8 @@ func extras(c observer.NodeStats) []string {
 	add(c.NodeRestarts, "restarts")
 	add(c.NodeRetries, "node retries")
 	add(c.DeadLettered, "dead")
+	add(c.BrokerRetries, "broker retries")
+	add(c.HandedOff, "handed off")
 	add(c.Skipped, "skipped")
 	add(c.Filtered, "filtered")
 	if c.Circuit != resilience.CircuitClosed {
@@ -270,6 +298,7 @@ func (p *pipe) count(i int) observer.NodeStats {
 		c.Filtered -= b.Filtered
 		c.Fallbacks -= b.Fallbacks
 		c.HandedOff -= b.HandedOff
+		c.BrokerRetries -= b.BrokerRetries
 		c.ItemRetries -= b.ItemRetries
 		c.NodeRestarts -= b.NodeRestarts
 		c.NodeRetries -= b.NodeRetries
@@ -286,49 +315,55 @@ func (p *pipe) avg(i int, now time.Time) float64 {
 	return float64(p.count(i).Out) / dt
 }
 
-// sourceETA returns how long sized source i needs for the items it has
-// left at its recent rate; not ok when it has none left, or no rate.
-func (p *pipe) sourceETA(i int, now time.Time) (string, bool) {
-	n := p.st.Nodes[i]
-	if !n.Sized {
-		return "", false
+// settled returns how many items of p's run settled, counted where they
+// end: written by a sink, or filtered, skipped, dead-lettered, handed off
+// or given back to the broker at any node; and how many its sources
+// emitted. Settled is at most emitted. It is exact for a pipeline whose
+// items each end once; a broadcast to two sinks counts an item at each, a
+// FlatMap its parts, an Aggregate its values: then it is an estimate.
+func (p *pipe) settled() (settled, emitted int64) {
+	for i, n := range p.st.Nodes {
+		c := p.count(i)
+		if n.Kind == observer.KindSource {
+			emitted += c.Out
+			continue
+		}
+		if n.Kind == observer.KindSink {
+			settled += c.Out
+		}
+		settled += c.Filtered + c.Skipped + c.DeadLettered + c.BrokerRetries + c.HandedOff
 	}
-	left := n.Size - p.count(i).Out
-	if left <= 0 {
-		return "", false // done: the rest of the pipeline may not be
-	}
-	rate := p.rate(i, now)
-	if rate <= 0 {
-		return "", false
-	}
-	return duration(etaOf(left, rate)), true
+	return min(settled, emitted), emitted
 }
 
-// eta returns the pipeline's ETA: the longest of its sized sources'. It is
-// not ok when it has none, when all are done, or when one has items left
-// and no recent rate.
-func (p *pipe) eta(now time.Time) (string, bool) {
-	var longest time.Duration
-	sized := false
-	for i, n := range p.st.Nodes {
+// size returns the items p's sources emit in a run: not ok unless every
+// source is sized.
+func (p *pipe) size() (size int64, ok bool) {
+	for _, n := range p.st.Nodes {
+		if n.Kind != observer.KindSource {
+			continue
+		}
 		if !n.Sized {
-			continue
+			return 0, false
 		}
-		sized = true
-		left := n.Size - p.count(i).Out
-		if left <= 0 {
-			continue
-		}
-		rate := p.rate(i, now)
-		if rate <= 0 {
-			return "", false
-		}
-		longest = max(longest, etaOf(left, rate))
+		size, ok = size+n.Size, true
 	}
-	if !sized || longest == 0 {
-		return "", false // no sized source, or every one is done
+	return size, ok
+}
+
+// settledRate returns the rate per second at which items settled over
+// the window before now, or over the run so far when it is shorter.
+func (p *pipe) settledRate(now time.Time) float64 {
+	if len(p.samples) == 0 {
+		return 0
 	}
-	return duration(longest), true
+	old := p.samples[0]
+	dt := now.Sub(old.t).Seconds()
+	if dt <= 0 {
+		return 0
+	}
+	settled, _ := p.settled()
+	return float64(settled-old.settled) / dt
 }
 
 // maxETA caps an ETA, so that a crawling rate does not overflow it.

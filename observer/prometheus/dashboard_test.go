@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/observer/prometheus"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 )
@@ -171,6 +172,12 @@ func scrapedAfterScriptedRun(t *testing.T) (exported, []string) {
 	run := pipelinetest.Start(t.Context(), p)
 	_, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second)
 	require.NoError(t, err)
+	// Broker retries and hand-offs are exported once a node counted some,
+	// which takes a broker: a pipeline whose counters say so stands in.
+	require.NoError(t, c.UseStats(statsFunc(func() observer.Stats {
+		return observer.Stats{Pipeline: "brokered", Nodes: []observer.NodeStats{
+			{Node: "handle", Kind: observer.KindTransform, BrokerRetries: 2, HandedOff: 1}}}
+	})))
 	mfs, err := reg.Gather()
 	require.NoError(t, err)
 
@@ -187,6 +194,11 @@ func scrapedAfterScriptedRun(t *testing.T) (exported, []string) {
 	slices.Sort(described)
 	return exportedFrom(mfs), described
 }
+
+// statsFunc is a StatsReader made of a function.
+type statsFunc func() observer.Stats
+
+func (f statsFunc) Stats() observer.Stats { return f() }
 
 // allPanels returns every panel, rows and the panels of collapsed rows
 // included.

@@ -1,7 +1,7 @@
 // Package prometheus exports what Sluice pipelines do as Prometheus
 // metrics: items in and out of every node, retries by layer, exhausted
-// retries, dead letters, drops, the delays retries chose, circuit breaker
-// state and the items in flight.
+// retries, dead letters, broker retries and hand-offs, drops, the delays
+// retries chose, circuit breaker state and the items in flight.
 //
 // A [Collector] is both a [prometheus.Collector], to register on any
 // registry, and an [observer.Observer], to give to [pipeline.WithObserver].
@@ -46,6 +46,8 @@ const (
 	CircuitState     = "sluice_circuit_state"
 	ItemsInFlight    = "sluice_items_in_flight"
 	Fallbacks        = "sluice_fallbacks_total"
+	BrokerRetries    = "sluice_broker_retries_total"
+	HandedOff        = "sluice_handed_off_total"
 )
 
 // An Option configures a Collector.
@@ -78,6 +80,7 @@ type Collector struct {
 	delay     *promclient.HistogramVec
 
 	in, out, failed, filtered, deadLetters, drops, retries, circuit, inFlight, fallbacks *promclient.Desc
+	brokerRetries, handedOff                                                             *promclient.Desc
 }
 
 // New returns a Collector that observes no pipeline yet.
@@ -103,11 +106,14 @@ func New(opts ...Option) *Collector {
 		out:         promclient.NewDesc(ItemsOut, "Items a node handed downstream; for a sink, items written.", node, nil),
 		failed:      promclient.NewDesc(ItemsFailed, "Items whose processing failed after item retries, whatever happened to them next.", node, nil),
 		filtered:    promclient.NewDesc(ItemsFiltered, "Items a filter dropped, or a flat map or unbatch turned into nothing.", node, nil),
-		deadLetters: promclient.NewDesc(DeadLetters, "Items a node sent to the dead-letter sink.", node, nil),
-		drops:       promclient.NewDesc(Drops, "Items a node dropped because its failure action is skip.", node, nil),
-		fallbacks:   promclient.NewDesc(Fallbacks, "Items a node's Fallback rescued after its item retries gave up.", node, nil),
-		retries:     promclient.NewDesc(Retries, "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.", kind, nil),
-		circuit:     promclient.NewDesc(CircuitState, "State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open.", node, nil),
+		deadLetters: promclient.NewDesc(DeadLetters, "Items a node sent to the dead-letter sink, which stored them.", node, nil),
+		brokerRetries: promclient.NewDesc(BrokerRetries,
+			"Items a node sent to the dead-letter sink, which gave them back to their broker's retry path instead of storing them: not dead letters.", node, nil),
+		handedOff: promclient.NewDesc(HandedOff, "Items whose item retry a node handed to their source's broker, to be delivered again after the wait.", node, nil),
+		drops:     promclient.NewDesc(Drops, "Items a node dropped because its failure action is skip.", node, nil),
+		fallbacks: promclient.NewDesc(Fallbacks, "Items a node's Fallback rescued after its item retries gave up.", node, nil),
+		retries:   promclient.NewDesc(Retries, "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.", kind, nil),
+		circuit:   promclient.NewDesc(CircuitState, "State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open.", node, nil),
 		inFlight: promclient.NewDesc(ItemsInFlight,
 			"Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped or dead-lettered; 0 while the pipeline is not running.", node, nil),
 	}
@@ -134,11 +140,15 @@ func (c *Collector) UseStats(r observer.StatsReader) error {
 	c.observed = append(c.observed, r)
 	c.byName[s.Pipeline] = r
 	// Exhaustion counters start at zero, so that the first exhaustion is
-	// an increase that rate() can see.
+	// an increase that rate() can see; only those that can move, so that
+	// a dashboard is not filled with series that stay at zero. Another
+	// appears when it moves.
 	for _, n := range s.Nodes {
 		for _, k := range kinds {
 			for _, l := range limits {
-				c.exhausted.WithLabelValues(s.Pipeline, n.Node, k.String(), l.String())
+				if n.Exhaustible.Has(k, l) {
+					c.exhausted.WithLabelValues(s.Pipeline, n.Node, k.String(), l.String())
+				}
 			}
 		}
 	}
@@ -169,7 +179,7 @@ var (
 
 // Describe sends the descriptions of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *promclient.Desc) {
-	for _, d := range []*promclient.Desc{c.in, c.out, c.failed, c.filtered, c.deadLetters, c.drops, c.retries, c.circuit, c.inFlight, c.fallbacks} {
+	for _, d := range []*promclient.Desc{c.in, c.out, c.failed, c.filtered, c.deadLetters, c.drops, c.retries, c.circuit, c.inFlight, c.fallbacks, c.brokerRetries, c.handedOff} {
 		ch <- d
 	}
 	c.exhausted.Describe(ch)
@@ -196,6 +206,15 @@ func (c *Collector) Collect(ch chan<- promclient.Metric) {
 			counter(c.deadLetters, n.DeadLettered)
 			counter(c.drops, n.Skipped)
 			counter(c.fallbacks, n.Fallbacks)
+			// Only nodes whose items go back to a broker: a series that
+			// appears with its first count, rather than one at zero for
+			// every node of every pipeline.
+			if n.BrokerRetries != 0 {
+				counter(c.brokerRetries, n.BrokerRetries)
+			}
+			if n.HandedOff != 0 {
+				counter(c.handedOff, n.HandedOff)
+			}
 			for _, k := range kinds {
 				ch <- promclient.MustNewConstMetric(c.retries, promclient.CounterValue, float64(n.Retries(k)), pl, nd, k.String())
 			}

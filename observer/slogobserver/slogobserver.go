@@ -4,7 +4,8 @@
 // Levels follow what an operator must act on:
 //
 //	DEBUG  a retry about to wait
-//	INFO   a node started, completed, or stopped because the run ended
+//	INFO   a node started, completed, or stopped because the run ended; an
+//	       item the dead-letter sink gave back to its broker's retry path
 //	WARN   retries exhausted, an item dead-lettered, an item dropped
 //	       (its node's failure action is skip), a circuit breaker transition
 //	ERROR  a node failed
@@ -16,12 +17,12 @@
 // starting and completing.
 //
 // Per-item failures come in floods: a bad deployment dead-letters
-// thousands of items for one reason. So dead letters, drops and exhausted
-// item retries are grouped by pipeline, run, node, kind of event and
+// thousands of items for one reason. So dead letters, broker retries, drops
+// and exhausted item retries are grouped by pipeline, run, node, kind of event and
 // [Reason], a short form of the error without ids and numbers. The first
 // event of a group is logged at once; the later ones are counted, and at
 // the end of each interval (10 s, see [WithSummaryEvery]) every group that
-// counted some writes one summary at WARN:
+// counted some writes one summary at the level of its events:
 //
 //	level=WARN msg="dead letters" pipeline=orders node=price origin_node=price
 //	    count=37 reason="rates: HTTP 400" last_key="order 123" last_error="rates: HTTP 400"
@@ -54,11 +55,13 @@ const (
 	MsgRetry            = "retry"
 	MsgRetriesExhausted = "retries exhausted"
 	MsgDeadLettered     = "item dead-lettered"
+	MsgBrokerRetry      = "item sent to broker retry"
 	MsgDropped          = "item dropped"
 	MsgCircuitChanged   = "circuit breaker changed state"
 
 	// The summaries of repeated per-item events, see [WithSummaryEvery].
 	MsgDeadLetters      = "dead letters"
+	MsgBrokerRetries    = "broker retries"
 	MsgDrops            = "drops"
 	MsgExhaustedRetries = "exhausted item retries"
 )
@@ -198,11 +201,18 @@ func (o *Observer) OnRetryExhausted(e observer.RetryExhaustedEvent) {
 
 // OnDeadLetter logs at WARN, with key, origin_node, attempts and error,
 // summed up as [WithSummaryEvery] says under the message "dead letters".
+// An item the dead-letter sink gave back to its broker's retry path
+// (e.BrokerRetry) is no dead letter: it logs at INFO, "item sent to broker
+// retry", summed up under "broker retries".
 func (o *Observer) OnDeadLetter(e observer.DeadLetterEvent) {
-	if !o.enabled(slog.LevelWarn) {
+	kind := deadLetter
+	if e.BrokerRetry {
+		kind = brokerRetry
+	}
+	if !o.enabled(kind.level()) {
 		return
 	}
-	o.item(&itemEvent{Event: e.Event, kind: deadLetter, key: e.Key, origin: e.OriginNode, attempts: e.Attempts, err: e.Err})
+	o.item(&itemEvent{Event: e.Event, kind: kind, key: e.Key, origin: e.OriginNode, attempts: e.Attempts, err: e.Err})
 }
 
 // OnDrop logs at WARN, with key, attempts and error, summed up as
@@ -258,14 +268,24 @@ const (
 	deadLetter itemKind = iota
 	drop
 	exhausted
+	brokerRetry
 )
+
+// level is the level of the records of the kind's events: INFO for a
+// broker retry, which the broker delivers again, WARN for the others.
+func (k itemKind) level() slog.Level {
+	if k == brokerRetry {
+		return slog.LevelInfo
+	}
+	return slog.LevelWarn
+}
 
 // An itemEvent holds what records need of a per-item event.
 type itemEvent struct {
 	observer.Event
 	kind      itemKind
 	key       string
-	origin    string // deadLetter
+	origin    string // deadLetter, brokerRetry
 	retryKind resilience.RetryKind
 	limit     resilience.Limit // exhausted
 	attempts  int
@@ -285,7 +305,7 @@ type runGroups struct {
 type sourceKey struct {
 	node   string
 	kind   itemKind
-	origin string           // deadLetter
+	origin string           // deadLetter, brokerRetry
 	limit  resilience.Limit // exhausted
 }
 
@@ -302,7 +322,7 @@ type group struct {
 	lastTime time.Time
 }
 
-// item logs a per-item event at WARN, or counts it for a summary.
+// item logs a per-item event at its kind's level, or counts it for a summary.
 func (o *Observer) item(e *itemEvent) {
 	if o.every == 0 {
 		o.logItem(e, "")
@@ -440,15 +460,17 @@ func (o *Observer) summary(rk runKey, gk groupKey, g *group) slog.Record {
 	switch gk.kind {
 	case deadLetter:
 		msg = MsgDeadLetters
+	case brokerRetry:
+		msg = MsgBrokerRetries
 	case drop:
 		msg = MsgDrops
 	default:
 		msg = MsgExhaustedRetries
 	}
-	r := slog.NewRecord(g.lastTime, slog.LevelWarn, msg, 0)
+	r := slog.NewRecord(g.lastTime, gk.kind.level(), msg, 0)
 	r.AddAttrs(slog.String("pipeline", rk.pipeline), slog.String("run_id", rk.runID), slog.String("node", gk.node))
 	switch gk.kind {
-	case deadLetter:
+	case deadLetter, brokerRetry:
 		r.AddAttrs(slog.String("origin_node", gk.origin))
 	case exhausted:
 		r.AddAttrs(slog.String("kind", resilience.ItemRetry.String()), slog.String("limit", gk.limit.String()))
@@ -506,6 +528,9 @@ func (o *Observer) logItem(e *itemEvent, reason string) {
 	case deadLetter:
 		msg = MsgDeadLettered
 		attrs = append(attrs, slog.String("origin_node", e.origin))
+	case brokerRetry:
+		msg = MsgBrokerRetry
+		attrs = append(attrs, slog.String("origin_node", e.origin))
 	case exhausted:
 		msg = MsgRetriesExhausted
 		attrs = append(attrs, slog.String("kind", e.retryKind.String()))
@@ -518,7 +543,7 @@ func (o *Observer) logItem(e *itemEvent, reason string) {
 	if reason != "" {
 		attrs = append(attrs, slog.String("reason", reason))
 	}
-	o.logKey(slog.LevelWarn, msg, e.Event, e.key, attrs...)
+	o.logKey(e.kind.level(), msg, e.Event, e.key, attrs...)
 }
 
 func (o *Observer) enabled(level slog.Level) bool {

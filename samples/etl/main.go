@@ -6,7 +6,8 @@
 // orders into a SQLite file in batches with upserts, with each customer's
 // order count and euro total, summed by a window per customer, in a table
 // beside them. What fails for good lands in a dead-letter file next to the
-// database.
+// database, and the pipeline's graph with the run's counts in
+// pipeline.mmd (Mermaid), next to it too.
 //
 //	go run ./samples/etl            # what make demo runs
 //	go run ./samples/etl -help

@@ -86,6 +86,7 @@ func (s summary) print(w io.Writer) {
 	s.printOutages(tw)
 	tw.Flush()
 	fmt.Fprintf(w, "\nOutputs\n  database      %s\n  dead letters  %s (this run's; earlier runs' are in %s.000001, ...)\n", s.cfg.db, s.cfg.dlq, filepath.Base(s.cfg.dlq))
+	fmt.Fprintf(w, "  graph         %s (the pipeline as a Mermaid flowchart, with this run's counts)\n", graphPath(s.cfg))
 	fmt.Fprintf(w, "\nInspect the dead letters:\n  go run ./cmd/sluice dlq stats %s\n  go run ./cmd/sluice dlq ls %s\n", s.cfg.dlq, s.cfg.dlq)
 }
 

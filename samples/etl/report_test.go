@@ -38,3 +38,19 @@ func TestProgressOnNonTerminal(t *testing.T) {
 	assert.Contains(t, final, "validate "+strconv.FormatInt(s.node("validate").Out, 10)+" ")
 	assert.True(t, strings.HasSuffix(final, "  done"), final)
 }
+
+// The summary lists every file the run writes: the database, the dead
+// letters and the picture of the pipeline, pipeline.mmd, beside the
+// database.
+func TestSummaryListsEveryOutput(t *testing.T) {
+	t.Parallel()
+	s := summary{cfg: config{db: "out/orders.db", dlq: "out/dead-letters.jsonl"}}
+	var b bytes.Buffer
+	s.print(&b)
+	out := b.String()
+	outputs := out[strings.Index(out, "\nOutputs\n"):]
+	for _, f := range []string{"out/orders.db", "out/dead-letters.jsonl", "out/pipeline.mmd"} {
+		assert.Contains(t, outputs, f)
+	}
+	assert.Regexp(t, `\n  graph +out/pipeline\.mmd `, outputs)
+}
