@@ -25,7 +25,11 @@ var ErrEmptyKey = errors.New("idempotency: key of item is empty")
 // item's key. The error is marked transient with [resilience.MarkTransient],
 // so that the pipeline's item retry tries the item again: by then the key
 // is completed (the item is skipped as a duplicate) or the claim's lease ran
-// out (the item is written).
+// out (the item is written). It is also marked blameless with
+// [resilience.MarkBlameless]: a busy key is not the item's fault, so an
+// item that still finds it busy after its retries, under the Fail action,
+// ends node.Failed, not node.Rejected, and a broker source does not count
+// that run towards the message's MaxDeliveries.
 var ErrInProgress = errors.New("idempotency: key claimed by another owner")
 
 // ErrUnknownOutcome, wrapped in the error of a sink's Write, says that the
@@ -297,9 +301,10 @@ func unknownOutcome(ctx context.Context, err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// inProgress is the error of a key that is busy.
+// inProgress is the error of a key that is busy: transient, and not the
+// item's fault.
 func (g *Guard[T]) inProgress(key string) error {
-	return resilience.MarkTransient(fmt.Errorf("%w%s", ErrInProgress, g.where(key)))
+	return resilience.MarkBlameless(resilience.MarkTransient(fmt.Errorf("%w%s", ErrInProgress, g.where(key))))
 }
 
 // unknownUntil reports whether key's last write by this guard had an

@@ -474,7 +474,12 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		return nil
 	default:
 		n.stats.failed.Add(items)
-		tr.blame()
+		if !resilience.IsBlameless(fl.err) {
+			// A failure that is not the item's (a busy key, a
+			// cancellation it did not cause) leaves it Failed, which a
+			// broker source does not count against it.
+			tr.blame()
+		}
 		return fl.err
 	}
 }
