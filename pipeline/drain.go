@@ -59,7 +59,8 @@ func (nr *nodeRun) drainedSource() bool {
 // items soon after; a broker source stops consuming, and the messages it
 // held but had not emitted go back to the queue when it closes.
 //
-// With [WithDrainTimeout], a drain that takes longer cancels the run. Drain
+// With [WithDrainTimeout], a drain that takes longer cancels the run, and
+// the calls of user code still running with it. Drain
 // reports whether a run was there to drain; it is safe to call more than
 // once and from any goroutine.
 func (p *Pipeline) Drain() bool {
