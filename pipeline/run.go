@@ -154,7 +154,7 @@ var errUnsettled = errors.New("pipeline: items left unsettled")
 // fail cancels the run with the failure of the node called name; the first
 // failure wins, later ones are echoes of it. The run stops taking and
 // handing on items at once, but the calls of user code already running go
-// on, until the grace period ends (see windDown).
+// on, until the grace period ends (see callGrace).
 func (rs *runState) fail(name string, err error) {
 	rs.cancel(&NodeError{Node: name, Err: err})
 	rs.calls.start(rs.ctx)
