@@ -14,6 +14,11 @@
 //     retry tries again later, when the key is completed (skipped) or the
 //     claim's lease ran out (taken over).
 //
+// A write that fails with an unknown outcome (its context ended, a
+// deadline passed, or its error wraps [ErrUnknownOutcome]) may have
+// happened: the guard keeps its claim until the lease ends, instead of
+// releasing it, and counts it in [Stats].Unknown.
+//
 // A claim lasts a lease, so that a consumer that crashed between claim and
 // completion does not hold its keys for ever: once the lease ran out,
 // another owner takes the key over and writes it. A write that overran its

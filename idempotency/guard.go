@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
@@ -22,8 +25,19 @@ var ErrEmptyKey = errors.New("idempotency: key of item is empty")
 // item's key. The error is marked transient with [resilience.MarkTransient],
 // so that the pipeline's item retry tries the item again: by then the key
 // is completed (the item is skipped as a duplicate) or the claim's lease ran
-// out (the item is written).
+// out (the item is written). It is also marked blameless with
+// [resilience.MarkBlameless]: a busy key is not the item's fault, so an
+// item that still finds it busy after its retries, under the Fail action,
+// ends node.Failed, not node.Rejected, and a broker source does not count
+// that run towards the message's MaxDeliveries.
 var ErrInProgress = errors.New("idempotency: key claimed by another owner")
+
+// ErrUnknownOutcome, wrapped in the error of a sink's Write, says that the
+// write may have happened although Write failed: a commit whose answer was
+// lost, say. The guard then keeps the key's claim until its lease ends, as
+// for a write whose context ended, instead of releasing it (see
+// [Guard.Write]).
+var ErrUnknownOutcome = errors.New("idempotency: the write's outcome is unknown")
 
 // A Guard is a sink that writes an item through the sink it wraps only if
 // the item's key was not completed before in its [Store]. Make one with
@@ -46,8 +60,13 @@ type Guard[T any] struct {
 	mu       sync.Mutex
 	inFlight map[string]struct{} // keys this guard is claiming or writing
 	pending  map[string]struct{} // keys this guard wrote and could not complete yet
+	// unknown holds the keys whose write ended with an unknown outcome, and
+	// when their claim's lease ends: until then the guard answers busy for
+	// them itself, since the store would grant the claim again to its
+	// owner.
+	unknown map[string]time.Time
 
-	written, duplicates, busy, released, lost atomic.Int64
+	written, duplicates, busy, released, lost, unknowns atomic.Int64
 }
 
 // Stats counts what a [Guard] did in the calls of its Write: an item that
@@ -70,6 +89,12 @@ type Stats struct {
 	// and another owner took the key over before [Store.Complete]. Each is
 	// an item that may have been written twice.
 	LostClaims int64
+	// Unknown is how many writes failed with an unknown outcome: they may
+	// have happened (see [Guard.Write]). Each kept its claim until the
+	// lease ended; an item that was written and is then written again once
+	// the lease ended is a duplicate the guard could not absorb, so the
+	// rows written twice are at most Unknown plus LostClaims.
+	Unknown int64
 }
 
 // Sink returns a [Guard] that writes each item through sink once per key:
@@ -121,6 +146,7 @@ func (g *Guard[T]) Stats() Stats {
 		Busy:       g.busy.Load(),
 		Released:   g.released.Load(),
 		LostClaims: g.lost.Load(),
+		Unknown:    g.unknowns.Load(),
 	}
 }
 
@@ -137,6 +163,15 @@ func (g *Guard[T]) Stats() Stats {
 //     fails (or panics), Write releases the claim and returns the sink's
 //     error unchanged, for the pipeline's classifier to judge; if it
 //     succeeds, Write marks the key completed.
+//
+// A write that fails with an unknown outcome may have happened: its
+// error matches context.Canceled, context.DeadlineExceeded,
+// os.ErrDeadlineExceeded, a net.Error timeout or [ErrUnknownOutcome], or
+// the context it was given has ended. Write then keeps the claim until its
+// lease ends, instead of releasing it, and counts the write in
+// Stats.Unknown: until then every owner, this guard included, finds the
+// key busy ([ErrInProgress]); after, the key is claimed and written again,
+// which duplicates the item if the first write had happened.
 //
 // Completion and release run on a context that the caller's cancellation
 // does not end, bounded by [WithStoreTimeout], so that a write that
@@ -162,7 +197,7 @@ func (g *Guard[T]) Write(ctx context.Context, item T) error {
 	}
 	if !g.enter(key) {
 		g.busy.Add(1)
-		return resilience.MarkTransient(fmt.Errorf("%w%s", ErrInProgress, g.where(key)))
+		return g.inProgress(key)
 	}
 	defer g.leave(key)
 	if g.pendingComplete(key) {
@@ -170,7 +205,12 @@ func (g *Guard[T]) Write(ctx context.Context, item T) error {
 		// write it again.
 		return g.complete(key, ctx)
 	}
-	state, err := g.store.Claim(ctx, key, g.cfg.owner, g.cfg.clock.Now(), g.cfg.lease)
+	now := g.cfg.clock.Now()
+	if g.unknownUntil(key, now) {
+		g.busy.Add(1)
+		return g.inProgress(key)
+	}
+	state, err := g.store.Claim(ctx, key, g.cfg.owner, now, g.cfg.lease)
 	if err != nil {
 		err = fmt.Errorf("idempotency: claim%s: %w", g.where(key), err)
 		if errors.Is(err, ErrFull) {
@@ -182,20 +222,22 @@ func (g *Guard[T]) Write(ctx context.Context, item T) error {
 	}
 	switch state {
 	case Claimed:
-		return g.write(ctx, key, item)
+		return g.write(ctx, key, item, now)
 	case Completed:
 		g.duplicates.Add(1)
 		return nil
 	case Busy:
 		g.busy.Add(1)
-		return resilience.MarkTransient(fmt.Errorf("%w%s", ErrInProgress, g.where(key)))
+		return g.inProgress(key)
 	}
 	return fmt.Errorf("idempotency: the store answered %v to a claim%s", state, g.where(key))
 }
 
-// write writes item under the claim on key, then completes the key; the
-// claim is released however the write fails, a panic included.
-func (g *Guard[T]) write(ctx context.Context, key string, item T) error {
+// write writes item under the claim on key, made at claimed, then
+// completes the key; the claim is released however the write fails, a
+// panic included, unless its outcome is unknown: then it is kept until its
+// lease ends.
+func (g *Guard[T]) write(ctx context.Context, key string, item T, claimed time.Time) error {
 	written := false
 	defer func() {
 		if !written {
@@ -203,6 +245,11 @@ func (g *Guard[T]) write(ctx context.Context, key string, item T) error {
 		}
 	}()
 	if err := g.sink.Write(ctx, item); err != nil {
+		if unknownOutcome(ctx, err) {
+			written = true // perhaps: the claim stays
+			g.unknowns.Add(1)
+			g.setUnknown(key, claimed.Add(g.cfg.lease))
+		}
 		return err
 	}
 	written = true
@@ -241,6 +288,60 @@ func (g *Guard[T]) complete(key string, ctx context.Context) error {
 	}
 	g.setPending(key, true)
 	return resilience.MarkTransient(fmt.Errorf("idempotency: complete after the write%s: %w", g.where(key), err))
+}
+
+// unknownOutcome reports whether a write that failed with err, under ctx,
+// may have happened all the same.
+func unknownOutcome(ctx context.Context, err error) bool {
+	if ctx.Err() != nil || errors.Is(err, ErrUnknownOutcome) || errors.Is(err, context.Canceled) ||
+		errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// inProgress is the error of a key that is busy: transient, and not the
+// item's fault.
+func (g *Guard[T]) inProgress(key string) error {
+	return resilience.MarkBlameless(resilience.MarkTransient(fmt.Errorf("%w%s", ErrInProgress, g.where(key))))
+}
+
+// unknownUntil reports whether key's last write by this guard had an
+// unknown outcome and its claim's lease has not ended at now; a key whose
+// lease ended is forgotten.
+func (g *Guard[T]) unknownUntil(key string, now time.Time) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	until, ok := g.unknown[key]
+	if !ok {
+		return false
+	}
+	if now.Before(until) {
+		return true
+	}
+	delete(g.unknown, key)
+	return false
+}
+
+// setUnknown records that key's write had an unknown outcome and its claim
+// lasts until until. Keys whose lease ended are swept now and then, so
+// that keys never written again do not pile up.
+func (g *Guard[T]) setUnknown(key string, until time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.unknown == nil {
+		g.unknown = map[string]time.Time{}
+	}
+	if n := len(g.unknown); n >= 64 && n&(n-1) == 0 {
+		now := g.cfg.clock.Now()
+		for k, u := range g.unknown {
+			if !now.Before(u) {
+				delete(g.unknown, k)
+			}
+		}
+	}
+	g.unknown[key] = until
 }
 
 // pendingComplete reports whether this guard wrote key and could not

@@ -184,7 +184,10 @@ func TestGuardFailedWriteReleasesTheClaim(t *testing.T) {
 	assert.Equal(t, []string{"order-1"}, rec.items())
 }
 
-func TestGuardReleasesWhenTheCallerIsCancelled(t *testing.T) {
+// A write that the caller's cancellation ended may have happened (a
+// commit whose answer the cancellation cut off): the claim is kept until
+// its lease ends, not released for another owner to write the item again.
+func TestGuardKeepsTheClaimWhenTheCallerIsCancelled(t *testing.T) {
 	t.Parallel()
 	store := idempotency.NewMemory()
 	clock := clockwork.NewFakeClockAt(epoch)
@@ -195,10 +198,13 @@ func TestGuardReleasesWhenTheCallerIsCancelled(t *testing.T) {
 	}}, store, clock)
 
 	require.ErrorIs(t, g.Write(ctx, "order-1"), context.Canceled)
-	assert.Equal(t, idempotency.Stats{Released: 1}, g.Stats(), "the release ran on a context the cancellation did not end")
+	assert.Equal(t, idempotency.Stats{Unknown: 1}, g.Stats(), "the outcome is unknown: the claim is kept")
 	st, err := store.Claim(context.Background(), "order-1", "other", clock.Now(), lease)
 	require.NoError(t, err)
-	assert.Equal(t, idempotency.Claimed, st)
+	assert.Equal(t, idempotency.Busy, st)
+	st, err = store.Claim(context.Background(), "order-1", "other", clock.Now().Add(lease), lease)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.Claimed, st, "until its lease ends")
 }
 
 func TestGuardReleasesWhenTheWritePanics(t *testing.T) {

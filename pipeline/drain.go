@@ -17,13 +17,18 @@ import (
 var ErrDrained = errors.New("pipeline: draining: no new items")
 
 // ErrDrainTimeout is the cause of a run that a drain did not finish within
-// the time [WithDrainTimeout] gave it: the run is cancelled, and items
-// still in flight end Failed, as for any cancellation.
+// the time [WithDrainTimeout] gave it: the run is cancelled, the calls of
+// user code still running with it, and items still in flight end Failed,
+// as for any cancellation.
 var ErrDrainTimeout = errors.New("pipeline: drain timed out")
 
 // WithDrainTimeout bounds a drain (see [Pipeline.Drain]): d after Drain, on
 // the pipeline's clock, the run is cancelled with [ErrDrainTimeout]. 0, the
 // default, waits for every item in flight however long it takes.
+//
+// d > 0 is also the grace period of a failure: how long the calls of user
+// code running when the run fails may go on (see [DefaultFailGrace], the
+// grace period when d is 0).
 func WithDrainTimeout(d time.Duration) Option {
 	return func(c *config) { c.drainTimeout = d }
 }
@@ -54,7 +59,8 @@ func (nr *nodeRun) drainedSource() bool {
 // items soon after; a broker source stops consuming, and the messages it
 // held but had not emitted go back to the queue when it closes.
 //
-// With [WithDrainTimeout], a drain that takes longer cancels the run. Drain
+// With [WithDrainTimeout], a drain that takes longer cancels the run, and
+// the calls of user code still running with it. Drain
 // reports whether a run was there to drain; it is safe to call more than
 // once and from any goroutine.
 func (p *Pipeline) Drain() bool {
@@ -78,7 +84,11 @@ func (rs *runState) drain() {
 		cancel(ErrDrained)
 	}
 	if t := rs.p.cfg.drainTimeout; t > 0 {
-		d.timer = rs.p.cfg.clock.AfterFunc(t, func() { rs.cancel(ErrDrainTimeout) })
+		d.timer = rs.p.cfg.clock.AfterFunc(t, func() {
+			// The drain had its time: calls still running end too.
+			rs.cancel(ErrDrainTimeout)
+			rs.calls.cancel(ErrDrainTimeout)
+		})
 	}
 }
 

@@ -502,7 +502,8 @@ func TestSiblingsOfAFailingItemAreNotFailures(t *testing.T) {
 			t.Run(v.name+"/"+m.name, func(t *testing.T) {
 				t.Parallel()
 				// The last of the workers to start a call fails its item;
-				// the others wait until the node's failure cancels them.
+				// the others wait until the grace period after the node's
+				// failure ends and cancels them.
 				var started atomic.Int32
 				call := func(ctx context.Context, x int) error {
 					if started.Add(1) == workers {
@@ -511,8 +512,9 @@ func TestSiblingsOfAFailingItemAreNotFailures(t *testing.T) {
 					<-ctx.Done()
 					return errOwn
 				}
+				clock := clockwork.NewFakeClock()
 				b := pipeline.New("siblings", append([]pipeline.Option{
-					pipeline.WithClock(clockwork.NewFakeClock()),
+					pipeline.WithClock(clock),
 					pipeline.WithResilience(func(o *resilience.Options) {
 						o.ItemRetry.MaxRetries = 0
 						o.NodeRetry.MaxRetries = 0
@@ -532,7 +534,7 @@ func TestSiblingsOfAFailingItemAreNotFailures(t *testing.T) {
 					}), opts...)
 					pipeline.Sink(b, "sink", tr, &pipelinetest.Collector[int]{})
 				}
-				res, err := build(t, b).Run(t.Context())
+				res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), pipeline.DefaultFailGrace)
 				require.ErrorIs(t, err, errBoom)
 				assert.Equal(t, int64(1), nodeOf(t, res, "work").Failed, "failed items: the one that failed, not its cancelled siblings")
 			})

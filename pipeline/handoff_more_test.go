@@ -107,7 +107,8 @@ func TestBlameEndsWhenARestartTakesTheItemUp(t *testing.T) {
 	t.Parallel()
 	errFlaky := resilience.MarkTransient(errorString("flaky"))
 	errBad := resilience.MarkPermanent(errorString("bad"))
-	b := pipeline.New("blame", pipeline.WithResilience(func(o *resilience.Options) {
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("blame", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
 		*o = resilience.Options{}
 		o.OnItemFailure = resilience.Fail
 	}))
@@ -121,13 +122,13 @@ func TestBlameEndsWhenARestartTakesTheItemUp(t *testing.T) {
 	pipeline.Sink(b, "store", tr, node.SinkFunc[int](func(ctx context.Context, v int) error {
 		if v == 0 {
 			close(started)
-			<-ctx.Done() // item 0 is slow: in flight when the run fails
+			<-ctx.Done() // item 0 is slow: in flight when the run fails, until the grace period ends
 			return ctx.Err()
 		}
 		<-started
 		return errBad
 	}), pipeline.Parallel(2), pipeline.Unordered())
-	_, err := build(t, b).Run(t.Context())
+	_, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), pipeline.DefaultFailGrace)
 	require.ErrorIs(t, err, errBad)
 	assert.Equal(t, 2, flaky.Calls(0), "item 0 failed once, then went through after the restart")
 	got := src.Outcomes()

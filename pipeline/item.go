@@ -59,6 +59,7 @@ func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error)
 // A tracer that panics fails the run, and the call is not made.
 func traced[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int) (r R, err error) {
 	t := nr.rs.tracer
+	ctx = nr.callContext(ctx)
 	if t == nil || !callsUser(nr.spec) {
 		return call(ctx, f, in)
 	}
@@ -480,8 +481,13 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		return nil
 	default:
 		n.stats.failed.Add(items)
-		tr.blame()
-		nr.tellRejected(tr, item, fl)
+		if !resilience.IsBlameless(fl.err) {
+			// A failure that is not the item's (a busy key, a
+			// cancellation it did not cause) leaves it Failed, which a
+			// broker source does not count against it.
+			tr.blame()
+			nr.tellRejected(tr, item, fl)
+		}
 		return fl.err
 	}
 }
@@ -501,7 +507,9 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, key string, fl *fai
 	}
 	o := rs.p.cfg.dlRetry
 	for retry := 0; ; retry++ {
-		retried, err = safeWrite(ctx, rs.p.cfg.deadLetter, env)
+		// A dead letter is a write like a sink's: one running when the run
+		// fails finishes, or the item would be dead-lettered twice.
+		retried, err = safeWrite(nr.callContext(ctx), rs.p.cfg.deadLetter, env)
 		if err == nil {
 			return retried, nil
 		}

@@ -285,6 +285,7 @@ func (p *proc[In, R, Out]) keyed(ctx context.Context) error {
 	// a few thousand keys, keeps a sweep rare.
 	k.lanes = p.nr.spec.cfg.keyed.(laneMaker[In]).lanes(max(2*limit, 4096))
 	g, gctx := errgroup.WithContext(ctx)
+	defer p.nr.group(gctx)()
 	free := make(chan []kjob[In], limit)
 	g.Go(func() error { return p.keyedDeal(gctx, k, free) })
 	for w := range n {

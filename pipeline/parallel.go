@@ -116,6 +116,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	// stalls the collector, and the others run dry.
 	depth := max(p.buffer()/(n*maxChunk), minDepth)
 	g, gctx := errgroup.WithContext(ctx)
+	defer p.nr.group(gctx)()
 	jobs := make([]chan []job[In], n)
 	jobFree := make([]chan []job[In], n)
 	results := make([]chan []result[In, R], n)
@@ -186,6 +187,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
 	g, gctx := errgroup.WithContext(ctx)
+	defer p.nr.group(gctx)()
 	jobs := make(chan []job[In], max(p.buffer()/maxChunk, n*minDepth))
 	free := make(chan []job[In], cap(jobs)+n)
 	g.Go(func() error { return p.deal(gctx, []chan []job[In]{jobs}, []chan []job[In]{free}) })

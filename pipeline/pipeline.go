@@ -15,8 +15,9 @@
 //
 // Build validates the whole graph and every node's options and returns all
 // problems at once. Run blocks until every goroutine it started has
-// returned. The first failure cancels the run, and Run returns it as a
-// [*NodeError] naming the node.
+// returned. The first failure stops the run, and Run returns it as a
+// [*NodeError] naming the node; calls of user code already running may
+// finish within a grace period (see [DefaultFailGrace]).
 package pipeline
 
 import (
@@ -528,10 +529,13 @@ func (p *Pipeline) Stats() Stats {
 // reached an outcome, or until the first failure, or until ctx is done.
 // It returns only after every goroutine it started has returned.
 //
-// The first node that fails for good cancels the run; Run returns its
-// error as a [*NodeError]. When ctx is done first, Run returns ctx's error
-// (its cause, if it has one). The Result holds this run's counts either
-// way.
+// The first node that fails for good stops the run: no item is taken in or
+// handed on any more, while the calls of user code already running may
+// finish, within a grace period ([DefaultFailGrace], or WithDrainTimeout's
+// bound), so that each gets its item's real outcome. Run returns the
+// failure as a [*NodeError]. When ctx is done first, every call is
+// cancelled at once, and Run returns ctx's error (its cause, if it has
+// one). The Result holds this run's counts either way.
 func (p *Pipeline) Run(ctx context.Context) (Result, error) {
 	if !p.running.CompareAndSwap(false, true) {
 		return Result{Pipeline: p.name}, ErrRunning

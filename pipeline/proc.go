@@ -219,7 +219,7 @@ func (p *proc[In, R, Out]) fallback(ctx context.Context, in In, fl *failure) (R,
 	if p.rescue == nil || fl.handedOff || ctx.Err() != nil || errors.As(fl.err, &nrs) {
 		return zero, fl
 	}
-	r, err := rescueCall(ctx, p.rescue, in, fl.err)
+	r, err := rescueCall(p.nr.callContext(ctx), p.rescue, in, fl.err)
 	if ctx.Err() != nil {
 		return zero, fl
 	}
@@ -384,7 +384,7 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 			cerr error
 		)
 		if !p.wrapped || p.nr.rs.tracer == nil {
-			r, cerr = p.call(ctx, it.val)
+			r, cerr = p.call(p.nr.callContext(ctx), it.val)
 		} else {
 			r, cerr = traced(ctx, p.nr, p.call, it.val, it.tr, 1)
 		}

@@ -21,9 +21,14 @@ type runState struct {
 	id     string
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	start  time.Time
-	edges  []any // each node's input edge, by node id
-	reg    *registry
+	// calls gives the calls of user code their context (see
+	// nodeRun.callContext): the caller's context, which a failure of the
+	// run ends only a grace period later, so that a call running when the
+	// run fails may finish.
+	calls *callGrace
+	start time.Time
+	edges []any // each node's input edge, by node id
+	reg   *registry
 	// flusher hands over what idle sources leave pending; nil when no
 	// source needs it (see needsFlusher).
 	flusher *flusher
@@ -44,6 +49,8 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, start: p.cfg.clock.Now()}
+	rs.calls = newCallGrace(parent, p.cfg.clock, p.failGrace())
+	defer rs.calls.end()
 	rs.drains.ch = make(chan struct{})
 	_, nop := p.cfg.observer.(observer.Nop)
 	rs.observed = !nop
@@ -145,9 +152,12 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 var errUnsettled = errors.New("pipeline: items left unsettled")
 
 // fail cancels the run with the failure of the node called name; the first
-// failure wins, later ones are echoes of it.
+// failure wins, later ones are echoes of it. The run stops taking and
+// handing on items at once, but the calls of user code already running go
+// on, until the grace period ends (see callGrace).
 func (rs *runState) fail(name string, err error) {
 	rs.cancel(&NodeError{Node: name, Err: err})
+	rs.calls.start(rs.ctx)
 }
 
 // isCancellation reports whether err is only the echo of ctx ending.
@@ -269,6 +279,9 @@ type nodeRun struct {
 	opened bool // open succeeded and close has not run since
 	// closeLater is set for a source whose Close waits for the run's end.
 	closeLater bool
+	// groupCalls is the calls context of the body of a node whose workers
+	// run in a group (see group), nil outside one.
+	groupCalls context.Context
 }
 
 // callsUser reports whether node n calls a function of the user's on the

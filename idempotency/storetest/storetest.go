@@ -78,6 +78,7 @@ var cases = []suiteCase{
 	{"ConcurrentClaimsOfManyKeys", concurrentClaimsOfManyKeys},
 	{"KeysWithOddBytes", keysWithOddBytes},
 	{"CancelledContext", cancelledContext},
+	{"GuardKeepsTheClaimOfAnUnknownWrite", guardKeepsTheClaimOfAnUnknownWrite},
 }
 
 // at returns the time d after t0.

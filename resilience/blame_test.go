@@ -1,0 +1,29 @@
+package resilience_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+func TestMarkBlameless(t *testing.T) {
+	t.Parallel()
+	errBusy := errors.New("busy")
+	assert.NoError(t, resilience.MarkBlameless(nil))
+	marked := resilience.MarkBlameless(errBusy)
+	assert.ErrorIs(t, marked, errBusy, "the mark unwraps")
+	assert.Equal(t, "busy", marked.Error())
+	assert.True(t, resilience.IsBlameless(fmt.Errorf("write: %w", marked)), "found when wrapped")
+	assert.True(t, resilience.IsBlameless(&resilience.RetryExhaustedError{Err: marked}), "through the retries that ran out")
+	assert.True(t, resilience.IsBlameless(fmt.Errorf("pool: %w", context.Canceled)), "a cancellation")
+	assert.False(t, resilience.IsBlameless(errBusy))
+	assert.False(t, resilience.IsBlameless(context.DeadlineExceeded), "a timeout may be the item's own slowness")
+	assert.False(t, resilience.IsBlameless(nil))
+	assert.False(t, resilience.IsTransient(marked), "the mark changes no classification")
+	assert.True(t, resilience.IsTransient(resilience.MarkBlameless(resilience.MarkTransient(errBusy))))
+}
