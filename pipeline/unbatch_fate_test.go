@@ -18,19 +18,28 @@ import (
 )
 
 // blockingSink writes items until it reaches stop, then blocks until its
-// context ends; written is what it wrote, blocked is closed when it blocks.
+// context ends, or until release is closed, when it writes on; written is
+// what it wrote, blocked is closed when it blocks.
 type blockingSink struct {
 	stop    int
 	mu      sync.Mutex
 	written []int
 	blocked chan struct{}
+	release chan struct{}
+}
+
+func newBlockingSink(stop int) *blockingSink {
+	return &blockingSink{stop: stop, blocked: make(chan struct{}), release: make(chan struct{})}
 }
 
 func (s *blockingSink) write(ctx context.Context, v int) error {
 	if v == s.stop {
 		close(s.blocked)
-		<-ctx.Done()
-		return ctx.Err()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.release:
+		}
 	}
 	s.mu.Lock()
 	s.written = append(s.written, v)
@@ -44,16 +53,18 @@ func (s *blockingSink) wrote() []int {
 	return slices.Clone(s.written)
 }
 
-// How a run stops while the sink after an Unbatch blocks on an item.
-var unbatchStops = []string{"cancel", "drain-then-cancel", "node-fails"}
+// How a run stops while the sink after an Unbatch blocks on an item: a
+// drain alone lets the sink write on, and every item is delivered.
+var unbatchStops = []string{"cancel", "drain-then-cancel", "node-fails", "drain"}
 
 // Each item that went through Batch and Unbatch gets its own fate when the
 // run stops: 8 tracked items, batched (with a Map over the batches between
 // or not), handed on item by item, a sink that writes items 0 to 3 and
 // blocks on 4; the run stops (cancelled, drained then cancelled, failed by
 // another node). Items 0 to 3 were written: Delivered, once. Items 4 to 7
-// were not: Failed, once. Every batch size: 1, fewer items than a batch,
-// exactly a batch.
+// were not: Failed, once. A drain alone lets the sink write on: all
+// Delivered. Every batch size: 1, fewer items than a batch, exactly a
+// batch, a batch and a part.
 func TestUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 	t.Parallel()
 	const n, stop = 8, 4
@@ -64,14 +75,14 @@ func TestUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 					t.Run(fmt.Sprintf("%s/size=%d/map=%v/%s", m.name, size, between, how), func(t *testing.T) {
 						t.Parallel()
 						src := pipelinetest.NewTrackedSource(ints(n)...)
-						sink := &blockingSink{stop: stop, blocked: make(chan struct{})}
+						sink := newBlockingSink(stop)
 						b := pipeline.New("unbatch-fate", m.opts...)
 						batches := pipeline.Batch(b, "batch", pipeline.Source(b, "src", src), size, 0)
 						if between {
 							batches = pipeline.Map(b, "same", batches, func(_ context.Context, v []int) ([]int, error) { return v, nil })
 						}
 						pipeline.SinkFunc(b, "sink", pipeline.Unbatch(b, "unbatch", batches), sink.write)
-						stopRun := runStopper(t, b, how)
+						stopRun := runStopper(t, b, how, sink)
 						p := build(t, b)
 						ctx, cancel := context.WithCancel(t.Context())
 						defer cancel()
@@ -79,7 +90,7 @@ func TestUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 						<-sink.blocked
 						stopRun(p, cancel)
 						_, err := run.Wait()
-						require.Error(t, err, "the run was stopped")
+						assertStopped(t, how, err)
 						assertOwnFates(t, src.Outcomes(), sink.wrote(), n)
 					})
 				}
@@ -101,7 +112,7 @@ func TestRoutedUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 				for range 10 {
 					stop := r.IntN(n)
 					src := pipelinetest.NewTrackedSource(ints(n)...)
-					sink := &blockingSink{stop: stop, blocked: make(chan struct{})}
+					sink := newBlockingSink(stop)
 					b := pipeline.New("route-unbatch-fate", m.opts...)
 					br := pipeline.Route(b, "route", pipeline.Source(b, "src", src), 2, func(v int) int { return v % 2 })
 					var mu sync.Mutex
@@ -119,7 +130,7 @@ func TestRoutedUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 							return nil
 						})
 					}
-					stopRun := runStopper(t, b, how)
+					stopRun := runStopper(t, b, how, sink)
 					p := build(t, b)
 					ctx, cancel := context.WithCancel(t.Context())
 					run := pipelinetest.Start(ctx, p)
@@ -127,7 +138,7 @@ func TestRoutedUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 					stopRun(p, cancel)
 					_, err := run.Wait()
 					cancel()
-					require.Error(t, err, "the run was stopped")
+					assertStopped(t, how, err)
 					mu.Lock()
 					written := append(sink.wrote(), other...)
 					mu.Unlock()
@@ -140,9 +151,14 @@ func TestRoutedUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 
 // runStopper adds what a stop needs to b (a source that fails on demand,
 // for "node-fails") and returns the function that stops the run.
-func runStopper(t *testing.T, b *pipeline.Builder, how string) func(p *pipeline.Pipeline, cancel context.CancelFunc) {
+func runStopper(t *testing.T, b *pipeline.Builder, how string, sink *blockingSink) func(p *pipeline.Pipeline, cancel context.CancelFunc) {
 	t.Helper()
 	switch how {
+	case "drain":
+		return func(p *pipeline.Pipeline, _ context.CancelFunc) {
+			p.Drain()
+			close(sink.release)
+		}
 	case "cancel":
 		return func(_ *pipeline.Pipeline, cancel context.CancelFunc) { cancel() }
 	case "drain-then-cancel":
@@ -164,6 +180,17 @@ func runStopper(t *testing.T, b *pipeline.Builder, how string) func(p *pipeline.
 	}
 	require.FailNow(t, "unknown stop "+how)
 	return nil
+}
+
+// assertStopped checks what Run returned after the stop how: nil after a
+// drain alone, an error after the others.
+func assertStopped(t *testing.T, how string, err error) {
+	t.Helper()
+	if how == "drain" {
+		require.NoError(t, err, "a drained run ends cleanly")
+		return
+	}
+	require.Error(t, err, "the run was stopped")
 }
 
 // assertOwnFates checks that each of the n items the source emitted (the
