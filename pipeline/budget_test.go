@@ -54,7 +54,7 @@ func TestRetryBudgetBoundsTheLoad(t *testing.T) {
 
 		retries := calls.Load() - 2*n
 		assert.LessOrEqual(t, retries, int64(0.1*2*n), "at most Ratio × first attempts")
-		assert.GreaterOrEqual(t, retries, int64(0.1*2*n)-30, "the budget is used, less the input counts not yet published")
+		assert.GreaterOrEqual(t, retries, int64(0.1*2*n)-30, "the budget is used, less the calls not yet counted")
 		assert.Equal(t, int64(2*n), nodeOf(t, res, "a").DeadLettered+nodeOf(t, res, "c").DeadLettered)
 		byBudget := 0
 		for _, env := range dlq.Envelopes() {
