@@ -184,16 +184,23 @@ func spread[In, Out any](n *spec, ungroup bool) deliverFunc[In, []Out, Out] {
 		}
 		if own := env.tr.ungroup(len(r)); ungroup && own != nil {
 			// A batch handed on item by item: each item takes back its
-			// own tracker, so that its done reports its own fate.
-			for i, v := range r {
-				if own[i] != nil {
-					own[i].add(1)
+			// own tracker, so that its done reports its own fate. Every
+			// item holds its part before the batch lets go of them all,
+			// and the batch lets go before the first push: a push that
+			// waits, then a run that stops, leaves each item to its own
+			// fate, Delivered for those written, not the batch's
+			// unfinished one for all.
+			for _, tr := range own {
+				if tr != nil {
+					tr.add(1)
 				}
+			}
+			env.tr.release()
+			for i, v := range r {
 				if err := w.push(ctx, envelope[Out]{val: v, tr: own[i]}); err != nil {
 					return err
 				}
 			}
-			env.tr.release()
 			return nil
 		}
 		if env.tr != nil && len(r) > 1 {

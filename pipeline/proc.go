@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -42,7 +43,14 @@ type proc[In, R, Out any] struct {
 	// tick counts the items the run loop started, across runs: it looks
 	// at ctx before every stopEvery-th.
 	tick uint
+	// calls is the node's count of first calls when it draws on a retry
+	// budget, nil otherwise: see countsCalls.
+	calls *atomic.Int64
 }
+
+// countsCalls says that the node counts its first calls as it makes them,
+// which a retry budget then counts as its first attempts.
+func (p *proc[In, R, Out]) countsCalls() {}
 
 // A loopFunc calls the node's function on items[*j:], advancing *j, and
 // hands the results over through w (a sink counts them in done). It stops
@@ -86,6 +94,9 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 	n := nr.spec
 	p := &proc[In, R, Out]{nr: nr, user: user, call: call, deliver: deliver, sink: n.output == nil}
 	p.gate.br = n.breaker
+	if n.res.RetryBudget != nil && callsUser(n) {
+		p.calls = &n.stats.calls
+	}
 	if d := n.res.ItemRetry.AttemptTimeout; d > 0 {
 		p.call = withAttemptTimeout(p.call, d, nr.rs.p.cfg.clock)
 		p.wrapped = true
@@ -241,6 +252,10 @@ func rescueCall[In, R any](ctx context.Context, f func(context.Context, In, erro
 func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket, idle idleFunc) (R, bool, error) {
 	if t.prior != nil {
 		env.tr.unblame()
+	} else if p.calls != nil {
+		// A parallel worker's first call of the item, counted as it is
+		// made: one atomic add, only for a node with a retry budget.
+		p.calls.Add(1)
 	}
 	r, fl := attempt(ctx, p.nr, p.call, env.val, env.tr, t.prior, idle)
 	if fl != nil {
@@ -310,6 +325,7 @@ func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *t
 	}
 	for i < len(items) {
 		ferr, err := p.run(ctx, w, done, items, i)
+		p.countCalls(i, ferr, err)
 		if err != nil {
 			p.release()
 			return err
@@ -327,6 +343,24 @@ func (p *proc[In, R, Out]) runItems(ctx context.Context, w *writer[Out], done *t
 		i = j + 1
 	}
 	return nil
+}
+
+// countCalls counts, for a node with a retry budget, the first calls the
+// fast loop made on a run from item i: those of the items before p.cur,
+// and that of the item at p.cur when its call failed (not when the
+// breaker refused it). One add a run, before the failed item asks the
+// budget for its retry.
+func (p *proc[In, R, Out]) countCalls(i int, ferr, err error) {
+	if p.calls == nil {
+		return
+	}
+	n := p.cur - i
+	if err == nil && ferr != nil && ferr != errRefused {
+		n++
+	}
+	if n > 0 {
+		p.calls.Add(int64(n))
+	}
 }
 
 // retry takes item j of a run through layer 1 after its first call failed

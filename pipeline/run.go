@@ -296,13 +296,28 @@ func callsUser(n *spec) bool {
 	return !n.tagging
 }
 
+// isCallCounter reports whether r counts its node's first calls as it
+// makes them (see proc.countsCalls).
+func isCallCounter(r runner) bool {
+	_, ok := r.(interface{ countsCalls() })
+	return ok
+}
+
 func (nr *nodeRun) run() error {
 	rs, n := nr.rs, nr.spec
 	if b := n.res.RetryBudget; b != nil && n.consumes && callsUser(n) {
-		// The items this node takes in are the budget's first attempts:
-		// a node that takes batches calls its function once a batch.
+		// The budget's first attempts are the node's first calls, counted
+		// as they are made, not as items arrive: a node that holds a
+		// backlog (Keyed, a large Buffer) goes on calling long after its
+		// input ended or drained, and its retries keep their allowance.
+		// A Join or an Aggregate calls the user's function as it takes
+		// each item in: its input count stands for its calls, that of
+		// batches for a node that takes batches.
 		calls := &n.stats.in
-		if n.inSize != nil {
+		switch {
+		case isCallCounter(nr.r):
+			calls = &n.stats.calls
+		case n.inSize != nil:
 			calls = &n.stats.inBatches
 		}
 		defer b.Track(calls)()

@@ -20,7 +20,11 @@ type counters struct {
 	fallbacks, handedOff, brokerRetries              atomic.Int64
 	inBatches, outBatches                            atomic.Int64
 	retries                                          []atomic.Int64 // by RetryKind - 1
-	_                                                [40]byte
+	// calls counts the first calls of the node's function, when they
+	// are made: a retry budget's first attempts (see nodeRun.run). It is
+	// kept only for a node that draws on a budget, and shown nowhere.
+	calls atomic.Int64
+	_     [40]byte
 }
 
 func newCounters() *counters {

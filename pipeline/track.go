@@ -219,9 +219,11 @@ func group[T any](items []envelope[T]) *tracker {
 }
 
 // ungroup returns the trackers of a batch's items, by position, when tr is
-// the tracker of a batch of n items; else nil. A caller that hands an item
-// on with its own tracker adds a part to it first, and releases tr once
-// every item was handed on.
+// the tracker of a batch of n items; else nil. A caller that hands the
+// items on with their own trackers adds a part to each first, then
+// releases tr before it hands any on: a hand-over that waits, then a run
+// that stops, must not keep the items already handed on from their own
+// outcomes.
 func (tr *tracker) ungroup(n int) []*tracker {
 	if tr == nil || tr.parents == nil || len(tr.parents) != n || tr.window {
 		return nil

@@ -18,8 +18,8 @@ var ErrBudgetExhausted = errors.New("resilience: retry budget exhausted")
 // BudgetOptions configure a [Budget].
 type BudgetOptions struct {
 	// Ratio is how many retries the budget allows per first attempt, over
-	// Window: 0.1 allows one retry for every ten items. At least 0; 0,
-	// the zero value, allows only MinPerSecond.
+	// Window: 0.1 allows one retry for every ten first calls the nodes
+	// made. At least 0; 0, the zero value, allows only MinPerSecond.
 	Ratio float64
 	// MinPerSecond retries per second are allowed on top of Ratio, so that
 	// a trickle of items can still retry. At least 0; the zero value adds
@@ -29,8 +29,7 @@ type BudgetOptions struct {
 	// counted; 0, the zero value, takes 10 s.
 	Window time.Duration
 	// Clock is the budget's clock; nil, the zero value, takes the real
-	// one. Give the
-	// pipeline's fake clock in tests.
+	// one. Give the pipeline's fake clock in tests.
 	Clock clockwork.Clock
 }
 
@@ -38,22 +37,26 @@ const budgetBuckets = 10
 
 // A Budget bounds the retries of the nodes that share it (through
 // [Options].RetryBudget), across nodes and runs: over the last Window, at
-// most Ratio × the items they took in, plus MinPerSecond × Window. When a
-// dependency fails for everyone, retries then add at most Ratio to its load
-// instead of multiplying it by every layer's retries. A Budget is safe for
+// most Ratio × the first calls they made (an item's first call, counted
+// when it is made, not when the item arrives), plus MinPerSecond × Window.
+// When a dependency fails for everyone, retries then add at most Ratio to
+// its load instead of multiplying it by every layer's retries; a node that
+// holds a backlog after its input ended or drained (a Keyed node, a large
+// Buffer) keeps the allowance its calls earn. A Budget is safe for
 // concurrent use.
 //
-// It costs nothing per item: the nodes' input counts, which the engine
-// keeps anyway, are read only when a retry asks for leave.
+// It costs at most one atomic add per item of a node that draws on it,
+// nothing to other nodes: the counts are read only when a retry asks for
+// leave.
 type Budget struct {
 	opts   BudgetOptions
 	bad    []OptionError // what Validate reports, Field relative to the budget
 	origin time.Time     // bucket epochs count from here
 
 	mu      sync.Mutex
-	sources map[*atomic.Int64]int64 // tracked input counters and their base
-	settled int64                   // items counted from counters no longer tracked
-	samples []budgetSample          // total items taken in, over time
+	sources map[*atomic.Int64]int64 // tracked counters and their base
+	settled int64                   // first attempts counted from counters no longer tracked
+	samples []budgetSample          // total first attempts, over time
 	retries [budgetBuckets]budgetBucket
 	refused int64
 }
@@ -91,9 +94,11 @@ func NewBudget(o BudgetOptions) *Budget {
 	return b
 }
 
-// Track counts the items that in counts as first attempts, from its value
-// now, until the returned function is called. The engine tracks each
-// node's input counter while the node runs.
+// Track counts what in counts as first attempts, from its value now,
+// until the returned function is called. The engine tracks, while a node
+// runs, its count of first calls, which it adds to as it makes them (a
+// Join or an Aggregate, which calls the user's function as it takes each
+// item in, gives its input count).
 func (b *Budget) Track(in *atomic.Int64) (untrack func()) {
 	now := b.opts.Clock.Now()
 	b.mu.Lock()
@@ -156,28 +161,45 @@ func (b *Budget) epoch(now time.Time) int64 {
 	return e
 }
 
-// firstsLocked returns the items taken in over the last Window, as the
-// samples tell: the total of the tracked counters is sampled when a node
-// starts and when a retry asks for leave (at most one sample per
-// Window/10), and the items counted are those since the oldest sample
-// within the window. That errs low, never high: items taken in before the
-// oldest sample in the window are not lent to the retries of a later
-// outage, so after a quiet spell the budget starts from MinPerSecond and
-// catches up within Window/10.
+// firstsLocked returns the first attempts made over the last Window, as
+// the samples tell: the total of the tracked counters is sampled when a
+// node starts and when a retry asks for leave (at most one sample per
+// Window/10). The samples kept are the newest one at or before the
+// window's start, the base, and those after it; the count at the window's
+// start is read between the base and the next sample (or now), as if the
+// attempts between them were spread evenly. While retries ask for leave
+// often, that is exact to within Window/10; after a spell without retries
+// longer than Window, the attempts of that spell count pro rata: a node
+// that calls steadily and fails rarely keeps its allowance, and a burst
+// long ago lends only its share.
 func (b *Budget) firstsLocked(now time.Time) int64 {
 	total := b.totalLocked()
 	cut := now.Add(-b.opts.Window)
 	i := 0
-	for i < len(b.samples) && !b.samples[i].at.After(cut) {
+	for i+1 < len(b.samples) && !b.samples[i+1].at.After(cut) {
 		i++
 	}
 	b.samples = b.samples[i:]
 	var n int64
-	if len(b.samples) > 0 {
+	switch {
+	case len(b.samples) == 0:
+	case b.samples[0].at.After(cut):
+		// Counting began within the window: every attempt since counts.
 		n = total - b.samples[0].total
+	default:
+		base, next := b.samples[0], budgetSample{at: now, total: total}
+		if len(b.samples) > 1 {
+			next = b.samples[1]
+		}
+		atCut := base.total
+		if span := next.at.Sub(base.at); span > 0 {
+			share := float64(cut.Sub(base.at)) / float64(span)
+			atCut += int64(math.Ceil(share * float64(next.total-base.total)))
+		}
+		n = total - atCut
 	}
 	b.sampleLocked(now, total)
-	return n
+	return max(n, 0)
 }
 
 func (b *Budget) totalLocked() int64 {
