@@ -1,0 +1,144 @@
+package rabbitmq_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/connector/rabbitmq"
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/crashledger"
+	"github.com/sluicehq/sluice/pipeline"
+)
+
+// crashedLedger writes, at path, the crash ledger that a process which
+// died with the messages ids in flight leaves behind.
+func crashedLedger(t *testing.T, path string, ids ...string) {
+	t.Helper()
+	b := []byte("sluice crash ledger v1\n")
+	for _, id := range ids {
+		b = append(b, "+ "+strconv.Quote(id)+"\n"...)
+	}
+	require.NoError(t, os.WriteFile(path, b, 0o644))
+}
+
+// A stallRun is a pipeline consume -> Batch(8, 0) -> store over a queue,
+// with a crash ledger that suspects some of its messages.
+type stallRun struct {
+	t      *testing.T
+	a      *admin
+	q      string
+	ledger string
+	clock  *clockwork.FakeClock
+	src    *rabbitmq.Source
+	p      *pipeline.Pipeline
+	dead   *deadletter.Memory
+
+	mu      sync.Mutex
+	written map[string]int
+	total   int
+}
+
+func newStallRun(t *testing.T, n int, suspects ...string) *stallRun {
+	t.Helper()
+	r := &stallRun{t: t, a: newAdmin(t), q: uniqueName(t), ledger: filepath.Join(t.TempDir(), "crash.ledger"),
+		clock: clockwork.NewFakeClock(), dead: deadletter.NewMemory(16), written: map[string]int{}}
+	r.a.declareQueue(r.q, nil)
+	r.a.publish(r.q, ids(n)...)
+	var inFlight []string
+	for _, s := range suspects {
+		inFlight = append(inFlight, "id:"+s)
+	}
+	crashedLedger(t, r.ledger, inFlight...)
+	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{URL: r.a.url, Queue: r.q, Prefetch: 32,
+		CrashLedger: r.ledger, Clock: r.clock})
+	require.NoError(t, err)
+	r.src = src
+	b := pipeline.New("stall", pipeline.WithDeadLetter(r.dead))
+	pipeline.SinkFunc(b, "store", pipeline.Batch(b, "batch", pipeline.Source(b, "consume", src), 8, 0),
+		func(_ context.Context, ms []rabbitmq.Message) error {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, m := range ms {
+				r.written[m.MessageID]++
+				r.total++
+			}
+			return nil
+		})
+	r.p, err = b.Build()
+	require.NoError(t, err)
+	return r
+}
+
+// run starts the pipeline; the channel gets Run's error.
+func (r *stallRun) run(ctx context.Context) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := r.p.Run(ctx)
+		done <- err
+	}()
+	return done
+}
+
+func (r *stallRun) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.total
+}
+
+// pumpUntil moves the source's fake clock on by step, every few
+// milliseconds, until cond holds; it reports false at ctx's deadline.
+func pumpUntil(ctx context.Context, clock *clockwork.FakeClock, step time.Duration, cond func() bool) bool {
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-tick.C:
+			if step > 0 {
+				clock.Advance(step)
+			}
+		}
+	}
+	return true
+}
+
+// A suspect of a crash must not stall a pipeline that holds items until
+// more come (a Batch without linger): the first suspect arrives when
+// nothing runs, runs alone, and sits in a partial batch; the second
+// arrives while a partial batch is held. Neither may wait for ever: after
+// the ledger's bound (on the source's clock) each runs beside the others,
+// every message is written once, and both suspects, settled, are cleared.
+func TestCrashSuspectsDoNotStallABatchWithoutLinger(t *testing.T) {
+	t.Parallel()
+	r := newStallRun(t, 20, "m-00000", "m-00010")
+	ctx := testContext(t)
+	done := r.run(ctx)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	require.True(t, pumpUntil(wctx, r.clock, time.Second, func() bool { return r.count() >= 16 }),
+		"two full batches written past two suspects; written %d of 20", r.count())
+	require.True(t, r.p.Drain(), "the run is on")
+	require.NoError(t, <-done)
+
+	assert.Len(t, r.written, 20, "every message written")
+	for id, n := range r.written {
+		assert.Equal(t, 1, n, "message %s written once", id)
+	}
+	assert.Empty(t, r.dead.Envelopes(), "nothing dead-lettered")
+	msgs, _ := r.a.depth(r.q)
+	assert.Zero(t, msgs, "the queue is drained")
+	l, err := crashledger.Open(r.ledger, crashledger.Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	assert.Zero(t, l.Suspects(), "the suspects, settled, are cleared")
+}
