@@ -40,7 +40,7 @@ func (s *Source) openCrashLedger(ctx context.Context, js jetstream.JetStream, co
 		return resilience.MarkPermanent(&ConfigError{Field: "CrashLedger", Value: s.cfg.CrashLedger,
 			Reason: "a message that crashes the consumer goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
 	}
-	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock})
+	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock, AloneWait: s.cfg.CrashAloneWait})
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("nats: source of %s/%s: CrashLedger: %w", s.cfg.Stream, s.cfg.Consumer, err))
 	}

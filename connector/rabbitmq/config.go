@@ -22,6 +22,10 @@ const (
 	// DefaultDrainTimeout bounds a source's wait for its items in flight
 	// after Stop.
 	DefaultDrainTimeout = 30 * time.Second
+	// DefaultCrashAloneWait bounds how long a suspect of a crash waits for
+	// the source to be idle, and how long it then runs alone (see
+	// SourceConfig.CrashAloneWait).
+	DefaultCrashAloneWait = 10 * time.Second
 	// DefaultConfirmTimeout bounds the wait for one publisher confirm.
 	DefaultConfirmTimeout = 30 * time.Second
 	// DefaultPubRetries is the retries of a publish that did not reach the
@@ -82,6 +86,15 @@ type SourceConfig struct {
 	// docs/rabbitmq.md ("Messages that crash the consumer"). "" keeps no
 	// ledger.
 	CrashLedger string
+	// CrashAloneWait bounds, on Clock, how long a suspect of a crash
+	// waits for nothing else of the source to be in flight, and how long
+	// it then runs alone, so that a pipeline which holds items until more
+	// arrive (a Batch without linger, a count window, a join waiting for
+	// its match) never stalls. Past it the suspect runs beside the others,
+	// and a crash then does not name it the culprit: it stays a suspect.
+	// Only with CrashLedger. Default [DefaultCrashAloneWait]; see
+	// docs/rabbitmq.md ("Messages that crash the consumer").
+	CrashAloneWait time.Duration
 	// DialTimeout bounds connecting and the AMQP handshake. Default
 	// [DefaultDialTimeout].
 	DialTimeout time.Duration
@@ -272,6 +285,9 @@ func (c *SourceConfig) validate() error {
 	if c.DrainTimeout < 0 {
 		add("DrainTimeout", c.DrainTimeout, "must not be negative")
 	}
+	if c.CrashAloneWait < 0 {
+		add("CrashAloneWait", c.CrashAloneWait, "must not be negative; 0 takes DefaultCrashAloneWait")
+	}
 	if c.MaxDeliveries < 0 {
 		add("MaxDeliveries", c.MaxDeliveries, "must not be negative; 0 sets no limit")
 	}
@@ -336,6 +352,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.CrashAloneWait == 0 {
+		c.CrashAloneWait = DefaultCrashAloneWait
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()

@@ -45,7 +45,7 @@ func (s *Source) openCrashLedger() error {
 		return resilience.MarkPermanent(&ConfigError{Field: "CrashLedger", Value: s.cfg.CrashLedger,
 			Reason: "a message that crashes the consumer goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
 	}
-	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock})
+	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock, AloneWait: s.cfg.CrashAloneWait})
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("rabbitmq: source of queue %q: CrashLedger: %w", s.cfg.Queue, err))
 	}

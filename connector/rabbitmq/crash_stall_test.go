@@ -47,6 +47,9 @@ type stallRun struct {
 	total   int
 }
 
+// stallWait is the tests' CrashAloneWait.
+const stallWait = time.Minute
+
 func newStallRun(t *testing.T, n int, suspects ...string) *stallRun {
 	t.Helper()
 	r := &stallRun{t: t, a: newAdmin(t), q: uniqueName(t), ledger: filepath.Join(t.TempDir(), "crash.ledger"),
@@ -59,7 +62,7 @@ func newStallRun(t *testing.T, n int, suspects ...string) *stallRun {
 	}
 	crashedLedger(t, r.ledger, inFlight...)
 	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{URL: r.a.url, Queue: r.q, Prefetch: 32,
-		CrashLedger: r.ledger, Clock: r.clock})
+		CrashLedger: r.ledger, CrashAloneWait: stallWait, Clock: r.clock})
 	require.NoError(t, err)
 	r.src = src
 	b := pipeline.New("stall", pipeline.WithDeadLetter(r.dead))
@@ -125,7 +128,7 @@ func TestCrashSuspectsDoNotStallABatchWithoutLinger(t *testing.T) {
 	done := r.run(ctx)
 	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	require.True(t, pumpUntil(wctx, r.clock, time.Second, func() bool { return r.count() >= 16 }),
+	require.True(t, pumpUntil(wctx, r.clock, stallWait/4, func() bool { return r.count() >= 16 }),
 		"two full batches written past two suspects; written %d of 20", r.count())
 	require.True(t, r.p.Drain(), "the run is on")
 	require.NoError(t, <-done)
@@ -141,4 +144,88 @@ func TestCrashSuspectsDoNotStallABatchWithoutLinger(t *testing.T) {
 	require.NoError(t, err)
 	defer l.Close()
 	assert.Zero(t, l.Suspects(), "the suspects, settled, are cleared")
+}
+
+// waitUntil polls cond every few milliseconds, and fails the test when it
+// does not hold within ten seconds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	require.True(t, pumpUntil(ctx, nil, 0, cond), "timed out waiting for %s", what)
+}
+
+// stalledSuspect starts a run whose suspect m-00005 waits behind five
+// messages held in a partial batch, and waits until it does.
+func stalledSuspect(t *testing.T, ctx context.Context) (*stallRun, <-chan error) {
+	t.Helper()
+	r := newStallRun(t, 6, "m-00005")
+	done := r.run(ctx)
+	waitUntil(t, "the suspect waiting for its turn", func() bool { return rabbitmq.CrashWaiting(r.src) == 1 })
+	return r, done
+}
+
+// checkBack checks, after the run, that nothing is lost: what the run
+// wrote and what is back in the queue make every message once, and the
+// suspect is back in the queue, still a suspect.
+func (r *stallRun) checkBack(n int) {
+	t := r.t
+	t.Helper()
+	_, ok := r.written["m-00005"]
+	assert.False(t, ok, "the suspect did not run")
+	ch := r.a.channel()
+	back := map[string]int{}
+	for {
+		d, ok, err := ch.Get(r.q, true)
+		require.NoError(t, err)
+		if !ok {
+			break
+		}
+		back[d.MessageId]++
+	}
+	assert.Equal(t, 1, back["m-00005"], "the suspect is back in the queue")
+	for _, id := range ids(n) {
+		assert.Equal(t, 1, r.written[id]+back[id], "message %s written or back, once", id)
+	}
+	assert.Empty(t, r.dead.Envelopes(), "nothing dead-lettered")
+	l, err := crashledger.Open(r.ledger, crashledger.Options{})
+	require.NoError(t, err)
+	defer l.Close()
+	assert.Equal(t, crashledger.Suspect, l.Entry("id:m-00005").Verdict(), "still a suspect")
+}
+
+// A drain while a suspect waits for the held batch ends at once, on the
+// fake clock that never moves: the batch is written, the suspect is not
+// emitted and goes back to the queue, still a suspect.
+func TestCrashSuspectWaitingEndsWithADrain(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	r, done := stalledSuspect(t, ctx)
+	require.True(t, r.p.Drain())
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-ctx.Done():
+		t.Fatal("the drain hangs behind the waiting suspect")
+	}
+	assert.Equal(t, 5, r.count(), "the held batch is written")
+	r.checkBack(6)
+}
+
+// Cancelling the run while a suspect waits for the held batch ends it at
+// once: the suspect is not emitted and goes back to the queue, still a
+// suspect; what the batch held goes back too, unacked.
+func TestCrashSuspectWaitingEndsWithTheRun(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(testContext(t))
+	defer cancel()
+	r, done := stalledSuspect(t, ctx)
+	cancel()
+	select {
+	case err := <-done:
+		require.ErrorIs(t, err, context.Canceled)
+	case <-testContext(t).Done():
+		t.Fatal("the run hangs behind the waiting suspect")
+	}
+	r.checkBack(6)
 }
