@@ -148,7 +148,7 @@ type Ledger struct {
 	marks     map[string]*mark
 	inflight  map[string]int
 	running   int
-	waiting   int // turns waiting now
+	waiting   int // in Turn or WaitAlone
 	alone     *Entry
 	// changed is closed, and replaced, whenever running or alone changes:
 	// what Turn waits on.
@@ -408,7 +408,8 @@ func (l *Ledger) Suspects() int {
 	return n
 }
 
-// Waiting returns how many turns wait now (see [Entry.Turn]).
+// Waiting returns how many wait now, in [Entry.Turn] or in
+// [Ledger.WaitAlone].
 func (l *Ledger) Waiting() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -424,14 +425,17 @@ func (l *Ledger) WaitAlone(ctx context.Context) error {
 	defer l.mu.Unlock()
 	for l.alone != nil && !l.closed {
 		ch := l.changed
+		l.waiting++
 		l.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			l.mu.Lock()
+			l.waiting--
 			return context.Cause(ctx)
 		case <-ch:
 		}
 		l.mu.Lock()
+		l.waiting--
 	}
 	return nil
 }
