@@ -193,7 +193,8 @@ func (s *Source) crashCheck(ctx context.Context, d *delivery, msg Message) (hand
 }
 
 // crashTurn waits, just before d is emitted, until it may run: a suspect
-// alone, any other message when no suspect runs alone. When it cannot (the
+// alone, any other message when no suspect runs alone, each for at most
+// CrashAloneWait (see crashledger.Entry.Turn). When it cannot (the
 // run ends, the ledger cannot write), d goes back to the server.
 func (s *Source) crashTurn(ctx context.Context, d *delivery) error {
 	if d.crash == nil {

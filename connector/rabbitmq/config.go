@@ -76,7 +76,9 @@ type SourceConfig struct {
 	// message whose delivery ends the consumer's process (os.Exit, an
 	// unrecovered panic in a goroutine, an OOM kill) is caught: after a
 	// crash, each message that was in flight runs alone when it comes
-	// back, and a message that crashes the process while it runs alone is,
+	// back (for at most CrashAloneWait, so that nothing stalls; past it,
+	// it runs beside others and a crash does not name it the culprit),
+	// and a message that crashes the process while it runs alone is,
 	// at its next delivery, written to the pipeline's dead-letter sink
 	// with an error matching [ErrCrashed] (and [ErrPoison]) and acked,
 	// without running. Its neighbours are never dead-lettered. It needs

@@ -236,3 +236,16 @@ func TestCrashSuspectWaitingEndsWithTheRun(t *testing.T) {
 	}
 	r.checkBack(6)
 }
+
+// CrashAloneWait: negative is an error naming the field; 0 takes the
+// default.
+func TestCrashAloneWaitConfig(t *testing.T) {
+	t.Parallel()
+	_, err := rabbitmq.NewSource(rabbitmq.SourceConfig{URL: "amqp://localhost/", Queue: "q", CrashAloneWait: -1})
+	var ce *rabbitmq.ConfigError
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, "CrashAloneWait", ce.Field)
+	src, err := rabbitmq.NewSource(rabbitmq.SourceConfig{URL: "amqp://localhost/", Queue: "q"})
+	require.NoError(t, err)
+	assert.Equal(t, rabbitmq.DefaultCrashAloneWait, src.Config().CrashAloneWait)
+}
