@@ -31,6 +31,10 @@ const (
 	// DefaultDrainTimeout bounds a source's wait for its items in flight
 	// after Stop.
 	DefaultDrainTimeout = 30 * time.Second
+	// DefaultCrashAloneWait bounds how long a suspect of a crash waits for
+	// the source to be idle, and how long it then runs alone (see
+	// SourceConfig.CrashAloneWait).
+	DefaultCrashAloneWait = 10 * time.Second
 	// DefaultAckTimeout bounds the wait for one publish's PubAck.
 	DefaultAckTimeout = 30 * time.Second
 	// DefaultPubRetries is the retries of a publish that did not reach the
@@ -113,8 +117,10 @@ type SourceConfig struct {
 	// source keeps the ids (stream sequences) of the messages it holds, so
 	// that a message whose delivery ends the consumer's process (os.Exit,
 	// an unrecovered panic in a goroutine, an OOM kill) is caught: after a
-	// crash, each message that was held runs alone when it comes back, and
-	// a message that crashes the process while it runs alone is, at its
+	// crash, each message that was held runs alone when it comes back
+	// (for at most CrashAloneWait, so that nothing stalls; past it, it runs
+	// beside others and a crash does not name it the culprit), and a
+	// message that crashes the process while it runs alone is, at its
 	// next delivery, written to the pipeline's dead-letter sink with an
 	// error matching [ErrCrashed] (and [ErrPoison]) and terminated,
 	// without running. Its neighbours are never dead-lettered, and the
@@ -125,6 +131,15 @@ type SourceConfig struct {
 	// docs/nats.md ("Messages that crash the consumer"). "" keeps no
 	// ledger.
 	CrashLedger string
+	// CrashAloneWait bounds, on Clock, how long a suspect of a crash
+	// waits for nothing else of the source to be in flight, and how long
+	// it then runs alone, so that a pipeline which holds items until more
+	// arrive (a Batch without linger, a count window, a join waiting for
+	// its match) never stalls. Past it the suspect runs beside the others,
+	// and a crash then does not name it the culprit: it stays a suspect.
+	// Only with CrashLedger. Default [DefaultCrashAloneWait]; see
+	// docs/nats.md ("Messages that crash the consumer").
+	CrashAloneWait time.Duration
 	// DialTimeout bounds connecting. Default [DefaultDialTimeout].
 	DialTimeout time.Duration
 	// CloseTimeout bounds the flush of the last acks at Close. Default
@@ -314,7 +329,7 @@ func (c SourceConfig) Validate() error {
 	for _, f := range []struct {
 		name string
 		d    time.Duration
-	}{{"DialTimeout", c.DialTimeout}, {"CloseTimeout", c.CloseTimeout}, {"DrainTimeout", c.DrainTimeout}} {
+	}{{"DialTimeout", c.DialTimeout}, {"CloseTimeout", c.CloseTimeout}, {"DrainTimeout", c.DrainTimeout}, {"CrashAloneWait", c.CrashAloneWait}} {
 		if f.d < 0 {
 			add(f.name, f.d, "must not be negative")
 		}
@@ -375,6 +390,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.CrashAloneWait == 0 {
+		c.CrashAloneWait = DefaultCrashAloneWait
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()

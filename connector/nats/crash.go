@@ -40,7 +40,7 @@ func (s *Source) openCrashLedger(ctx context.Context, js jetstream.JetStream, co
 		return resilience.MarkPermanent(&ConfigError{Field: "CrashLedger", Value: s.cfg.CrashLedger,
 			Reason: "a message that crashes the consumer goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
 	}
-	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock})
+	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock, AloneWait: s.cfg.CrashAloneWait})
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("nats: source of %s/%s: CrashLedger: %w", s.cfg.Stream, s.cfg.Consumer, err))
 	}
@@ -190,7 +190,8 @@ func (s *Source) crashCheck(ctx context.Context, d *delivery, msg Message) (hand
 }
 
 // crashTurn waits, just before d is emitted, until it may run: a suspect
-// alone, any other message when no suspect runs alone. When it cannot (the
+// alone, any other message when no suspect runs alone, each for at most
+// CrashAloneWait (see crashledger.Entry.Turn). When it cannot (the
 // run ends, the ledger cannot write), d goes back to the server.
 func (s *Source) crashTurn(ctx context.Context, d *delivery) error {
 	if d.crash == nil {

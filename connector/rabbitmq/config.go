@@ -24,6 +24,10 @@ const (
 	// DefaultDrainTimeout bounds a source's wait for its items in flight
 	// after Stop.
 	DefaultDrainTimeout = 30 * time.Second
+	// DefaultCrashAloneWait bounds how long a suspect of a crash waits for
+	// the source to be idle, and how long it then runs alone (see
+	// SourceConfig.CrashAloneWait).
+	DefaultCrashAloneWait = 10 * time.Second
 	// DefaultConfirmTimeout bounds the wait for one publisher confirm.
 	DefaultConfirmTimeout = 30 * time.Second
 	// DefaultPubRetries is the retries of a publish that did not reach the
@@ -74,7 +78,9 @@ type SourceConfig struct {
 	// message whose delivery ends the consumer's process (os.Exit, an
 	// unrecovered panic in a goroutine, an OOM kill) is caught: after a
 	// crash, each message that was in flight runs alone when it comes
-	// back, and a message that crashes the process while it runs alone is,
+	// back (for at most CrashAloneWait, so that nothing stalls; past it,
+	// it runs beside others and a crash does not name it the culprit),
+	// and a message that crashes the process while it runs alone is,
 	// at its next delivery, written to the pipeline's dead-letter sink
 	// with an error matching [ErrCrashed] (and [ErrPoison]) and acked,
 	// without running. Its neighbours are never dead-lettered. It needs
@@ -84,6 +90,15 @@ type SourceConfig struct {
 	// docs/rabbitmq.md ("Messages that crash the consumer"). "" keeps no
 	// ledger.
 	CrashLedger string
+	// CrashAloneWait bounds, on Clock, how long a suspect of a crash
+	// waits for nothing else of the source to be in flight, and how long
+	// it then runs alone, so that a pipeline which holds items until more
+	// arrive (a Batch without linger, a count window, a join waiting for
+	// its match) never stalls. Past it the suspect runs beside the others,
+	// and a crash then does not name it the culprit: it stays a suspect.
+	// Only with CrashLedger. Default [DefaultCrashAloneWait]; see
+	// docs/rabbitmq.md ("Messages that crash the consumer").
+	CrashAloneWait time.Duration
 	// DialTimeout bounds connecting and the AMQP handshake. Default
 	// [DefaultDialTimeout].
 	DialTimeout time.Duration
@@ -302,6 +317,9 @@ func (c *SourceConfig) validate() error {
 	if c.DrainTimeout < 0 {
 		add("DrainTimeout", c.DrainTimeout, "must not be negative")
 	}
+	if c.CrashAloneWait < 0 {
+		add("CrashAloneWait", c.CrashAloneWait, "must not be negative; 0 takes DefaultCrashAloneWait")
+	}
 	if c.MaxDeliveries < 0 {
 		add("MaxDeliveries", c.MaxDeliveries, "must not be negative; 0 sets no limit")
 	}
@@ -372,6 +390,9 @@ func (c SourceConfig) withDefaults() SourceConfig {
 	}
 	if c.DrainTimeout == 0 {
 		c.DrainTimeout = DefaultDrainTimeout
+	}
+	if c.CrashAloneWait == 0 {
+		c.CrashAloneWait = DefaultCrashAloneWait
 	}
 	if c.Clock == nil {
 		c.Clock = clockwork.NewRealClock()

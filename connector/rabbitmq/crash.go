@@ -45,7 +45,7 @@ func (s *Source) openCrashLedger() error {
 		return resilience.MarkPermanent(&ConfigError{Field: "CrashLedger", Value: s.cfg.CrashLedger,
 			Reason: "a message that crashes the consumer goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
 	}
-	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock})
+	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock, AloneWait: s.cfg.CrashAloneWait})
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("rabbitmq: source of queue %q: CrashLedger: %w", s.cfg.Queue, err))
 	}
@@ -69,7 +69,8 @@ func (s *Source) closeCrashLedger() error {
 // crashTurn is the crash ledger's part in emitting d: it reports handled
 // when d must not be emitted, with the error that ends Run (nil when d was
 // a culprit, dead-lettered and acked). A suspect waits here until it can
-// run alone, and every other message while a suspect does.
+// run alone, and every other message while a suspect does; each wait
+// lasts at most CrashAloneWait (see crashledger.Entry.Turn).
 func (s *Source) crashTurn(ctx context.Context, d *delivery, msg Message) (handled bool, err error) {
 	if s.cfg.CrashLedger == "" {
 		return false, nil

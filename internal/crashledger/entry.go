@@ -1,6 +1,11 @@
 package crashledger
 
-import "context"
+import (
+	"context"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
 
 // An Entry is one delivery of a message, from its arrival to its
 // settlement.
@@ -12,6 +17,11 @@ type Entry struct {
 	held    bool
 	running bool
 	done    bool
+	// alone says the suspect got its turn alone; shared, that it runs
+	// beside others (it got its turn past AloneWait, or ran alone for
+	// AloneWait). timer ends its time alone.
+	alone, shared bool
+	timer         clockwork.Timer
 }
 
 // Verdict returns the ledger's verdict on the message at its arrival.
@@ -53,33 +63,53 @@ func (e *Entry) Hold() {
 // suspect runs alone. Turn returns ctx's cause when ctx is done first, and
 // the message is then not running. Every record buffered is written before
 // Turn returns, so that the file is current when the message is emitted.
+//
+// Both waits are bounded by the ledger's AloneWait, so that a pipeline
+// that holds what it has until more arrives cannot stall: a suspect whose
+// turn has not come within AloneWait gets it as soon as no suspect runs
+// alone, and runs beside the others; a suspect that runs alone for
+// AloneWait without being settled stops running alone, and the turns
+// waiting for it come. Either is written to the file before any other
+// message runs: a crash from then on finds the suspect in flight, not
+// alone, so it stays a suspect and is not named the culprit.
 func (e *Entry) Turn(ctx context.Context) error {
 	l := e.l
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	var expired <-chan time.Time
 	for {
 		if l.closed || e.done {
 			return nil
 		}
-		if l.alone == nil && (e.verdict != Suspect || l.running == 0) {
+		if l.alone == nil && (e.verdict != Suspect || e.shared || l.running == 0) {
 			break
 		}
+		if e.verdict == Suspect && !e.shared && expired == nil {
+			t := l.clock.NewTimer(l.opts.AloneWait)
+			defer t.Stop()
+			expired = t.Chan()
+		}
 		ch := l.changed
+		l.waiting++
 		l.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			l.mu.Lock()
+			l.waiting--
 			return context.Cause(ctx)
 		case <-ch:
+		case <-expired:
+			e.shared = true
 		}
 		l.mu.Lock()
+		l.waiting--
 	}
 	if !e.held {
 		e.held = true
 		l.inflight[e.id]++
 		l.addLocked(opHold, e.id)
 	}
-	if e.verdict == Suspect {
+	if e.verdict == Suspect && !e.shared {
 		l.alone = e
 		l.addLocked(opAlone, e.id)
 	}
@@ -89,9 +119,47 @@ func (e *Entry) Turn(ctx context.Context) error {
 		}
 		return err
 	}
+	if l.alone == e {
+		e.alone = true
+		e.timer = l.clock.AfterFunc(l.opts.AloneWait, e.share)
+	}
 	e.running = true
 	l.running++
 	return nil
+}
+
+// share ends the suspect's time alone, when it ran alone for AloneWait
+// without being settled: the record goes out at once, before any other
+// message runs, and the turns waiting for it come.
+func (e *Entry) share() {
+	l := e.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed || l.alone != e {
+		return
+	}
+	l.alone = nil
+	e.shared = true
+	l.addLocked(opShared, e.id)
+	_ = l.flushLocked()
+	l.wake()
+}
+
+// stopTimer stops the timer of the suspect's time alone; l.mu is held.
+func (e *Entry) stopTimer() {
+	if e.timer != nil {
+		e.timer.Stop()
+		e.timer = nil
+	}
+}
+
+// Alone reports whether the message is a suspect that got its turn alone
+// and has not shared it since (see [Entry.Turn]).
+func (e *Entry) Alone() bool {
+	l := e.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return e.alone && !e.shared
 }
 
 // Settle says the message is done for good (acked, or dead-lettered): it
@@ -139,6 +207,7 @@ func (e *Entry) end(op byte) {
 	switch {
 	case l.alone == e:
 		l.alone = nil
+		e.stopTimer()
 		// At once: a crash from now on must not find it running alone.
 		_ = l.flushLocked()
 	case len(l.buf) >= maxBuffered:

@@ -23,6 +23,7 @@ const header = "sluice crash ledger v1"
 const (
 	opHold    = '+' // in flight
 	opAlone   = 'a' // a suspect running alone
+	opShared  = 'n' // a suspect no longer alone: others run beside it
 	opSettle  = '-' // done for good: no longer in flight, mark cleared
 	opRelease = 'r' // back without an outcome: no longer in flight
 	opSuspect = 's' // a suspect from earlier crashes
@@ -129,7 +130,7 @@ func (st *state) apply(rec []byte) error {
 	id, _ := strconv.Unquote(q)
 	more := rec[2+len(q):]
 	switch op {
-	case opHold, opAlone, opSettle, opRelease:
+	case opHold, opAlone, opShared, opSettle, opRelease:
 		if len(more) != 0 {
 			return errBadRecord
 		}
@@ -153,6 +154,8 @@ func (st *state) apply(rec []byte) error {
 		st.inflight[id]++
 	case opAlone:
 		st.alone[id] = true
+	case opShared:
+		delete(st.alone, id)
 	case opSettle, opRelease:
 		if st.inflight[id]--; st.inflight[id] <= 0 {
 			delete(st.inflight, id)

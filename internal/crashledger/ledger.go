@@ -14,6 +14,16 @@
 // culprit, and its next arrival has the [Culprit] verdict: the source
 // dead-letters it without running it.
 //
+// Running alone is bounded by AloneWait, on the ledger's clock, so that a
+// pipeline which holds items until more arrive (a batch without linger, a
+// count window, a join waiting for its match) never stalls: a suspect
+// waits at most AloneWait for the source to be idle, and past it runs
+// beside the others; a suspect that runs alone and is not settled within
+// AloneWait stops running alone, and the others go on. Either way the
+// ledger records it as not alone: a crash then does not name it the
+// culprit, it stays a suspect (and its neighbours too, as at any crash
+// with several messages in flight).
+//
 // Writes are cheap: one write(2) before each message is emitted, which the
 // kernel keeps when the process dies, and an fsync at most every
 // SyncEvery, which only bounds what a crash of the whole machine loses
@@ -54,6 +64,9 @@ const (
 	// MaxIDLen is the longest id kept as it is; a longer one is kept as
 	// its SHA-256.
 	MaxIDLen = 512
+	// DefaultAloneWait bounds how long a suspect waits for the source to
+	// be idle, and how long it runs alone.
+	DefaultAloneWait = 10 * time.Second
 )
 
 // ErrLocked is matched by the error of an Open whose path another ledger
@@ -71,6 +84,11 @@ type Options struct {
 	// ForgetAfter is how long an unresolved suspect or culprit is kept;
 	// default [DefaultForgetAfter].
 	ForgetAfter time.Duration
+	// AloneWait bounds how long a suspect waits, in [Entry.Turn], for
+	// nothing else to run, and how long it then runs alone; past either,
+	// it runs beside the others and is not the culprit of a crash.
+	// Default [DefaultAloneWait].
+	AloneWait time.Duration
 }
 
 // A Verdict is what the ledger knows of a message on its arrival.
@@ -130,6 +148,7 @@ type Ledger struct {
 	marks     map[string]*mark
 	inflight  map[string]int
 	running   int
+	waiting   int // in Turn or WaitAlone
 	alone     *Entry
 	// changed is closed, and replaced, whenever running or alone changes:
 	// what Turn waits on.
@@ -175,6 +194,9 @@ func Open(path string, opts Options) (*Ledger, error) {
 	}
 	if opts.ForgetAfter <= 0 {
 		opts.ForgetAfter = DefaultForgetAfter
+	}
+	if opts.AloneWait <= 0 {
+		opts.AloneWait = DefaultAloneWait
 	}
 	lock, err := lockFile(path + ".lock")
 	if err != nil {
@@ -300,6 +322,9 @@ func (l *Ledger) Close() error {
 	l.closed = true
 	err := l.err
 	clear(l.inflight)
+	if l.alone != nil {
+		l.alone.stopTimer()
+	}
 	l.alone = nil
 	l.buf = l.buf[:0]
 	if err == nil {
@@ -383,6 +408,14 @@ func (l *Ledger) Suspects() int {
 	return n
 }
 
+// Waiting returns how many wait now, in [Entry.Turn] or in
+// [Ledger.WaitAlone].
+func (l *Ledger) Waiting() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.waiting
+}
+
 // WaitAlone waits until no suspect runs alone, and returns ctx's cause
 // when ctx is done first. A source that must not take more messages from
 // its broker while a suspect runs alone (each delivery counts) calls it
@@ -392,14 +425,17 @@ func (l *Ledger) WaitAlone(ctx context.Context) error {
 	defer l.mu.Unlock()
 	for l.alone != nil && !l.closed {
 		ch := l.changed
+		l.waiting++
 		l.mu.Unlock()
 		select {
 		case <-ctx.Done():
 			l.mu.Lock()
+			l.waiting--
 			return context.Cause(ctx)
 		case <-ch:
 		}
 		l.mu.Lock()
+		l.waiting--
 	}
 	return nil
 }
