@@ -204,22 +204,32 @@ func (d *delivery) copyMsg() *natsgo.Msg {
 	return &natsgo.Msg{Subject: d.msg.Subject, Header: h, Data: d.msg.Data}
 }
 
-// recount publishes the copy of d, which failed a run, and waits for the
-// stream's PubAck; the acker then acks d, or naks it after an error (the
-// failure is then not counted). It runs on the acker. A process that dies
-// between the copy and the ack leaves both: the message comes back after
-// AckWait with its old count beside the copy with the new one (at least
-// once); if it fails again, its copy has the copy's id, and the stream
-// drops it within its duplicate window.
-func (s *Source) recount(d *delivery) error {
-	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
-	defer cancel()
-	js, err := jetstream.New(d.sess.nc)
-	if err != nil {
-		return err
+// recount settles d, which failed a run, on the acker. When the runs it
+// failed, this one included, reach MaxDeliveries, it writes d's message to
+// the dead-letter sink, and the acker terminates it: no copy is needed.
+// Otherwise it publishes the copy of d and waits for the stream's PubAck,
+// and the acker acks d. When the copy or the dead letter fails (the
+// stream refuses the copy: a mirror, a MaxMsgSize its headers exceed; or
+// ctx ends with Close), the acker naks d, and the failed run is counted in
+// process, by d's first sequence, for its next delivery to this source
+// (see keepFailures): the guard still fires within one process.
+//
+// A process that dies between the copy and the ack leaves both: the
+// message comes back after AckWait with its old count beside the copy
+// with the new one (at least once); if it fails again, its copy has the
+// copy's id, and the stream drops it within its duplicate window.
+func (s *Source) recount(ctx context.Context, d *delivery) settlement {
+	failures := d.failures + 1
+	if failures >= s.cfg.MaxDeliveries {
+		if err := s.poisonRun(ctx, d, failures); err != nil {
+			s.keepFailures(d, failures)
+			return nak
+		}
+		return term
 	}
-	if _, err := js.PublishMsg(ctx, d.copyMsg()); err != nil {
-		return fmt.Errorf("nats: publish the counted copy of message %s: %w", d.id, err)
+	if err := s.publishCopy(ctx, d); err != nil {
+		s.keepFailures(d, failures)
+		return nak
 	}
 	// Its story is in the copy now.
 	if _, ok := s.stories.LoadAndDelete(d.seq); ok {
@@ -230,7 +240,34 @@ func (s *Source) recount(d *delivery) error {
 		s.nReplaced.Store(1)
 	}
 	s.replaced.Store(d.streamSeq, struct{}{})
+	return ack
+}
+
+// publishCopy publishes the copy of d and waits for the stream's PubAck,
+// at most copyTimeout.
+func (s *Source) publishCopy(ctx context.Context, d *delivery) error {
+	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
+	defer cancel()
+	js, err := jetstream.New(d.sess.nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.PublishMsg(ctx, d.copyMsg()); err != nil {
+		return fmt.Errorf("nats: publish the counted copy of message %s: %w", d.id, err)
+	}
 	return nil
+}
+
+// keepFailures keeps, for the next delivery of d's message to this
+// source, that it failed failures runs and the story of them, this one
+// included: a copy that could not carry them. It is kept even past
+// maxStories: a message whose count is lost would fail runs without end.
+func (s *Source) keepFailures(d *delivery, failures int) {
+	st := d.failedRun()
+	st.failures = failures
+	if _, loaded := s.stories.Swap(d.seq, st); !loaded {
+		s.nStories.Add(1)
+	}
 }
 
 // historyJSON encodes the newest entries of hist within the story's bounds.

@@ -282,15 +282,14 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 	}
 	if v, ok := s.stories.LoadAndDelete(d.seq); ok {
 		s.nStories.Add(-1)
-		d.past = v.(*story)
+		st := v.(*story)
+		d.past = st
+		// Failed runs that no copy could count (see Source.recount).
+		d.failures = max(d.failures, st.failures)
 	} else {
 		d.past = d.carried
 	}
-	msg := d.msg
-	m := Message{
-		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
-		Sequence: d.seq, Deliveries: d.prior + d.deliveries, Timestamp: d.stamp, d: d,
-	}
+	m := d.message()
 	if handled, err := s.crashCheck(ctx, d, m); handled {
 		return err
 	}
@@ -310,6 +309,15 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 	s.byID.Store(d.id, d)
 	d.emitted.Store(true)
 	return out.EmitTracked(ctx, m, d.done)
+}
+
+// message returns the Message that d emits.
+func (d *delivery) message() Message {
+	msg := d.msg
+	return Message{
+		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
+		Sequence: d.seq, Deliveries: d.prior + d.deliveries, Timestamp: d.stamp, d: d,
+	}
 }
 
 // Stop ends Run cleanly: no more fetches, the messages the server already
