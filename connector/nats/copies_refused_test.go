@@ -4,6 +4,7 @@ package nats_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"sync"
@@ -186,10 +187,11 @@ func TestForwardedCopyHeadersAreEmitted(t *testing.T) {
 	assert.Equal(t, 1, o.written["good-plain"])
 }
 
-// A message that carries this consumer's own copy headers with a count at
-// MaxDeliveries (a poison dead letter's Message given back to its stream
-// as it was, headers and all: NATS has no Republishing that strips them,
-// as RabbitMQ's does) is dead-lettered again without ever running.
+// A poison letter's message, a counted copy at its last count, given back
+// to its stream through nats.Republishing (as a re-drive does, from the
+// Message or from its JSON in a dead-letter file) runs again: Republishing
+// drops the copy's Sluice-* and Nats-* headers, which would have the
+// source dead-letter it again at once, without running it.
 func TestRedrivenPoisonRunsAgain(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
@@ -199,13 +201,34 @@ func TestRedrivenPoisonRunsAgain(t *testing.T) {
 	h := natsgo.Header{}
 	h.Set(nats.HeaderConsumer, name+"/"+name)
 	h.Set(nats.HeaderFailures, "3")
-	_, err := a.js.PublishMsg(ctx, &natsgo.Msg{Subject: subject, Header: h, Data: []byte("fixed-now")})
+	h.Set(nats.HeaderSequence, "1")
+	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("sluice:%s/%s:1:3", name, name))
+	h.Set(jetstream.ExpectedStreamHeader, name)
+	h.Set("Order", "fixed-now")
+	letter := nats.Message{Subject: subject, Data: []byte("fixed-now"), Header: h, Stream: name, Sequence: 1}
+	for _, item := range []any{letter, mustJSON(t, letter)} {
+		msg, err := nats.Republishing(deadletter.Envelope{Item: item, ItemType: deadletter.TypeOf(letter)})
+		require.NoError(t, err)
+		assert.Equal(t, subject, msg.Subject)
+		assert.Equal(t, "fixed-now", msg.Header.Get("Order"), "the message's own headers stay")
+		assert.Empty(t, msg.Header.Get(nats.HeaderFailures))
+		assert.Empty(t, msg.Header.Get(jetstream.MsgIDHeader))
+	}
+	msg, err := nats.Republishing(deadletter.Envelope{Item: letter})
+	require.NoError(t, err)
+	_, err = a.js.PublishMsg(ctx, msg)
 	require.NoError(t, err)
 	cfg := a.config(name)
 	cfg.MaxDeliveries = 3
 	o := poisonRuns(t, cfg, 1, func(o *poisonOutcome) bool { return len(o.written)+len(o.dead) == 1 })
 	t.Logf("seen %v, written %v, dead %d", o.seen, o.written, len(o.dead))
 	assert.Equal(t, 1, o.written["fixed-now"], "a re-driven message runs again")
+}
+
+func mustJSON(t *testing.T, v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return b
 }
 
 // consumerAcked returns the consumer's ack floor (stream sequence).

@@ -241,13 +241,13 @@ func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 	}
 	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, streamSeq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered),
 		stream: meta.Stream, stamp: meta.Timestamp}
-	if c := carriedOf(msg.Header, s.consumerName()); c.ok {
+	if c := carriedOf(msg.Header, meta.Stream, s.consumerName()); c.ok {
 		// A copy this consumer published after a failed run: it is the
 		// first message, failed c.failures times.
 		if c.seq > 0 {
 			d.seq = c.seq
 		}
-		d.failures, d.prior, d.carried = c.failures, c.deliveries, c.past
+		d.failures, d.prior, d.carried, d.copy = c.failures, c.deliveries, c.past, true
 	}
 	d.id = meta.Stream + "/" + strconv.FormatUint(d.seq, 10)
 	sess.hold(d)
@@ -265,9 +265,11 @@ func (d *delivery) giveBack() {
 
 // emit emits d's message, or dead-letters it as poison.
 func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message]) error {
-	if c := d.msg.Header.Get(HeaderConsumer); c != "" && c != s.consumerName() {
+	if c, ok := copyFor(d.msg.Header, d.stream); ok && c != s.consumerName() {
 		// The counted copy of a message that failed a run of another
-		// consumer of the stream: that consumer's, not this one's.
+		// consumer of the stream: that consumer's, not this one's. A
+		// message that only names another consumer (forwarded with its
+		// headers, or a consumer renamed) is emitted.
 		if d.settled.CompareAndSwap(false, true) {
 			d.sess.settle(settle{d: d, how: ack})
 		}
@@ -382,6 +384,8 @@ type delivery struct {
 	// delivery failed the run, when it did (Message.Rejected).
 	failures, prior int
 	rejected        atomic.Pointer[deadletter.Envelope]
+	// copy says the message is a counted copy of this consumer's.
+	copy bool
 	// emitted is set once the message is handed to the pipeline.
 	emitted atomic.Bool
 	// retry is the wait of the broker's retry that the dead-letter wrapper
