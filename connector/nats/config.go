@@ -107,7 +107,11 @@ type SourceConfig struct {
 	// ended first, a broker retry, a hand-off, a crash) count nothing. See
 	// docs/nats.md ("Poison messages"). It needs the pipeline's
 	// dead-letter sink (pipeline.WithDeadLetter): Open fails without one.
-	// With MaxDeliver it must be below MaxDeliver. 0 sets no limit.
+	// Open refuses it on a stream that cannot take the copy as it should:
+	// a mirror, or a stream with MaxMsgsPerSubject (the copy would evict a
+	// newer message of its subject). A copy the stream refuses otherwise
+	// is counted in process. With MaxDeliver it must be below MaxDeliver.
+	// 0 sets no limit.
 	MaxDeliveries int
 	// CrashLedger, when not empty, is the path of a file in which the
 	// source keeps the ids (stream sequences) of the messages it holds, so

@@ -134,7 +134,7 @@ func TestPoisonWhoseCopyIsRefusedIsDeadLettered(t *testing.T) {
 		assert.Len(t, o.dead, 1, "the poison message is dead-lettered after MaxDeliveries failed runs")
 		assert.LessOrEqual(t, o.failedRuns, maxDeliveries, "at most MaxDeliveries runs fail")
 	})
-	t.Run("Mirror", func(t *testing.T) {
+	t.Run("MirrorRefusedAtOpen", func(t *testing.T) {
 		t.Parallel()
 		a := newAdmin(t)
 		origin := uniqueName(t)
@@ -146,12 +146,20 @@ func TestPoisonWhoseCopyIsRefusedIsDeadLettered(t *testing.T) {
 		require.NoError(t, err)
 		a.publish(subject, "poison")
 		waitFor(t, "the mirror holds the message", func() bool { return a.messages(mirror) == 1 })
+		// A mirror takes no copy: the guard could count only in process,
+		// so Open refuses it, naming the field and why.
 		cfg := a.config(mirror)
-		cfg.MaxDeliveries, cfg.AckWait = maxDeliveries, 3*time.Second
-		o := poisonRuns(t, cfg, 2*maxDeliveries+1, func(o *poisonOutcome) bool { return len(o.dead) == 1 })
-		t.Logf("failed runs %d, seen %d times, dead letters %d; origin stream holds %d", o.failedRuns, len(o.seen), len(o.dead), a.messages(origin))
-		assert.Len(t, o.dead, 1, "the poison message is dead-lettered after MaxDeliveries failed runs")
-		assert.LessOrEqual(t, o.failedRuns, maxDeliveries, "at most MaxDeliveries runs fail")
+		cfg.MaxDeliveries = maxDeliveries
+		src, err := nats.NewSource(cfg)
+		require.NoError(t, err)
+		src.UseDeadLetter(deadletter.NewMemory(1), deadletter.Envelope{})
+		err = src.Open(testContext(t))
+		var ce *nats.ConfigError
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, "MaxDeliveries", ce.Field)
+		assert.Contains(t, ce.Reason, "mirror")
+		assert.False(t, resilience.IsTransient(err))
+		require.NoError(t, src.Close(testContext(t)))
 	})
 }
 
@@ -246,12 +254,33 @@ func (a *admin) consumerAcked(name string) uint64 {
 // newer one is.
 func TestCopyNeverEvictsANewerMessageOfItsSubject(t *testing.T) {
 	t.Parallel()
-	for _, md := range []int{0, 3} {
-		t.Run(fmt.Sprintf("MaxDeliveries%d", md), func(t *testing.T) {
-			t.Parallel()
-			copyEvicts(t, md)
-		})
-	}
+	t.Run("MaxDeliveries0", func(t *testing.T) {
+		t.Parallel()
+		copyEvicts(t, 0)
+	})
+	// With the guard, the copy would evict the newer message: Open
+	// refuses it, naming the field and why.
+	t.Run("MaxDeliveries3RefusedAtOpen", func(t *testing.T) {
+		t.Parallel()
+		a := newAdmin(t)
+		name := uniqueName(t)
+		a.cleanup(name)
+		_, err := a.js.CreateStream(testContext(t), jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"},
+			Storage: jetstream.MemoryStorage, MaxMsgsPerSubject: 1})
+		require.NoError(t, err)
+		cfg := a.config(name)
+		cfg.MaxDeliveries = 3
+		src, err := nats.NewSource(cfg)
+		require.NoError(t, err)
+		src.UseDeadLetter(deadletter.NewMemory(1), deadletter.Envelope{})
+		err = src.Open(testContext(t))
+		var ce *nats.ConfigError
+		require.ErrorAs(t, err, &ce)
+		assert.Equal(t, "MaxDeliveries", ce.Field)
+		assert.Contains(t, ce.Reason, "MaxMsgsPerSubject")
+		assert.False(t, resilience.IsTransient(err))
+		require.NoError(t, src.Close(testContext(t)))
+	})
 }
 
 func copyEvicts(t *testing.T, md int) {
