@@ -131,8 +131,11 @@ type SourceConfig struct {
 	CrashLedger string
 	// DialTimeout bounds connecting. Default [DefaultDialTimeout].
 	DialTimeout time.Duration
-	// CloseTimeout bounds the flush of the last acks at Close. Default
-	// [DefaultCloseTimeout].
+	// CloseTimeout bounds the flush of the last acks at Close, and, on
+	// Clock, Close's wait for the counted copies still to publish (see
+	// MaxDeliveries): past it they give up, and their messages' failed
+	// runs are counted in process. Close's context ends that wait too.
+	// Default [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// DrainTimeout bounds how long Close waits, after [Source.Stop], for the
 	// items in flight to finish so that they are acked. Default

@@ -383,11 +383,12 @@ func (s *session) waitIdle(stop <-chan struct{}, clock clockwork.Clock, timeout 
 // queued, and closes the connection. A message whose item the pipeline
 // still works on (a node restart closes the source under it) is then
 // delivered again, and its late settlement is dropped: at least once.
-// It waits for the acker up to timeout on the source's clock; then the
-// copies still to publish give up (their messages are nak'd, their
-// failed run counted in process: see Source.recount), and close waits
-// for the acker to send the rest.
-func (s *session) close(timeout time.Duration) error {
+// It waits for the acker up to timeout on the source's clock, or until
+// stop is closed (Close's context is done); then the copies still to
+// publish give up (their messages are nak'd, their failed run counted in
+// process: see Source.recount), and close waits for the acker to send the
+// rest.
+func (s *session) close(stop <-chan struct{}, timeout time.Duration) error {
 	close(s.stopTicker)
 	s.mu.Lock()
 	if !s.gone {
@@ -411,6 +412,8 @@ func (s *session) close(timeout time.Duration) error {
 	select {
 	case <-s.ackerEnd:
 	case <-t.Chan():
+		s.cancel()
+	case <-stop:
 		s.cancel()
 	}
 	t.Stop()

@@ -174,7 +174,7 @@ func (s *Source) Open(ctx context.Context) error {
 	s.sess, s.drain = sess, false
 	s.mu.Unlock()
 	if old != nil { // opened twice without a Close: do not leak the first
-		_ = old.close(s.cfg.CloseTimeout)
+		_ = old.close(nil, s.cfg.CloseTimeout)
 	}
 	return nil
 }
@@ -349,7 +349,7 @@ func (s *Source) Close(ctx context.Context) error {
 	if drain {
 		sess.waitIdle(ctx.Done(), s.cfg.Clock, s.cfg.DrainTimeout)
 	}
-	return errors.Join(sess.close(s.cfg.CloseTimeout), s.closeCrashLedger())
+	return errors.Join(sess.close(ctx.Done(), s.cfg.CloseTimeout), s.closeCrashLedger())
 }
 
 // Redelivered returns how many messages the source emitted that the
