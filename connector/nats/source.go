@@ -32,7 +32,8 @@ import (
 // delay; Failed and Rejected (the run ended first, or failed because of
 // it) nak it, and the server delivers it again at once; with
 // MaxDeliveries, a Rejected message is instead published again as a copy
-// that counts the failed run (see [HeaderFailures]), and acked. A message
+// that counts the failed run (see [HeaderFailures]), and acked; or, at its
+// MaxDeliveries-th failed run, dead-lettered and terminated. A message
 // is never acked before the pipeline is done with it, so a process that dies
 // loses nothing: the server delivers what was not acked to another
 // consumer after AckWait. Sinks must therefore be idempotent.
