@@ -102,6 +102,7 @@ func crashedConsumer[M any](t testing.TB, h Harness[M]) {
 	var deadKeys []string
 	for k, reasons := range letters {
 		deadKeys = append(deadKeys, k)
+		assert.Zero(t, got[k], "message %s is dead-lettered and stored", k)
 		if assert.Len(t, reasons, 1, "message %s is dead-lettered once", k) {
 			assert.Contains(t, reasons[0], "crashed the consumer", "the reason of %s", k)
 		}
@@ -168,7 +169,8 @@ func crashChild[M any](h Harness[M]) error {
 	prefetch, _ := strconv.Atoi(os.Getenv(childPrefetch))
 	maxDeliveries, _ := strconv.Atoi(os.Getenv(childMaxDeliv))
 	total, _ := strconv.Atoi(os.Getenv(childTotal))
-	done := map[string]bool{}
+	// done holds the keys stored or dead-lettered, stored those stored.
+	done, stored := map[string]bool{}, map[string]bool{}
 	for _, path := range []string{os.Getenv(childOut), os.Getenv(childDead)} {
 		b, err := os.ReadFile(path)
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -177,6 +179,7 @@ func crashChild[M any](h Harness[M]) error {
 		for line := range strings.Lines(string(b)) {
 			k, _, _ := strings.Cut(strings.TrimSuffix(line, "\n"), "\t")
 			done[k] = true
+			stored[k] = stored[k] || path == os.Getenv(childOut)
 		}
 	}
 	// O_APPEND: each line is one write(2) at the end of the file, which
@@ -209,19 +212,24 @@ func crashChild[M any](h Harness[M]) error {
 		mu sync.Mutex
 		p  *pipeline.Pipeline
 	)
-	// record writes line for key unless key is done, and drains once
-	// every key is.
-	record := func(f *os.File, key, line string) error {
+	// record writes line for key, and drains once every key is stored or
+	// dead-lettered. The store is idempotent: a key stored already is not
+	// written again. Every dead letter is written, so that the case sees a
+	// key dead-lettered twice, or after it was stored.
+	record := func(f *os.File, key, line string, store bool) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if done[key] {
+		if store && stored[key] {
 			return nil
 		}
 		if _, err := f.WriteString(line + "\n"); err != nil {
 			return err
 		}
-		if done[key] = true; len(done) == total {
-			p.Drain()
+		stored[key] = stored[key] || store
+		if !done[key] {
+			if done[key] = true; len(done) == total {
+				p.Drain()
+			}
 		}
 		return nil
 	}
@@ -230,7 +238,7 @@ func crashChild[M any](h Harness[M]) error {
 		if m, ok := env.Item.(M); ok {
 			key = h.Message(m).Key
 		}
-		return record(deadFile, key, key+"\t"+strings.ReplaceAll(env.ErrText, "\n", " "))
+		return record(deadFile, key, key+"\t"+strings.ReplaceAll(env.ErrText, "\n", " "), false)
 	})
 	if cons.DeadLetter != nil {
 		dead = cons.DeadLetter(dead)
@@ -257,7 +265,7 @@ func crashChild[M any](h Harness[M]) error {
 			<-ctx.Done()
 			return ctx.Err()
 		}
-		return record(out, key, key)
+		return record(out, key, key, true)
 	}))
 	p, err = b.Build()
 	if err != nil {

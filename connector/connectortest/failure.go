@@ -145,7 +145,8 @@ func permanentFailure[M any](t testing.TB, h Harness[M]) {
 // neighbours are in flight each time the poison message fails a run: each
 // run fails, and the program runs the same pipeline (the same source)
 // again; after three failed runs the source dead-letters the poison
-// message, once, at its next delivery, and settles it. Its neighbours,
+// message, once, as the third failed run ends or at its next delivery,
+// and settles it. Its neighbours,
 // held when it failed the runs, are not counted with it: every good
 // message is stored, none is dead-lettered, and nothing is left. The runs
 // are those of one process: what a connector counts across processes is
@@ -184,6 +185,11 @@ func poisonMessage[M any](t testing.TB, h Harness[M]) {
 	p = c.build(t)
 	failedRuns := 0
 	for run := 1; run <= 2*maxDeliveries; run++ {
+		// A source that dead-letters the poison as its third failed run
+		// ends leaves no run to make once every good message is stored.
+		if dead.ended(stored) == len(good)+1 {
+			break
+		}
 		_, err := p.Run(ctx)
 		if err == nil {
 			break
@@ -194,7 +200,7 @@ func poisonMessage[M any](t testing.TB, h Harness[M]) {
 	keys, _ := dead.snapshot()
 	require.Equal(t, []string{"poison"}, keys, "the poison message alone is dead-lettered, once")
 	assert.Equal(t, maxDeliveries, failedRuns, "each of its first MaxDeliveries deliveries failed one run")
-	assert.Equal(t, maxDeliveries, called.of("poison"), "its last delivery was not emitted")
+	assert.Equal(t, maxDeliveries, called.of("poison"), "it ran in MaxDeliveries runs, no more")
 	assert.Len(t, stored.snapshot(), len(good), "every good message is stored")
 	requirePending(t, h, cfg.Queue, 0, "nothing is left in the queue")
 }

@@ -27,7 +27,10 @@ const (
 	HeaderFailures = "Sluice-Failures"
 	// HeaderConsumer is the stream and durable consumer the copy is for,
 	// "<stream>/<consumer>": a source of another consumer of the same
-	// stream acks the copy without emitting it.
+	// stream acks the copy without emitting it. A message counts as a
+	// copy only when its Nats-Msg-Id is exactly the copy's (see
+	// [Republishing]); any other is emitted, its Sluice-* headers not
+	// counted.
 	HeaderConsumer = "Sluice-Consumer"
 	// HeaderSequence is the stream sequence of the message first
 	// published, which [Message.Sequence] and CorrelationID keep.
@@ -79,10 +82,41 @@ type carried struct {
 	past       *story // nil for none
 }
 
-// carriedOf reads the copy headers of h when they are for consumer.
-// Headers of another shape are ignored: they cannot make a delivery fail.
-func carriedOf(h natsgo.Header, consumer string) carried {
-	if h.Get(HeaderConsumer) != consumer {
+// copyID is the Nats-Msg-Id of the copy that copyMsg publishes for
+// consumer ("<stream>/<consumer>") of the message first published at seq,
+// after it failed failures runs.
+func copyID(consumer string, seq uint64, failures int) string {
+	return fmt.Sprintf("sluice:%s:%d:%d", consumer, seq, failures)
+}
+
+// copyFor returns the consumer that h, the headers of a message in stream,
+// names as a counted copy's, when they are exactly a copy's that copyMsg
+// publishes into stream: its Nats-Msg-Id the one copyMsg sets from
+// HeaderConsumer, HeaderSequence and HeaderFailures, and its
+// Nats-Expected-Stream stream. A message that only carries Sluice-*
+// headers (forwarded with them from another stream, or a dead letter given
+// back as it was) is no copy: "" and false.
+func copyFor(h natsgo.Header, stream string) (string, bool) {
+	c := h.Get(HeaderConsumer)
+	if c == "" || !strings.HasPrefix(c, stream+"/") || h.Get(jetstream.ExpectedStreamHeader) != stream {
+		return "", false
+	}
+	failures, err := strconv.Atoi(h.Get(HeaderFailures))
+	if err != nil {
+		return "", false
+	}
+	seq, err := strconv.ParseUint(h.Get(HeaderSequence), 10, 64)
+	if err != nil || h.Get(jetstream.MsgIDHeader) != copyID(c, seq, failures) {
+		return "", false
+	}
+	return c, true
+}
+
+// carriedOf reads the copy headers of h, a message of stream, when they
+// are a copy's for consumer (see copyFor). Headers of another shape are
+// ignored: they cannot make a delivery fail.
+func carriedOf(h natsgo.Header, stream, consumer string) carried {
+	if c, ok := copyFor(h, stream); !ok || c != consumer {
 		return carried{}
 	}
 	c := carried{ok: true}
@@ -174,7 +208,10 @@ func (d *delivery) copyMsg() *natsgo.Msg {
 	s := d.src
 	h := natsgo.Header{}
 	for k, vs := range d.msg.Header {
-		if strings.HasPrefix(strings.ToLower(k), "nats-") {
+		lk := strings.ToLower(k)
+		if strings.HasPrefix(lk, "nats-") || (!d.copy && strings.HasPrefix(lk, "sluice-")) {
+			// The server's, or Sluice-* headers of a message that is no
+			// copy of this consumer's (forwarded with them): not its story.
 			continue
 		}
 		h[k] = append([]string(nil), vs...)
@@ -199,27 +236,37 @@ func (d *delivery) copyMsg() *natsgo.Msg {
 	// The same failure of the same message makes the same id: a copy
 	// published again (its ack was lost, and the message failed again) is
 	// dropped by the stream's duplicate window.
-	h.Set(jetstream.MsgIDHeader, fmt.Sprintf("sluice:%s:%d:%d", s.consumerName(), d.seq, failures))
+	h.Set(jetstream.MsgIDHeader, copyID(s.consumerName(), d.seq, failures))
 	h.Set(jetstream.ExpectedStreamHeader, s.cfg.Stream)
 	return &natsgo.Msg{Subject: d.msg.Subject, Header: h, Data: d.msg.Data}
 }
 
-// recount publishes the copy of d, which failed a run, and waits for the
-// stream's PubAck; the acker then acks d, or naks it after an error (the
-// failure is then not counted). It runs on the acker. A process that dies
-// between the copy and the ack leaves both: the message comes back after
-// AckWait with its old count beside the copy with the new one (at least
-// once); if it fails again, its copy has the copy's id, and the stream
-// drops it within its duplicate window.
-func (s *Source) recount(d *delivery) error {
-	ctx, cancel := context.WithTimeout(context.Background(), copyTimeout)
-	defer cancel()
-	js, err := jetstream.New(d.sess.nc)
-	if err != nil {
-		return err
+// recount settles d, which failed a run, on the acker. When the runs it
+// failed, this one included, reach MaxDeliveries, it writes d's message to
+// the dead-letter sink, and the acker terminates it: no copy is needed.
+// Otherwise it publishes the copy of d and waits for the stream's PubAck,
+// and the acker acks d. When the copy or the dead letter fails (the
+// stream refuses the copy: a mirror, a MaxMsgSize its headers exceed; or
+// ctx ends with Close), the acker naks d, and the failed run is counted in
+// process, by d's first sequence, for its next delivery to this source
+// (see keepFailures): the guard still fires within one process.
+//
+// A process that dies between the copy and the ack leaves both: the
+// message comes back after AckWait with its old count beside the copy
+// with the new one (at least once); if it fails again, its copy has the
+// copy's id, and the stream drops it within its duplicate window.
+func (s *Source) recount(ctx context.Context, d *delivery) settlement {
+	failures := d.failures + 1
+	if failures >= s.cfg.MaxDeliveries {
+		if err := s.poisonRun(ctx, d, failures); err != nil {
+			s.keepFailures(d, failures)
+			return nak
+		}
+		return term
 	}
-	if _, err := js.PublishMsg(ctx, d.copyMsg()); err != nil {
-		return fmt.Errorf("nats: publish the counted copy of message %s: %w", d.id, err)
+	if err := s.publishCopy(ctx, d); err != nil {
+		s.keepFailures(d, failures)
+		return nak
 	}
 	// Its story is in the copy now.
 	if _, ok := s.stories.LoadAndDelete(d.seq); ok {
@@ -230,7 +277,34 @@ func (s *Source) recount(d *delivery) error {
 		s.nReplaced.Store(1)
 	}
 	s.replaced.Store(d.streamSeq, struct{}{})
+	return ack
+}
+
+// publishCopy publishes the copy of d and waits for the stream's PubAck,
+// at most copyTimeout.
+func (s *Source) publishCopy(ctx context.Context, d *delivery) error {
+	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
+	defer cancel()
+	js, err := jetstream.New(d.sess.nc)
+	if err != nil {
+		return err
+	}
+	if _, err := js.PublishMsg(ctx, d.copyMsg()); err != nil {
+		return fmt.Errorf("nats: publish the counted copy of message %s: %w", d.id, err)
+	}
 	return nil
+}
+
+// keepFailures keeps, for the next delivery of d's message to this
+// source, that it failed failures runs and the story of them, this one
+// included: a copy that could not carry them. It is kept even past
+// maxStories: a message whose count is lost would fail runs without end.
+func (s *Source) keepFailures(d *delivery, failures int) {
+	st := d.failedRun()
+	st.failures = failures
+	if _, loaded := s.stories.Swap(d.seq, st); !loaded {
+		s.nStories.Add(1)
+	}
 }
 
 // historyJSON encodes the newest entries of hist within the story's bounds.

@@ -111,7 +111,11 @@ type SourceConfig struct {
 	// ended first, a broker retry, a hand-off, a crash) count nothing. See
 	// docs/nats.md ("Poison messages"). It needs the pipeline's
 	// dead-letter sink (pipeline.WithDeadLetter): Open fails without one.
-	// With MaxDeliver it must be below MaxDeliver. 0 sets no limit.
+	// Open refuses it on a stream that cannot take the copy as it should:
+	// a mirror, or a stream with MaxMsgsPerSubject (the copy would evict a
+	// newer message of its subject). A copy the stream refuses otherwise
+	// is counted in process. With MaxDeliver it must be below MaxDeliver.
+	// 0 sets no limit.
 	MaxDeliveries int
 	// CrashLedger, when not empty, is the path of a file in which the
 	// source keeps the ids (stream sequences) of the messages it holds, so
@@ -142,8 +146,11 @@ type SourceConfig struct {
 	CrashAloneWait time.Duration
 	// DialTimeout bounds connecting. Default [DefaultDialTimeout].
 	DialTimeout time.Duration
-	// CloseTimeout bounds the flush of the last acks at Close. Default
-	// [DefaultCloseTimeout].
+	// CloseTimeout bounds the flush of the last acks at Close, and, on
+	// Clock, Close's wait for the counted copies still to publish (see
+	// MaxDeliveries): past it they give up, and their messages' failed
+	// runs are counted in process. Close's context ends that wait too.
+	// Default [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// DrainTimeout bounds how long Close waits, after [Source.Stop], for the
 	// items in flight to finish so that they are acked. Default

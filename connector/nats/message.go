@@ -54,7 +54,7 @@ var messageType = deadletter.TypeOf(Message{})
 // gave it for the stream's duplicate window, "" for none. For a counted
 // copy it is the first message's (HeaderMsgID).
 func (m Message) MsgID() string {
-	if m.Header.Get(HeaderConsumer) != "" {
+	if _, ok := copyFor(m.Header, m.Stream); ok {
 		// The copy's own Nats-Msg-Id names the copy, not the message.
 		return m.Header.Get(HeaderMsgID)
 	}

@@ -20,6 +20,9 @@ type story struct {
 	origin   string
 	history  []deadletter.Attempt
 	resume   pipeline.Resume // Node "" for none
+	// failures is the runs the message failed that its copies could not
+	// count (see Source.keepFailures).
+	failures int
 }
 
 // maxHistory bounds the history a story keeps, oldest dropped first.
@@ -61,7 +64,7 @@ func (d *delivery) keep(env deadletter.Envelope, resume pipeline.Resume) {
 		h = h[len(h)-maxHistory:]
 	}
 	st := &story{attempts: env.Attempts, first: env.FirstFailure, origin: env.OriginNode,
-		history: append([]deadletter.Attempt(nil), h...), resume: resume}
+		history: append([]deadletter.Attempt(nil), h...), resume: resume, failures: d.failures}
 	if _, loaded := s.stories.Swap(d.seq, st); !loaded {
 		s.nStories.Add(1)
 	}
@@ -127,21 +130,51 @@ func (s *Source) Poisoned() int64 { return s.poisoned.Load() }
 // pipeline's dead-letter sink and terminates it. An error of the sink
 // ends Run: the message is nak'd and comes back.
 func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
-	s.mu.Lock()
-	sink, env := s.dl, s.dlBase
-	s.mu.Unlock()
+	sink, env := s.poisonLetter(d, msg, d.failures, d.past)
+	d.settled.Store(true)
 	if sink == nil {
-		d.settled.Store(true)
 		d.sess.settle(settle{d: d, how: nak})
 		return fmt.Errorf("nats: message %s is poison and the pipeline has no dead-letter sink", d.id)
 	}
+	if err := sink.Write(ctx, env); err != nil {
+		d.sess.settle(settle{d: d, how: nak})
+		return fmt.Errorf("nats: dead-letter poison message %s: %w", d.id, err)
+	}
+	s.poisoned.Add(1)
+	d.sess.settle(settle{d: d, how: term})
+	return nil
+}
+
+// poisonRun writes the message of d, whose run just failed and made
+// failures runs, MaxDeliveries, to the pipeline's dead-letter sink, on the
+// acker (see recount); the acker then terminates it.
+func (s *Source) poisonRun(ctx context.Context, d *delivery, failures int) error {
+	sink, env := s.poisonLetter(d, d.message(), failures, d.failedRun())
+	if sink == nil {
+		return fmt.Errorf("nats: message %s is poison and the pipeline has no dead-letter sink", d.id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
+	defer cancel()
+	if err := sink.Write(ctx, env); err != nil {
+		return fmt.Errorf("nats: dead-letter poison message %s: %w", d.id, err)
+	}
+	s.poisoned.Add(1)
+	return nil
+}
+
+// poisonLetter returns the dead-letter sink and the poison envelope of
+// msg, which failed failures runs, p their story (nil: none told).
+func (s *Source) poisonLetter(d *delivery, msg Message, failures int, p *story) (deadletter.Sink, deadletter.Envelope) {
+	s.mu.Lock()
+	sink, env := s.dl, s.dlBase
+	s.mu.Unlock()
 	env.Item, env.ItemType = msg, messageType
 	env.Err = fmt.Errorf("%w: message %s of stream %q failed %d runs; MaxDeliveries is %d",
-		ErrPoison, describeMsg(msg), s.cfg.Stream, d.failures, s.cfg.MaxDeliveries)
+		ErrPoison, describeMsg(msg), s.cfg.Stream, failures, s.cfg.MaxDeliveries)
 	env.ErrText = env.Err.Error()
 	env.CorrelationID = d.id
 	env.LastFailure = s.cfg.Clock.Now()
-	if p := d.past; p != nil {
+	if p != nil {
 		// The story its copies carried: each failed run, its node, error
 		// and time. The poison letter names the node that failed first.
 		env.Attempts = p.attempts
@@ -154,15 +187,8 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 			env.LastFailure = p.history[n-1].Time
 		}
 	}
-	env.Attempts = max(env.Attempts, d.failures)
-	d.settled.Store(true)
-	if err := sink.Write(ctx, env); err != nil {
-		d.sess.settle(settle{d: d, how: nak})
-		return fmt.Errorf("nats: dead-letter poison message %s: %w", d.id, err)
-	}
-	s.poisoned.Add(1)
-	d.sess.settle(settle{d: d, how: term})
-	return nil
+	env.Attempts = max(env.Attempts, failures)
+	return sink, env
 }
 
 // DeadLetter returns the dead-letter sink to give the pipeline

@@ -318,6 +318,9 @@ func TestPoisonGuard(t *testing.T) {
 		h.Set(nats.HeaderSequence, "7")
 		h.Set(nats.HeaderDeliveries, "3")
 		h.Set(nats.HeaderMsgID, "order-7")
+		// A copy's own id, as the source of consumer publishes it.
+		h.Set(jetstream.MsgIDHeader, "sluice:"+consumer+":7:2")
+		h.Set(jetstream.ExpectedStreamHeader, name)
 		h.Set(nats.HeaderAttempts, "2")
 		h.Set(nats.HeaderFirstFailure, first.Format(time.RFC3339Nano))
 		h.Set(nats.HeaderFirstNode, "parse")

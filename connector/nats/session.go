@@ -72,16 +72,22 @@ type session struct {
 	pullCtx         context.Context
 	deferred        []settle
 	// expires is when the server drops the pull request last sent, on
-	// clock; stale, once that request was given up: until then, a nak
-	// waits with a delay and a copy is not published (see acker).
+	// wall; stale, once that request was given up: until then, a nak
+	// waits with a delay and a copy is not published (see acker). The
+	// server expires a request on its own clock, in real time, whatever
+	// the source's clock: wall is the real clock.
 	expires, stale time.Time
-	clock          clockwork.Clock
+	clock, wall    clockwork.Clock
 	// nakDelay is the delay to send in a nak for d to wait w
 	// (SourceConfig.nakDelay).
 	nakDelay func(d *delivery, w time.Duration) time.Duration
-	// recount publishes the counted copy of a delivery that failed a run
-	// (Source.recount); it runs on the acker.
-	recount func(d *delivery) error
+	// recount publishes the counted copy of a delivery that failed a run,
+	// or dead-letters it (Source.recount), and returns how to settle it;
+	// it runs on the acker, under abort, which close cancels once
+	// CloseTimeout has passed.
+	recount func(ctx context.Context, d *delivery) settlement
+	abort   context.Context
+	cancel  context.CancelFunc
 
 	ackerEnd    chan struct{}
 	progressEnd chan struct{}
@@ -89,8 +95,10 @@ type session struct {
 }
 
 func newSession(id string, nc *natsgo.Conn, closed <-chan struct{}, next string, clock clockwork.Clock, interval time.Duration) *session {
+	abort, cancel := context.WithCancel(context.Background())
 	s := &session{
-		id: id, nc: nc, closed: closed, next: next, clock: clock,
+		id: id, nc: nc, closed: closed, next: next, clock: clock, wall: clockwork.NewRealClock(),
+		abort: abort, cancel: cancel,
 		held:        map[*delivery]struct{}{},
 		freed:       make(chan struct{}, 1),
 		dead:        make(chan struct{}),
@@ -161,7 +169,7 @@ func (s *session) settle(st settle) {
 func (s *session) beginPull(ctx context.Context, wait time.Duration) {
 	s.mu.Lock()
 	s.pulling, s.ending, s.pullCtx = true, false, ctx
-	s.expires = s.clock.Now().Add(wait)
+	s.expires = s.wall.Now().Add(wait)
 	s.mu.Unlock()
 }
 
@@ -223,20 +231,25 @@ func (s *session) acker() {
 				case nak:
 					st.how, st.delay = nakDelay, s.nakDelay(st.d, wait)
 				case recount:
-					// Bounded by PullWait; a connection gone cannot send it.
-					t := s.clock.NewTimer(wait)
+					// Bounded by PullWait, in real time; a connection gone
+					// cannot send it, and a Close past CloseTimeout ends it
+					// (the copy then fails, and the count stays in
+					// process: see Source.recount).
+					t := s.wall.NewTimer(wait)
 					select {
 					case <-t.Chan():
 					case <-s.closed:
+					case <-s.abort.Done():
 					}
 					t.Stop()
 				}
 			}
 			if st.how == recount {
-				// The copy first, then the ack; a copy that failed naks.
+				// The copy first, then the ack; or the dead letter, then
+				// the term; a copy that failed naks.
 				st.how = nak
-				if s.recount != nil && s.recount(st.d) == nil {
-					st.how = ack
+				if s.recount != nil {
+					st.how = s.recount(s.abort, st.d)
 				}
 			}
 			if err := s.nc.Publish(st.d.msg.Reply, st.body()); err != nil && connectionLost(err) {
@@ -273,7 +286,7 @@ func (s *session) untilStale() time.Duration {
 	if s.stale.IsZero() {
 		return 0
 	}
-	return max(s.stale.Sub(s.clock.Now()), 0)
+	return max(s.stale.Sub(s.wall.Now()), 0)
 }
 
 // The bodies of the acks a consumer sends to a message's reply subject.
@@ -370,7 +383,12 @@ func (s *session) waitIdle(stop <-chan struct{}, clock clockwork.Clock, timeout 
 // queued, and closes the connection. A message whose item the pipeline
 // still works on (a node restart closes the source under it) is then
 // delivered again, and its late settlement is dropped: at least once.
-func (s *session) close(timeout time.Duration) error {
+// It waits for the acker up to timeout on the source's clock, or until
+// stop is closed (Close's context is done); then the copies still to
+// publish give up (their messages are nak'd, their failed run counted in
+// process: see Source.recount), and close waits for the acker to send the
+// rest.
+func (s *session) close(stop <-chan struct{}, timeout time.Duration) error {
 	close(s.stopTicker)
 	s.mu.Lock()
 	if !s.gone {
@@ -390,7 +408,17 @@ func (s *session) close(timeout time.Duration) error {
 	case s.wake <- struct{}{}:
 	default:
 	}
+	t := s.clock.NewTimer(timeout)
+	select {
+	case <-s.ackerEnd:
+	case <-t.Chan():
+		s.cancel()
+	case <-stop:
+		s.cancel()
+	}
+	t.Stop()
 	<-s.ackerEnd
+	s.cancel()
 	<-s.progressEnd
 	return closeConn(s.nc, timeout)
 }

@@ -32,7 +32,8 @@ import (
 // delay; Failed and Rejected (the run ended first, or failed because of
 // it) nak it, and the server delivers it again at once; with
 // MaxDeliveries, a Rejected message is instead published again as a copy
-// that counts the failed run (see [HeaderFailures]), and acked. A message
+// that counts the failed run (see [HeaderFailures]), and acked; or, at its
+// MaxDeliveries-th failed run, dead-lettered and terminated. A message
 // is never acked before the pipeline is done with it, so a process that dies
 // loses nothing: the server delivers what was not acked to another
 // consumer after AckWait. Sinks must therefore be idempotent.
@@ -174,7 +175,7 @@ func (s *Source) Open(ctx context.Context) error {
 	s.sess, s.drain = sess, false
 	s.mu.Unlock()
 	if old != nil { // opened twice without a Close: do not leak the first
-		_ = old.close(s.cfg.CloseTimeout)
+		_ = old.close(nil, s.cfg.CloseTimeout)
 	}
 	return nil
 }
@@ -241,13 +242,13 @@ func (s *Source) delivery(sess *session, msg *natsgo.Msg) *delivery {
 	}
 	d := &delivery{src: s, sess: sess, msg: msg, seq: meta.Sequence.Stream, streamSeq: meta.Sequence.Stream, deliveries: int(meta.NumDelivered),
 		stream: meta.Stream, stamp: meta.Timestamp}
-	if c := carriedOf(msg.Header, s.consumerName()); c.ok {
+	if c := carriedOf(msg.Header, meta.Stream, s.consumerName()); c.ok {
 		// A copy this consumer published after a failed run: it is the
 		// first message, failed c.failures times.
 		if c.seq > 0 {
 			d.seq = c.seq
 		}
-		d.failures, d.prior, d.carried = c.failures, c.deliveries, c.past
+		d.failures, d.prior, d.carried, d.copy = c.failures, c.deliveries, c.past, true
 	}
 	d.id = meta.Stream + "/" + strconv.FormatUint(d.seq, 10)
 	sess.hold(d)
@@ -265,9 +266,11 @@ func (d *delivery) giveBack() {
 
 // emit emits d's message, or dead-letters it as poison.
 func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message]) error {
-	if c := d.msg.Header.Get(HeaderConsumer); c != "" && c != s.consumerName() {
+	if c, ok := copyFor(d.msg.Header, d.stream); ok && c != s.consumerName() {
 		// The counted copy of a message that failed a run of another
-		// consumer of the stream: that consumer's, not this one's.
+		// consumer of the stream: that consumer's, not this one's. A
+		// message that only names another consumer (forwarded with its
+		// headers, or a consumer renamed) is emitted.
 		if d.settled.CompareAndSwap(false, true) {
 			d.sess.settle(settle{d: d, how: ack})
 		}
@@ -282,15 +285,14 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 	}
 	if v, ok := s.stories.LoadAndDelete(d.seq); ok {
 		s.nStories.Add(-1)
-		d.past = v.(*story)
+		st := v.(*story)
+		d.past = st
+		// Failed runs that no copy could count (see Source.recount).
+		d.failures = max(d.failures, st.failures)
 	} else {
 		d.past = d.carried
 	}
-	msg := d.msg
-	m := Message{
-		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
-		Sequence: d.seq, Deliveries: d.prior + d.deliveries, Timestamp: d.stamp, d: d,
-	}
+	m := d.message()
 	if handled, err := s.crashCheck(ctx, d, m); handled {
 		return err
 	}
@@ -310,6 +312,15 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 	s.byID.Store(d.id, d)
 	d.emitted.Store(true)
 	return out.EmitTracked(ctx, m, d.done)
+}
+
+// message returns the Message that d emits.
+func (d *delivery) message() Message {
+	msg := d.msg
+	return Message{
+		Subject: msg.Subject, Data: msg.Data, Header: msg.Header, Stream: d.stream,
+		Sequence: d.seq, Deliveries: d.prior + d.deliveries, Timestamp: d.stamp, d: d,
+	}
 }
 
 // Stop ends Run cleanly: no more fetches, the messages the server already
@@ -339,7 +350,7 @@ func (s *Source) Close(ctx context.Context) error {
 	if drain {
 		sess.waitIdle(ctx.Done(), s.cfg.Clock, s.cfg.DrainTimeout)
 	}
-	return errors.Join(sess.close(s.cfg.CloseTimeout), s.closeCrashLedger())
+	return errors.Join(sess.close(ctx.Done(), s.cfg.CloseTimeout), s.closeCrashLedger())
 }
 
 // Redelivered returns how many messages the source emitted that the
@@ -374,6 +385,8 @@ type delivery struct {
 	// delivery failed the run, when it did (Message.Rejected).
 	failures, prior int
 	rejected        atomic.Pointer[deadletter.Envelope]
+	// copy says the message is a counted copy of this consumer's.
+	copy bool
 	// emitted is set once the message is handed to the pipeline.
 	emitted atomic.Bool
 	// retry is the wait of the broker's retry that the dead-letter wrapper

@@ -19,6 +19,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, c *SourceConfig) 
 	st, err := js.Stream(ctx, c.Stream)
 	switch {
 	case err == nil:
+		if err := copiesFit(st.CachedInfo().Config, c); err != nil {
+			return err
+		}
 		if c.Declare != nil {
 			have := st.CachedInfo().Config.Subjects
 			if !sameSet(have, c.Declare.Subjects) {
@@ -42,6 +45,26 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, c *SourceConfig) 
 	default:
 		return classify(fmt.Errorf("nats: stream %q: %w", c.Stream, err))
 	}
+}
+
+// copiesFit refuses MaxDeliveries on a stream where the counted copy of a
+// message that failed a run (see [HeaderFailures]) cannot go: a mirror,
+// which takes no publishes, and a stream that keeps a number of messages
+// per subject, where the copy, published to its message's subject, would
+// evict a newer message of that subject that no consumer has read.
+func copiesFit(st jetstream.StreamConfig, c *SourceConfig) error {
+	if c.MaxDeliveries <= 0 {
+		return nil
+	}
+	switch {
+	case st.Mirror != nil:
+		return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: c.MaxDeliveries,
+			Reason: fmt.Sprintf("stream %q is a mirror of %q, which takes no publishes: the poison guard counts a failed run in a copy of the message published to its stream; consume the origin stream, or set MaxDeliveries 0", c.Stream, st.Mirror.Name)})
+	case st.MaxMsgsPerSubject > 0:
+		return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: c.MaxDeliveries,
+			Reason: fmt.Sprintf("stream %q keeps %d messages per subject (MaxMsgsPerSubject): the poison guard counts a failed run in a copy of the message published to its subject, which would evict a newer message of that subject; set MaxDeliveries 0 on such a stream", c.Stream, st.MaxMsgsPerSubject)})
+	}
+	return nil
 }
 
 // consumerConfig is the durable consumer the source asks for.

@@ -70,8 +70,11 @@ type SourceConfig struct {
 	// To count, the source puts an item that a run left unsettled (Failed
 	// or Rejected) back at the end of the queue as a copy that carries its
 	// count (HeaderDeliveries), and acks the delivery, instead of
-	// requeueing it. A delivery lost with a crashed consumer is not counted:
-	// see docs/rabbitmq.md ("Poison messages"). 0 sets no limit.
+	// requeueing it; the failed run that brings the count to MaxDeliveries
+	// dead-letters the message at once. A copy the broker refuses (a full
+	// queue, headers too large) requeues the delivery, and its count is
+	// kept in process. A delivery lost with a crashed consumer is not
+	// counted: see docs/rabbitmq.md ("Poison messages"). 0 sets no limit.
 	MaxDeliveries int
 	// CrashLedger, when not empty, is the path of a file in which the
 	// source keeps the ids of the messages it has in flight, so that a

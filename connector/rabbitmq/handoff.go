@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -114,50 +116,100 @@ func (s *Source) failures(d amqp.Delivery) int {
 	return n
 }
 
-// recount puts a copy of d's message back at the end of the queue with
-// its count of failed deliveries, before the acker acks d; an error
-// requeues d instead. ctx ends when the session's Close gives up waiting
-// (CloseTimeout): a copy the broker took but did not confirm by then may
-// then be in the queue beside the requeued message (at least once).
+// recount settles d, put back after a run, on the acker: an error requeues
+// d, nil acks it. When d failed the run (Rejected) and the runs it failed,
+// this one included, reach MaxDeliveries, it writes d's message to the
+// dead-letter sink: no copy is needed. Otherwise it puts a copy of d's
+// message back at the end of the queue with its count of failed runs.
+// When the copy or the dead letter fails (a full queue with reject-publish,
+// headers over the frame size, or ctx ends: the session's Close gave up
+// waiting after CloseTimeout), the count is kept in process (see
+// keepRuns), for the message's next delivery to a source of the queue: the
+// guard still fires within one process. A copy the broker took but did
+// not confirm by then may be in the queue beside the requeued message (at
+// least once).
 func (s *Source) recount(ctx context.Context, d *delivery) error {
 	n := d.failures
 	if d.rejected {
 		n++
 	}
+	var story amqp.Table
+	if d.rejected {
+		// Why the run failed, for the poison envelope.
+		story = d.failedRun()
+		story[HeaderQueue] = s.cfg.Queue
+	}
+	if d.rejected && n >= s.cfg.MaxDeliveries {
+		err := s.poisonRun(ctx, d, n, story)
+		if err != nil {
+			keepRuns(s.cfg.Queue, d, n, story)
+		}
+		return err
+	}
 	// The copy leaves x-death behind (copyWith): its count is in n.
 	set := amqp.Table{HeaderDeliveries: int64(n)}
-	if d.rejected {
-		// The copy carries why the run failed, for the poison envelope.
-		maps.Copy(set, d.failedRun())
-	}
+	maps.Copy(set, story)
 	pub := d.copyWith(set)
 	delete(pub.Headers, "x-delivery-count")
 	ctx, cancel := context.WithTimeout(ctx, DefaultConfirmTimeout)
 	defer cancel()
-	return s.copies.publish(ctx, "", s.cfg.Queue, *pub)
+	err := s.copies.publish(ctx, "", s.cfg.Queue, *pub)
+	if err != nil && n > 0 {
+		keepRuns(s.cfg.Queue, d, n, story)
+	}
+	return err
+}
+
+// kept holds, by queue and message (crashID), the failed runs of messages
+// whose copy could not carry them, and their story, for their next
+// delivery to a source of the queue in this process; at most maxKeptRuns.
+var (
+	kept  sync.Map // string -> keptRun
+	nKept atomic.Int64
+)
+
+// maxKeptRuns bounds kept; past it, it starts afresh.
+const maxKeptRuns = 100_000
+
+type keptRun struct {
+	failures int
+	story    amqp.Table // nil for none
+}
+
+func keptKey(queue string, d amqp.Delivery) string { return queue + "\x00" + crashID(d) }
+
+// keepRuns keeps n failed runs of d's message, and their story.
+func keepRuns(queue string, d *delivery, n int, story amqp.Table) {
+	if story == nil {
+		// A Failed delivery: the story kept before stays.
+		story = d.kept
+	}
+	if nKept.Add(1) > maxKeptRuns {
+		kept.Clear()
+		nKept.Store(1)
+	}
+	kept.Store(keptKey(queue, d.orig), keptRun{failures: n, story: story})
+}
+
+// takeKept returns the failed runs kept for d's message, and forgets them.
+func takeKept(queue string, d amqp.Delivery) (keptRun, bool) {
+	if nKept.Load() == 0 {
+		return keptRun{}, false
+	}
+	v, ok := kept.LoadAndDelete(keptKey(queue, d))
+	if !ok {
+		return keptRun{}, false
+	}
+	return v.(keptRun), true
 }
 
 // poison writes the message of d, which failed MaxDeliveries times, to the
 // pipeline's dead-letter sink and acks it. An error of the sink ends Run:
 // the message is not acked and goes back to the queue.
 func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
-	s.mu.Lock()
-	sink, env := s.dl, s.dlBase
-	s.mu.Unlock()
+	sink, env := s.poisonLetter(d, msg, d.failures, d.past)
 	if sink == nil {
 		return fmt.Errorf("rabbitmq: message %s is poison and the pipeline has no dead-letter sink", d.id)
-	}
-	env.Item, env.ItemType = msg, messageType
-	env.Err = fmt.Errorf("%w: message %s of queue %q failed %d deliveries; MaxDeliveries is %d",
-		ErrPoison, describeMsg(msg), s.cfg.Queue, d.failures, s.cfg.MaxDeliveries)
-	env.ErrText = env.Err.Error()
-	env.CorrelationID = d.id
-	env.LastFailure = s.cfg.Clock.Now()
-	env = d.past.merge(env)
-	if p := d.past; p != nil && len(p.history) > 0 {
-		// The story its copies carried: each failed run, its node, error
-		// and time; the poison letter names the node that failed first.
-		env.LastFailure = p.history[len(p.history)-1].Time
 	}
 	if err := sink.Write(ctx, env); err != nil {
 		return fmt.Errorf("rabbitmq: dead-letter poison message %s: %w", d.id, err)
@@ -166,6 +218,44 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 	d.sess.track()
 	d.sess.settle(settle{tag: d.tag, how: ack})
 	return nil
+}
+
+// poisonRun writes the message of d, whose run just failed and made n
+// failed runs, MaxDeliveries, to the pipeline's dead-letter sink, on the
+// acker (see recount), which then acks it; story is the run's (failedRun).
+func (s *Source) poisonRun(ctx context.Context, d *delivery, n int, story amqp.Table) error {
+	sink, env := s.poisonLetter(d, d.message(), n, pastOf(story, s.cfg.Queue))
+	if sink == nil {
+		return fmt.Errorf("rabbitmq: message %s is poison and the pipeline has no dead-letter sink", d.id)
+	}
+	ctx, cancel := context.WithTimeout(ctx, DefaultConfirmTimeout)
+	defer cancel()
+	if err := sink.Write(ctx, env); err != nil {
+		return fmt.Errorf("rabbitmq: dead-letter poison message %s: %w", d.id, err)
+	}
+	s.poisoned.Add(1)
+	return nil
+}
+
+// poisonLetter returns the dead-letter sink and the poison envelope of
+// msg, which failed n times, p their story (nil: none told).
+func (s *Source) poisonLetter(d *delivery, msg Message, n int, p *past) (deadletter.Sink, deadletter.Envelope) {
+	s.mu.Lock()
+	sink, env := s.dl, s.dlBase
+	s.mu.Unlock()
+	env.Item, env.ItemType = msg, messageType
+	env.Err = fmt.Errorf("%w: message %s of queue %q failed %d deliveries; MaxDeliveries is %d",
+		ErrPoison, describeMsg(msg), s.cfg.Queue, n, s.cfg.MaxDeliveries)
+	env.ErrText = env.Err.Error()
+	env.CorrelationID = d.id
+	env.LastFailure = s.cfg.Clock.Now()
+	env = p.merge(env)
+	if p != nil && len(p.history) > 0 {
+		// The story its copies carried: each failed run, its node, error
+		// and time; the poison letter names the node that failed first.
+		env.LastFailure = p.history[len(p.history)-1].Time
+	}
+	return sink, env
 }
 
 // describeMsg names a message by its MessageID, else by the size of its

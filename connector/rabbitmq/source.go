@@ -232,11 +232,14 @@ func (s *Source) emit(ctx context.Context, sess *session, d amqp.Delivery, out n
 		dl.retries = dl.past.retries
 	}
 	dl.id = s.cfg.Queue + "/" + sess.id + "/" + strconv.FormatUint(d.DeliveryTag, 10)
-	msg := Message{
-		Body: d.Body, Headers: d.Headers, Exchange: d.Exchange, RoutingKey: d.RoutingKey,
-		MessageID: d.MessageId, ContentType: d.ContentType, Timestamp: d.Timestamp,
-		Redelivered: d.Redelivered, Retries: dl.retries, d: dl,
+	if k, ok := takeKept(s.cfg.Queue, d); ok {
+		// Failed runs that no copy could count (see recount).
+		dl.failures = max(dl.failures, k.failures)
+		if p := pastOf(k.story, s.cfg.Queue); p != nil {
+			dl.past, dl.kept = p, k.story
+		}
 	}
+	msg := dl.message()
 	if s.cfg.MaxDeliveries > 0 && dl.failures >= s.cfg.MaxDeliveries {
 		return s.poison(ctx, dl, msg)
 	}
@@ -317,15 +320,27 @@ type delivery struct {
 	// (Message.Rejected).
 	why atomic.Pointer[deadletter.Envelope]
 	// orig is the message as it was delivered, and past what its headers
-	// say of its earlier deliveries (nil: none).
+	// say of its earlier deliveries (nil: none), or what was kept in
+	// process of them, kept (see recount).
 	orig amqp.Delivery
 	past *past
+	kept amqp.Table
 	// copied is set by the dead-letter wrapper once a copy of the message
 	// is in the retry topology: the delivery itself is then acked.
 	copied  atomic.Bool
 	settled atomic.Bool
 	// crash is the message's entry in the crash ledger; nil without one.
 	crash *crashledger.Entry
+}
+
+// message returns the Message that d emits.
+func (d *delivery) message() Message {
+	o := d.orig
+	return Message{
+		Body: o.Body, Headers: o.Headers, Exchange: o.Exchange, RoutingKey: o.RoutingKey,
+		MessageID: o.MessageId, ContentType: o.ContentType, Timestamp: o.Timestamp,
+		Redelivered: o.Redelivered, Retries: d.retries, d: d,
+	}
 }
 
 // done is the EmitTracked callback. It runs once per item on an engine
