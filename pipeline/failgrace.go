@@ -3,9 +3,12 @@ package pipeline
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/node"
 )
 
 // DefaultFailGrace is how long, on the pipeline's clock, a call of user
@@ -19,9 +22,10 @@ import (
 // a call ends on its own, and its item gets its real outcome (a write that
 // returns nil is Delivered, and a broker source acks it), or its context
 // is cancelled, with the run's failure as its cause, once the grace period
-// passes. The same holds within a node of parallel workers when one of
-// them fails the node. Cancelling the caller's context still ends every
-// call at once.
+// passes. The grace period waits only while such calls run: once none
+// runs (or none ran when the run failed), nothing waits for it. The same
+// holds within a node of parallel workers when one of them fails the
+// node. Cancelling the caller's context still ends every call at once.
 const DefaultFailGrace = 10 * time.Second
 
 // failGrace is the grace period of a failure: WithDrainTimeout's bound
@@ -36,33 +40,79 @@ func (p *Pipeline) failGrace() time.Duration {
 // A callGrace is the context that the calls of user code get in one scope
 // (a run, or one body of a node whose workers run in a group), and the
 // timer that cancels it a grace period after the scope started to stop.
+// The timer waits only while a call of the scope runs: a scope that stops
+// with none running, or whose last call returns, ends its calls' context
+// at once, so nothing waits on the clock for calls that are not there (a
+// fake clock that a test moves while anything waits would otherwise move
+// the whole grace period at the end of every failed run, and at every
+// restart of a group).
 type callGrace struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	clock  clockwork.Clock
 	grace  time.Duration
+	// running counts the calls of the scope that are running now: the
+	// node's, for a group; every node's, for a run.
+	running func() int64
+	// stopping is set, under mu, once the scope started to stop; a call
+	// that returns reads it without the lock (see settle).
+	stopping atomic.Bool
 
 	mu    sync.Mutex
+	stop  context.Context // the stop signal, once stopping
 	timer clockwork.Timer
 	ended bool
 }
 
 // newCallGrace returns a scope whose calls context ends with parent, or
-// grace after start.
-func newCallGrace(parent context.Context, clock clockwork.Clock, grace time.Duration) *callGrace {
+// grace after start while calls counted by running still run.
+func newCallGrace(parent context.Context, clock clockwork.Clock, grace time.Duration, running func() int64) *callGrace {
 	ctx, cancel := context.WithCancelCause(parent)
-	return &callGrace{ctx: ctx, cancel: cancel, clock: clock, grace: grace}
+	return &callGrace{ctx: ctx, cancel: cancel, clock: clock, grace: grace, running: running}
 }
 
-// start arms the grace period, once: when it passes, the calls' context is
-// cancelled with stop's cause.
+// start begins the scope's stop, once: its calls' context is cancelled,
+// with stop's cause, at once when no call runs, else when the last call
+// returns or the grace period passes, whichever comes first.
 func (g *callGrace) start(stop context.Context) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.ended || g.timer != nil {
+	if g.ended || g.stop != nil {
+		g.mu.Unlock()
 		return
 	}
-	g.timer = g.clock.AfterFunc(g.grace, func() { g.cancel(context.Cause(stop)) })
+	g.stop = stop
+	// Set before reading running, as a call that returns lowers running
+	// before reading stopping: one of the two sees the other (see settle).
+	g.stopping.Store(true)
+	if g.running() > 0 {
+		g.timer = g.clock.AfterFunc(g.grace, func() { g.cancel(context.Cause(stop)) })
+		g.mu.Unlock()
+		return
+	}
+	g.ended = true
+	g.mu.Unlock()
+	g.cancel(context.Cause(stop))
+}
+
+// settle ends a stopping scope whose calls all returned: its timer stops
+// and its calls' context is cancelled with the stop's cause. A call of the
+// scope calls it after it returned and lowered running.
+func (g *callGrace) settle() {
+	if !g.stopping.Load() {
+		return
+	}
+	g.mu.Lock()
+	if g.ended || g.running() > 0 {
+		g.mu.Unlock()
+		return
+	}
+	g.ended = true
+	if g.timer != nil {
+		g.timer.Stop()
+	}
+	stop := g.stop
+	g.mu.Unlock()
+	g.cancel(context.Cause(stop))
 }
 
 // end stops the grace period's timer and cancels the calls' context: the
@@ -77,22 +127,60 @@ func (g *callGrace) end() {
 	g.cancel(nil)
 }
 
-// callContext returns the context for a call of user code that the node
-// makes under ctx, its stop signal: while ctx is live, the calls context
-// of the node's group of workers, if it runs in one, else of the run; so
-// that a failure does not cancel a call already running. Once ctx is
-// done, ctx itself, so that a call started after the node stopped ends at
-// once.
-func (nr *nodeRun) callContext(ctx context.Context) context.Context {
+// enterCall returns the context for a call of user code that the node
+// makes under ctx, its stop signal, and counts the call as running until
+// leaveCall: while ctx is live, the calls context of the node's group of
+// workers, if it runs in one, else of the run; so that a failure does not
+// cancel a call already running. Once ctx is done, ctx itself, so that a
+// call started after the node stopped ends at once. Every enterCall is
+// paired with a leaveCall, deferred.
+func (nr *nodeRun) enterCall(ctx context.Context) context.Context {
+	// Counted first, so that a scope that starts to stop after this
+	// sees the call running and gives it the grace period.
+	nr.running.Add(1)
 	select {
 	case <-ctx.Done():
 		return ctx
 	default:
 	}
 	if nr.groupCalls != nil {
-		return nr.groupCalls
+		return nr.groupCalls.ctx
 	}
 	return nr.rs.calls.ctx
+}
+
+// leaveCall counts the end of a call that enterCall started; the last call
+// of a stopping scope ends the scope's grace period.
+func (nr *nodeRun) leaveCall() {
+	if nr.running.Add(-1) > 0 {
+		return
+	}
+	if g := nr.groupCalls; g != nil {
+		g.settle()
+	}
+	nr.rs.calls.settle()
+}
+
+// userCall calls f, a function of the user's, as a call of the node
+// (see enterCall).
+func userCall[In, R any](nr *nodeRun, ctx context.Context, f func(context.Context, In) (R, error), in In) (R, error) {
+	defer nr.leaveCall()
+	return f(nr.enterCall(ctx), in)
+}
+
+// userWrite calls s's Write as a call of the node (see enterCall).
+func userWrite[T any](nr *nodeRun, ctx context.Context, s node.Sink[T], item T) error {
+	defer nr.leaveCall()
+	return s.Write(nr.enterCall(ctx), item)
+}
+
+// running returns the calls of user code running on any node of the run.
+func (rs *runState) running() int64 {
+	var n int64
+	for _, nr := range rs.nodes {
+		n += nr.running.Load()
+	}
+	return n
 }
 
 // group gives the calls of a body whose workers run in a group, whose
@@ -101,8 +189,8 @@ func (nr *nodeRun) callContext(ctx context.Context) context.Context {
 // period. The body calls the function returned once every worker has
 // returned.
 func (nr *nodeRun) group(gctx context.Context) func() {
-	g := newCallGrace(nr.rs.calls.ctx, nr.rs.p.cfg.clock, nr.rs.calls.grace)
-	nr.groupCalls = g.ctx
+	g := newCallGrace(nr.rs.calls.ctx, nr.rs.p.cfg.clock, nr.rs.calls.grace, nr.running.Load)
+	nr.groupCalls = g
 	stop := context.AfterFunc(gctx, func() { g.start(gctx) })
 	return func() {
 		stop()

@@ -196,3 +196,126 @@ func TestCallerCancelStopsCallsInFlightAtOnce(t *testing.T) {
 	<-done
 	assert.Equal(t, node.Failed, got.get("good"))
 }
+
+// probedSource emits its items, each tracked, then returns (or, with
+// hold, waits for its context to end). Its Close, which the run calls
+// once every node has ended, records whether anything was waiting on the
+// pipeline's clock then.
+type probedSource struct {
+	clock   *clockwork.FakeClock
+	items   []string
+	got     *outcomes
+	before  func(item string) // called before emitting item, when set
+	hold    bool
+	waiting bool
+}
+
+func (s *probedSource) Open(context.Context) error { return nil }
+
+func (s *probedSource) Run(ctx context.Context, out node.Emitter[string]) error {
+	for _, it := range s.items {
+		if s.before != nil {
+			s.before(it)
+		}
+		if err := out.EmitTracked(ctx, it, s.got.done(it)); err != nil {
+			return err
+		}
+	}
+	if s.hold {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return nil
+}
+
+func (s *probedSource) Close(context.Context) error {
+	s.waiting = clockWaits(s.clock)
+	return nil
+}
+
+// clockWaits reports, without blocking, whether a timer or anything else
+// waits on clock.
+func clockWaits(clock *clockwork.FakeClock) bool {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return clock.BlockUntilContext(ctx, 1) == nil
+}
+
+// The grace period of a failure is for calls of user code that run when
+// the run fails: with none running, or once the last of them returned,
+// nothing waits for it. Before, the failure armed its timer (10 s on the
+// pipeline's clock) whatever ran, and the timer stayed until Run
+// returned: the run's wind-down waited on the clock with nothing to wait
+// for, and a test driver that moves a fake clock while something waits
+// on it (pipelinetest.AdvanceUntilDone) moved it the whole grace period
+// at the end of every failed run (TestPlanAllTimeCoversPausesInEveryRestartCycle
+// measured 1m40s for a run of 1m30s).
+func TestFailureGraceWaitsOnlyWhileCallsRun(t *testing.T) {
+	t.Parallel()
+	for _, par := range []int{1, 4} {
+		t.Run(fmt.Sprintf("no call running/par=%d", par), func(t *testing.T) {
+			t.Parallel()
+			clock := clockwork.NewFakeClock()
+			got := &outcomes{}
+			src := &probedSource{clock: clock, items: []string{"poison"}, got: got}
+			b := pipeline.New("failgrace", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+				o.ItemRetry.MaxRetries = 0
+				o.OnItemFailure = resilience.Fail
+			}))
+			handled := pipeline.Transform(b, "handle", pipeline.Source[string](b, "read", src),
+				node.TransformFunc[string, string](func(_ context.Context, s string) (string, error) {
+					return s, resilience.MarkPermanent(errors.New("unparseable"))
+				}), pipeline.Parallel(par))
+			pipeline.Sink(b, "write", handled, node.SinkFunc[string](func(context.Context, string) error { return nil }))
+			res, err := build(t, b).Run(t.Context())
+			var ne *pipeline.NodeError
+			require.ErrorAs(t, err, &ne)
+			assert.Equal(t, "handle", ne.Node)
+			assert.False(t, src.waiting, "nothing waits on the clock once the failed run's nodes ended")
+			assert.Zero(t, res.Duration, "the clock did not have to move")
+		})
+		t.Run(fmt.Sprintf("a write ran and returned/par=%d", par), func(t *testing.T) {
+			t.Parallel()
+			clock := clockwork.NewFakeClock()
+			got := &outcomes{}
+			writing, commit := make(chan struct{}), make(chan struct{})
+			src := &probedSource{clock: clock, items: []string{"good", "poison"}, got: got, hold: true,
+				before: func(item string) {
+					if item == "poison" {
+						<-writing
+					}
+				}}
+			b := pipeline.New("failgrace", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+				o.ItemRetry.MaxRetries = 0
+				o.OnItemFailure = resilience.Fail
+			}))
+			handled := pipeline.Transform(b, "handle", pipeline.Source[string](b, "read", src),
+				node.TransformFunc[string, string](func(_ context.Context, s string) (string, error) {
+					if s == "poison" {
+						return s, resilience.MarkPermanent(errors.New("unparseable"))
+					}
+					return s, nil
+				}))
+			pipeline.Sink(b, "write", handled, node.SinkFunc[string](func(context.Context, string) error {
+				close(writing)
+				<-commit // ends only when the test says: the grace period is not over
+				return nil
+			}), pipeline.Parallel(par))
+			done := make(chan error, 1)
+			go func() {
+				_, err := build(t, b).Run(t.Context())
+				done <- err
+			}()
+			wctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			require.NoError(t, clock.BlockUntilContext(wctx, 1), "the grace timer is armed while the write runs")
+			close(commit)
+			err := <-done
+			var ne *pipeline.NodeError
+			require.ErrorAs(t, err, &ne)
+			assert.Equal(t, "handle", ne.Node)
+			assert.Equal(t, node.Delivered, got.get("good"), "the write that finished is Delivered")
+			assert.False(t, src.waiting, "once the write returned, nothing waits on the clock")
+		})
+	}
+}

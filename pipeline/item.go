@@ -59,7 +59,8 @@ func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error)
 // A tracer that panics fails the run, and the call is not made.
 func traced[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int) (r R, err error) {
 	t := nr.rs.tracer
-	ctx = nr.callContext(ctx)
+	ctx = nr.enterCall(ctx)
+	defer nr.leaveCall()
 	if t == nil || !callsUser(nr.spec) {
 		return call(ctx, f, in)
 	}
@@ -509,7 +510,7 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, key string, fl *fai
 	for retry := 0; ; retry++ {
 		// A dead letter is a write like a sink's: one running when the run
 		// fails finishes, or the item would be dead-lettered twice.
-		retried, err = safeWrite(nr.callContext(ctx), rs.p.cfg.deadLetter, env)
+		retried, err = nr.writeLetter(ctx, env)
 		if err == nil {
 			return retried, nil
 		}
@@ -548,6 +549,13 @@ func (nr *nodeRun) envelope(item any, fl *failure) (deadletter.Envelope, error) 
 		env.CorrelationID = id
 	}
 	return env, nil
+}
+
+// writeLetter writes env to the run's dead-letter sink as a call of the
+// node (see enterCall).
+func (nr *nodeRun) writeLetter(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
+	defer nr.leaveCall()
+	return safeWrite(nr.enterCall(ctx), nr.rs.p.cfg.deadLetter, env)
 }
 
 func safeWrite(ctx context.Context, s deadletter.Sink, env deadletter.Envelope) (retried bool, err error) {

@@ -44,7 +44,7 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 				if g != nil && !g.enter() {
 					return errRefused, nil
 				}
-				r, err := t.Process(nr.callContext(ctx), it.val)
+				r, err := userCall(nr, ctx, t.Process, it.val)
 				if err != nil {
 					return err, nil
 				}
@@ -94,7 +94,7 @@ func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...
 				if g != nil && !g.enter() {
 					return errRefused, nil
 				}
-				if err := s.Write(nr.callContext(ctx), it.val); err != nil {
+				if err := userWrite(nr, ctx, s, it.val); err != nil {
 					return err, nil
 				}
 				if g != nil {

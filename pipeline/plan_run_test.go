@@ -3,6 +3,7 @@ package pipeline_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -24,17 +25,25 @@ import (
 // and 30 s, and the last probe fails for good (a permanent error), which
 // restarts the node: a pause of 30 s in each of the three cycles, as the
 // docs say (MaxPause counts per restart cycle). Plan's all time must
-// cover that, and be what the run took.
+// cover that, and be what the run took. Under Parallel(2) the same: a
+// failure's grace period (DefaultFailGrace, 10 s) is for calls that run
+// when the node or the run fails, and none does here, so no restart and
+// not the run's end waits for it (before, each cycle's end and the run's
+// end left its timer armed, and the driver, which moves the clock while
+// anything waits, moved it 10 s each time).
 func TestPlanAllTimeCoversPausesInEveryRestartCycle(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
 		restartWait time.Duration
+		par         int
 		want        time.Duration
 	}{
-		{0, 90 * time.Second},
-		{5 * time.Second, 100 * time.Second},
+		{0, 1, 90 * time.Second},
+		{5 * time.Second, 1, 100 * time.Second},
+		{0, 2, 90 * time.Second},
+		{5 * time.Second, 2, 100 * time.Second},
 	} {
-		t.Run(c.restartWait.String(), func(t *testing.T) {
+		t.Run(fmt.Sprintf("%v/par=%d", c.restartWait, c.par), func(t *testing.T) {
 			t.Parallel()
 			clock := clockwork.NewFakeClock()
 			start := clock.Now()
@@ -55,7 +64,7 @@ func TestPlanAllTimeCoversPausesInEveryRestartCycle(t *testing.T) {
 					OpenDuration: 10 * time.Second, HalfOpenProbes: 1, ProbeSuccesses: 1,
 					WhenOpen: resilience.OpenPause, MaxPause: 30 * time.Second}
 			}))
-			out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1)), fails)
+			out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1)), fails, pipeline.Parallel(c.par))
 			pipeline.Sink(b, "store", out, &pipelinetest.Collector[int]{})
 			p := build(t, b)
 			plan := p.Plan().Nodes[1]

@@ -230,7 +230,7 @@ func (p *proc[In, R, Out]) fallback(ctx context.Context, in In, fl *failure) (R,
 	if p.rescue == nil || fl.handedOff || ctx.Err() != nil || errors.As(fl.err, &nrs) {
 		return zero, fl
 	}
-	r, err := rescueCall(p.nr.callContext(ctx), p.rescue, in, fl.err)
+	r, err := rescueCall(p.nr, ctx, p.rescue, in, fl.err)
 	if ctx.Err() != nil {
 		return zero, fl
 	}
@@ -242,8 +242,10 @@ func (p *proc[In, R, Out]) fallback(ctx context.Context, in In, fl *failure) (R,
 	return zero, fl
 }
 
-func rescueCall[In, R any](ctx context.Context, f func(context.Context, In, error) (R, error), in In, cause error) (r R, err error) {
+func rescueCall[In, R any](nr *nodeRun, ctx context.Context, f func(context.Context, In, error) (R, error), in In, cause error) (r R, err error) {
 	defer recovered(&err)
+	ctx = nr.enterCall(ctx)
+	defer nr.leaveCall()
 	return f(ctx, in, cause)
 }
 
@@ -418,7 +420,7 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 			cerr error
 		)
 		if !p.wrapped || p.nr.rs.tracer == nil {
-			r, cerr = p.call(p.nr.callContext(ctx), it.val)
+			r, cerr = userCall(p.nr, ctx, p.call, it.val)
 		} else {
 			r, cerr = traced(ctx, p.nr, p.call, it.val, it.tr, 1)
 		}

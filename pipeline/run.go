@@ -22,10 +22,12 @@ type runState struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	// calls gives the calls of user code their context (see
-	// nodeRun.callContext): the caller's context, which a failure of the
+	// nodeRun.enterCall): the caller's context, which a failure of the
 	// run ends only a grace period later, so that a call running when the
 	// run fails may finish.
 	calls *callGrace
+	// nodes holds every node's runtime, set before any node starts.
+	nodes []*nodeRun
 	start time.Time
 	edges []any // each node's input edge, by node id
 	reg   *registry
@@ -49,7 +51,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, start: p.cfg.clock.Now()}
-	rs.calls = newCallGrace(parent, p.cfg.clock, p.failGrace())
+	rs.calls = newCallGrace(parent, p.cfg.clock, p.failGrace(), rs.running)
 	defer rs.calls.end()
 	rs.drains.ch = make(chan struct{})
 	_, nop := p.cfg.observer.(observer.Nop)
@@ -94,6 +96,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 		nodes[i] = &nodeRun{rs: rs, spec: n, ctx: nctx}
 		nodes[i].r = n.newRunner(nodes[i])
 	}
+	rs.nodes = nodes
 	var (
 		wg     sync.WaitGroup
 		failed atomic.Bool
@@ -154,7 +157,7 @@ var errUnsettled = errors.New("pipeline: items left unsettled")
 // fail cancels the run with the failure of the node called name; the first
 // failure wins, later ones are echoes of it. The run stops taking and
 // handing on items at once, but the calls of user code already running go
-// on, until the grace period ends (see callGrace).
+// on, until they return or the grace period ends (see callGrace).
 func (rs *runState) fail(name string, err error) {
 	rs.cancel(&NodeError{Node: name, Err: err})
 	rs.calls.start(rs.ctx)
@@ -279,9 +282,12 @@ type nodeRun struct {
 	opened bool // open succeeded and close has not run since
 	// closeLater is set for a source whose Close waits for the run's end.
 	closeLater bool
-	// groupCalls is the calls context of the body of a node whose workers
+	// groupCalls is the calls scope of the body of a node whose workers
 	// run in a group (see group), nil outside one.
-	groupCalls context.Context
+	groupCalls *callGrace
+	// running counts the node's calls of user code running now (see
+	// enterCall).
+	running atomic.Int64
 }
 
 // callsUser reports whether node n calls a function of the user's on the
