@@ -418,7 +418,7 @@ func (p *proc[In, R, Out]) run(ctx context.Context, w *writer[Out], done *tally,
 			cerr error
 		)
 		if !p.wrapped || p.nr.rs.tracer == nil {
-			r, cerr = p.call(p.nr.callContext(ctx), it.val)
+			r, cerr = p.call(callsWithStop(p.nr, ctx), it.val)
 		} else {
 			r, cerr = traced(ctx, p.nr, p.call, it.val, it.tr, 1)
 		}

@@ -80,13 +80,47 @@ func (l *limiter) wait(ctx context.Context) error {
 	}
 }
 
-// withRateLimit takes a token of l before every call of f.
+// withRateLimit takes a token of l before every call of f. The token is
+// waited for under the node's stop signal, not under the call's context
+// (see callsWithStop): waiting is no call of user code, so it gets no
+// grace period when the run fails, and f is not called once the node
+// stopped.
 func withRateLimit[In, R any](f func(context.Context, In) (R, error), l *limiter) func(context.Context, In) (R, error) {
 	return func(ctx context.Context, in In) (R, error) {
-		if err := l.wait(ctx); err != nil {
+		stop := stopOf(ctx)
+		if err := l.wait(stop); err != nil {
 			var zero R
 			return zero, err
 		}
+		if stop.Err() != nil {
+			var zero R
+			return zero, context.Cause(stop)
+		}
 		return f(ctx, in)
 	}
+}
+
+// stopKey is the key of the stop signal that callsWithStop stores in a
+// call's context.
+type stopKey struct{}
+
+// callsWithStop returns the context for a call of the node's function
+// under ctx, its stop signal: nr.callContext(ctx), which a failure of the
+// run cancels only a grace period later. When the node waits before the
+// call within that function (RateLimit), ctx rides along, so that the wait
+// ends as soon as the node stops.
+func callsWithStop(nr *nodeRun, ctx context.Context) context.Context {
+	cctx := nr.callContext(ctx)
+	if nr.spec.limiter == nil {
+		return cctx
+	}
+	return context.WithValue(cctx, stopKey{}, ctx)
+}
+
+// stopOf returns the stop signal callsWithStop stored in ctx, or ctx.
+func stopOf(ctx context.Context) context.Context {
+	if stop, ok := ctx.Value(stopKey{}).(context.Context); ok {
+		return stop
+	}
+	return ctx
 }
