@@ -15,9 +15,13 @@ import (
 // its worker, which is backpressure; the wait ends when the run stops. The
 // rate is kept on the pipeline's clock (WithClock), as a token bucket that
 // starts full; each call books its token when it asks and waits until
-// then, so a timer that fires late does not lower the rate. Only
-// transforms, sinks, filters and flat maps have a function to limit;
-// perSecond must be positive and burst at least 1.
+// then, so a timer that fires late delays that call, not the ones booked
+// after it. Each worker holds one booking at a time, so the node keeps its
+// rate while its timers fire at most workers/perSecond late (one slot per
+// worker); timers later than that leave slots unused, though each worker
+// still calls at least once each time its timer fires. Only transforms,
+// sinks, filters and flat maps have a function to limit; perSecond must be
+// positive and burst at least 1.
 //
 // A call waits for its token after the node's breaker granted it a permit:
 // under a half-open breaker a probe's slot stays taken while it waits.
@@ -34,7 +38,10 @@ func RateLimit(perSecond float64, burst int) NodeOption {
 // Limiter read at the pipeline's clock's instants. A call books its token
 // when it asks (the bucket may go into debt), then waits until the instant
 // booked: a timer that fires late delays that call, not the ones after
-// it, so the node keeps its rate however late its timers fire. A bucket
+// it, so the node keeps its rate while its timers fire at most one slot
+// per worker late (workers/perSecond; a worker holds one booking at a
+// time, and at burst 1 the bucket keeps no more than one slot unused). A
+// bucket
 // that took its token only once its timer fired would cap the refill at
 // burst then and lose the time the timer was late (at burst 1 and 400
 // calls a second, timers a step late on a fake clock moved in 1 ms steps
