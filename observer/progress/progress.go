@@ -35,6 +35,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -445,14 +446,21 @@ func (p *pipe) add(t time.Time, st observer.Stats) {
 
 // ended notes how the run ended from e, the completion of one of its
 // nodes with an error: a node that failed the run names it, and so does
-// a node it stopped; the caller's cancel or deadline is "cancelled". A
-// failure outranks a cancellation seen first.
+// a node it stopped; the caller's cancel or deadline is "cancelled"; a
+// drain that ran out of time is "drain timed out". A failure outranks a
+// cancellation seen first.
 func (p *pipe) ended(e observer.NodeEvent) {
 	var end string
 	switch {
 	case e.Stopped && e.StoppedBy != "":
 		end = "failed (" + printable(e.StoppedBy) + ")"
-	case e.Stopped, errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
+	case errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
+		end = "cancelled"
+	case e.Stopped && e.Err != nil:
+		// Another end of the run, such as a drain that ran out of time
+		// (pipeline.ErrDrainTimeout): its own words.
+		end = printable(strings.TrimPrefix(e.Err.Error(), "pipeline: "))
+	case e.Stopped:
 		end = "cancelled"
 	default:
 		end = "failed (" + printable(e.Node) + ")"
