@@ -10,10 +10,10 @@ import (
 	"github.com/sluicehq/sluice/deadletter"
 )
 
-// dlq show prints a UTF-8 body as text for people to read, but
-// json.Marshal escapes <, > and & as \u003c, \u003e and \u0026: an XML or
-// HTML body, or a query string, reads as escapes.
-func TestReviewShowTextNotHTMLEscaped(t *testing.T) {
+// dlq show prints a UTF-8 body as text for people to read: <, > and & as
+// they are, not as json.Marshal's \u003c, \u003e and \u0026 (an XML or
+// HTML body, or a query string, would read as escapes).
+func TestShowTextBodyNotHTMLEscaped(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	f, err := deadletter.OpenFile(filepath.Join(dir, "x.jsonl"))
@@ -24,4 +24,5 @@ func TestReviewShowTextNotHTMLEscaped(t *testing.T) {
 	require.Equal(t, 0, code, stderr)
 	t.Log(stdout)
 	assert.Contains(t, stdout, `<order id=\"1\">a&b</order>`)
+	assert.NotContains(t, stdout, `\u00`)
 }
