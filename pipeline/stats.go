@@ -23,7 +23,7 @@ type counters struct {
 	// EmitTracked and those of them whose fate is final (their done was
 	// called): one add each per tracked item.
 	tracked, settled atomic.Int64
-	retries                                          []atomic.Int64 // by RetryKind - 1
+	retries          []atomic.Int64 // by RetryKind - 1
 	// calls counts the first calls of the node's function, when they
 	// are made: a retry budget's first attempts (see nodeRun.run). It is
 	// kept only for a node that draws on a budget, and shown nowhere.
