@@ -9,12 +9,14 @@
 // and skips, and its circuit breaker's state when the breaker is not
 // closed. A source that implements node.Sized also gets how far it has
 // read. When every source is sized, the run gets how much of their items
-// settled (reached an end at the sink side: written, or filtered, skipped,
-// dead-lettered, given back to the broker) and an ETA: the items left to
-// settle divided by the rate they settle at. While a drain runs
+// settled and an ETA: the items left to settle divided by the rate they
+// settle at. Items a source tracks (EmitTracked) settle once their fate is
+// final end to end, as the source counts them (NodeStats.Settled): exact;
+// untracked items where they reach an end (written, or filtered, skipped,
+// dead-lettered, given back to the broker): an estimate. While a drain runs
 // (pipeline.Pipeline.Drain) the display says "draining" and counts the
 // items in flight instead; the final frame says how the run ended: done,
-// drained, cancelled or failed (naming the node).
+// drained, cancelled, drain timed out or failed (naming the node).
 //
 // A Reporter is an observer: hand it to pipeline.WithObserver (alone or in
 // observer.Multi) and it starts drawing when a run starts and draws a final
