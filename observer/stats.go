@@ -171,6 +171,15 @@ type NodeStats struct {
 	// items are not batches; In, Out and the failure counts count the
 	// items in the batches.
 	InBatches, OutBatches int64
+	// Tracked counts, for a source, the items it emitted with
+	// node.Emitter.EmitTracked, and Settled those of them whose fate is
+	// final: their done was called, once every part of the item (its
+	// broadcast copies, FlatMap parts, the windows or batches it is in)
+	// reached an outcome, or the run ended. Tracked - Settled is the
+	// source's tracked items still on their way. Both are exact, counted
+	// when it happens, not published later, and 0 for other nodes and for
+	// items emitted with Emit, which nobody tracks.
+	Tracked, Settled int64
 	// ItemRetries counts the retries of layer 1, item retry.
 	ItemRetries int64
 	// NodeRestarts counts the restarts of layer 2, node restart.

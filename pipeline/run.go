@@ -344,7 +344,8 @@ func (nr *nodeRun) run() error {
 		if !ev.Stopped {
 			ev.StoppedBy = ""
 		}
-	case errors.Is(err, context.Canceled):
+	case errors.Is(err, context.Canceled), errors.Is(err, ErrDrainTimeout):
+		// The caller cancelled the run, or a drain ran out of time.
 		ev.Stopped = true
 	}
 	notify(rs, n, observer.Observer.OnNodeCompleted, ev)

@@ -182,7 +182,10 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		}
 	}
 	if done != nil {
-		tr = s.nr.rs.reg.root(s.nr.spec.name, done)
+		// Counted now, before any node can settle it: settled never
+		// exceeds tracked. A refused item counts too: its done is called.
+		s.nr.spec.stats.tracked.Add(1)
+		tr = s.nr.rs.reg.root(s.nr.spec.name, s.nr.spec.stats, done)
 		tr.key, tr.trace, tr.rej = key, headers, newRejected(item)
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)

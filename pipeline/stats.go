@@ -19,12 +19,16 @@ type counters struct {
 	in, out, failed, skipped, deadLettered, filtered atomic.Int64
 	fallbacks, handedOff, brokerRetries              atomic.Int64
 	inBatches, outBatches                            atomic.Int64
-	retries                                          []atomic.Int64 // by RetryKind - 1
+	// tracked and settled count, for a source, the items it emitted with
+	// EmitTracked and those of them whose fate is final (their done was
+	// called): one add each per tracked item.
+	tracked, settled atomic.Int64
+	retries          []atomic.Int64 // by RetryKind - 1
 	// calls counts the first calls of the node's function, when they
 	// are made: a retry budget's first attempts (see nodeRun.run). It is
 	// kept only for a node that draws on a budget, and shown nowhere.
 	calls atomic.Int64
-	_     [40]byte
+	_     [24]byte
 }
 
 func newCounters() *counters {
@@ -48,6 +52,8 @@ func (c *counters) snapshot(name string, kind NodeKind) NodeStats {
 		BrokerRetries: c.brokerRetries.Load(),
 		InBatches:     c.inBatches.Load(),
 		OutBatches:    c.outBatches.Load(),
+		Tracked:       c.tracked.Load(),
+		Settled:       c.settled.Load(),
 		ItemRetries:   c.retries[resilience.ItemRetry-1].Load(),
 		NodeRestarts:  c.retries[resilience.NodeRestart-1].Load(),
 		NodeRetries:   c.retries[resilience.NodeRetry-1].Load(),
@@ -81,6 +87,8 @@ func minus(s, o NodeStats) NodeStats {
 	s.BrokerRetries -= o.BrokerRetries
 	s.InBatches -= o.InBatches
 	s.OutBatches -= o.OutBatches
+	s.Tracked -= o.Tracked
+	s.Settled -= o.Settled
 	s.ItemRetries -= o.ItemRetries
 	s.NodeRestarts -= o.NodeRestarts
 	s.NodeRetries -= o.NodeRetries

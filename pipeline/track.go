@@ -26,6 +26,7 @@ type tracker struct {
 	fired   atomic.Bool
 	done    func(node.Outcome) // root only
 	src     string             // root only: the source that emitted it
+	stats   *counters          // root only: the source's, whose settled its fate adds to
 	ho      *handOffState      // root only: nil unless its item can be handed off
 	rej     RejectedItem       // root only: nil unless its item wants to know why it failed the run
 	parents []*tracker         // group only: by position in the batch, nil for an untracked item
@@ -167,6 +168,9 @@ func (t *tracker) fire(o node.Outcome) {
 			o = node.Rejected
 		}
 		t.reg.remove(t)
+		if t.stats != nil {
+			t.stats.settled.Add(1)
+		}
 		t.reg.call(t.src, t.done, o)
 		return
 	}
@@ -189,8 +193,8 @@ func newRegistry(onPanic func(src string, err error)) *registry {
 	return &registry{live: make(map[*tracker]struct{}), panic: onPanic}
 }
 
-func (r *registry) root(src string, done func(node.Outcome)) *tracker {
-	t := &tracker{done: done, src: src, reg: r}
+func (r *registry) root(src string, stats *counters, done func(node.Outcome)) *tracker {
+	t := &tracker{done: done, src: src, stats: stats, reg: r}
 	t.refs.Store(1)
 	r.mu.Lock()
 	r.live[t] = struct{}{}

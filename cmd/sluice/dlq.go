@@ -354,13 +354,24 @@ func joinFields(fs []field) []byte {
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		key, _ := json.Marshal(f.key)
+		key := quote(f.key)
 		b.Write(key)
 		b.WriteByte(':')
 		b.Write(f.val)
 	}
 	b.WriteByte('}')
 	return b.Bytes()
+}
+
+// quote returns s as a JSON string, without escaping <, > and & as
+// json.Marshal does: the output is for people to read (an XML body, a query
+// string), and it is not HTML.
+func quote(s string) []byte {
+	var b bytes.Buffer
+	e := json.NewEncoder(&b)
+	e.SetEscapeHTML(false)
+	_ = e.Encode(s) // a string always encodes
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }
 
 // decodeBytes turns fs[i], bytes as base64, into text when they are
@@ -373,7 +384,7 @@ func decodeBytes(fs []field, i int) []field {
 	encoding := "base64"
 	if utf8.Valid(data) && !bytes.Contains(data, []byte{0}) {
 		encoding = "text"
-		fs[i].val, _ = json.Marshal(string(data))
+		fs[i].val = quote(string(data))
 	}
 	enc, _ := json.Marshal(encoding)
 	return slices.Insert(fs, i+1, field{fs[i].key + "_encoding", enc})

@@ -211,7 +211,9 @@ func (s *Source) poisonLetter(d *delivery, msg Message, failures int, p *story) 
 //     terminated. The envelope of a single message tells every delivery's
 //     calls (see [Message]).
 //
-// Every other envelope goes to next unchanged. A batch goes to the broker
+// Every other envelope goes to next unchanged; when next is another broker
+// source's sink (two broker sources: A.DeadLetter(B.DeadLetter(file))), an
+// item next gives back to its broker counts as a broker retry. A batch goes to the broker
 // only when each of its messages may still be retried. next must not be
 // nil. The sink is a [deadletter.BrokerRetrier]: the pipeline counts an
 // item it wrote nothing for as a broker retry (NodeStats.BrokerRetries),
@@ -228,6 +230,17 @@ type retrySink struct {
 	next deadletter.Sink
 }
 
+// pass hands env to next. When next is a broker source's sink too (two
+// broker sources chain theirs: A.DeadLetter(B.DeadLetter(file))), next's
+// own "retried" is passed on, so that an item next gave back to its broker
+// counts as a broker retry, not as a dead letter.
+func (r *retrySink) pass(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
+	if br, ok := r.next.(deadletter.BrokerRetrier); ok {
+		return br.WriteOrRetry(ctx, env)
+	}
+	return false, r.next.Write(ctx, env)
+}
+
 // Write decides env's fate as DeadLetter describes.
 func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 	_, err := r.WriteOrRetry(ctx, env)
@@ -240,7 +253,7 @@ func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 // (deadletter.BrokerRetrier).
 func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
 	if errors.Is(env.Err, ErrPoison) {
-		return false, r.next.Write(ctx, env)
+		return r.pass(ctx, env)
 	}
 	ds := r.deliveries(env)
 	final := env
@@ -248,7 +261,7 @@ func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (
 		final = ds[0].merge(env)
 	}
 	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
-		return false, r.next.Write(ctx, final)
+		return r.pass(ctx, final)
 	}
 	gone := true
 	for _, d := range ds {
@@ -258,11 +271,11 @@ func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (
 		return true, nil
 	}
 	if !r.src.cfg.Retry.Classifier.IsTransient(unmark(env.Err)) {
-		return false, r.next.Write(ctx, final)
+		return r.pass(ctx, final)
 	}
 	for _, d := range ds {
 		if d.deliveries >= r.src.cfg.MaxDeliver {
-			return false, r.next.Write(ctx, final)
+			return r.pass(ctx, final)
 		}
 	}
 	for _, d := range ds {

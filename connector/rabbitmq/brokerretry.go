@@ -32,7 +32,9 @@ import (
 //     envelope of a single message tells every delivery's calls: Attempts,
 //     History, FirstFailure and OriginNode come from the first.
 //
-// Every other envelope goes to next unchanged. A batch goes to the broker
+// Every other envelope goes to next unchanged; when next is another broker
+// source's sink (two broker sources: A.DeadLetter(B.DeadLetter(file))), an
+// item next gives back to its broker counts as a broker retry. A batch goes to the broker
 // only when each of its messages may still be retried. next must not be
 // nil. The sink is a [deadletter.BrokerRetrier]: the pipeline counts an
 // item it wrote nothing for as a broker retry (NodeStats.BrokerRetries),
@@ -49,6 +51,17 @@ type retrySink struct {
 	next deadletter.Sink
 }
 
+// pass hands env to next. When next is a broker source's sink too (two
+// broker sources chain theirs: A.DeadLetter(B.DeadLetter(file))), next's
+// own "retried" is passed on, so that an item next gave back to its broker
+// counts as a broker retry, not as a dead letter.
+func (r *retrySink) pass(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
+	if br, ok := r.next.(deadletter.BrokerRetrier); ok {
+		return br.WriteOrRetry(ctx, env)
+	}
+	return false, r.next.Write(ctx, env)
+}
+
 // Write decides env's fate as DeadLetter describes.
 func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
 	_, err := r.WriteOrRetry(ctx, env)
@@ -63,7 +76,7 @@ func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (
 	if errors.Is(env.Err, ErrPoison) {
 		// The source's own poison letter: its story is merged already, and
 		// the broker must not retry it.
-		return false, r.next.Write(ctx, env)
+		return r.pass(ctx, env)
 	}
 	ds := r.deliveries(env)
 	final := env
@@ -73,7 +86,7 @@ func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (
 		final = ds[0].past.merge(env)
 	}
 	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
-		return false, r.next.Write(ctx, final)
+		return r.pass(ctx, final)
 	}
 	gone := true
 	for _, d := range ds {
@@ -83,11 +96,11 @@ func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (
 		return true, nil
 	}
 	if !r.retryable(env.Err) {
-		return false, r.next.Write(ctx, final)
+		return r.pass(ctx, final)
 	}
 	for _, d := range ds {
 		if d.retries >= r.src.cfg.Retry.MaxRetry {
-			return false, r.next.Write(ctx, final)
+			return r.pass(ctx, final)
 		}
 	}
 	// Send the copies now, on this goroutine, as any dead-letter write: a

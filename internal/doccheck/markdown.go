@@ -51,10 +51,11 @@ type Block struct {
 	// Line is the 1-based line of the block's first content line (the one
 	// after the opening fence).
 	Line int
-	// Lang is the first word of the fence's info string ("go", "sh"), or
-	// "" for a block without one.
+	// Lang is the first word of the fence's info string ("go", "sh"),
+	// lowercased, with "golang" as "go"; or "" for a block without one.
 	Lang string
-	// Text is the block's content with the fence's indentation removed,
+	// Text is the block's content with the fence's indentation and the
+	// markers of any "> " quote it is in removed,
 	// ending with a newline unless it is empty.
 	Text string
 	// Before is the hidden "<!-- go ... -->" comment right before the
@@ -102,7 +103,20 @@ func (b Block) Skips() bool {
 	return strings.HasPrefix(strings.TrimSpace(first), "// not compiled:")
 }
 
-var fence = regexp.MustCompile("^( *)(`{3,}|~{3,})\\s*([^`\\s]*)[^`]*$")
+// fence matches an opening fence: its prefix (the indentation of a list
+// item, in spaces or tabs, and the markers of any "> " quotes it is in),
+// the fence, and the language.
+var fence = regexp.MustCompile("^((?:[ \\t]*>)*[ \\t]*)(`{3,}|~{3,})\\s*([^`\\s]*)[^`]*$")
+
+// language returns the language a fence's first word names, lowercased:
+// "Go" and "golang" are "go".
+func language(word string) string {
+	word = strings.ToLower(word)
+	if word == "golang" {
+		return "go"
+	}
+	return word
+}
 
 // ReadPage reads a markdown page.
 func ReadPage(path string) (*Page, error) {
@@ -185,7 +199,7 @@ func ParsePage(file, text string) (*Page, error) {
 			}
 			continue
 		}
-		indent, mark, lang := len(m[1]), m[2], m[3]
+		prefix, mark, lang := m[1], m[2], language(m[3])
 		if pendingGo != "" && lang != "go" {
 			return nil, fmt.Errorf("%s:%d: a \"<!-- go\" comment before a block that is not Go", file, pendingGoLine-1)
 		}
@@ -194,12 +208,11 @@ func ParsePage(file, text string) (*Page, error) {
 		var content []string
 		closed := false
 		for i++; i < len(lines); i++ {
-			l := lines[i]
+			l := strip(lines[i], prefix)
 			if t := strings.TrimSpace(l); strings.HasPrefix(t, mark) && strings.Trim(t, mark[:1]) == "" {
 				closed = true
 				break
 			}
-			l = strip(l, indent)
 			if lang == "go" {
 				l = elide(l)
 			}
@@ -228,13 +241,39 @@ func elide(line string) string {
 	return strings.ReplaceAll(line, "{ ... }", "{ /* ... */ }")
 }
 
-// strip removes up to n leading spaces: the indentation of a block inside
-// a list item.
-func strip(line string, n int) string {
-	for i := 0; i < n && strings.HasPrefix(line, " "); i++ {
+// strip removes from a line of a block what its opening fence's prefix
+// holds: the markers of the quotes it is in ("> "), then up to as much
+// indentation as the fence has after them (the indentation of a block
+// inside a list item; a tab counts as 4 spaces).
+func strip(line, prefix string) string {
+	for range strings.Count(prefix, ">") {
+		t := strings.TrimLeft(line, " \t")
+		if !strings.HasPrefix(t, ">") {
+			break
+		}
+		line = t[1:]
+	}
+	if i := strings.LastIndexByte(prefix, '>'); i >= 0 {
+		prefix = prefix[i+1:]
+	}
+	for n := width(prefix); n > 0; {
+		switch {
+		case strings.HasPrefix(line, " "):
+			n--
+		case strings.HasPrefix(line, "\t"):
+			n -= 4
+		default:
+			return line
+		}
 		line = line[1:]
 	}
 	return line
+}
+
+// width returns the columns of indentation s, spaces and tabs, takes: a
+// tab counts as 4.
+func width(s string) int {
+	return strings.Count(s, " ") + 4*strings.Count(s, "\t")
 }
 
 // dedent returns s without trailing blank space; the Go in a comment keeps

@@ -156,7 +156,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithDescription("State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open."))
 	errs = append(errs, err)
 	o.inFlight, err = m.Int64ObservableUpDownCounter(ItemsInFlight, metric.WithUnit("{item}"),
-		metric.WithDescription("Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped or dead-lettered; 0 while the pipeline is not running."))
+		metric.WithDescription("Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped, dead-lettered, given back to its broker or handed off; 0 while the pipeline is not running."))
 	errs = append(errs, err)
 	o.exhausted, err = m.Int64Counter(RetriesExhausted, metric.WithUnit("{exhaustion}"),
 		metric.WithDescription("Times a resilience layer of a node ran out of retries, by layer (kind) and by what ended them (limit): count, elapsed, budget."))

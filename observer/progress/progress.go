@@ -9,12 +9,14 @@
 // and skips, and its circuit breaker's state when the breaker is not
 // closed. A source that implements node.Sized also gets how far it has
 // read. When every source is sized, the run gets how much of their items
-// settled (reached an end at the sink side: written, or filtered, skipped,
-// dead-lettered, given back to the broker) and an ETA: the items left to
-// settle divided by the rate they settle at. While a drain runs
+// settled and an ETA: the items left to settle divided by the rate they
+// settle at. Items a source tracks (EmitTracked) settle once their fate is
+// final end to end, as the source counts them (NodeStats.Settled): exact;
+// untracked items where they reach an end (written, or filtered, skipped,
+// dead-lettered, given back to the broker): an estimate. While a drain runs
 // (pipeline.Pipeline.Drain) the display says "draining" and counts the
 // items in flight instead; the final frame says how the run ended: done,
-// drained, cancelled or failed (naming the node).
+// drained, cancelled, drain timed out or failed (naming the node).
 //
 // A Reporter is an observer: hand it to pipeline.WithObserver (alone or in
 // observer.Multi) and it starts drawing when a run starts and draws a final
@@ -35,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"strings"
 	"sync"
 	"time"
 
@@ -445,14 +448,21 @@ func (p *pipe) add(t time.Time, st observer.Stats) {
 
 // ended notes how the run ended from e, the completion of one of its
 // nodes with an error: a node that failed the run names it, and so does
-// a node it stopped; the caller's cancel or deadline is "cancelled". A
-// failure outranks a cancellation seen first.
+// a node it stopped; the caller's cancel or deadline is "cancelled"; a
+// drain that ran out of time is "drain timed out". A failure outranks a
+// cancellation seen first.
 func (p *pipe) ended(e observer.NodeEvent) {
 	var end string
 	switch {
 	case e.Stopped && e.StoppedBy != "":
 		end = "failed (" + printable(e.StoppedBy) + ")"
-	case e.Stopped, errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
+	case errors.Is(e.Err, context.Canceled), errors.Is(e.Err, context.DeadlineExceeded):
+		end = "cancelled"
+	case e.Stopped && e.Err != nil:
+		// Another end of the run, such as a drain that ran out of time
+		// (pipeline.ErrDrainTimeout): its own words.
+		end = printable(strings.TrimPrefix(e.Err.Error(), "pipeline: "))
+	case e.Stopped:
 		end = "cancelled"
 	default:
 		end = "failed (" + printable(e.Node) + ")"

@@ -302,6 +302,8 @@ func (p *pipe) count(i int) observer.NodeStats {
 		c.ItemRetries -= b.ItemRetries
 		c.NodeRestarts -= b.NodeRestarts
 		c.NodeRetries -= b.NodeRetries
+		c.Tracked -= b.Tracked
+		c.Settled -= b.Settled
 	}
 	return c
 }
@@ -315,13 +317,22 @@ func (p *pipe) avg(i int, now time.Time) float64 {
 	return float64(p.count(i).Out) / dt
 }
 
-// settled returns how many items of p's run settled, counted where they
-// end: written by a sink, or filtered, skipped, dead-lettered, handed off
-// or given back to the broker at any node; and how many its sources
-// emitted. Settled is at most emitted. It is exact for a pipeline whose
-// items each end once; a broadcast to two sinks counts an item at each, a
-// FlatMap its parts, an Aggregate its values: then it is an estimate.
+// settled returns how many items of p's run settled, and how many its
+// sources emitted. Settled is at most emitted.
+//
+// When every source tracks every item it emits (node.Emitter.EmitTracked,
+// as the broker sources do), both are the sources' own counts
+// (NodeStats.Settled, Tracked): an item settled once its fate is final end
+// to end, whatever the graph makes of it, so they are exact. Otherwise
+// they are an estimate: settled items are counted where they end, written
+// by a sink, or filtered, skipped, dead-lettered, handed off or given back
+// to the broker at any node, and emitted ones as the sources' Out. That is
+// exact for a pipeline whose items each end once; a broadcast to two sinks
+// counts an item at each, a FlatMap its parts, an Aggregate its values.
 func (p *pipe) settled() (settled, emitted int64) {
+	if s, e, ok := p.tracked(); ok {
+		return s, e
+	}
 	for i, n := range p.st.Nodes {
 		c := p.count(i)
 		if n.Kind == observer.KindSource {
@@ -334,6 +345,25 @@ func (p *pipe) settled() (settled, emitted int64) {
 		settled += c.Filtered + c.Skipped + c.DeadLettered + c.BrokerRetries + c.HandedOff
 	}
 	return min(settled, emitted), emitted
+}
+
+// tracked returns the settled and emitted items of p's run as its sources
+// count them, and ok when every source tracks every item it emits. A
+// source counts a tracked item when it emits it, and publishes Out a little
+// later: one that emits untracked items shows a Tracked below its Out.
+func (p *pipe) tracked() (settled, emitted int64, ok bool) {
+	for i, n := range p.st.Nodes {
+		if n.Kind != observer.KindSource {
+			continue
+		}
+		c := p.count(i)
+		if c.Tracked < c.Out {
+			return 0, 0, false
+		}
+		settled += c.Settled
+		emitted += c.Tracked
+	}
+	return min(settled, emitted), emitted, true
 }
 
 // size returns the items p's sources emit in a run: not ok unless every

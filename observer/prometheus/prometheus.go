@@ -115,7 +115,7 @@ func New(opts ...Option) *Collector {
 		retries:   promclient.NewDesc(Retries, "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.", kind, nil),
 		circuit:   promclient.NewDesc(CircuitState, "State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open.", node, nil),
 		inFlight: promclient.NewDesc(ItemsInFlight,
-			"Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped or dead-lettered; 0 while the pipeline is not running.", node, nil),
+			"Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped, dead-lettered, given back to its broker or handed off; 0 while the pipeline is not running.", node, nil),
 	}
 }
 
