@@ -12,8 +12,10 @@ import (
 // [MarkTransient] too for a failure worth retrying); it changes what a
 // failure does to the item under the Fail action: the run fails, but the
 // item ends node.Failed, not node.Rejected, so that a broker source does
-// not count the run against the message as a poison one. It returns nil for
-// a nil err.
+// not count the run against the message as a poison one. Under DeadLetter,
+// an item that its source delivers again (a tracked one) is not
+// dead-lettered: it ends node.Failed and the run goes on. It returns nil
+// for a nil err.
 func MarkBlameless(err error) error {
 	if err == nil {
 		return nil
