@@ -165,7 +165,7 @@ func (nr *nodeRun) leaveCall() {
 // (see enterCall).
 func userCall[In, R any](nr *nodeRun, ctx context.Context, f func(context.Context, In) (R, error), in In) (R, error) {
 	defer nr.leaveCall()
-	return f(nr.enterCall(ctx), in)
+	return f(callsWithStop(nr, ctx, nr.enterCall(ctx)), in)
 }
 
 // userWrite calls s's Write as a call of the node (see enterCall).

@@ -59,7 +59,7 @@ func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error)
 // A tracer that panics fails the run, and the call is not made.
 func traced[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int) (r R, err error) {
 	t := nr.rs.tracer
-	ctx = nr.enterCall(ctx)
+	ctx = callsWithStop(nr, ctx, nr.enterCall(ctx))
 	defer nr.leaveCall()
 	if t == nil || !callsUser(nr.spec) {
 		return call(ctx, f, in)

@@ -15,9 +15,13 @@ import (
 // its worker, which is backpressure; the wait ends when the run stops. The
 // rate is kept on the pipeline's clock (WithClock), as a token bucket that
 // starts full; each call books its token when it asks and waits until
-// then, so a timer that fires late does not lower the rate. Only
-// transforms, sinks, filters and flat maps have a function to limit;
-// perSecond must be positive and burst at least 1.
+// then, so a timer that fires late delays that call, not the ones booked
+// after it. Each worker holds one booking at a time, so the node keeps its
+// rate while its timers fire at most workers/perSecond late (one slot per
+// worker); timers later than that leave slots unused, though each worker
+// still calls at least once each time its timer fires. Only transforms,
+// sinks, filters and flat maps have a function to limit; perSecond must be
+// positive and burst at least 1.
 //
 // A call waits for its token after the node's breaker granted it a permit:
 // under a half-open breaker a probe's slot stays taken while it waits.
@@ -34,7 +38,10 @@ func RateLimit(perSecond float64, burst int) NodeOption {
 // Limiter read at the pipeline's clock's instants. A call books its token
 // when it asks (the bucket may go into debt), then waits until the instant
 // booked: a timer that fires late delays that call, not the ones after
-// it, so the node keeps its rate however late its timers fire. A bucket
+// it, so the node keeps its rate while its timers fire at most one slot
+// per worker late (workers/perSecond; a worker holds one booking at a
+// time, and at burst 1 the bucket keeps no more than one slot unused). A
+// bucket
 // that took its token only once its timer fired would cap the refill at
 // burst then and lose the time the timer was late (at burst 1 and 400
 // calls a second, timers a step late on a fake clock moved in 1 ms steps
@@ -80,13 +87,46 @@ func (l *limiter) wait(ctx context.Context) error {
 	}
 }
 
-// withRateLimit takes a token of l before every call of f.
+// withRateLimit takes a token of l before every call of f. The token is
+// waited for under the node's stop signal, not under the call's context
+// (see callsWithStop): waiting is no call of user code, so it gets no
+// grace period when the run fails, and f is not called once the node
+// stopped.
 func withRateLimit[In, R any](f func(context.Context, In) (R, error), l *limiter) func(context.Context, In) (R, error) {
 	return func(ctx context.Context, in In) (R, error) {
-		if err := l.wait(ctx); err != nil {
+		stop := stopOf(ctx)
+		if err := l.wait(stop); err != nil {
 			var zero R
 			return zero, err
 		}
+		if stop.Err() != nil {
+			var zero R
+			return zero, context.Cause(stop)
+		}
 		return f(ctx, in)
 	}
+}
+
+// stopKey is the key of the stop signal that callsWithStop stores in a
+// call's context.
+type stopKey struct{}
+
+// callsWithStop returns calls, the context for a call of the node's
+// function under stop, its stop signal (see enterCall): a failure of the
+// run cancels calls only a grace period later. When the node waits before
+// the call within that function (RateLimit), stop rides along, so that the
+// wait ends as soon as the node stops.
+func callsWithStop(nr *nodeRun, stop, calls context.Context) context.Context {
+	if nr.spec.limiter == nil {
+		return calls
+	}
+	return context.WithValue(calls, stopKey{}, stop)
+}
+
+// stopOf returns the stop signal callsWithStop stored in ctx, or ctx.
+func stopOf(ctx context.Context) context.Context {
+	if stop, ok := ctx.Value(stopKey{}).(context.Context); ok {
+		return stop
+	}
+	return ctx
 }

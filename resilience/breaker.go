@@ -4,12 +4,13 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/internal/clocktimer"
 )
 
 // OpenAction says what a node does while its breaker refuses calls.
@@ -301,20 +302,16 @@ func (b *Breaker) Wait(ctx context.Context, deadline time.Time) (Permit, error) 
 		if !now.Before(deadline) {
 			return p, err
 		}
+		if ctx.Err() != nil {
+			return Permit{}, context.Cause(ctx)
+		}
 		until := deadline
 		if coe, ok := err.(*CircuitOpenError); ok && coe.Until.After(now) && coe.Until.Before(deadline) {
 			until = coe.Until
 		}
-		t := b.clock.NewTimer(until.Sub(now))
-		if b.clock.Now().After(now) && !isRealClock(b.clock) {
-			// The clock moved since the reading (while Allow ran or the
-			// timer was armed), so the timer would fire late by that much:
-			// ask again from a newer reading. (On the real clock every
-			// reading is later; a timer there is late by its scheduling
-			// anyway.)
-			t.Stop()
-			continue
-		}
+		// Armed at the instant, not for the time left at now: the clock
+		// may have moved since (while Allow ran, or while arming).
+		t := clocktimer.At(b.clock, until)
 		select {
 		case <-t.Chan():
 		case <-changed:
@@ -515,8 +512,3 @@ func (b *Breaker) report(ts []Transition) {
 		b.onTransition(t)
 	}
 }
-
-// realClockType is the type of clockwork's real clock.
-var realClockType = reflect.TypeOf(clockwork.NewRealClock())
-
-func isRealClock(c clockwork.Clock) bool { return reflect.TypeOf(c) == realClockType }

@@ -90,7 +90,10 @@ type SourceConfig struct {
 	// server for more only when it has room. Default [DefaultBatch].
 	Batch int
 	// PullWait is how long one pull request waits on the server for
-	// messages. Default [DefaultPullWait].
+	// messages. Default [DefaultPullWait]. A run that ends while its
+	// request waits (a cancel, a drain, a Stop, a failure) gives back what
+	// it holds with a nak delayed until the request would have expired:
+	// those messages come back up to PullWait later, in real time.
 	PullWait time.Duration
 	// ProgressInterval is how often the source tells the server that it is
 	// still working on each message it holds (an in-progress ack), so that

@@ -30,6 +30,8 @@ type stallRun struct {
 	src    *nats.Source
 	p      *pipeline.Pipeline
 	dead   *deadletter.Memory
+	// pullWait is the source's PullWait.
+	pullWait time.Duration
 
 	mu      sync.Mutex
 	written map[string]int
@@ -57,9 +59,11 @@ func newStallRun(t *testing.T, n int, seqs ...uint64) *stallRun {
 
 	cfg := r.a.config(r.name)
 	cfg.AckWait, cfg.Batch, cfg.CrashLedger, cfg.Clock = time.Minute, 32, r.ledger, r.clock
-	// The fake clock moves slowly: it must not end a pull (after PullWait
-	// and a second) meanwhile.
-	cfg.CrashAloneWait, cfg.PullWait = stallWait, time.Minute
+	// PullWait stays short (a second, from config): a run that ends while
+	// its pull request waits at the server gives its messages back with a
+	// nak delayed until the request would have expired, in real time.
+	cfg.CrashAloneWait = stallWait
+	r.pullWait = cfg.PullWait
 	r.src, err = nats.NewSource(cfg)
 	require.NoError(t, err)
 	pb := pipeline.New("stall", pipeline.WithDeadLetter(r.dead))
@@ -115,8 +119,9 @@ func pollUntil(cond func() bool) bool {
 }
 
 // pumpUntil moves the fake clock on by a hundredth of CrashAloneWait
-// every few milliseconds, until cond holds. It stays well short of a
-// pull's end (PullWait and a second) in the ten seconds it may take.
+// every few milliseconds, until cond holds. Past a pull's guard
+// (PullWait and a second, on the source's clock) the source gives the
+// request up and asks again; nothing is nak'd meanwhile.
 func (r *stallRun) pumpUntil(cond func() bool) bool {
 	return pollUntil(func() bool {
 		if cond() {
@@ -170,14 +175,19 @@ func stalledSuspect(t *testing.T, ctx context.Context) (*stallRun, <-chan error)
 
 // checkBack checks, after the run, that nothing is lost: what the run
 // wrote and what a next consumer gets make every message once, and the
-// suspect comes back, still a suspect.
+// suspect comes back, still a suspect, within PullWait (and a margin)
+// of real time: the run gave up a pull request that waited at the
+// server, and its naks wait until that request would have expired.
 func (r *stallRun) checkBack(n int) {
 	t := r.t
 	t.Helper()
 	_, ok := r.written["m-00005"]
 	assert.False(t, ok, "the suspect did not run")
 	assert.Empty(t, r.dead.Envelopes(), "nothing dead-lettered")
+	start := time.Now()
 	back := collect(t, r.a, r.name, n-len(r.written))
+	took := time.Since(start)
+	assert.Less(t, took, r.pullWait+3*time.Second, "the rest came back %s after the run (PullWait %s)", took, r.pullWait)
 	assert.Equal(t, 1, back["m-00005"], "the suspect comes back")
 	for _, id := range ids(n) {
 		assert.Equal(t, 1, r.written[id]+back[id], "message %s written or back, once", id)

@@ -46,7 +46,8 @@ func collect(t *testing.T, a *admin, name string, want int) map[string]int {
 
 // Draining a consumer: the source stops fetching, every message it
 // emitted is written and acked, Run returns nil, and what it held but had
-// not emitted is given back at once: a second consumer gets exactly the
+// not emitted is given back (within PullWait, a second here, when the run
+// gave up a waiting pull request): a second consumer gets exactly the
 // rest, long before AckWait.
 func TestDrainAcksWhatWasEmittedAndGivesBackTheRest(t *testing.T) {
 	t.Parallel()

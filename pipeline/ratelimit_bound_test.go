@@ -1,0 +1,101 @@
+package pipeline_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+)
+
+// RateLimit keeps its rate only while its timers fire at most one slot per
+// worker late (workers/perSecond): each worker holds one booking, so a
+// worker whose timer fires later than that leaves slots unused, and at
+// burst 1 the bucket keeps no more than one of them. The fake clock moves
+// in steps once every worker waits, so each timer fires up to a step late;
+// with steps longer than workers/perSecond, the node falls short of its
+// rate (below 95 %), yet every worker still calls at least once a step,
+// and no call comes before its slot. TestRateLimitKeepsItsRateWhenTimersFireLate
+// shows the steps within the bound.
+func TestRateLimitFallsShortWhenTimersAreLaterThanOneSlotPerWorker(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		rate    float64
+		workers int
+		step    time.Duration
+	}{
+		{400, 1, 10 * time.Millisecond},
+		{400, 4, 20 * time.Millisecond},
+	} {
+		t.Run(fmt.Sprintf("%v/s,%d workers,steps of %v", c.rate, c.workers, c.step), func(t *testing.T) {
+			t.Parallel()
+			const calls = 100
+			clock := clockwork.NewFakeClock()
+			start := clock.Now()
+			var mu sync.Mutex
+			var at []time.Duration
+			enough := make(chan struct{})
+			tr := node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				at = append(at, clock.Since(start))
+				if len(at) == calls {
+					close(enough)
+				}
+				return x, nil
+			})
+			b := pipeline.New("rate", pipeline.WithClock(clock))
+			out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(calls+10*c.workers)...)), tr,
+				pipeline.Parallel(c.workers), pipeline.Unordered(), pipeline.RateLimit(c.rate, 1))
+			pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+			ctx, cancel := context.WithCancel(t.Context())
+			run := pipelinetest.Start(ctx, build(t, b))
+			// A guard on the real clock, so that a worker that never waits
+			// fails the test instead of hanging it.
+			wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
+			defer wcancel()
+		drive:
+			for {
+				select {
+				case <-enough:
+					break drive
+				default:
+				}
+				if err := clock.BlockUntilContext(wctx, c.workers); err != nil {
+					select {
+					case <-enough:
+						break drive
+					default:
+					}
+					require.NoError(t, err, "every worker waits on the clock")
+				}
+				clock.Advance(c.step)
+			}
+			cancel()
+			_, err := run.Wait()
+			require.ErrorIs(t, err, context.Canceled)
+
+			mu.Lock()
+			defer mu.Unlock()
+			require.GreaterOrEqual(t, len(at), calls)
+			slot := time.Duration(float64(time.Second) / c.rate)
+			for i, d := range at[:calls] {
+				require.GreaterOrEqual(t, d, time.Duration(i)*slot, "call %d came before its slot", i+1)
+			}
+			// The first call takes the burst's token at 0; the others
+			// took one slot each.
+			got := float64(calls-1) / at[calls-1].Seconds()
+			t.Logf("%d calls in %v: %.1f/s, %.1f %% of %v/s", calls, at[calls-1], got, 100*got/c.rate, c.rate)
+			assert.Less(t, got, 0.95*c.rate, "late by more than a slot per worker: short of the rate")
+			assert.GreaterOrEqual(t, got, float64(c.workers)/c.step.Seconds(), "every worker calls at least once a step")
+		})
+	}
+}
