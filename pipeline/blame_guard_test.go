@@ -20,13 +20,11 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-// REVIEW: IsBlameless takes any context.Canceled in an error's tree as "not
-// the item's fault". A sink that writes a row's parts concurrently (an
-// errgroup) and reports every part's error gets, for a poison row, the
-// row's own permanent error joined with its sibling part's
-// context.Canceled: the item ends Failed, not Rejected, run after run, so
-// a broker source never counts it towards MaxDeliveries and the poison
-// message is redelivered for ever.
+// A sink that writes a row's parts concurrently (an errgroup) and reports
+// every part's error gets, for a poison row, the row's own permanent error
+// joined with its sibling part's context.Canceled: that is the row's fault,
+// so it ends Rejected each run, and a broker source counts it towards
+// MaxDeliveries.
 func TestPoisonJoinedWithASiblingsCancellationIsRejected(t *testing.T) {
 	t.Parallel()
 	errBadRow := resilience.MarkPermanent(errors.New("bad row: column 3 is not a number"))
@@ -54,13 +52,11 @@ func TestPoisonJoinedWithASiblingsCancellationIsRejected(t *testing.T) {
 	}
 }
 
-// REVIEW: the guard now keeps the claim of a write whose context ended
-// (AttemptTimeout) until the lease ends (DefaultLease 30 s), and answers
-// ErrInProgress to the item's own retries meanwhile. A good item whose
-// first write timed out (and did not happen) used to be written by its
-// retry; now every retry within the lease finds its own key busy and the
-// item is dead-lettered ("key claimed by another owner") although nobody
-// else holds it and nothing was written.
+// The guard keeps the claim of a write whose context ended
+// (AttemptTimeout) until the lease ends (DefaultLease 30 s). The busy error
+// it gives the item's own retries asks them to wait for the lease, so a
+// good item whose first write timed out (and did not happen) is written by
+// its retry, not dead-lettered as "key claimed by another owner".
 func TestGuardedWriteThatTimedOutIsWrittenByItsRetryAfterTheLease(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
