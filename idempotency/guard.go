@@ -171,7 +171,11 @@ func (g *Guard[T]) Stats() Stats {
 // lease ends, instead of releasing it, and counts the write in
 // Stats.Unknown: until then every owner, this guard included, finds the
 // key busy ([ErrInProgress]); after, the key is claimed and written again,
-// which duplicates the item if the first write had happened.
+// which duplicates the item if the first write had happened. The busy
+// error this guard gives its own later calls for the key carries
+// [resilience.RetryAfter] of the lease time left, so that the item's
+// retry waits for the lease to end instead of spending its retries on a
+// claim nobody else holds.
 //
 // Completion and release run on a context that the caller's cancellation
 // does not end, bounded by [WithStoreTimeout], so that a write that
@@ -206,9 +210,12 @@ func (g *Guard[T]) Write(ctx context.Context, item T) error {
 		return g.complete(key, ctx)
 	}
 	now := g.cfg.clock.Now()
-	if g.unknownUntil(key, now) {
+	if until, ok := g.unknownUntil(key, now); ok {
+		// This guard's own claim, kept after a write of unknown outcome:
+		// the key is free again when its lease ends, so the item's retry
+		// is asked to wait that long rather than spend its retries.
 		g.busy.Add(1)
-		return g.inProgress(key)
+		return resilience.RetryAfter(g.inProgress(key), until.Sub(now))
 	}
 	state, err := g.store.Claim(ctx, key, g.cfg.owner, now, g.cfg.lease)
 	if err != nil {
@@ -308,20 +315,20 @@ func (g *Guard[T]) inProgress(key string) error {
 }
 
 // unknownUntil reports whether key's last write by this guard had an
-// unknown outcome and its claim's lease has not ended at now; a key whose
-// lease ended is forgotten.
-func (g *Guard[T]) unknownUntil(key string, now time.Time) bool {
+// unknown outcome and its claim's lease has not ended at now, and when it
+// ends; a key whose lease ended is forgotten.
+func (g *Guard[T]) unknownUntil(key string, now time.Time) (time.Time, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	until, ok := g.unknown[key]
 	if !ok {
-		return false
+		return time.Time{}, false
 	}
 	if now.Before(until) {
-		return true
+		return until, true
 	}
 	delete(g.unknown, key)
-	return false
+	return time.Time{}, false
 }
 
 // setUnknown records that key's write had an unknown outcome and its claim

@@ -9,6 +9,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // DefaultFailGrace is how long, on the pipeline's clock, a call of user
@@ -25,7 +26,8 @@ import (
 // passes. The grace period waits only while such calls run: once none
 // runs (or none ran when the run failed), nothing waits for it. The same
 // holds within a node of parallel workers when one of them fails the
-// node. Cancelling the caller's context still ends every call at once.
+// node; when no node restart will take it up, the run stops taking in
+// items at that moment, not once the siblings' calls end. Cancelling the caller's context still ends every call at once.
 const DefaultFailGrace = 10 * time.Second
 
 // failGrace is the grace period of a failure: WithDrainTimeout's bound
@@ -191,10 +193,47 @@ func (rs *runState) running() int64 {
 func (nr *nodeRun) group(gctx context.Context) func() {
 	g := newCallGrace(nr.rs.calls.ctx, nr.rs.p.cfg.clock, nr.rs.calls.grace, nr.running.Load)
 	nr.groupCalls = g
-	stop := context.AfterFunc(gctx, func() { g.start(gctx) })
+	stop := context.AfterFunc(gctx, func() {
+		if cause := context.Cause(gctx); nr.failsForGood(cause) {
+			// The node fails once its body returns, which waits for
+			// the siblings' calls; the run stops taking in items now,
+			// and its grace period starts with the group's.
+			nr.rs.fail(nr.spec.name, nr.finalError(cause))
+		}
+		g.start(gctx)
+	})
 	return func() {
 		stop()
 		g.end()
 		nr.groupCalls = nil
 	}
+}
+
+// failsForGood reports whether cause, the error that ended the node's
+// group of workers while the run goes on, fails the node once its body
+// returns: no node restart takes it up (none configured, none left, or
+// the error is not one to restart on). When unsure (restarts that
+// ResetAfterItems may give back), it says no, and the node fails the run
+// when its body returns, as any node does.
+func (nr *nodeRun) failsForGood(cause error) bool {
+	if cause == nil || cause == context.Canceled || nr.ctx.Err() != nil || nr.rs.ctx.Err() != nil {
+		return false // the body ended, or the node or the run is stopping
+	}
+	if !restartable(cause) {
+		return true
+	}
+	o := nr.spec.res.NodeRestart
+	if o.MaxRestarts == 0 {
+		return true
+	}
+	return o.ResetAfterItems == 0 && nr.restarts.Load() >= int64(o.MaxRestarts)
+}
+
+// finalError is the error the node fails with after cause, as
+// nodeRestart words it: the error itself, or the restarts that ran out.
+func (nr *nodeRun) finalError(cause error) error {
+	if n := nr.restarts.Load(); n > 0 && restartable(cause) {
+		return nr.exhausted(resilience.NodeRestart, int(n)+1, cause)
+	}
+	return cause
 }

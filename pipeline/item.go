@@ -461,6 +461,13 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		}
 		return nil
 	case resilience.DeadLetter:
+		if resilience.IsBlameless(fl.err) && tr.takesBack() {
+			// Not the item's fault (a busy key), and its source delivers
+			// it again: a good item is not dead-lettered as a bad one.
+			n.stats.failed.Add(items)
+			tr.finish(node.Failed)
+			return nil
+		}
 		key := keyOf(item, tr)
 		retried, err := nr.deadLetter(ctx, item, key, fl)
 		if err != nil {

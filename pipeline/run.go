@@ -288,6 +288,10 @@ type nodeRun struct {
 	// running counts the node's calls of user code running now (see
 	// enterCall).
 	running atomic.Int64
+	// restarts is how many node restarts the node used since its last
+	// reset (see nodeRestart), for a group that decides whether a
+	// worker's failure fails the node for good (see failsForGood).
+	restarts atomic.Int64
 }
 
 // callsUser reports whether node n calls a function of the user's on the
@@ -424,6 +428,7 @@ func (nr *nodeRun) nodeRestart() error {
 		}
 		if o.ResetAfterItems > 0 && nr.r.progress()-mark >= int64(o.ResetAfterItems) {
 			restarts = 0
+			nr.restarts.Store(0)
 			elapsed.first = time.Time{}
 		}
 		for {
@@ -439,6 +444,7 @@ func (nr *nodeRun) nodeRestart() error {
 				return nr.r.finish(ctx)
 			}
 			restarts++
+			nr.restarts.Store(int64(restarts))
 			reopen := nr.r.reopens()
 			if reopen {
 				if cerr := nr.close(); cerr != nil {

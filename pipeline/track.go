@@ -151,6 +151,25 @@ func (t *tracker) unblame() {
 	}
 }
 
+// takesBack reports whether every item t holds has a source that delivers
+// it again when it ends Failed (a tracked root, not a quiet one).
+func (t *tracker) takesBack() bool {
+	switch {
+	case t == nil:
+		return false
+	case t.done != nil:
+		return !t.quiet
+	case len(t.parents) == 0 || t.window:
+		return false
+	}
+	for _, p := range t.parents {
+		if !p.takesBack() {
+			return false
+		}
+	}
+	return true
+}
+
 // release records that one part ended without an outcome of its own: a
 // batch whose items were handed on with their own trackers.
 func (t *tracker) release() { t.finish(0) }

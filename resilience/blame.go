@@ -12,8 +12,10 @@ import (
 // [MarkTransient] too for a failure worth retrying); it changes what a
 // failure does to the item under the Fail action: the run fails, but the
 // item ends node.Failed, not node.Rejected, so that a broker source does
-// not count the run against the message as a poison one. It returns nil for
-// a nil err.
+// not count the run against the message as a poison one. Under DeadLetter,
+// an item that its source delivers again (a tracked one) is not
+// dead-lettered: it ends node.Failed and the run goes on. It returns nil
+// for a nil err.
 func MarkBlameless(err error) error {
 	if err == nil {
 		return nil
@@ -21,13 +23,42 @@ func MarkBlameless(err error) error {
 	return &blamelessError{err}
 }
 
-// IsBlameless reports whether err is not the item's fault: err's tree holds
-// an error wrapped by [MarkBlameless], or context.Canceled (a cancellation
-// that the pipeline's own did not cause, seen by the item's call, is
-// something that happened to the item, not something it did).
+// IsBlameless reports whether err is not the item's fault: err is marked
+// with [MarkBlameless], or every error it wraps is (each branch of a
+// join, each cause of a wrapper), or it is context.Canceled (a
+// cancellation that the pipeline's own did not cause, seen by the item's
+// call, is something that happened to the item, not something it did).
+// One error in the tree that is neither makes the whole the item's fault:
+// a poison row's own error joined with its sibling part's cancellation is
+// the row's.
 func IsBlameless(err error) bool {
-	var b *blamelessError
-	return errors.As(err, &b) || errors.Is(err, context.Canceled)
+	if err == nil {
+		return false
+	}
+	if _, ok := err.(*blamelessError); ok || err == context.Canceled {
+		return true
+	}
+	switch x := err.(type) {
+	case interface{ Unwrap() error }:
+		if inner := x.Unwrap(); inner != nil {
+			return IsBlameless(inner)
+		}
+	case interface{ Unwrap() []error }:
+		errs := x.Unwrap()
+		n := 0
+		for _, e := range errs {
+			if e == nil {
+				continue
+			}
+			if !IsBlameless(e) {
+				return false
+			}
+			n++
+		}
+		return n > 0
+	}
+	// A leaf: a cancellation only if it says it is one.
+	return errors.Is(err, context.Canceled)
 }
 
 type blamelessError struct{ err error }

@@ -27,3 +27,18 @@ func TestMarkBlameless(t *testing.T) {
 	assert.False(t, resilience.IsTransient(marked), "the mark changes no classification")
 	assert.True(t, resilience.IsTransient(resilience.MarkBlameless(resilience.MarkTransient(errBusy))))
 }
+
+// An error is blameless only when every error in its tree is: one that is
+// the item's own makes the whole its fault.
+func TestIsBlamelessOnlyWhenEveryBranchIs(t *testing.T) {
+	t.Parallel()
+	errBad := resilience.MarkPermanent(errors.New("bad row"))
+	busy := resilience.MarkBlameless(errors.New("busy"))
+	assert.False(t, resilience.IsBlameless(errors.Join(errBad, context.Canceled)), "poison joined with a sibling's cancellation")
+	assert.False(t, resilience.IsBlameless(fmt.Errorf("%w: %w", context.Canceled, errBad)), "two causes, one the item's")
+	assert.False(t, resilience.IsBlameless(errors.Join(busy, errBad)), "poison joined with a busy sibling")
+	assert.True(t, resilience.IsBlameless(errors.Join(context.Canceled, fmt.Errorf("part: %w", context.Canceled))), "only cancellations")
+	assert.True(t, resilience.IsBlameless(errors.Join(busy, nil, context.Canceled)), "only blameless parts")
+	assert.True(t, resilience.IsBlameless(resilience.MarkBlameless(errors.Join(errBad, context.Canceled))), "marked as a whole")
+	assert.False(t, resilience.IsBlameless(errors.Join(nil, nil)))
+}
