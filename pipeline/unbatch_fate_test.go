@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -76,7 +77,7 @@ func TestUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 						t.Parallel()
 						src := pipelinetest.NewTrackedSource(ints(n)...)
 						sink := newBlockingSink(stop)
-						b := pipeline.New("unbatch-fate", m.opts...)
+						b := pipeline.New("unbatch-fate", stopOptions(m.opts, how)...)
 						batches := pipeline.Batch(b, "batch", pipeline.Source(b, "src", src), size, 0)
 						if between {
 							batches = pipeline.Map(b, "same", batches, func(_ context.Context, v []int) ([]int, error) { return v, nil })
@@ -113,7 +114,7 @@ func TestRoutedUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 					stop := r.IntN(n)
 					src := pipelinetest.NewTrackedSource(ints(n)...)
 					sink := newBlockingSink(stop)
-					b := pipeline.New("route-unbatch-fate", m.opts...)
+					b := pipeline.New("route-unbatch-fate", stopOptions(m.opts, how)...)
 					br := pipeline.Route(b, "route", pipeline.Source(b, "src", src), 2, func(v int) int { return v % 2 })
 					var mu sync.Mutex
 					var other []int
@@ -147,6 +148,17 @@ func TestRoutedUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 			})
 		}
 	}
+}
+
+// stopOptions returns opts, with a short grace period for "node-fails":
+// the sink blocks on an item until its context ends, which a failure of
+// the run gives only after the grace (DefaultFailGrace, on the real clock
+// here), and the test is about fates, not about the wait.
+func stopOptions(opts []pipeline.Option, how string) []pipeline.Option {
+	if how != "node-fails" {
+		return opts
+	}
+	return append(slices.Clone(opts), pipeline.WithDrainTimeout(10*time.Millisecond))
 }
 
 // runStopper adds what a stop needs to b (a source that fails on demand,
