@@ -95,7 +95,9 @@ func TestEmitHonoursItsContext(t *testing.T) {
 	gate := make(chan struct{})
 	defer close(gate)
 	var emitErr error
-	b := pipeline.New("emit-ctx", pipeline.WithHandOverBatch(1), pipeline.WithBuffer(0),
+	// The sink returns when its context ends: a short grace, so that the
+	// failed run does not hold it DefaultFailGrace on the real clock.
+	b := pipeline.New("emit-ctx", pipeline.WithHandOverBatch(1), pipeline.WithBuffer(0), pipeline.WithDrainTimeout(10*time.Millisecond),
 		pipeline.WithResilience(func(o *resilience.Options) { o.NodeRetry.MaxRetries = 0 }))
 	src := pipeline.Source(b, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
 		if err := out.Emit(ctx, 0); err != nil {
