@@ -193,12 +193,16 @@ func (rs *runState) running() int64 {
 func (nr *nodeRun) group(gctx context.Context) func() {
 	g := newCallGrace(nr.rs.calls.ctx, nr.rs.p.cfg.clock, nr.rs.calls.grace, nr.running.Load)
 	nr.groupCalls = g
+	// The restarts used when this body started: the function below may
+	// run after the body returned (context.AfterFunc starts it in a
+	// goroutine of its own), when a restart has already counted one more.
+	restarts := nr.restarts.Load()
 	stop := context.AfterFunc(gctx, func() {
-		if cause := context.Cause(gctx); nr.failsForGood(cause) {
+		if cause := context.Cause(gctx); nr.failsForGood(cause, restarts) {
 			// The node fails once its body returns, which waits for
 			// the siblings' calls; the run stops taking in items now,
 			// and its grace period starts with the group's.
-			nr.rs.fail(nr.spec.name, nr.finalError(cause))
+			nr.rs.fail(nr.spec.name, nr.finalError(cause, restarts))
 		}
 		g.start(gctx)
 	})
@@ -215,7 +219,10 @@ func (nr *nodeRun) group(gctx context.Context) func() {
 // the error is not one to restart on). When unsure (restarts that
 // ResetAfterItems may give back), it says no, and the node fails the run
 // when its body returns, as any node does.
-func (nr *nodeRun) failsForGood(cause error) bool {
+//
+// restarts is how many node restarts the node had used when its body
+// started.
+func (nr *nodeRun) failsForGood(cause error, restarts int64) bool {
 	if cause == nil || cause == context.Canceled || nr.ctx.Err() != nil || nr.rs.ctx.Err() != nil {
 		return false // the body ended, or the node or the run is stopping
 	}
@@ -226,13 +233,13 @@ func (nr *nodeRun) failsForGood(cause error) bool {
 	if o.MaxRestarts == 0 {
 		return true
 	}
-	return o.ResetAfterItems == 0 && nr.restarts.Load() >= int64(o.MaxRestarts)
+	return o.ResetAfterItems == 0 && restarts >= int64(o.MaxRestarts)
 }
 
 // finalError is the error the node fails with after cause, as
 // nodeRestart words it: the error itself, or the restarts that ran out.
-func (nr *nodeRun) finalError(cause error) error {
-	if n := nr.restarts.Load(); n > 0 && restartable(cause) {
+func (nr *nodeRun) finalError(cause error, restarts int64) error {
+	if n := restarts; n > 0 && restartable(cause) {
 		return nr.exhausted(resilience.NodeRestart, int(n)+1, cause)
 	}
 	return cause
