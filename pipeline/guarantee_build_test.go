@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 	"github.com/sluicehq/sluice/resilience"
@@ -367,8 +369,9 @@ func TestOpenPauseTurnsAnOutageIntoBackpressure(t *testing.T) {
 				return x, nil
 			})
 			dlq := deadletter.NewMemory(items)
+			closed := &closedAgain{ch: make(chan struct{})}
 			b := pipeline.New("outage", pipeline.WithClock(clock), pipeline.WithDeadLetter(dlq),
-				pipeline.WithResilience(noRetries))
+				pipeline.WithResilience(noRetries), pipeline.WithObserver(closed))
 			src := pipelinetest.NewTrackedSource(ints(items)...)
 			out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", src), dep, pipeline.Parallel(parallel),
 				pipeline.NodeResilience(func(o *resilience.Options) {
@@ -385,7 +388,7 @@ func TestOpenPauseTurnsAnOutageIntoBackpressure(t *testing.T) {
 			sink := &pipelinetest.Collector[int]{}
 			pipeline.Sink(b, "sink", out, sink)
 			run := pipelinetest.Start(t.Context(), build(t, b))
-			res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, 100*time.Millisecond)
+			res, err := advanceWhileAllWait(t.Context(), clock, run, 100*time.Millisecond, parallel, closed.ch)
 			require.NoError(t, err)
 
 			var dead []string
@@ -398,6 +401,67 @@ func TestOpenPauseTurnsAnOutageIntoBackpressure(t *testing.T) {
 			assert.Equal(t, repeat(node.Delivered, items), once(t, src, items))
 			assert.GreaterOrEqual(t, clock.Since(start), outage)
 		})
+	}
+}
+
+// closedAgain closes ch when the breaker first closes again, which ends the
+// outage.
+type closedAgain struct {
+	observer.Nop
+	once sync.Once
+	ch   chan struct{}
+}
+
+func (c *closedAgain) OnCircuitStateChanged(e observer.CircuitEvent) {
+	if e.To == resilience.CircuitClosed {
+		c.once.Do(func() { close(c.ch) })
+	}
+}
+
+// advanceWhileAllWait moves clock by step each time all n workers wait on
+// it, until closed is closed, then each time one goroutine waits, until the
+// run returns. Until the breaker closes again every worker holds an item
+// that only time moves on (a retry's backoff, a pause), so no time passes
+// while one of them is busy: AdvanceUntilDone would advance on the other
+// workers' pause timers while a probe is under way, and under load could
+// run the clock past MaxPause before the probe, made after the outage,
+// closes the breaker.
+func advanceWhileAllWait(ctx context.Context, clock *clockwork.FakeClock, run *pipelinetest.Running, step time.Duration, n int, closed <-chan struct{}) (pipeline.Result, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-run.Done():
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	for {
+		bctx, bcancel := wctx, context.CancelFunc(func() {})
+		select {
+		case <-closed:
+			n = 1
+		default:
+			bctx, bcancel = context.WithCancel(wctx)
+			go func() {
+				select {
+				case <-closed:
+					bcancel()
+				case <-bctx.Done():
+				}
+			}()
+		}
+		err := clock.BlockUntilContext(bctx, n)
+		bcancel()
+		switch {
+		case run.Finished():
+			return run.Wait()
+		case wctx.Err() != nil:
+			return pipeline.Result{}, wctx.Err()
+		case err != nil:
+			continue // the breaker closed: one waiter is enough now
+		}
+		clock.Advance(step)
 	}
 }
 
