@@ -157,7 +157,8 @@ func TestParallelRestartDoesNotRewriteSiblingsWrite(t *testing.T) {
 	for range 5 {
 		release, poisoned, started := make(chan struct{}), make(chan struct{}), make(chan struct{})
 		var goodWrites, poisonCalls atomic.Int64
-		b := pipeline.New("parallel-restart", pipeline.WithResilience(func(o *resilience.Options) {
+		clock := clockwork.NewFakeClock()
+		b := pipeline.New("parallel-restart", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
 			o.OnItemFailure = resilience.Fail
 			o.NodeRestart.MaxRestarts = 1
 			o.NodeRestart.Backoff = resilience.NoBackoff()
@@ -180,7 +181,8 @@ func TestParallelRestartDoesNotRewriteSiblingsWrite(t *testing.T) {
 		}, pipeline.Parallel(2))
 		run := pipelinetest.Start(t.Context(), build(t, b))
 		<-poisoned
-		time.Sleep(50 * time.Millisecond)
+		// The failure armed the grace period for the call in flight.
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
 		close(release)
 		_, err := run.Wait()
 		require.Error(t, err)
@@ -201,7 +203,8 @@ func TestKeyedSiblingFinishedInGraceIsDelivered(t *testing.T) {
 		release, poisoned, started := make(chan struct{}), make(chan struct{}), make(chan struct{})
 		var mu sync.Mutex
 		written := map[string]bool{}
-		b := pipeline.New("keyed-grace", pipeline.WithResilience(func(o *resilience.Options) {
+		clock := clockwork.NewFakeClock()
+		b := pipeline.New("keyed-grace", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
 			o.OnItemFailure = resilience.Fail
 		}))
 		src := pipelinetest.NewTrackedSource("good", "poison")
@@ -223,7 +226,8 @@ func TestKeyedSiblingFinishedInGraceIsDelivered(t *testing.T) {
 		})
 		run := pipelinetest.Start(t.Context(), build(t, b))
 		<-poisoned
-		time.Sleep(50 * time.Millisecond)
+		// The failure armed the grace period for the call in flight.
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
 		close(release)
 		_, err := run.Wait()
 		require.Error(t, err)

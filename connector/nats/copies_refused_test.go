@@ -301,11 +301,19 @@ func copyEvicts(t *testing.T, md int) {
 		mu      sync.Mutex
 		written []string
 		dead    int
+		moved   = make(chan struct{}, 1) // a dead letter or a write happened
 	)
+	nudge := func() {
+		select {
+		case moved <- struct{}{}:
+		default:
+		}
+	}
 	dlq := deadletter.Func(func(_ context.Context, env deadletter.Envelope) error {
 		mu.Lock()
 		dead++
 		mu.Unlock()
+		nudge()
 		t.Logf("dead letter: %s (%s)", env.ErrText, env.OriginNode)
 		return nil
 	})
@@ -326,6 +334,7 @@ func copyEvicts(t *testing.T, md int) {
 		mu.Lock()
 		written = append(written, string(m.Data))
 		mu.Unlock()
+		nudge()
 		return nil
 	})
 	p, err := b.Build()
@@ -341,7 +350,10 @@ func copyEvicts(t *testing.T, md int) {
 					p.Drain()
 					return
 				}
-				time.Sleep(5 * time.Millisecond)
+				select {
+				case <-moved:
+				case <-ctx.Done():
+				}
 			}
 		}()
 		_, err := p.Run(ctx)
