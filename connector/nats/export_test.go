@@ -14,3 +14,10 @@ func CrashWaiting(s *Source) int {
 	}
 	return l.Waiting()
 }
+
+// GateAcker makes the acker of every session s opens send its settlements
+// only once gate is closed, and calls roomWait whenever Run waits for room.
+// Call it before the pipeline runs.
+func GateAcker(s *Source, gate <-chan struct{}, roomWait func(held, unsent int)) {
+	s.ackerGate, s.roomWait = gate, roomWait
+}

@@ -79,6 +79,11 @@ type Source struct {
 	dlBase     deadletter.Envelope
 	poisoned   atomic.Int64
 	redelivers atomic.Int64
+	// ackerGate and roomWait are for tests: the acker of each session sends
+	// its settlements only once ackerGate is closed; roomWait is called when
+	// Run waits for room, with what is held and what waits for the acker.
+	ackerGate <-chan struct{}
+	roomWait  func(held, unsent int)
 	// crash is the crash ledger, from Open to Close (nil without
 	// CrashLedger): see crash.go.
 	crash       *crashledger.Ledger
@@ -169,6 +174,9 @@ func (s *Source) Open(ctx context.Context) error {
 	next := "$JS.API.CONSUMER.MSG.NEXT." + s.cfg.Stream + "." + s.cfg.Consumer
 	sess := newSession(id, nc, closed, next, s.cfg.Clock, s.cfg.ProgressInterval)
 	sess.recount = s.recount
+	sess.mu.Lock()
+	sess.gate = s.ackerGate
+	sess.mu.Unlock()
 	sess.nakDelay = func(d *delivery, w time.Duration) time.Duration { return s.cfg.nakDelay(w, d.deliveries) }
 	s.mu.Lock()
 	old := s.sess
@@ -204,6 +212,9 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 		}
 		room := sess.room(s.cfg.Batch)
 		if room < want {
+			if s.roomWait != nil {
+				s.roomWait(sess.counts())
+			}
 			select {
 			case <-ctx.Done():
 				return context.Cause(ctx)
