@@ -298,13 +298,7 @@ type nodeRun struct {
 // items it takes in, whose calls a retry budget counts as first attempts
 // and a tracer traces: not a Batch, Unbatch, Merge, branch or a Join's
 // tagging transform, which only move items along.
-func callsUser(n *spec) bool {
-	switch n.kind {
-	case KindBatch, KindUnbatch, KindMerge, KindBranch:
-		return false
-	}
-	return !n.tagging
-}
+func callsUser(n *spec) bool { return infoOf(n.kind).callsUser && !n.tagging }
 
 // isCallCounter reports whether r counts its node's first calls as it
 // makes them (see proc.countsCalls).
