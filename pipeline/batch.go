@@ -28,7 +28,7 @@ func Batch[T any](b *Builder, name string, in Stream[T], size int, linger time.D
 		countOut(s, sliceLen[[]T]())
 	}
 	s.validate = func() []error {
-		errs := parallelRefused(s)
+		var errs []error
 		if size < 1 {
 			errs = append(errs, fmt.Errorf("Batch size %d: must be at least 1", size))
 		}

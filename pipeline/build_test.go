@@ -106,11 +106,11 @@ func TestBuildRefusesNilFunctionsAndMisplacedParallel(t *testing.T) {
 	_, err := b.Build()
 	assert.ElementsMatch(t, []string{
 		"src: source is nil",
-		"src: Parallel: only transforms, sinks, filters and flat maps run in parallel",
+		"src: Parallel: only transforms, sinks, filters, flat maps and routes run in parallel",
 		"filter: filter function is nil",
 		"flat: flat map function is nil",
-		"batch: Parallel: only transforms, sinks, filters and flat maps run in parallel",
-		"unbatch: Parallel: only transforms, sinks, filters and flat maps run in parallel",
+		"batch: Parallel: only transforms, sinks, filters, flat maps and routes run in parallel",
+		"unbatch: Parallel: only transforms, sinks, filters, flat maps and routes run in parallel",
 		"tr: transform is nil",
 		"sink: sink is nil",
 		"merge: merge has no input",

@@ -44,6 +44,7 @@ type deadlineCtx struct {
 	stop      chan struct{} // closed by cancel
 	stopped   bool
 	err       error
+	watch     crew // the goroutine that waits for the timer or the parent
 }
 
 func (c *deadlineCtx) Deadline() (time.Time, bool) {
@@ -74,8 +75,9 @@ func (c *deadlineCtx) start() {
 	// clock may move before the timer is armed.
 	t := newTimerAt(c.clock, c.deadline)
 	c.timer = t
-	c.mu.Unlock()
-	go func() {
+	// Started under mu, so that cancel, which waits for it, either comes
+	// first (and there is nothing to start) or sees it started.
+	c.watch.Go(func() error {
 		select {
 		case <-t.Chan():
 			c.end(context.DeadlineExceeded)
@@ -83,7 +85,9 @@ func (c *deadlineCtx) start() {
 			c.end(c.Context.Err())
 		case <-c.stop:
 		}
-	}()
+		return nil
+	})
+	c.mu.Unlock()
 }
 
 // Err is the context's error, without blocking: the parent's once it
@@ -116,7 +120,6 @@ func (c *deadlineCtx) endLocked(err error) {
 
 func (c *deadlineCtx) cancel() {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if !c.stopped {
 		c.stopped = true
 		if c.timer != nil {
@@ -125,4 +128,8 @@ func (c *deadlineCtx) cancel() {
 		close(c.stop)
 	}
 	c.endLocked(context.Canceled)
+	c.mu.Unlock()
+	// The watch, woken by stop, returns at once; a panic in it (a bug)
+	// has nowhere to go but the context's own end, which has come.
+	_ = c.watch.Wait()
 }

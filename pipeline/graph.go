@@ -120,18 +120,12 @@ func (g Graph) WithStats(s Stats) Graph {
 	return g
 }
 
-// callsFallible reports whether nodes of kind k call a function that
-// returns an error, so that item retry and the breaker can act.
-func callsFallible(k NodeKind) bool {
-	return k == KindTransform || k == KindSink || k == KindFlatMap
-}
-
 // exhaustible returns the layers and limits that can end node n's
 // retries: those of armedLayers, with the limits its options set.
 func exhaustible(n *spec) observer.Exhaustions {
 	o := n.res
 	var e observer.Exhaustions
-	fallible := callsFallible(n.kind) && !n.tagging
+	fallible := n.fallible()
 	if fallible && o.ItemRetry.MaxRetries > 0 {
 		e = e.With(resilience.ItemRetry, resilience.LimitCount)
 		if o.ItemRetry.MaxElapsed > 0 {
@@ -147,7 +141,7 @@ func exhaustible(n *spec) observer.Exhaustions {
 			e = e.With(resilience.NodeRestart, resilience.LimitElapsed)
 		}
 	}
-	if (fallible || n.kind == KindSource) && o.NodeRetry.MaxRetries > 0 {
+	if n.nodeRetried() && o.NodeRetry.MaxRetries > 0 {
 		e = e.With(resilience.NodeRetry, resilience.LimitCount)
 		if o.NodeRetry.MaxElapsed > 0 {
 			e = e.With(resilience.NodeRetry, resilience.LimitElapsed)
@@ -161,7 +155,7 @@ func exhaustible(n *spec) observer.Exhaustions {
 func armedLayers(n *spec) []string {
 	o := n.res
 	var ls []string
-	fallible := callsFallible(n.kind) && !n.tagging
+	fallible := n.fallible()
 	if fallible && o.ItemRetry.MaxRetries > 0 {
 		l := "retry " + strconv.Itoa(o.ItemRetry.MaxRetries)
 		if o.RetryBudget != nil {
@@ -172,7 +166,7 @@ func armedLayers(n *spec) []string {
 	if o.NodeRestart.MaxRestarts > 0 {
 		ls = append(ls, "restart "+strconv.Itoa(o.NodeRestart.MaxRestarts))
 	}
-	if (fallible || n.kind == KindSource) && o.NodeRetry.MaxRetries > 0 {
+	if n.nodeRetried() && o.NodeRetry.MaxRetries > 0 {
 		ls = append(ls, "node retry "+strconv.Itoa(o.NodeRetry.MaxRetries))
 	}
 	if fallible && n.breaker != nil {
@@ -187,7 +181,7 @@ func armedLayers(n *spec) []string {
 	if n.cfg.fallback != nil {
 		ls = append(ls, "fallback")
 	}
-	if fallible || n.kind == KindFilter || n.kind == KindRoute {
+	if n.decides() {
 		skip := o.OnItemFailure == resilience.Skip
 		for _, r := range o.FailureRules {
 			skip = skip || r.Action == resilience.Skip
@@ -335,21 +329,6 @@ func printable(name string) string {
 	return sb.String()
 }
 
-// kindClass is the style class of a node kind: sources, sinks, the nodes
-// that call the user's functions, and the structural ones.
-func kindClass(k NodeKind) string {
-	switch k {
-	case KindSource:
-		return "source"
-	case KindSink:
-		return "sink"
-	case KindTransform, KindFilter, KindFlatMap, KindAggregate, KindJoin:
-		return "work"
-	default:
-		return "structure"
-	}
-}
-
 // nodeID is the identifier of node i in both renderings: "n", its index,
 // and the ASCII letters and digits of its name, for a reader of the text.
 func nodeID(i int, name string) string {
@@ -402,20 +381,8 @@ func (g Graph) Mermaid() string {
 			lines[j] = mermaidText.Replace(l)
 		}
 		label := `"` + strings.Join(lines, "<br>") + `"`
-		var shaped string
-		switch n.Kind {
-		case KindSource:
-			shaped = "([" + label + "])"
-		case KindSink:
-			shaped = "[(" + label + ")]"
-		case KindRoute:
-			shaped = "{{" + label + "}}"
-		case KindTransform, KindFilter, KindFlatMap, KindAggregate, KindJoin:
-			shaped = "[" + label + "]"
-		default:
-			shaped = "(" + label + ")"
-		}
-		fmt.Fprintf(&sb, "    %s%s:::%s\n", ids[i], shaped, kindClass(n.Kind))
+		shape, _ := shapeOf(n.Kind)
+		fmt.Fprintf(&sb, "    %s%s:::%s\n", ids[i], shape[0]+label+shape[1], classOf(n.Kind))
 	}
 	for _, e := range g.Edges {
 		fmt.Fprintf(&sb, "    %s -->|\"%s\"| %s\n", ids[e.From], e.label(), ids[e.To])
@@ -455,17 +422,9 @@ func (g Graph) DOT() string {
 		for j, l := range lines {
 			lines[j] = dotText.Replace(l)
 		}
-		attrs := fmt.Sprintf("label=\"%s\", fillcolor=\"%s\"", strings.Join(lines, `\n`), fills[kindClass(n.Kind)])
-		switch n.Kind {
-		case KindSource:
-			attrs += ", shape=invhouse"
-		case KindSink:
-			attrs += ", shape=cylinder"
-		case KindRoute:
-			attrs += ", shape=hexagon"
-		case KindTransform, KindFilter, KindFlatMap, KindAggregate, KindJoin:
-			attrs += ", style=filled"
-		}
+		attrs := fmt.Sprintf("label=\"%s\", fillcolor=\"%s\"", strings.Join(lines, `\n`), fills[classOf(n.Kind)])
+		_, shape := shapeOf(n.Kind)
+		attrs += shape
 		if n.troubled() {
 			attrs += ", color=\"#c62828\", penwidth=3"
 		}

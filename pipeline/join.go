@@ -44,7 +44,7 @@ func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[
 	in := Merge(b, name+"/in", tl, tr)
 	s := b.add(name, KindJoin, opts, in.s)
 	s.validate = func() []error {
-		errs := parallelRefused(s)
+		var errs []error
 		if keyL == nil || keyR == nil || join == nil {
 			errs = append(errs, fmt.Errorf("Join: the key functions and join must not be nil"))
 		}

@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/sluicehq/sluice/resilience"
-	"golang.org/x/sync/errgroup"
 )
 
 // Keyed runs the node on n workers with per-key order: items whose key
@@ -284,7 +283,7 @@ func (p *proc[In, R, Out]) keyed(ctx context.Context) error {
 	// Busy lanes are at most limit: a bound of twice that, and at least
 	// a few thousand keys, keeps a sweep rare.
 	k.lanes = p.nr.spec.cfg.keyed.(laneMaker[In]).lanes(max(2*limit, 4096))
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
 	free := make(chan []kjob[In], limit)
 	g.Go(func() error { return p.keyedDeal(gctx, k, free) })

@@ -42,7 +42,7 @@ type flusher struct {
 	queue []lingering
 	wake  chan struct{}
 	stop  chan struct{}
-	done  chan struct{}
+	crew  crew // its one goroutine, loop
 }
 
 type lingering struct {
@@ -52,8 +52,8 @@ type lingering struct {
 }
 
 func newFlusher() *flusher {
-	f := &flusher{wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	go f.loop()
+	f := &flusher{wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	f.crew.Go(func() error { f.loop(); return nil })
 	return f
 }
 
@@ -83,15 +83,14 @@ func (f *flusher) rearm(it lingering) {
 	}
 }
 
-// close stops the flusher and waits for its goroutine to return. It may
-// be called more than once.
-func (f *flusher) close() {
+// close stops the flusher, waits for its goroutine to return and returns
+// its panic as an error, if it had one. It may be called more than once.
+func (f *flusher) close() error {
 	f.once.Do(func() { close(f.stop) })
-	<-f.done
+	return f.crew.Wait()
 }
 
 func (f *flusher) loop() {
-	defer close(f.done)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()

@@ -159,7 +159,6 @@ func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context
 func Unbatch[T any](b *Builder, name string, in Stream[[]T], opts ...NodeOption) Stream[T] {
 	s := b.add(name, KindUnbatch, opts, in.s)
 	takeBatches[[]T](s)
-	s.validate = func() []error { return parallelRefused(s) }
 	s.newEdge = edgeOf[[]T]
 	s.newRunner = func(nr *nodeRun) runner {
 		call := func(_ context.Context, v []T) ([]T, error) { return v, nil }
@@ -276,11 +275,4 @@ func notNil(nilValue bool, msg string) func() []error {
 // the node's input type.
 func withKeyed[In any](s *spec, validate func() []error) func() []error {
 	return func() []error { return append(validate(), keyedCheck[In](s.cfg)...) }
-}
-
-func parallelRefused(s *spec) []error {
-	if s.cfg.parallel > 1 && s.cfg.keyed == nil { // Build names Keyed
-		return []error{errParallelNotSupported}
-	}
-	return nil
 }

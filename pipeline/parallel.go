@@ -2,8 +2,6 @@ package pipeline
 
 import (
 	"context"
-
-	"golang.org/x/sync/errgroup"
 )
 
 // maxChunk is the most items a parallel node deals to one worker at once.
@@ -115,7 +113,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	// least minDepth chunks: with fewer, a worker that is briefly slow
 	// stalls the collector, and the others run dry.
 	depth := max(p.buffer()/(n*maxChunk), minDepth)
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
 	jobs := make([]chan []job[In], n)
 	jobFree := make([]chan []job[In], n)
@@ -186,7 +184,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 // through a writer of its own as soon as they are ready.
 func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
 	jobs := make(chan []job[In], max(p.buffer()/maxChunk, n*minDepth))
 	free := make(chan []job[In], cap(jobs)+n)

@@ -24,12 +24,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
-	"slices"
 	"sync/atomic"
 	"time"
-
-	"github.com/jonboulle/clockwork"
 
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
@@ -120,7 +116,7 @@ type spec struct {
 
 // add records a node; in are the streams it reads.
 func (b *Builder) add(name string, kind NodeKind, opts []NodeOption, in ...*stream) *spec {
-	s := &spec{id: len(b.nodes), name: name, kind: kind, inputs: in, consumes: consumes(kind),
+	s := &spec{id: len(b.nodes), name: name, kind: kind, inputs: in, consumes: infoOf(kind).consumes,
 		cfg: nodeConfig{parallel: 1, buffer: -1}}
 	for i, o := range opts {
 		if o == nil {
@@ -193,219 +189,6 @@ func (e *NodeError) Unwrap() error { return e.Err }
 // ErrRunning is returned by Run while the same Pipeline is already running.
 var ErrRunning = errors.New("pipeline: already running")
 
-// Build checks the graph and every node's options and returns a Pipeline
-// that can be run, or every problem found, joined; each is a
-// [*BuildError] naming the node. The Pipeline is independent: it has its
-// own counters, circuit breakers and replay windows, and nodes added to
-// the Builder later change only later Builds.
-func (b *Builder) Build() (*Pipeline, error) {
-	cfg := b.cfg
-	errs := make([]error, 0, len(b.errs))
-	for _, e := range b.errs {
-		if be, ok := e.(*BuildError); ok {
-			c := *be
-			c.Pipeline = b.name
-			e = &c
-		}
-		errs = append(errs, e)
-	}
-	fail := func(node string, err error) {
-		errs = append(errs, &BuildError{Pipeline: b.name, Node: node, Err: err})
-	}
-	if b.name == "" {
-		fail("", errors.New("the pipeline has no name"))
-	}
-	if cfg.buffer < 0 {
-		fail("", fmt.Errorf("WithBuffer(%d): must not be negative", cfg.buffer))
-	}
-	if cfg.handOver == 0 || cfg.handOver < -1 {
-		fail("", fmt.Errorf("WithHandOverBatch(%d): must be at least 1", cfg.handOver))
-	}
-	if cfg.dlRetry.set {
-		if cfg.dlRetry.maxRetries < 0 || cfg.dlRetry.maxRetries > resilience.MaxRepeats {
-			fail("", fmt.Errorf("WithDeadLetterRetry(%d, ...): must be in [0, %d]", cfg.dlRetry.maxRetries, resilience.MaxRepeats))
-		}
-		if err := cfg.dlRetry.backoff.Validate(); err != nil {
-			fail("", fmt.Errorf("WithDeadLetterRetry backoff: %w", err))
-		}
-	}
-
-	for i, f := range cfg.resilience {
-		if f == nil {
-			fail("", fmt.Errorf("WithResilience (option %d of its kind): function is nil", i+1))
-		}
-	}
-	// A nil interface means the default; a nil value inside one (a nil
-	// *FakeClock, a nil deadletter.Func) would fail only at Run.
-	for _, o := range []struct {
-		name string
-		v    any
-	}{{"WithClock", cfg.clock}, {"WithRand", cfg.rand}, {"WithObserver", cfg.observer}, {"WithDeadLetter", cfg.deadLetter}} {
-		if o.v != nil && isNil(o.v) {
-			fail("", fmt.Errorf("%s: the value is a nil %T", o.name, o.v))
-		}
-	}
-
-	nodes := b.snapshot()
-	var sources, sinks int
-	// The breaker options WithResilience gives every node, and whether
-	// some node turns its breaker on.
-	pipeBreaker, breakerOn := resilience.ForProfile(cfg.profile).CircuitBreaker, false
-	seen := make(map[string]bool, len(nodes))
-	for _, n := range nodes {
-		switch {
-		case n.name == "":
-			fail("", fmt.Errorf("node %d (%s) has no name", n.id+1, n.kind))
-		case seen[n.name]:
-			fail(n.name, errors.New("name used by another node"))
-		}
-		seen[n.name] = true
-		if !n.consumes {
-			sources++
-		}
-		if n.output == nil {
-			sinks++
-		} else if len(n.output.consumers) == 0 {
-			fail(n.name, errors.New("output stream is consumed by no node: every stream needs a consumer, such as a sink"))
-		}
-		switch {
-		case n.cfg.keyed != nil && n.kind != KindTransform && n.kind != KindSink && n.kind != KindFilter && n.kind != KindFlatMap:
-			fail(n.name, fmt.Errorf("Keyed: only transforms, sinks, filters and flat maps keep per-key order, not a %s", n.kind))
-		case n.cfg.keyed != nil && n.cfg.keyedN < 1:
-			fail(n.name, fmt.Errorf("Keyed(%d): must be at least 1", n.cfg.keyedN))
-		case n.cfg.parallel < 1:
-			fail(n.name, fmt.Errorf("Parallel(%d): must be at least 1", n.cfg.parallel))
-		}
-		if n.cfg.buffer < -1 {
-			fail(n.name, fmt.Errorf("Buffer(%d): must not be negative", n.cfg.buffer))
-		}
-		if n.cfg.withKey != nil && n.kind != KindSource {
-			fail(n.name, fmt.Errorf("WithKey: only a source gives its items keys, not a %s", n.kind))
-		}
-		if n.cfg.withTrace != nil && n.kind != KindSource {
-			fail(n.name, fmt.Errorf("WithTraceHeaders: only a source gives its items trace headers, not a %s", n.kind))
-		}
-		if n.cfg.fallback != nil && n.kind != KindTransform {
-			fail(n.name, fmt.Errorf("Fallback: only a transform has one, not a %s", n.kind))
-		}
-		if c := n.cfg; c.limited {
-			switch {
-			case n.kind != KindTransform && n.kind != KindSink && n.kind != KindFilter && n.kind != KindFlatMap:
-				fail(n.name, fmt.Errorf("RateLimit: a %s calls no function to limit; only transforms, sinks, filters and flat maps", n.kind))
-			case !(c.rate > 0) || math.IsInf(c.rate, 0):
-				fail(n.name, fmt.Errorf("RateLimit(%v, %d): perSecond must be a positive number", c.rate, c.burst))
-			case c.burst < 1:
-				fail(n.name, fmt.Errorf("RateLimit(%v, %d): burst must be at least 1", c.rate, c.burst))
-			}
-		}
-		if n.validate != nil {
-			for _, e := range n.validate() {
-				fail(n.name, e)
-			}
-		}
-		pipe, res, err := nodeOptions(cfg, n)
-		if err != nil {
-			fail(n.name, err)
-			continue
-		}
-		// A breaker setting the node's own options made, with the breaker
-		// off, would do nothing; one WithResilience made is checked once,
-		// below, for the whole pipeline.
-		def := resilience.ForProfile(cfg.profile).CircuitBreaker
-		for _, e := range breakerSetButOff(pipe.CircuitBreaker, res.CircuitBreaker, def, "") {
-			fail(n.name, e)
-		}
-		// A breaker guards the calls of a transform, sink or flat map: one
-		// on another kind of node runs nowhere.
-		pipeBreaker = pipe.CircuitBreaker
-		breakerOn = breakerOn || (res.CircuitBreaker.Enabled && callsFallible(n.kind))
-		// The rules are the Build's own: a slice changed after Build
-		// changes nothing here.
-		res.FailureRules = slices.Clone(res.FailureRules)
-		n.res = res
-		n.mayDeadLetter = res.MayDeadLetter()
-		if err := n.res.Validate(); err != nil {
-			for _, e := range unjoin(err) {
-				fail(n.name, e)
-			}
-		}
-		if n.res.MayDeadLetter() && cfg.deadLetter == nil {
-			what := "OnItemFailure"
-			if n.res.OnItemFailure != resilience.DeadLetter {
-				what = "a FailureRules Action"
-			}
-			fail(n.name, fmt.Errorf("resilience: %s = dead_letter: the pipeline has no dead-letter sink (WithDeadLetter)", what))
-		}
-	}
-	if !breakerOn {
-		def := resilience.ForProfile(cfg.profile).CircuitBreaker
-		for _, e := range breakerSetButOff(def, pipeBreaker, def, "WithResilience") {
-			fail("", e)
-		}
-	}
-	if len(nodes) > 0 && sources == 0 {
-		fail("", errors.New("the pipeline has no source"))
-	}
-	if sinks == 0 {
-		fail("", errors.New("the pipeline has no sink"))
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-
-	if cfg.clock == nil {
-		cfg.clock = clockwork.NewRealClock()
-	}
-	for _, n := range nodes {
-		if n.cfg.limited {
-			// On the pipeline's clock, once it is known.
-			n.limiter = newLimiter(n.cfg.rate, n.cfg.burst, cfg.clock)
-		}
-	}
-	if cfg.rand == nil {
-		cfg.rand = globalRand{}
-	} else {
-		cfg.rand = &lockedRand{r: cfg.rand}
-	}
-	if cfg.observer == nil {
-		cfg.observer = observer.Nop{}
-	}
-	if !cfg.dlRetry.set {
-		cfg.dlRetry = deadLetterRetry{maxRetries: 5, backoff: resilience.Exponential(100 * time.Millisecond).WithMaxDelay(5 * time.Second)}
-	}
-	if !cfg.bufferSet {
-		cfg.buffer = DefaultBuffer
-		if cfg.profile == resilience.ProfileHighThroughput {
-			cfg.buffer = HighThroughputBuffer
-		}
-	}
-	if cfg.handOver == -1 {
-		cfg.handOver = DefaultHandOverBatch
-		if cfg.profile == resilience.ProfileHighThroughput {
-			cfg.handOver = HighThroughputHandOverBatch
-		}
-	}
-	p := &Pipeline{name: b.name, cfg: cfg, nodes: nodes}
-	for _, n := range nodes {
-		if n.res.CircuitBreaker.Enabled {
-			n.breaker = resilience.NewBreaker(n.name, n.res.CircuitBreaker, cfg.clock, p.circuitChanged(n))
-		}
-	}
-	if u, ok := cfg.observer.(observer.StatsUser); ok {
-		if err := useStats(u, p); err != nil {
-			return nil, &BuildError{Pipeline: b.name, Err: fmt.Errorf("observer: %w", err)}
-		}
-	}
-	return p, nil
-}
-
-// useStats hands p's counters to an observer that reads them, under the
-// panic guard: UseStats is the observer's code.
-func useStats(u observer.StatsUser, p *Pipeline) (err error) {
-	defer recoveredPolicy("UseStats", &err)
-	return u.UseStats(p)
-}
-
 // snapshot returns a copy of the Builder's graph: every spec copied, with
 // new counters, and every stream's consumers copied and pointing to the
 // copies.
@@ -428,42 +211,6 @@ func (b *Builder) snapshot() []*spec {
 		nodes[i].output = out
 	}
 	return nodes
-}
-
-// nodeOptions returns the resilience options of node n: the profile's,
-// changed by every WithResilience and then every NodeResilience function;
-// and, as pipe, the options after the WithResilience functions alone. A
-// nil function or one that panics is reported, naming the option.
-func nodeOptions(cfg config, n *spec) (pipe, res resilience.Options, err error) {
-	res = resilience.ForProfile(cfg.profile)
-	apply := func(what string, fs []func(*resilience.Options)) error {
-		for i, f := range fs {
-			if f == nil {
-				if what == "NodeResilience" {
-					return fmt.Errorf("%s (option %d of its kind): function is nil", what, i+1)
-				}
-				continue // reported once for the pipeline
-			}
-			if _, err := guard(func() (struct{}, error) { f(&res); return struct{}{}, nil }); err != nil {
-				return fmt.Errorf("%s (option %d of its kind): %w", what, i+1, err)
-			}
-		}
-		return nil
-	}
-	if err := apply("WithResilience", cfg.resilience); err != nil {
-		return res, res, err
-	}
-	pipe = res
-	pipe.FailureRules = slices.Clone(res.FailureRules)
-	return pipe, res, apply("NodeResilience", n.cfg.resilience)
-}
-
-// unjoin returns the errors joined in err, or err alone.
-func unjoin(err error) []error {
-	if j, ok := err.(interface{ Unwrap() []error }); ok {
-		return j.Unwrap()
-	}
-	return []error{err}
 }
 
 // A Pipeline is a built graph, ready to run. It can be run again after a

@@ -165,10 +165,10 @@ func mulSat(d time.Duration, n int) time.Duration {
 // yours that returns an error; node retry on those and on sources.
 func planNode(n *spec) NodePlan {
 	o := n.res
-	fallible := callsFallible(n.kind) && !n.tagging
+	fallible := n.fallible()
 	np := NodePlan{Node: n.name, Kind: n.kind, Starts: 1, OnItemFailure: o.OnItemFailure,
 		FailureRules: len(o.FailureRules), Fallback: n.cfg.fallback != nil}
-	if fallible || !n.consumes {
+	if n.nodeRetried() {
 		np.Starts = o.NodeRetry.MaxRetries + 1
 		np.StartWait = o.NodeRetry.Backoff.TotalDelay(o.NodeRetry.MaxRetries)
 	}

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,20 +97,24 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	}
 	rs.nodes = nodes
 	var (
-		wg     sync.WaitGroup
+		c      crew
 		failed atomic.Bool
 	)
 	for _, nr := range nodes {
-		wg.Go(func() {
-			if err := nr.run(); err != nil {
+		c.Go(func() error {
+			if err := owned(nr.run); err != nil {
 				failed.Store(true)
 				rs.fail(nr.spec.name, err)
 			}
+			return nil
 		})
 	}
-	wg.Wait()
+	_ = c.Wait() // every node's error is the run's, above
 	if rs.flusher != nil {
-		rs.flusher.close()
+		if err := rs.flusher.close(); err != nil {
+			failed.Store(true)
+			rs.cancel(err)
+		}
 	}
 	// Items still tracked fail now, while their sources are open to hear
 	// it; then the sources close.
@@ -133,8 +136,8 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 			res.Nodes[i].Circuit = n.breaker.State()
 		}
 	}
-	// Only a node failure, a panicking done callback or the caller cancels
-	// ctx before Run returns, so its cause is the run's error. A caller who
+	// Only a node failure, a panicking done callback, a panic of the
+	// flusher or the caller cancels ctx before Run returns, so its cause is the run's error. A caller who
 	// cancels after every node finished gets the success it had.
 	err := context.Cause(ctx)
 	var ne *NodeError
@@ -298,13 +301,7 @@ type nodeRun struct {
 // items it takes in, whose calls a retry budget counts as first attempts
 // and a tracer traces: not a Batch, Unbatch, Merge, branch or a Join's
 // tagging transform, which only move items along.
-func callsUser(n *spec) bool {
-	switch n.kind {
-	case KindBatch, KindUnbatch, KindMerge, KindBranch:
-		return false
-	}
-	return !n.tagging
-}
+func callsUser(n *spec) bool { return infoOf(n.kind).callsUser && !n.tagging }
 
 // isCallCounter reports whether r counts its node's first calls as it
 // makes them (see proc.countsCalls).

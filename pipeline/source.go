@@ -46,12 +46,6 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 			var want func(T) map[string]string
 			errs = append(errs, fmt.Errorf("WithTraceHeaders: the source emits %s: the headers function must be a %T, not %T", reflect.TypeFor[T](), want, h))
 		}
-		if s.cfg.parallel > 1 && s.cfg.keyed == nil { // Build names Keyed
-			errs = append(errs, errParallelNotSupported)
-		}
-		if s.cfg.buffer != -1 {
-			errs = append(errs, errors.New("Buffer: a source has no input channel; set Buffer on the nodes that read it"))
-		}
 		return errs
 	}
 	s.newRunner = func(nr *nodeRun) runner {
@@ -89,8 +83,6 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 func needsFlusher(cfg config, n *spec) bool {
 	return cfg.handOver > 1 || len(n.output.consumers) > 1
 }
-
-var errParallelNotSupported = errors.New("Parallel: only transforms, sinks, filters and flat maps run in parallel")
 
 // outEdges returns the input edges of every consumer of nr's output.
 func outEdges[T any](nr *nodeRun) []edge[T] {

@@ -77,7 +77,7 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 	s := b.add(name, KindAggregate, opts, in.s)
 	takeBatches[T](s)
 	s.validate = func() []error {
-		errs := parallelRefused(s)
+		var errs []error
 		if key == nil || init == nil || add == nil {
 			errs = append(errs, fmt.Errorf("Aggregate: key, init and add must not be nil"))
 		}
