@@ -69,9 +69,10 @@ var (
 	_ node.Closer         = (*batchWriter)(nil)
 )
 
-// A user implements the contracts of package node, a type for a node with
-// state and lifecycle, or TransformFunc (or SourceFunc, SinkFunc) for a
-// plain function; package pipeline runs them.
+// A user implements the contracts of package node: with a type, for a node
+// with state or a lifecycle (the source and the buffering sink here), or
+// with a plain function adapted by TransformFunc, SourceFunc or SinkFunc.
+// Package pipeline runs them.
 func Example() {
 	b := pipeline.New("words")
 	src := pipeline.Source[string](b, "read", lines{"sluice", "moves", "water"})
