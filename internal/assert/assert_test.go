@@ -21,9 +21,11 @@ type fakeT struct {
 	failNow int
 }
 
-func (f *fakeT) Errorf(format string, args ...any) { f.errors = append(f.errors, fmt.Sprintf(format, args...)) }
-func (f *fakeT) Helper()                           { f.helpers++ }
-func (f *fakeT) FailNow()                          { f.failNow++ }
+func (f *fakeT) Errorf(format string, args ...any) {
+	f.errors = append(f.errors, fmt.Sprintf(format, args...))
+}
+func (f *fakeT) Helper()  { f.helpers++ }
+func (f *fakeT) FailNow() { f.failNow++ }
 
 type point struct{ X, Y int }
 
@@ -129,7 +131,9 @@ var cases = []struct {
 		func(t assert.TestingT) bool { return assert.ErrorContains(t, io.EOF, "eof") }},
 	{"ErrorContains/nil", func(t assert.TestingT) bool { return assert.ErrorContains(t, io.EOF, "") },
 		func(t assert.TestingT) bool { return assert.ErrorContains(t, nil, "") }},
-	{"ErrorIs", func(t assert.TestingT) bool { return assert.ErrorIs(t, fmt.Errorf("x: %w", wrapped{errSentinel}), errSentinel) },
+	{"ErrorIs", func(t assert.TestingT) bool {
+		return assert.ErrorIs(t, fmt.Errorf("x: %w", wrapped{errSentinel}), errSentinel)
+	},
 		func(t assert.TestingT) bool { return assert.ErrorIs(t, wrapped{io.EOF}, errSentinel) }},
 	{"ErrorIs/nil", func(t assert.TestingT) bool { return assert.ErrorIs(t, nil, nil) },
 		func(t assert.TestingT) bool { return assert.ErrorIs(t, nil, errSentinel) }},
