@@ -2,10 +2,14 @@ package assert_test
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"fmt"
 	"io"
 	"io/fs"
 	"math"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -173,6 +177,8 @@ var cases = []struct {
 		func(t assert.TestingT) bool { return assert.Panics(t, func() {}) }},
 	{"Panics/nil", func(t assert.TestingT) bool { return assert.Panics(t, func() { panic(nil) }) },
 		func(t assert.TestingT) bool { return assert.Panics(t, func() { recover() }) }},
+	{"NotPanics", func(t assert.TestingT) bool { return assert.NotPanics(t, func() {}) },
+		func(t assert.TestingT) bool { return assert.NotPanics(t, func() { panic("x") }) }},
 	{"PanicsWithValue", func(t assert.TestingT) bool { return assert.PanicsWithValue(t, "x", func() { panic("x") }) },
 		func(t assert.TestingT) bool { return assert.PanicsWithValue(t, "x", func() { panic("y") }) }},
 	{"PanicsWithValue/none", func(t assert.TestingT) bool { return assert.PanicsWithValue(t, io.EOF, func() { panic(io.EOF) }) },
@@ -298,5 +304,35 @@ func TestObjectsAreEqual(t *testing.T) {
 func TestWorksWithTestingT(t *testing.T) {
 	if !assert.Equal(t, 1, 1) || !assert.ErrorIs(t, wrapped{io.EOF}, io.EOF) {
 		t.Fatal("a passing check returned false")
+	}
+}
+
+// TestEveryFunctionHasACase keeps cases complete as functions are added.
+func TestEveryFunctionHasACase(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, c := range cases {
+		have[strings.Split(c.name, "/")[0]] = true
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok || !fd.Name.IsExported() || fd.Name.Name == "ObjectsAreEqual" {
+				continue
+			}
+			if !have[fd.Name.Name] {
+				t.Errorf("%s has no case", fd.Name.Name)
+			}
+		}
 	}
 }

@@ -50,3 +50,14 @@ func PanicsWithValue(t TestingT, expected any, f PanicTestFunc, msgAndArgs ...an
 	}
 	return true
 }
+
+// NotPanics checks that f does not panic.
+func NotPanics(t TestingT, f PanicTestFunc, msgAndArgs ...any) bool {
+	if h, ok := t.(tHelper); ok {
+		h.Helper()
+	}
+	if panicked, value, stack := didPanic(f); panicked {
+		return Fail(t, fmt.Sprintf("func %#v should not panic\n\tPanic value:\t%v\n\tPanic stack:\t%s", f, value, stack), msgAndArgs...)
+	}
+	return true
+}

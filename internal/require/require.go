@@ -321,6 +321,17 @@ func NotNil(t TestingT, object any, msgAndArgs ...any) {
 	t.FailNow()
 }
 
+// NotPanics is [assert.NotPanics], then stops the test when it failed.
+func NotPanics(t TestingT, f assert.PanicTestFunc, msgAndArgs ...any) {
+	if h, ok := t.(tHelper); ok {
+		h.Helper()
+	}
+	if assert.NotPanics(t, f, msgAndArgs...) {
+		return
+	}
+	t.FailNow()
+}
+
 // NotZero is [assert.NotZero], then stops the test when it failed.
 func NotZero(t TestingT, i any, msgAndArgs ...any) {
 	if h, ok := t.(tHelper); ok {

@@ -70,6 +70,7 @@ var cases = map[string]struct{ pass, fail func(require.TestingT) }{
 	"NotEqual":       {func(t require.TestingT) { require.NotEqual(t, 1, 2) }, func(t require.TestingT) { require.NotEqual(t, 1, 1) }},
 	"NotErrorIs":     {func(t require.TestingT) { require.NotErrorIs(t, io.EOF, io.ErrClosedPipe) }, func(t require.TestingT) { require.NotErrorIs(t, io.EOF, io.EOF) }},
 	"NotNil":         {func(t require.TestingT) { require.NotNil(t, 1) }, func(t require.TestingT) { require.NotNil(t, nil) }},
+	"NotPanics":      {func(t require.TestingT) { require.NotPanics(t, func() {}) }, func(t require.TestingT) { require.NotPanics(t, func() { panic(1) }) }},
 	"NotZero":        {func(t require.TestingT) { require.NotZero(t, 1) }, func(t require.TestingT) { require.NotZero(t, 0) }},
 	"Panics":         {func(t require.TestingT) { require.Panics(t, func() { panic(1) }) }, func(t require.TestingT) { require.Panics(t, func() {}) }},
 	"PanicsWithValue": {func(t require.TestingT) { require.PanicsWithValue(t, 1, func() { panic(1) }) },
