@@ -2,10 +2,10 @@ package assert_test
 
 import (
 	"errors"
+	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"fmt"
 	"io"
 	"io/fs"
 	"math"
