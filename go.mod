@@ -20,7 +20,6 @@ require (
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sync v0.25.0
 	golang.org/x/term v0.48.0
-	golang.org/x/time v0.16.0
 	modernc.org/sqlite v1.62.0
 )
 

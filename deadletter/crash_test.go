@@ -16,10 +16,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 // The crash test runs its own test binary as a child process that writes

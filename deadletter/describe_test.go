@@ -9,10 +9,9 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 type cyclicNode struct {

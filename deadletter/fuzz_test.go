@@ -7,10 +7,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 // FuzzReadFile reads a file of valid lines followed by arbitrary bytes.

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 const interval = 50 * time.Millisecond

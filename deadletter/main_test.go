@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/resilience"
 )
 

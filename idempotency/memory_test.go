@@ -6,11 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
 	"github.com/sluicehq/sluice/idempotency"
 	"github.com/sluicehq/sluice/idempotency/storetest"
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 func TestMemoryConformance(t *testing.T) {

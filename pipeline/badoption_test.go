@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/stretchr/testify/assert"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 	"github.com/sluicehq/sluice/resilience"

@@ -6,8 +6,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"

@@ -7,10 +7,10 @@ import (
 	"testing"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"

@@ -3,10 +3,9 @@ package pipeline_test
 import (
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/fielddoc"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 // Every exported field of every exported struct of the package (options,

@@ -4,9 +4,9 @@ import (
 	"context"
 	"testing"
 
-	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 )

@@ -2,10 +2,11 @@ package pipeline
 
 import (
 	"context"
+	"math"
 	"sync"
+	"time"
 
 	"github.com/jonboulle/clockwork"
-	"golang.org/x/time/rate"
 )
 
 // RateLimit makes the node call its function at most perSecond times a
@@ -33,56 +34,132 @@ func RateLimit(perSecond float64, burst int) NodeOption {
 	return func(c *nodeConfig) { c.rate, c.burst, c.limited = perSecond, burst, true }
 }
 
-// A limiter is the node's token bucket: tokens refill at the rate per
-// second up to burst, and each call takes one. It is golang.org/x/time/rate's
-// Limiter read at the pipeline's clock's instants. A call books its token
-// when it asks (the bucket may go into debt), then waits until the instant
-// booked: a timer that fires late delays that call, not the ones after
-// it, so the node keeps its rate while its timers fire at most one slot
-// per worker late (workers/perSecond; a worker holds one booking at a
-// time, and at burst 1 the bucket keeps no more than one slot unused). A
-// bucket
-// that took its token only once its timer fired would cap the refill at
-// burst then and lose the time the timer was late (at burst 1 and 400
-// calls a second, timers a step late on a fake clock moved in 1 ms steps
-// left 83 % of the rate, in 10 ms steps 25 %).
+// A limiter is the node's token bucket: tokens refill at perSecond per
+// second up to burst, and each call takes one. A call books its token
+// when it asks (the bucket may go into debt), then waits until the
+// instant booked: a timer that fires late delays that call, not the ones
+// after it, so the node keeps its rate while its timers fire at most one
+// slot per worker late (workers/perSecond; a worker holds one booking at
+// a time, and at burst 1 the bucket keeps no more than one slot unused).
+// A bucket that took its token only once its timer fired would cap the
+// refill at burst then and lose the time the timer was late (at burst 1
+// and 400 calls a second, timers a step late on a fake clock moved in
+// 1 ms steps left 83 % of the rate, in 10 ms steps 25 %).
+//
+// It keeps the arithmetic of golang.org/x/time/rate's Limiter.ReserveN
+// and Reservation.CancelAt (tokens as a float64 counted at an instant),
+// on the pipeline's clock, so that the core module needs no x/time.
 type limiter struct {
-	lim   *rate.Limiter
-	clock clockwork.Clock
-	// mu makes the instants given to lim rise in the order of the
-	// bookings: rate.Limiter takes an earlier instant than its last one as
-	// its new last, and would then refill the time between them twice.
+	clock     clockwork.Clock
+	perSecond float64
+	burst     float64
+
 	mu sync.Mutex
+	// tokens is the bucket's content at last; below zero it is the debt
+	// of the bookings made ahead.
+	tokens float64
+	// last is the instant tokens was counted at; it never goes back, so
+	// that no time is refilled twice when bookings read the clock out of
+	// order.
+	last time.Time
+	// lastEvent is the instant of the latest booking.
+	lastEvent time.Time
 }
 
+// newLimiter returns a full bucket; perSecond must be positive and burst
+// at least 1 (Build checks).
 func newLimiter(perSecond float64, burst int, clock clockwork.Clock) *limiter {
-	return &limiter{lim: rate.NewLimiter(rate.Limit(perSecond), burst), clock: clock}
+	return &limiter{clock: clock, perSecond: perSecond, burst: float64(burst), tokens: float64(burst)}
+}
+
+// durationFromTokens is how long the bucket takes to refill n tokens; a
+// wait too long for a Duration is the longest one.
+func (l *limiter) durationFromTokens(n float64) time.Duration {
+	d := n / l.perSecond * float64(time.Second)
+	if d >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(d)
+}
+
+// tokensFromDuration is how many tokens the bucket refills in d.
+func (l *limiter) tokensFromDuration(d time.Duration) float64 {
+	return d.Seconds() * l.perSecond
+}
+
+// now reads the clock, never earlier than last. l.mu must be held.
+func (l *limiter) now() time.Time {
+	now := l.clock.Now()
+	if now.Before(l.last) {
+		return l.last
+	}
+	return now
+}
+
+// advance returns the bucket's content at now (not before last), refilled
+// since last and capped at burst. l.mu must be held.
+func (l *limiter) advance(now time.Time) float64 {
+	tokens := l.tokens + l.tokensFromDuration(now.Sub(l.last))
+	return min(tokens, l.burst)
+}
+
+// book takes a token at the clock's instant and returns that instant and
+// the one the caller may go at: now when the bucket holds a token, later
+// when it is in debt.
+func (l *limiter) book() (now, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now = l.now()
+	tokens := l.advance(now) - 1
+	at = now
+	if tokens < 0 {
+		at = now.Add(l.durationFromTokens(-tokens))
+	}
+	l.last, l.tokens, l.lastEvent = now, tokens, at
+	return now, at
+}
+
+// cancel gives back the token booked for at when at has not come yet,
+// less the tokens that bookings made after it took (their slots stay
+// theirs): the last booking comes back whole, one followed by a full
+// slot of bookings not at all.
+func (l *limiter) cancel(at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	if at.Before(now) {
+		return
+	}
+	restore := 1 - l.tokensFromDuration(l.lastEvent.Sub(at))
+	if restore <= 0 {
+		return
+	}
+	l.tokens = min(l.advance(now)+restore, l.burst)
+	l.last = now
+	if at.Equal(l.lastEvent) {
+		// The slot before the cancelled one is the latest booking now,
+		// unless it has passed.
+		if prev := at.Add(-l.durationFromTokens(1)); !prev.Before(now) {
+			l.lastEvent = prev
+		}
+	}
 }
 
 // wait takes a token, waiting on the clock until the instant it booked,
 // or returns ctx's cause when ctx ends first; the booking is then given
-// back, as far as later bookings allow.
+// back, as far as later bookings allow (see cancel).
 func (l *limiter) wait(ctx context.Context) error {
-	// Burst is at least 1 (Build checks), so a booking of 1 is always
-	// made; a rate so slow that the wait does not fit a Duration books
-	// the longest one.
-	l.mu.Lock()
-	now := l.clock.Now()
-	r := l.lim.ReserveN(now, 1)
-	l.mu.Unlock()
-	d := r.DelayFrom(now)
-	if d <= 0 {
+	now, at := l.book()
+	if !at.After(now) {
 		return nil
 	}
-	t := newTimerAt(l.clock, now.Add(d))
+	t := newTimerAt(l.clock, at)
 	select {
 	case <-t.Chan():
 		return nil
 	case <-ctx.Done():
 		t.Stop()
-		l.mu.Lock()
-		r.CancelAt(l.clock.Now())
-		l.mu.Unlock()
+		l.cancel(at)
 		return context.Cause(ctx)
 	}
 }

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"

@@ -4,8 +4,7 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/stretchr/testify/require"
-
+	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/pipeline"
 )
 

@@ -6,8 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/resilience"
 )
 

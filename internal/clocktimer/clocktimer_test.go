@@ -6,11 +6,11 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/clocktimer"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/crashledger"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 func ledgerPath(t *testing.T) string {

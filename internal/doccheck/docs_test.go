@@ -9,10 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/doccheck"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 // root is the repository's directory: the one of the module that holds

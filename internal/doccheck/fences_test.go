@@ -4,10 +4,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/doccheck"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 // Every way a page may fence a Go block is seen as Go, so that it is

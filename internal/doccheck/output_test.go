@@ -5,10 +5,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/doccheck"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 const pkgTest = `package p_test

@@ -9,10 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/fielddoc"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 // moduleRoot is the module's directory, seen from this package's.

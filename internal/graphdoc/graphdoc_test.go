@@ -7,10 +7,9 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/graphdoc"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 const chart = `flowchart TD

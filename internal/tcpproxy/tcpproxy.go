@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/stretchr/testify/require"
+	"github.com/sluicehq/sluice/internal/require"
 )
 
 // A Proxy forwards TCP connections to the broker, and can hold back what

@@ -3,9 +3,9 @@ package observertest_test
 import (
 	"testing"
 
-	"github.com/stretchr/testify/assert"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/observer/observertest"
 	"github.com/sluicehq/sluice/resilience"

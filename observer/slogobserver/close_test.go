@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
-	"github.com/stretchr/testify/assert"
 
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/observer/slogobserver"
 )

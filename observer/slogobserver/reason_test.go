@@ -8,8 +8,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
-	"github.com/stretchr/testify/assert"
-
+	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/observer/slogobserver"
 	"github.com/sluicehq/sluice/resilience"
 )
