@@ -147,7 +147,7 @@ func carriedOf(h natsgo.Header, stream, consumer string) carried {
 // consumerName is what HeaderConsumer holds for the source's consumer.
 func (s *Source) consumerName() string { return s.cfg.Stream + "/" + s.cfg.Consumer }
 
-// Rejected keeps why the message failed the run (pipeline.RejectedItem):
+// Rejected keeps why the message failed the run (deadletter.RejectedItem):
 // the copy that the source publishes, once the item's outcome says
 // Rejected, carries it.
 func (m Message) Rejected(env deadletter.Envelope) {

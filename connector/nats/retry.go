@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/deadletter"
-	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -19,7 +18,7 @@ type story struct {
 	first    time.Time
 	origin   string
 	history  []deadletter.Attempt
-	resume   pipeline.Resume // Node "" for none
+	resume   deadletter.Resume // Node "" for none
 	// failures is the runs the message failed that its copies could not
 	// count (see Source.keepFailures).
 	failures int
@@ -53,7 +52,7 @@ func (d *delivery) merge(env deadletter.Envelope) deadletter.Envelope {
 
 // keep records env, told from the first delivery, for the message's next
 // delivery to this source.
-func (d *delivery) keep(env deadletter.Envelope, resume pipeline.Resume) {
+func (d *delivery) keep(env deadletter.Envelope, resume deadletter.Resume) {
 	s := d.src
 	if s.nStories.Load() >= maxStories {
 		return
@@ -72,7 +71,7 @@ func (d *delivery) keep(env deadletter.Envelope, resume pipeline.Resume) {
 
 // HandOffAfter returns BrokerRetry.HandOffAfter, 0 without Retry: the
 // pipeline hands item retries that would wait at least this long to the
-// server (pipeline.HandOffSource).
+// server (deadletter.HandOffSource).
 func (s *Source) HandOffAfter() time.Duration {
 	if !s.cfg.Retry.Enabled {
 		return 0
@@ -83,12 +82,12 @@ func (s *Source) HandOffAfter() time.Duration {
 // HandOff asks the server to deliver the message again after h.Delay: the
 // pipeline then settles it with a nak that carries the delay
 // (NakWithDelay), and the source keeps where its retries stand for its
-// next delivery (pipeline.HandOffItem). It fails, and the pipeline waits in
+// next delivery (deadletter.HandOffItem). It fails, and the pipeline waits in
 // process instead, when the message did not come from a source with
 // HandOffAfter, when it had its last delivery (MaxDeliver: the server
 // would not deliver it again), or when its connection is gone (the server
 // delivers it again after AckWait).
-func (m Message) HandOff(_ context.Context, h pipeline.HandOff) error {
+func (m Message) HandOff(_ context.Context, h deadletter.HandOff) error {
 	d := m.d
 	if d == nil || d.src.HandOffAfter() <= 0 {
 		return errors.New("nats: the message's source has no hand-off")
@@ -100,23 +99,23 @@ func (m Message) HandOff(_ context.Context, h pipeline.HandOff) error {
 	if d.sess.isGone() {
 		return errors.New("nats: the message's connection is gone: the server delivers it again after AckWait")
 	}
-	d.keep(h.Envelope, pipeline.Resume{Node: h.Envelope.DecisionNode, Retry: h.Retry, Since: h.Since})
+	d.keep(h.Envelope, deadletter.Resume{Node: h.Envelope.DecisionNode, Retry: h.Retry, Since: h.Since})
 	d.handOff.Store(int64(max(h.Delay, time.Millisecond)))
 	return nil
 }
 
 // Resumed says where a hand-off left the message's retries, when its
-// previous delivery was handed off by this source (pipeline.HandOffItem).
+// previous delivery was handed off by this source (deadletter.HandOffItem).
 // A message handed off by another process starts its retries afresh.
-func (m Message) Resumed() (pipeline.Resume, bool) {
+func (m Message) Resumed() (deadletter.Resume, bool) {
 	if m.d == nil || m.d.past == nil || m.d.past.resume.Node == "" {
-		return pipeline.Resume{}, false
+		return deadletter.Resume{}, false
 	}
 	return m.d.past.resume, true
 }
 
 // UseDeadLetter is how the pipeline gives the source its dead-letter sink,
-// for poison messages (pipeline.DeadLetterWriter).
+// for poison messages (deadletter.DeadLetterWriter).
 func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -280,7 +279,7 @@ func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (
 	}
 	for _, d := range ds {
 		if len(ds) == 1 {
-			d.keep(env, pipeline.Resume{})
+			d.keep(env, deadletter.Resume{})
 		}
 		d.retry.Store(int64(r.src.cfg.delay(uint64(d.deliveries))))
 	}

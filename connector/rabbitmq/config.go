@@ -161,7 +161,7 @@ type QueueDeclaration struct {
 //     delay not shorter than that wait (a wait longer than every tier stays
 //     in process: no tier would honour it), and
 //     its next delivery continues the in-process retries where they were
-//     (pipeline.HandOffSource). It does not count as a trip.
+//     (deadletter.HandOffSource). It does not count as a trip.
 //
 // A copy that cannot be published fails the dead-letter write, and so the
 // run, and the message goes back to q; a hand-off that cannot be published

@@ -63,7 +63,7 @@ type Source struct {
 	// qtype is the queue's type, as Open found it.
 	qtype string
 	// dl and dlBase are the pipeline's dead-letter sink and what it knows
-	// of the envelope, for poison messages (pipeline.DeadLetterWriter).
+	// of the envelope, for poison messages (deadletter.DeadLetterWriter).
 	dl       deadletter.Sink
 	dlBase   deadletter.Envelope
 	poisoned atomic.Int64
