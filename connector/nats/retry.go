@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/deadletter"
-	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/internal/broker"
 )
 
 // A story is what a message's earlier deliveries to a source told, kept
@@ -221,135 +221,44 @@ func (s *Source) DeadLetter(next deadletter.Sink) deadletter.Sink {
 	if next == nil {
 		panic("sluice: nats: Source.DeadLetter: next sink is nil")
 	}
-	return &retrySink{src: s, next: next}
+	return &broker.RetrySink[*delivery]{Source: retrier{s}, Next: next, Poison: ErrPoison}
 }
 
-type retrySink struct {
-	src  *Source
-	next deadletter.Sink
+// retrier is the source's part in its retry sink: a nak with the wait of
+// the delivery.
+type retrier struct{ src *Source }
+
+func (r retrier) Deliveries(env deadletter.Envelope) []*delivery {
+	return broker.Deliveries(env, r.own, r.lookup)
 }
 
-// pass hands env to next. When next is a broker source's sink too (two
-// broker sources chain theirs: A.DeadLetter(B.DeadLetter(file))), next's
-// own "retried" is passed on, so that an item next gave back to its broker
-// counts as a broker retry, not as a dead letter.
-func (r *retrySink) pass(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
-	if br, ok := r.next.(deadletter.BrokerRetrier); ok {
-		return br.WriteOrRetry(ctx, env)
-	}
-	return false, r.next.Write(ctx, env)
+func (r retrier) own(m Message) (*delivery, bool) {
+	return m.d, m.d != nil && m.d.src == r.src
 }
 
-// Write decides env's fate as DeadLetter describes.
-func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
-	_, err := r.WriteOrRetry(ctx, env)
-	return err
+func (r retrier) lookup(id string) (*delivery, bool) {
+	d := r.src.lookup(id)
+	return d, d != nil
 }
 
-// WriteOrRetry decides env's fate as DeadLetter describes, and returns
-// retried true when the message goes back to the broker instead of to
-// next, so that the pipeline counts a broker retry, not a dead letter
-// (deadletter.BrokerRetrier).
-func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
-	if errors.Is(env.Err, ErrPoison) {
-		return r.pass(ctx, env)
-	}
-	ds := r.deliveries(env)
-	final := env
-	if len(ds) == 1 {
-		final = ds[0].merge(env)
-	}
-	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
-		return r.pass(ctx, final)
-	}
-	gone := true
-	for _, d := range ds {
-		gone = gone && d.sess.isGone()
-	}
-	if gone {
-		return true, nil
-	}
-	if !r.src.cfg.Retry.Classifier.IsTransient(unmark(env.Err)) {
-		return r.pass(ctx, final)
-	}
-	for _, d := range ds {
-		if d.deliveries >= r.src.cfg.MaxDeliver {
-			return r.pass(ctx, final)
-		}
-	}
+func (r retrier) Merge(d *delivery, env deadletter.Envelope) deadletter.Envelope { return d.merge(env) }
+
+func (r retrier) Enabled() bool { return r.src.cfg.Retry.Enabled }
+
+func (r retrier) Gone(d *delivery) bool { return d.sess.isGone() }
+
+func (r retrier) Transient(err error) bool { return r.src.cfg.Retry.Classifier.IsTransient(err) }
+
+func (r retrier) Exhausted(d *delivery) bool { return d.deliveries >= r.src.cfg.MaxDeliver }
+
+// Retry keeps the story of a single message for its next delivery, and
+// sets each delivery's nak delay: the source naks it when its done runs.
+func (r retrier) Retry(_ context.Context, ds []*delivery, env deadletter.Envelope) error {
 	for _, d := range ds {
 		if len(ds) == 1 {
 			d.keep(env, deadletter.Resume{})
 		}
 		d.retry.Store(int64(r.src.cfg.delay(uint64(d.deliveries))))
 	}
-	return true, nil
-}
-
-// deliveries returns the deliveries of this source that env's item came
-// from, or nil when it came from elsewhere.
-func (r *retrySink) deliveries(env deadletter.Envelope) []*delivery {
-	var ds []*delivery
-	add := func(m Message) bool {
-		if m.d == nil || m.d.src != r.src {
-			return false
-		}
-		ds = append(ds, m.d)
-		return true
-	}
-	switch it := env.Item.(type) {
-	case Message:
-		add(it)
-	case *Message:
-		if it != nil {
-			add(*it)
-		}
-	case []Message:
-		for _, m := range it {
-			if !add(m) {
-				return nil
-			}
-		}
-	default:
-		if env.CorrelationID != "" {
-			if d := r.src.lookup(env.CorrelationID); d != nil {
-				ds = append(ds, d)
-			}
-		}
-	}
-	return ds
-}
-
-// unmark peels off what made err permanent only for the in-process layers:
-// a *resilience.RetryExhaustedError becomes the error of its last attempt,
-// and an error marked by resilience.MarkRetried becomes the error it wraps.
-func unmark(err error) error {
-	for range 8 {
-		var re *resilience.RetryExhaustedError
-		if errors.As(err, &re) && re.Err != nil {
-			err = re.Err
-			continue
-		}
-		if inner, ok := retriedInner(err); ok {
-			err = inner
-			continue
-		}
-		break
-	}
-	return err
-}
-
-// retriedInner finds the error wrapped by resilience.MarkRetried in err's
-// chain: the mark is the last error of the chain that still carries it.
-func retriedInner(err error) (error, bool) {
-	if _, ok := resilience.RetriedAttempts(err); !ok {
-		return nil, false
-	}
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		inner := errors.Unwrap(e)
-		if _, ok := resilience.RetriedAttempts(inner); !ok {
-			return inner, inner != nil
-		}
-	}
-	return nil, false
+	return nil
 }

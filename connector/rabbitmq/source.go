@@ -56,7 +56,7 @@ type Source struct {
 	byID sync.Map // delivery id -> *delivery, while in flight
 
 	// copies publishes the copies of messages sent to the retry topology
-	// or back to the queue with their count (see retrySink.Write, HandOff
+	// or back to the queue with their count (see broker.RetrySink, HandOff
 	// and recount), on a connection of its own; nil without either.
 	copies *pubCore
 
@@ -75,7 +75,7 @@ type Source struct {
 // NewSource returns a Source for cfg, or every problem of cfg joined, each
 // a [*ConfigError].
 func NewSource(cfg SourceConfig) (*Source, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Source{cfg: cfg.withDefaults(), prefix: randomID(), stop: make(chan struct{})}
