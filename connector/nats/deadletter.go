@@ -61,13 +61,24 @@ type DeadLetterPublisher struct {
 	core *pubCore
 }
 
-// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
-// problem of cfg joined.
-func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
-	core, err := newCore(cfg.URL, cfg.AckTimeout, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
-	if cfg.Subject == "" {
-		err = errors.Join(&ConfigError{Field: "Subject", Value: `""`, Reason: "required: the subject that receives the envelopes"}, err)
+// Validate reports every problem of c, joined, each a [*ConfigError];
+// nil when c is valid. NewDeadLetterPublisher calls it.
+func (c DeadLetterConfig) Validate() error {
+	var errs []error
+	if c.Subject == "" {
+		errs = append(errs, &ConfigError{Field: "Subject", Value: `""`, Reason: "required: the subject that receives the envelopes"})
 	}
+	errs = append(errs, coreProblems(c.URL, c.AckTimeout, c.PubRetry, c.DialTimeout, c.CloseTimeout)...)
+	return errors.Join(errs...)
+}
+
+// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
+// problem of cfg joined (see [DeadLetterConfig.Validate]).
+func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	core, err := newCore(cfg.URL, cfg.AckTimeout, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
 	if err != nil {
 		return nil, err
 	}

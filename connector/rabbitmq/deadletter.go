@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -56,14 +57,29 @@ type DeadLetterPublisher struct {
 	core *pubCore
 }
 
-// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
-// problem of cfg joined.
-func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
-	confirms := Confirms{Enabled: true, WaitFor: true, Timeout: cfg.ConfirmTimeout}
-	core, err := newCore(cfg.URL, cfg.Exchange, true, confirms, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
-	if cfg.Exchange == "" {
-		return nil, &ConfigError{Field: "Exchange", Value: `""`, Reason: "required: the exchange that receives the envelopes"}
+// Validate reports every problem of c, joined, each a [*ConfigError];
+// nil when c is valid. NewDeadLetterPublisher calls it.
+func (c DeadLetterConfig) Validate() error {
+	errs := coreProblems(c.URL, true, c.confirms(), c.PubRetry, c.DialTimeout, c.CloseTimeout)
+	if c.Exchange == "" {
+		errs = append(errs, &ConfigError{Field: "Exchange", Value: `""`, Reason: "required: the exchange that receives the envelopes"})
 	}
+	return errors.Join(errs...)
+}
+
+// confirms is how a DeadLetterPublisher publishes: mandatory, confirmed,
+// and waiting for the confirm.
+func (c DeadLetterConfig) confirms() Confirms {
+	return Confirms{Enabled: true, WaitFor: true, Timeout: c.ConfirmTimeout}
+}
+
+// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
+// problem of cfg joined (see [DeadLetterConfig.Validate]).
+func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	core, err := newCore(cfg.URL, cfg.Exchange, true, cfg.confirms(), cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
 	if err != nil {
 		return nil, err
 	}
