@@ -24,9 +24,6 @@ type story struct {
 	failures int
 }
 
-// maxHistory bounds the history a story keeps, oldest dropped first.
-const maxHistory = 32
-
 // merge returns env told from the message's first delivery: the calls of
 // the earlier deliveries before its own. Without a story from this source
 // each earlier delivery the server counted is taken as one call, the least
@@ -59,8 +56,8 @@ func (d *delivery) keep(env deadletter.Envelope, resume deadletter.Resume) {
 	}
 	env = d.merge(env)
 	h := env.History
-	if len(h) > maxHistory {
-		h = h[len(h)-maxHistory:]
+	if len(h) > broker.MaxHistory {
+		h = h[len(h)-broker.MaxHistory:]
 	}
 	st := &story{attempts: env.Attempts, first: env.FirstFailure, origin: env.OriginNode,
 		history: append([]deadletter.Attempt(nil), h...), resume: resume, failures: d.failures}
