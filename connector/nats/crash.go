@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -21,12 +22,11 @@ import (
 // That error matches [ErrPoison] too.
 var ErrCrashed = errors.New("nats: the message crashed the consumer")
 
-// A crashError is the error of a message that crashed the consumer.
-type crashError struct{ text string }
-
-func (e *crashError) Error() string { return e.text }
-
-func (e *crashError) Is(target error) bool { return target == ErrCrashed || target == ErrPoison }
+// crashError returns the error of a message that crashed the consumer,
+// with text as its message.
+func crashError(text string) error {
+	return &broker.CrashError{Text: text, Crashed: ErrCrashed, Poison: ErrPoison}
+}
 
 // openCrashLedger opens the source's crash ledger, when it has one and it
 // is not open yet, after Open found the consumer cons.
@@ -226,9 +226,9 @@ func (s *Source) crashed(ctx context.Context, d *delivery, msg Message) error {
 	sink, env := s.dl, s.dlBase
 	s.mu.Unlock()
 	env.Item, env.ItemType = msg, messageType
-	env.Err = &crashError{fmt.Sprintf("nats: poison message: message %s of stream %q crashed the consumer: "+
+	env.Err = crashError(fmt.Sprintf("nats: poison message: message %s of stream %q crashed the consumer: "+
 		"its process ended while the message ran alone, after an earlier crash with it in flight (crash ledger %s)",
-		describeMsg(msg), s.cfg.Stream, s.cfg.CrashLedger)}
+		describeMsg(msg), s.cfg.Stream, s.cfg.CrashLedger))
 	env.ErrText = env.Err.Error()
 	env.CorrelationID = d.id
 	now := s.cfg.Clock.Now()

@@ -15,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
@@ -26,12 +27,11 @@ import (
 // That error matches [ErrPoison] too.
 var ErrCrashed = errors.New("rabbitmq: the message crashed the consumer")
 
-// A crashError is the error of a message that crashed the consumer.
-type crashError struct{ text string }
-
-func (e *crashError) Error() string { return e.text }
-
-func (e *crashError) Is(target error) bool { return target == ErrCrashed || target == ErrPoison }
+// crashError returns the error of a message that crashed the consumer,
+// with text as its message.
+func crashError(text string) error {
+	return &broker.CrashError{Text: text, Crashed: ErrCrashed, Poison: ErrPoison}
+}
 
 // openCrashLedger opens the source's crash ledger, when it has one and it
 // is not open yet.
@@ -116,9 +116,9 @@ func (s *Source) crashed(ctx context.Context, d *delivery, e *crashledger.Entry,
 	sink, env := s.dl, s.dlBase
 	s.mu.Unlock()
 	env.Item, env.ItemType = msg, messageType
-	env.Err = &crashError{fmt.Sprintf("rabbitmq: poison message: message %s of queue %q crashed the consumer: "+
+	env.Err = crashError(fmt.Sprintf("rabbitmq: poison message: message %s of queue %q crashed the consumer: "+
 		"its process ended while the message ran alone, after an earlier crash with it in flight (crash ledger %s)",
-		describeMsg(msg), s.cfg.Queue, s.cfg.CrashLedger)}
+		describeMsg(msg), s.cfg.Queue, s.cfg.CrashLedger))
 	env.ErrText = env.Err.Error()
 	env.CorrelationID = d.id
 	now := s.cfg.Clock.Now()

@@ -124,3 +124,14 @@ func TestRetrySinkChains(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, retried, "the inner sink gave the item back to its broker")
 }
+
+// A CrashError matches both of its connector's sentinels and nothing else.
+func TestCrashErrorMatchesItsSentinels(t *testing.T) {
+	t.Parallel()
+	crashed, poison := errors.New("crashed"), errors.New("poison")
+	err := fmt.Errorf("wrapped: %w", &broker.CrashError{Text: "x: it crashed", Crashed: crashed, Poison: poison})
+	assert.ErrorIs(t, err, crashed)
+	assert.ErrorIs(t, err, poison)
+	assert.NotErrorIs(t, err, errPoison)
+	assert.Equal(t, "wrapped: x: it crashed", err.Error())
+}
