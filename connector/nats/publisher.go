@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -310,7 +311,7 @@ func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
 		if attempt > c.retry.MaxRetry {
 			return resilience.MarkRetried(fmt.Errorf("nats: publish gave up after %d attempts: %w", attempt, err), attempt)
 		}
-		if err := wait(ctx, c.clock, c.retry.Delay); err != nil {
+		if err := broker.Wait(ctx, c.clock, c.retry.Delay); err != nil {
 			return err
 		}
 	}
@@ -351,19 +352,4 @@ func (c *pubCore) close() error {
 	c.closed = c.reopen
 	c.mu.Unlock()
 	return closeConn(nc, c.closeTimeout)
-}
-
-// wait waits d on clock, or until ctx is done.
-func wait(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
-	if d <= 0 {
-		return context.Cause(ctx)
-	}
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.Chan():
-		return context.Cause(ctx)
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
@@ -222,7 +223,7 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 		}
 		err := s.pull(ctx, sess, s.crashRoom(room), out)
 		if errors.Is(err, errBusy) {
-			if err := wait(ctx, s.cfg.Clock, min(s.cfg.PullWait, time.Second)); err != nil {
+			if err := broker.Wait(ctx, s.cfg.Clock, min(s.cfg.PullWait, time.Second)); err != nil {
 				return err
 			}
 			continue
