@@ -114,9 +114,7 @@ func (m Message) Resumed() (deadletter.Resume, bool) {
 // UseDeadLetter is how the pipeline gives the source its dead-letter sink,
 // for poison messages (deadletter.DeadLetterWriter).
 func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dl, s.dlBase = sink, base
+	s.letters.Use(sink, base)
 }
 
 // Poisoned returns how many poison messages the source dead-lettered.
@@ -161,15 +159,9 @@ func (s *Source) poisonRun(ctx context.Context, d *delivery, failures int) error
 // poisonLetter returns the dead-letter sink and the poison envelope of
 // msg, which failed failures runs, p their story (nil: none told).
 func (s *Source) poisonLetter(d *delivery, msg Message, failures int, p *story) (deadletter.Sink, deadletter.Envelope) {
-	s.mu.Lock()
-	sink, env := s.dl, s.dlBase
-	s.mu.Unlock()
-	env.Item, env.ItemType = msg, messageType
-	env.Err = fmt.Errorf("%w: message %s of stream %q failed %d runs; MaxDeliveries is %d",
+	why := fmt.Errorf("%w: message %s of stream %q failed %d runs; MaxDeliveries is %d",
 		ErrPoison, describeMsg(msg), s.cfg.Stream, failures, s.cfg.MaxDeliveries)
-	env.ErrText = env.Err.Error()
-	env.CorrelationID = d.id
-	env.LastFailure = s.cfg.Clock.Now()
+	sink, env := s.letters.Letter(msg, messageType, why, d.id, s.cfg.Clock.Now())
 	if p != nil {
 		// The story its copies carried: each failed run, its node, error
 		// and time. The poison letter names the node that failed first.

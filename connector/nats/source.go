@@ -76,8 +76,7 @@ type Source struct {
 	// cannot carry it in the message (a nak changes nothing in it).
 	stories    sync.Map // uint64 -> *story
 	nStories   atomic.Int64
-	dl         deadletter.Sink
-	dlBase     deadletter.Envelope
+	letters    broker.Letters // the pipeline's dead-letter sink, for poison messages
 	poisoned   atomic.Int64
 	redelivers atomic.Int64
 	// crash is the crash ledger, from Open to Close (nil without
@@ -133,12 +132,9 @@ func (s *Source) Redeliveries() (int, time.Duration) {
 // Declare, a consumer whose settings differ) is permanent.
 func (s *Source) Open(ctx context.Context) error {
 	if s.cfg.MaxDeliveries > 0 {
-		s.mu.Lock()
-		dl := s.dl
-		s.mu.Unlock()
-		if dl == nil {
+		if s.letters.Sink() == nil {
 			return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: s.cfg.MaxDeliveries,
-				Reason: "a poison message goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+				Reason: "a poison message goes to " + broker.NoDeadLetterSink})
 		}
 	}
 	s.mu.Lock()

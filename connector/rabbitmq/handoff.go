@@ -85,9 +85,7 @@ var ErrPoison = errors.New("rabbitmq: poison message")
 // UseDeadLetter is how the pipeline gives the source its dead-letter sink,
 // for poison messages (deadletter.DeadLetterWriter).
 func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dl, s.dlBase = sink, base
+	s.letters.Use(sink, base)
 }
 
 // Poisoned returns how many poison messages the source dead-lettered.
@@ -239,15 +237,9 @@ func (s *Source) poisonRun(ctx context.Context, d *delivery, n int, story amqp.T
 // poisonLetter returns the dead-letter sink and the poison envelope of
 // msg, which failed n times, p their story (nil: none told).
 func (s *Source) poisonLetter(d *delivery, msg Message, n int, p *past) (deadletter.Sink, deadletter.Envelope) {
-	s.mu.Lock()
-	sink, env := s.dl, s.dlBase
-	s.mu.Unlock()
-	env.Item, env.ItemType = msg, messageType
-	env.Err = fmt.Errorf("%w: message %s of queue %q failed %d deliveries; MaxDeliveries is %d",
+	why := fmt.Errorf("%w: message %s of queue %q failed %d deliveries; MaxDeliveries is %d",
 		ErrPoison, describeMsg(msg), s.cfg.Queue, n, s.cfg.MaxDeliveries)
-	env.ErrText = env.Err.Error()
-	env.CorrelationID = d.id
-	env.LastFailure = s.cfg.Clock.Now()
+	sink, env := s.letters.Letter(msg, messageType, why, d.id, s.cfg.Clock.Now())
 	env = p.merge(env)
 	if p != nil && len(p.history) > 0 {
 		// The story its copies carried: each failed run, its node, error

@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
@@ -62,10 +63,9 @@ type Source struct {
 
 	// qtype is the queue's type, as Open found it.
 	qtype string
-	// dl and dlBase are the pipeline's dead-letter sink and what it knows
-	// of the envelope, for poison messages (deadletter.DeadLetterWriter).
-	dl       deadletter.Sink
-	dlBase   deadletter.Envelope
+	// letters is the pipeline's dead-letter sink and what it knows of the
+	// envelope, for poison messages (deadletter.DeadLetterWriter).
+	letters  broker.Letters
 	poisoned atomic.Int64
 	// crash is the crash ledger, from Open to Close (nil without
 	// CrashLedger): see crash.go.
@@ -134,9 +134,9 @@ func (s *Source) Open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if s.cfg.MaxDeliveries > 0 && s.dl == nil {
+		if s.cfg.MaxDeliveries > 0 && s.letters.Sink() == nil {
 			return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: s.cfg.MaxDeliveries,
-				Reason: "a poison message goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+				Reason: "a poison message goes to " + broker.NoDeadLetterSink})
 		}
 		if err := s.openCrashLedger(); err != nil {
 			return err
