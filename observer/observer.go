@@ -86,7 +86,7 @@ type RetryEvent struct {
 	// Err is the failure that caused the retry.
 	Err error
 	// HandedOff says the item's source took the retry over: its broker
-	// waits Delay and delivers the item again (pipeline.HandOffSource),
+	// waits Delay and delivers the item again (deadletter.HandOffSource),
 	// and no worker waits meanwhile.
 	HandedOff bool
 }

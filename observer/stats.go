@@ -160,7 +160,7 @@ type NodeStats struct {
 	// them, and the fallback's result was handed on (they count in Out).
 	Fallbacks int64
 	// HandedOff counts the items whose retry the source's broker took
-	// over (HandOffSource): they left the node, to come back in a later
+	// over (deadletter.HandOffSource): they left the node, to come back in a later
 	// delivery.
 	HandedOff int64
 	// InBatches counts the batches a node that takes batches took in, and

@@ -9,75 +9,13 @@ import (
 	"github.com/sluicehq/sluice/observer"
 )
 
-// A HandOffSource is a source whose broker can take over an item's long
-// wait: when a node's item retry would wait at least HandOffAfter before
-// its next call, the engine does not hold a worker for the wait; it hands
-// the item back to the source's broker (see [HandOffItem]), which delivers
-// it again after the wait. Shorter waits stay in process. HandOffAfter
-// returns 0 when the source takes over no wait.
-//
-// RabbitMQ's source offers this with its retry topology's HandOffAfter.
-type HandOffSource interface {
-	HandOffAfter() time.Duration
-}
-
-// A HandOffItem is an item that a [HandOffSource] emits with EmitTracked
-// and can hand back to its broker.
-//
-// HandOff asks the broker to deliver the item again after h.Delay, with
-// the story of its calls so far (h.Envelope). It returns nil once the
-// broker holds the item: the item's done then runs with node.HandedOff,
-// and the delivery is settled. An error keeps the item in process: the
-// node waits the delay itself and retries, as without hand-off. HandOff
-// runs on the node's goroutine and may block, as a dead-letter write does.
-//
-// Resumed says where the item's previous delivery was handed off (ok
-// false for none): the node, the retry its next call makes there, and
-// when the retries started. That node's item retry then continues the
-// count (its first call is that retry, its next delay the backoff's for
-// the retry after it, and MaxElapsed counts from Since) instead of
-// starting again.
-type HandOffItem interface {
-	HandOff(ctx context.Context, h HandOff) error
-	Resumed() (r Resume, ok bool)
-}
-
-// A Resume is where a hand-off left an item's retries.
-type Resume struct {
-	// Node is the node whose item retry handed the item off.
-	Node string
-	// Retry is the retry the item's next call at Node makes (HandOff.Retry).
-	Retry int
-	// Since is when the retries started (HandOff.Since); zero for unknown.
-	Since time.Time
-}
-
-// A HandOff is an item's retry given to its source's broker.
-type HandOff struct {
-	// Envelope tells the item's story so far, as a dead letter would:
-	// Item, Err (the failure that asked for the retry), the node
-	// (OriginNode and DecisionNode), Attempts, History, FirstFailure and
-	// LastFailure. History is kept only when the node may dead-letter.
-	Envelope deadletter.Envelope
-	// Retry is the item retry that the next delivery makes at the node:
-	// the one that would have waited.
-	Retry int
-	// Delay is the wait the node's backoff (or the error's Retry-After)
-	// chose before that retry.
-	Delay time.Duration
-	// Since is when the item's retries at the node started, on the
-	// pipeline's clock: the item retry's MaxElapsed counts from there, in
-	// this delivery and the next ones. Give it back in Resume.Since.
-	Since time.Time
-}
-
 // handOffState is what a root tracker knows of its item's hand-off.
 type handOffState struct {
-	item  HandOffItem
+	item  deadletter.HandOffItem
 	after time.Duration
 	// resume: where the item's delivery continues its retries (Node ""
 	// once taken).
-	resume Resume
+	resume deadletter.Resume
 	// split: the item was ever split into parts (broadcast, FlatMap,
 	// Unbatch): a part cannot be delivered again alone.
 	split atomic.Bool
@@ -86,7 +24,7 @@ type handOffState struct {
 // newHandOff returns the hand-off state of item emitted by a source whose
 // threshold is after, or nil when the item cannot be handed off.
 func newHandOff[T any](item T, after time.Duration) *handOffState {
-	hi, ok := any(item).(HandOffItem)
+	hi, ok := any(item).(deadletter.HandOffItem)
 	if !ok {
 		return nil
 	}
@@ -99,10 +37,10 @@ func newHandOff[T any](item T, after time.Duration) *handOffState {
 
 // resumed calls the item's Resumed under the panic guard: a panic says
 // nothing was handed off.
-func resumed(hi HandOffItem) (r Resume, ok bool) {
+func resumed(hi deadletter.HandOffItem) (r deadletter.Resume, ok bool) {
 	defer func() {
 		if recover() != nil {
-			r, ok = Resume{}, false
+			r, ok = deadletter.Resume{}, false
 		}
 	}()
 	return hi.Resumed()
@@ -110,9 +48,9 @@ func resumed(hi HandOffItem) (r Resume, ok bool) {
 
 // resume returns where the item's first call at node continues its
 // retries, the zero Resume when it starts afresh; it is taken once.
-func (t *tracker) resume(node string) Resume {
+func (t *tracker) resume(node string) deadletter.Resume {
 	if t == nil || t.ho == nil || t.ho.resume.Node == "" || t.ho.resume.Node != node {
-		return Resume{}
+		return deadletter.Resume{}
 	}
 	r := t.ho.resume
 	t.ho.resume.Node = ""
@@ -139,27 +77,9 @@ func (nr *nodeRun) handOff(ctx context.Context, h *handOffState, item any, fl *f
 		return false
 	}
 	herr := protect(func() {
-		err = h.item.HandOff(ctx, HandOff{Envelope: env, Retry: retry, Delay: d, Since: since})
+		err = h.item.HandOff(ctx, deadletter.HandOff{Envelope: env, Retry: retry, Delay: d, Since: since})
 	})
 	return herr == nil && err == nil
-}
-
-// A DeadLetterWriter is a source that writes some items to the pipeline's
-// dead-letter sink itself, such as a broker source that dead-letters a
-// poison message instead of emitting it again. Before each run opens the
-// source, the engine calls UseDeadLetter with the run's dead-letter sink
-// (nil when the pipeline has none) and an envelope holding what the engine
-// knows: Pipeline, RunID, and the source's name as OriginNode and
-// DecisionNode. The node fills in the rest (Item, ItemType, Err, ErrText,
-// Attempts, ...). A write the sink refuses is the node's to report: it must
-// not drop the item.
-//
-// A letter the sink stores counts in the source's DeadLettered, one the
-// sink gives back to the broker (a [deadletter.BrokerRetrier]) in its
-// BrokerRetries, and observers get OnDeadLetter for either, as for a
-// letter a node writes.
-type DeadLetterWriter interface {
-	UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope)
 }
 
 // sourceLetters is the dead-letter sink a DeadLetterWriter source writes

@@ -29,7 +29,7 @@ type cdelivery struct {
 	cb *clockBroker
 }
 
-func (d cdelivery) HandOff(ctx context.Context, h pipeline.HandOff) error {
+func (d cdelivery) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	d.cb.clock.Advance(h.Delay)
 	d.cb.mu.Lock()
 	defer d.cb.mu.Unlock()

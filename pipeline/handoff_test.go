@@ -31,7 +31,7 @@ type simBroker struct {
 	mu       sync.Mutex
 	queue    chan delivery
 	pending  int
-	handOffs []pipeline.HandOff
+	handOffs []deadletter.HandOff
 	resumes  []delivery
 	outcomes map[int][]node.Outcome
 }
@@ -44,7 +44,7 @@ type delivery struct {
 	b     *simBroker
 }
 
-func (d delivery) HandOff(_ context.Context, h pipeline.HandOff) error {
+func (d delivery) HandOff(_ context.Context, h deadletter.HandOff) error {
 	if !d.b.handable {
 		return errors.New("broker refuses the hand-off")
 	}
@@ -56,8 +56,8 @@ func (d delivery) HandOff(_ context.Context, h pipeline.HandOff) error {
 	return nil
 }
 
-func (d delivery) Resumed() (pipeline.Resume, bool) {
-	return pipeline.Resume{Node: d.node, Retry: d.retry, Since: d.since}, d.node != ""
+func (d delivery) Resumed() (deadletter.Resume, bool) {
+	return deadletter.Resume{Node: d.node, Retry: d.retry, Since: d.since}, d.node != ""
 }
 
 func newSimBroker(after time.Duration, ids ...int) *simBroker {

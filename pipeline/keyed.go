@@ -26,7 +26,7 @@ import (
 // window bounds them too: a retrying item is the window's checkpoint, so
 // after MaxReplayWindow later items the node stops reading until it ends.
 // A Keyed node never hands a wait over to its source's broker
-// ([HandOffSource]): a handed-off item would come back behind its key's
+// ([deadletter.HandOffSource]): a handed-off item would come back behind its key's
 // later items, so it waits in process.
 //
 // key is called once per item the node reads (again for an item a restart

@@ -18,7 +18,7 @@ import (
 )
 
 // A rejectable is an item that records what the engine tells it when it
-// fails the run (pipeline.RejectedItem).
+// fails the run (deadletter.RejectedItem).
 type rejectable struct {
 	n    int
 	told *told

@@ -22,7 +22,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		s.size = z.Size
 	}
 	var handOffAfter func() time.Duration
-	if h, ok := src.(HandOffSource); ok && !isNil(src) {
+	if h, ok := src.(deadletter.HandOffSource); ok && !isNil(src) {
 		handOffAfter = h.HandOffAfter
 	}
 	s.validate = func() []error {
@@ -59,7 +59,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		if handOffAfter != nil {
 			s.handOffAfter = handOffAfter()
 		}
-		if dw, ok := src.(DeadLetterWriter); ok && !isNil(src) {
+		if dw, ok := src.(deadletter.DeadLetterWriter); ok && !isNil(src) {
 			rs := nr.rs
 			var sink deadletter.Sink
 			if rs.p.cfg.deadLetter != nil {

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
 )
 
@@ -24,14 +25,14 @@ type tracker struct {
 	refs    atomic.Int64
 	outcome atomic.Int32
 	fired   atomic.Bool
-	done    func(node.Outcome) // root only
-	src     string             // root only: the source that emitted it
-	stats   *counters          // root only: the source's, whose settled its fate adds to
-	ho      *handOffState      // root only: nil unless its item can be handed off
-	rej     RejectedItem       // root only: nil unless its item wants to know why it failed the run
-	parents []*tracker         // group only: by position in the batch, nil for an untracked item
-	blamed  atomic.Bool        // root only: the item failed the run (its outcome then is Rejected)
-	window  bool               // group only: of an Aggregate window, whose value is not its items
+	done    func(node.Outcome)      // root only
+	src     string                  // root only: the source that emitted it
+	stats   *counters               // root only: the source's, whose settled its fate adds to
+	ho      *handOffState           // root only: nil unless its item can be handed off
+	rej     deadletter.RejectedItem // root only: nil unless its item wants to know why it failed the run
+	parents []*tracker              // group only: by position in the batch, nil for an untracked item
+	blamed  atomic.Bool             // root only: the item failed the run (its outcome then is Rejected)
+	window  bool                    // group only: of an Aggregate window, whose value is not its items
 	reg     *registry
 	// key is the item's correlation key (WithKey), root only. quiet marks
 	// a root that only carries a key: the item is not tracked (nobody

@@ -2,17 +2,16 @@ package nats
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -50,27 +49,12 @@ const (
 	// HeaderFirstNode is the node where it first failed.
 	HeaderFirstNode = "Sluice-First-Origin-Node"
 	// HeaderHistory is the JSON of its failed calls, the newest
-	// maxHistory of them, each naming its node.
+	// broker.MaxHistory of them, each naming its node.
 	HeaderHistory = "Sluice-History"
 )
 
-// Bounds of the story a copy carries, so that its headers stay small
-// however often the message failed and however long its errors.
-const (
-	maxErrText     = 256
-	maxHistoryJSON = 16 << 10
-	// copyTimeout bounds the wait for the PubAck of one copy.
-	copyTimeout = 5 * time.Second
-)
-
-type carriedAttempt struct {
-	Time  time.Time     `json:"time"`
-	Layer string        `json:"layer"`
-	Retry int           `json:"retry"`
-	Delay time.Duration `json:"delay,omitempty"`
-	Err   string        `json:"error"`
-	Node  string        `json:"node,omitempty"`
-}
+// copyTimeout bounds the wait for the PubAck of one copy.
+const copyTimeout = 5 * time.Second
 
 // carried is what a delivery's headers say of a message copied by this
 // source's consumer; ok false for a message that is no such copy.
@@ -128,16 +112,7 @@ func carriedOf(h natsgo.Header, stream, consumer string) carried {
 	p.attempts, _ = strconv.Atoi(h.Get(HeaderAttempts))
 	p.first, _ = time.Parse(time.RFC3339Nano, h.Get(HeaderFirstFailure))
 	p.origin = h.Get(HeaderFirstNode)
-	var as []carriedAttempt
-	if json.Unmarshal([]byte(h.Get(HeaderHistory)), &as) == nil {
-		for _, a := range as {
-			var k resilience.RetryKind
-			if k.UnmarshalText([]byte(a.Layer)) != nil {
-				continue
-			}
-			p.history = append(p.history, deadletter.Attempt{Time: a.Time, Layer: k, Retry: a.Retry, Delay: a.Delay, Err: a.Err, Node: a.Node})
-		}
-	}
+	p.history = broker.DecodeHistory(h.Get(HeaderHistory))
 	if p.attempts > 0 || len(p.history) > 0 || p.origin != "" {
 		c.past = p
 	}
@@ -147,7 +122,7 @@ func carriedOf(h natsgo.Header, stream, consumer string) carried {
 // consumerName is what HeaderConsumer holds for the source's consumer.
 func (s *Source) consumerName() string { return s.cfg.Stream + "/" + s.cfg.Consumer }
 
-// Rejected keeps why the message failed the run (pipeline.RejectedItem):
+// Rejected keeps why the message failed the run (deadletter.RejectedItem):
 // the copy that the source publishes, once the item's outcome says
 // Rejected, carries it.
 func (m Message) Rejected(env deadletter.Envelope) {
@@ -193,8 +168,8 @@ func (d *delivery) failedRun() *story {
 		hist = append(hist, deadletter.Attempt{Time: env.LastFailure, Layer: resilience.ItemRetry,
 			Retry: max(env.Attempts-1, 0), Err: env.ErrText, Node: env.OriginNode})
 	}
-	if len(hist) > maxHistory {
-		hist = hist[len(hist)-maxHistory:]
+	if len(hist) > broker.MaxHistory {
+		hist = hist[len(hist)-broker.MaxHistory:]
 	}
 	st.history = hist
 	return st
@@ -232,7 +207,7 @@ func (d *delivery) copyMsg() *natsgo.Msg {
 	if st.origin != "" {
 		h.Set(HeaderFirstNode, st.origin)
 	}
-	h.Set(HeaderHistory, historyJSON(st.history))
+	h.Set(HeaderHistory, broker.EncodeHistory(st.history))
 	// The same failure of the same message makes the same id: a copy
 	// published again (its ack was lost, and the message failed again) is
 	// dropped by the stream's duplicate window.
@@ -305,33 +280,4 @@ func (s *Source) keepFailures(d *delivery, failures int) {
 	if _, loaded := s.stories.Swap(d.seq, st); !loaded {
 		s.nStories.Add(1)
 	}
-}
-
-// historyJSON encodes the newest entries of hist within the story's bounds.
-func historyJSON(hist []deadletter.Attempt) string {
-	as := make([]carriedAttempt, len(hist))
-	for i, a := range hist {
-		layer, _ := a.Layer.MarshalText()
-		as[i] = carriedAttempt{Time: a.Time.UTC(), Layer: string(layer), Retry: a.Retry, Delay: a.Delay, Err: cut(a.Err, maxErrText), Node: a.Node}
-	}
-	for len(as) > 0 {
-		b, err := json.Marshal(as)
-		if err == nil && len(b) <= maxHistoryJSON {
-			return string(b)
-		}
-		as = as[1:]
-	}
-	return "[]"
-}
-
-// cut shortens s to at most n bytes, at a rune boundary, marking the cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n - len("…")
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
 }

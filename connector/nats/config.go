@@ -194,7 +194,7 @@ type StreamDeclaration struct {
 //     pipeline's dead-letter sink instead, and is terminated;
 //   - the hand-off: with HandOffAfter, an item whose next in-process retry
 //     would wait at least HandOffAfter is delivered again after that wait
-//     (pipeline.HandOffSource), and its next delivery continues the
+//     (deadletter.HandOffSource), and its next delivery continues the
 //     in-process retries where they were when this source gets it. With
 //     BackOff, the server waits at least BackOff[n-1] - BackOff[0] after
 //     a nak of delivery n, so a shorter hand-off waits that long.

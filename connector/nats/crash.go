@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -21,12 +22,11 @@ import (
 // That error matches [ErrPoison] too.
 var ErrCrashed = errors.New("nats: the message crashed the consumer")
 
-// A crashError is the error of a message that crashed the consumer.
-type crashError struct{ text string }
-
-func (e *crashError) Error() string { return e.text }
-
-func (e *crashError) Is(target error) bool { return target == ErrCrashed || target == ErrPoison }
+// crashError returns the error of a message that crashed the consumer,
+// with text as its message.
+func crashError(text string) error {
+	return &broker.CrashError{Text: text, Crashed: ErrCrashed, Poison: ErrPoison}
+}
 
 // openCrashLedger opens the source's crash ledger, when it has one and it
 // is not open yet, after Open found the consumer cons.
@@ -36,9 +36,9 @@ func (s *Source) openCrashLedger(ctx context.Context, js jetstream.JetStream, co
 	if s.cfg.CrashLedger == "" || s.crash != nil {
 		return nil
 	}
-	if s.dl == nil {
+	if s.letters.Sink() == nil {
 		return resilience.MarkPermanent(&ConfigError{Field: "CrashLedger", Value: s.cfg.CrashLedger,
-			Reason: "a message that crashes the consumer goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+			Reason: "a message that crashes the consumer goes to " + broker.NoDeadLetterSink})
 	}
 	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock, AloneWait: s.cfg.CrashAloneWait})
 	if err != nil {
@@ -222,17 +222,12 @@ func (d *delivery) endCrash(how settlement) {
 // it. An error of the sink ends Run: the message is nak'd and comes back,
 // still the culprit.
 func (s *Source) crashed(ctx context.Context, d *delivery, msg Message) error {
-	s.mu.Lock()
-	sink, env := s.dl, s.dlBase
-	s.mu.Unlock()
-	env.Item, env.ItemType = msg, messageType
-	env.Err = &crashError{fmt.Sprintf("nats: poison message: message %s of stream %q crashed the consumer: "+
-		"its process ended while the message ran alone, after an earlier crash with it in flight (crash ledger %s)",
-		describeMsg(msg), s.cfg.Stream, s.cfg.CrashLedger)}
-	env.ErrText = env.Err.Error()
-	env.CorrelationID = d.id
 	now := s.cfg.Clock.Now()
-	env.FirstFailure, env.LastFailure = now, now
+	why := crashError(fmt.Sprintf("nats: poison message: message %s of stream %q crashed the consumer: "+
+		"its process ended while the message ran alone, after an earlier crash with it in flight (crash ledger %s)",
+		describeMsg(msg), s.cfg.Stream, s.cfg.CrashLedger))
+	sink, env := s.letters.Letter(msg, messageType, why, d.id, now)
+	env.FirstFailure = now
 	env = d.merge(env)
 	d.settled.Store(true)
 	if err := sink.Write(ctx, env); err != nil {

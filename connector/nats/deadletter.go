@@ -54,20 +54,31 @@ type DeadLetterConfig struct {
 //
 // It connects at its first Write (the engine neither opens nor closes a
 // dead-letter sink); call Close when the pipeline is done. It is safe for
-// concurrent use. Read the messages back with [DecodeEnvelope]. The JSON
+// concurrent use. Read the messages back with [deadletter.UnmarshalEnvelope]. The JSON
 // is that of the RabbitMQ connector's dead-letter publisher.
 type DeadLetterPublisher struct {
 	cfg  DeadLetterConfig
 	core *pubCore
 }
 
-// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
-// problem of cfg joined.
-func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
-	core, err := newCore(cfg.URL, cfg.AckTimeout, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
-	if cfg.Subject == "" {
-		err = errors.Join(&ConfigError{Field: "Subject", Value: `""`, Reason: "required: the subject that receives the envelopes"}, err)
+// Validate reports every problem of c, joined, each a [*ConfigError];
+// nil when c is valid. NewDeadLetterPublisher calls it.
+func (c DeadLetterConfig) Validate() error {
+	var errs []error
+	if c.Subject == "" {
+		errs = append(errs, &ConfigError{Field: "Subject", Value: `""`, Reason: "required: the subject that receives the envelopes"})
 	}
+	errs = append(errs, coreProblems(c.URL, c.AckTimeout, c.PubRetry, c.DialTimeout, c.CloseTimeout)...)
+	return errors.Join(errs...)
+}
+
+// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
+// problem of cfg joined (see [DeadLetterConfig.Validate]).
+func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	core, err := newCore(cfg.URL, cfg.AckTimeout, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
 	if err != nil {
 		return nil, err
 	}
@@ -77,9 +88,9 @@ func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) 
 
 // Write publishes env and waits for the stream's PubAck.
 func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope) error {
-	body, err := EncodeEnvelope(env)
+	body, err := deadletter.MarshalEnvelope(env)
 	if err != nil {
-		return err
+		return fmt.Errorf("nats: encode envelope: %w", err)
 	}
 	h := natsgo.Header{}
 	h.Set(HeaderType, EnvelopeType)
@@ -92,26 +103,3 @@ func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope
 
 // Close closes the connection, if one is open.
 func (d *DeadLetterPublisher) Close() error { return d.core.close() }
-
-// EncodeEnvelope returns env as JSON, with its error's text and its item's
-// type: [deadletter.MarshalEnvelope]. An item that cannot be encoded does
-// not fail the envelope, and cannot crash the process: the item is left
-// out, and ItemError and ItemText say why and what it was.
-func EncodeEnvelope(env deadletter.Envelope) ([]byte, error) {
-	b, err := deadletter.MarshalEnvelope(env)
-	if err != nil {
-		return nil, fmt.Errorf("nats: encode envelope: %w", err)
-	}
-	return b, nil
-}
-
-// DecodeEnvelope reads an envelope published by a [DeadLetterPublisher].
-// Its Item is the item's JSON, an [encoding/json.RawMessage], to decode into the
-// item's type; its Err is nil and ErrText holds the error's text.
-func DecodeEnvelope(body []byte) (deadletter.Envelope, error) {
-	env, err := deadletter.UnmarshalEnvelope(body)
-	if err != nil {
-		return deadletter.Envelope{}, fmt.Errorf("nats: decode envelope: %w", err)
-	}
-	return env, nil
-}

@@ -9,12 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/connector/nats"
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
 )
 
 // A permanent failure goes to a DeadLetterPublisher's subject as a JSON
-// envelope that DecodeEnvelope reads back, with the message as its item;
+// envelope that deadletter.UnmarshalEnvelope reads back, with the message as its item;
 // the message itself is terminated.
 func TestDeadLetterPublisher(t *testing.T) {
 	t.Parallel()
@@ -54,7 +55,7 @@ func TestDeadLetterPublisher(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, nats.EnvelopeType, m.Header.Get(nats.HeaderType))
 	assert.Equal(t, "dl", m.Header.Get(nats.HeaderPipeline))
-	env, err := nats.DecodeEnvelope(m.Data)
+	env, err := deadletter.UnmarshalEnvelope(m.Data)
 	require.NoError(t, err)
 	assert.Equal(t, "store", env.OriginNode)
 	assert.Contains(t, env.ErrText, "broken for good")

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -88,22 +89,31 @@ type Publisher[T any] struct {
 	msgID func(T) string
 }
 
-// NewPublisher returns a Publisher for cfg, or every problem of cfg
-// joined, each a [*ConfigError].
-func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
+// Validate reports every problem of c, joined, each a [*ConfigError];
+// nil when c is valid. NewPublisher calls it.
+func (c PublisherConfig[T]) Validate() error {
 	var errs []error
 	add := func(field string, value any, reason string) {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
 	}
-	if cfg.Message == nil {
+	if c.Message == nil {
 		add("Message", "nil", "required: it turns an item into a message")
 	}
-	if cfg.Subject == "" && cfg.Route == nil {
+	if c.Subject == "" && c.Route == nil {
 		add("Subject", `""`, "required unless Route is set")
 	}
+	errs = append(errs, coreProblems(c.URL, c.AckTimeout, c.PubRetry, c.DialTimeout, c.CloseTimeout)...)
+	return errors.Join(errs...)
+}
+
+// NewPublisher returns a Publisher for cfg, or every problem of cfg
+// joined, each a [*ConfigError] (see [PublisherConfig.Validate]).
+func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
 	core, err := newCore(cfg.URL, cfg.AckTimeout, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
-	errs = append(errs, err)
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	core.name = "sluice publisher " + cfg.Subject
@@ -188,9 +198,9 @@ type pubCore struct {
 	closed bool // closed, and reopen: publish fails until open
 }
 
-// newCore validates the settings shared by every publisher and returns a
-// core with defaults applied.
-func newCore(url string, ackTimeout time.Duration, retry PubRetry, dialTimeout, closeTimeout time.Duration, clock clockwork.Clock) (*pubCore, error) {
+// coreProblems returns the problems of the settings shared by every
+// publisher, each a [*ConfigError].
+func coreProblems(url string, ackTimeout time.Duration, retry PubRetry, dialTimeout, closeTimeout time.Duration) []error {
 	var errs []error
 	add := func(field string, value any, reason string) {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
@@ -211,7 +221,13 @@ func newCore(url string, ackTimeout time.Duration, retry PubRetry, dialTimeout, 
 	if closeTimeout < 0 {
 		add("CloseTimeout", closeTimeout, "must not be negative")
 	}
-	if err := errors.Join(errs...); err != nil {
+	return errs
+}
+
+// newCore validates the settings shared by every publisher and returns a
+// core with defaults applied.
+func newCore(url string, ackTimeout time.Duration, retry PubRetry, dialTimeout, closeTimeout time.Duration, clock clockwork.Clock) (*pubCore, error) {
+	if err := errors.Join(coreProblems(url, ackTimeout, retry, dialTimeout, closeTimeout)...); err != nil {
 		return nil, err
 	}
 	c := &pubCore{url: url, ackTimeout: ackTimeout, retry: retry, dialTimeout: dialTimeout, closeTimeout: closeTimeout, clock: clock}
@@ -295,7 +311,7 @@ func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
 		if attempt > c.retry.MaxRetry {
 			return resilience.MarkRetried(fmt.Errorf("nats: publish gave up after %d attempts: %w", attempt, err), attempt)
 		}
-		if err := wait(ctx, c.clock, c.retry.Delay); err != nil {
+		if err := broker.Wait(ctx, c.clock, c.retry.Delay); err != nil {
 			return err
 		}
 	}
@@ -336,19 +352,4 @@ func (c *pubCore) close() error {
 	c.closed = c.reopen
 	c.mu.Unlock()
 	return closeConn(nc, c.closeTimeout)
-}
-
-// wait waits d on clock, or until ctx is done.
-func wait(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
-	if d <= 0 {
-		return context.Cause(ctx)
-	}
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.Chan():
-		return context.Cause(ctx)
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

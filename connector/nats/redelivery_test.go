@@ -123,7 +123,7 @@ func TestNakDelayWaitsWhatItAsksWithBackOff(t *testing.T) {
 	// Longer than BackOff[1] - BackOff[0], below which the server's wait
 	// is that difference.
 	const delay = 2500 * time.Millisecond
-	require.NoError(t, d2.m.HandOff(testContext(t), pipeline.HandOff{Delay: delay, Retry: 1}))
+	require.NoError(t, d2.m.HandOff(testContext(t), deadletter.HandOff{Delay: delay, Retry: 1}))
 	start := time.Now()
 	d2.done(node.HandedOff)
 	d3 := next(t, ch)
@@ -360,7 +360,7 @@ func progressRound(t *testing.T, a *admin) (string, int) {
 	}
 	ctx := testContext(t)
 	for _, tr := range held {
-		require.NoError(t, tr.m.HandOff(ctx, pipeline.HandOff{Delay: 10 * time.Second, Retry: 1}))
+		require.NoError(t, tr.m.HandOff(ctx, deadletter.HandOff{Delay: 10 * time.Second, Retry: 1}))
 	}
 	// Settle while the progress ticker ticks, as it would on a busy source
 	// with a short interval: a tick every 20 settlements, each sending

@@ -7,8 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/deadletter"
-	"github.com/sluicehq/sluice/pipeline"
-	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/internal/broker"
 )
 
 // A story is what a message's earlier deliveries to a source told, kept
@@ -19,14 +18,11 @@ type story struct {
 	first    time.Time
 	origin   string
 	history  []deadletter.Attempt
-	resume   pipeline.Resume // Node "" for none
+	resume   deadletter.Resume // Node "" for none
 	// failures is the runs the message failed that its copies could not
 	// count (see Source.keepFailures).
 	failures int
 }
-
-// maxHistory bounds the history a story keeps, oldest dropped first.
-const maxHistory = 32
 
 // merge returns env told from the message's first delivery: the calls of
 // the earlier deliveries before its own. Without a story from this source
@@ -53,15 +49,15 @@ func (d *delivery) merge(env deadletter.Envelope) deadletter.Envelope {
 
 // keep records env, told from the first delivery, for the message's next
 // delivery to this source.
-func (d *delivery) keep(env deadletter.Envelope, resume pipeline.Resume) {
+func (d *delivery) keep(env deadletter.Envelope, resume deadletter.Resume) {
 	s := d.src
 	if s.nStories.Load() >= maxStories {
 		return
 	}
 	env = d.merge(env)
 	h := env.History
-	if len(h) > maxHistory {
-		h = h[len(h)-maxHistory:]
+	if len(h) > broker.MaxHistory {
+		h = h[len(h)-broker.MaxHistory:]
 	}
 	st := &story{attempts: env.Attempts, first: env.FirstFailure, origin: env.OriginNode,
 		history: append([]deadletter.Attempt(nil), h...), resume: resume, failures: d.failures}
@@ -72,7 +68,7 @@ func (d *delivery) keep(env deadletter.Envelope, resume pipeline.Resume) {
 
 // HandOffAfter returns BrokerRetry.HandOffAfter, 0 without Retry: the
 // pipeline hands item retries that would wait at least this long to the
-// server (pipeline.HandOffSource).
+// server (deadletter.HandOffSource).
 func (s *Source) HandOffAfter() time.Duration {
 	if !s.cfg.Retry.Enabled {
 		return 0
@@ -83,12 +79,12 @@ func (s *Source) HandOffAfter() time.Duration {
 // HandOff asks the server to deliver the message again after h.Delay: the
 // pipeline then settles it with a nak that carries the delay
 // (NakWithDelay), and the source keeps where its retries stand for its
-// next delivery (pipeline.HandOffItem). It fails, and the pipeline waits in
+// next delivery (deadletter.HandOffItem). It fails, and the pipeline waits in
 // process instead, when the message did not come from a source with
 // HandOffAfter, when it had its last delivery (MaxDeliver: the server
 // would not deliver it again), or when its connection is gone (the server
 // delivers it again after AckWait).
-func (m Message) HandOff(_ context.Context, h pipeline.HandOff) error {
+func (m Message) HandOff(_ context.Context, h deadletter.HandOff) error {
 	d := m.d
 	if d == nil || d.src.HandOffAfter() <= 0 {
 		return errors.New("nats: the message's source has no hand-off")
@@ -100,27 +96,25 @@ func (m Message) HandOff(_ context.Context, h pipeline.HandOff) error {
 	if d.sess.isGone() {
 		return errors.New("nats: the message's connection is gone: the server delivers it again after AckWait")
 	}
-	d.keep(h.Envelope, pipeline.Resume{Node: h.Envelope.DecisionNode, Retry: h.Retry, Since: h.Since})
+	d.keep(h.Envelope, deadletter.Resume{Node: h.Envelope.DecisionNode, Retry: h.Retry, Since: h.Since})
 	d.handOff.Store(int64(max(h.Delay, time.Millisecond)))
 	return nil
 }
 
 // Resumed says where a hand-off left the message's retries, when its
-// previous delivery was handed off by this source (pipeline.HandOffItem).
+// previous delivery was handed off by this source (deadletter.HandOffItem).
 // A message handed off by another process starts its retries afresh.
-func (m Message) Resumed() (pipeline.Resume, bool) {
+func (m Message) Resumed() (deadletter.Resume, bool) {
 	if m.d == nil || m.d.past == nil || m.d.past.resume.Node == "" {
-		return pipeline.Resume{}, false
+		return deadletter.Resume{}, false
 	}
 	return m.d.past.resume, true
 }
 
 // UseDeadLetter is how the pipeline gives the source its dead-letter sink,
-// for poison messages (pipeline.DeadLetterWriter).
+// for poison messages (deadletter.DeadLetterWriter).
 func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dl, s.dlBase = sink, base
+	s.letters.Use(sink, base)
 }
 
 // Poisoned returns how many poison messages the source dead-lettered.
@@ -165,15 +159,9 @@ func (s *Source) poisonRun(ctx context.Context, d *delivery, failures int) error
 // poisonLetter returns the dead-letter sink and the poison envelope of
 // msg, which failed failures runs, p their story (nil: none told).
 func (s *Source) poisonLetter(d *delivery, msg Message, failures int, p *story) (deadletter.Sink, deadletter.Envelope) {
-	s.mu.Lock()
-	sink, env := s.dl, s.dlBase
-	s.mu.Unlock()
-	env.Item, env.ItemType = msg, messageType
-	env.Err = fmt.Errorf("%w: message %s of stream %q failed %d runs; MaxDeliveries is %d",
+	why := fmt.Errorf("%w: message %s of stream %q failed %d runs; MaxDeliveries is %d",
 		ErrPoison, describeMsg(msg), s.cfg.Stream, failures, s.cfg.MaxDeliveries)
-	env.ErrText = env.Err.Error()
-	env.CorrelationID = d.id
-	env.LastFailure = s.cfg.Clock.Now()
+	sink, env := s.letters.Letter(msg, messageType, why, d.id, s.cfg.Clock.Now())
 	if p != nil {
 		// The story its copies carried: each failed run, its node, error
 		// and time. The poison letter names the node that failed first.
@@ -222,135 +210,44 @@ func (s *Source) DeadLetter(next deadletter.Sink) deadletter.Sink {
 	if next == nil {
 		panic("sluice: nats: Source.DeadLetter: next sink is nil")
 	}
-	return &retrySink{src: s, next: next}
+	return &broker.RetrySink[*delivery]{Source: retrier{s}, Next: next, Poison: ErrPoison}
 }
 
-type retrySink struct {
-	src  *Source
-	next deadletter.Sink
+// retrier is the source's part in its retry sink: a nak with the wait of
+// the delivery.
+type retrier struct{ src *Source }
+
+func (r retrier) Deliveries(env deadletter.Envelope) []*delivery {
+	return broker.Deliveries(env, r.own, r.lookup)
 }
 
-// pass hands env to next. When next is a broker source's sink too (two
-// broker sources chain theirs: A.DeadLetter(B.DeadLetter(file))), next's
-// own "retried" is passed on, so that an item next gave back to its broker
-// counts as a broker retry, not as a dead letter.
-func (r *retrySink) pass(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
-	if br, ok := r.next.(deadletter.BrokerRetrier); ok {
-		return br.WriteOrRetry(ctx, env)
-	}
-	return false, r.next.Write(ctx, env)
+func (r retrier) own(m Message) (*delivery, bool) {
+	return m.d, m.d != nil && m.d.src == r.src
 }
 
-// Write decides env's fate as DeadLetter describes.
-func (r *retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
-	_, err := r.WriteOrRetry(ctx, env)
-	return err
+func (r retrier) lookup(id string) (*delivery, bool) {
+	d := r.src.lookup(id)
+	return d, d != nil
 }
 
-// WriteOrRetry decides env's fate as DeadLetter describes, and returns
-// retried true when the message goes back to the broker instead of to
-// next, so that the pipeline counts a broker retry, not a dead letter
-// (deadletter.BrokerRetrier).
-func (r *retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
-	if errors.Is(env.Err, ErrPoison) {
-		return r.pass(ctx, env)
-	}
-	ds := r.deliveries(env)
-	final := env
-	if len(ds) == 1 {
-		final = ds[0].merge(env)
-	}
-	if len(ds) == 0 || !r.src.cfg.Retry.Enabled {
-		return r.pass(ctx, final)
-	}
-	gone := true
-	for _, d := range ds {
-		gone = gone && d.sess.isGone()
-	}
-	if gone {
-		return true, nil
-	}
-	if !r.src.cfg.Retry.Classifier.IsTransient(unmark(env.Err)) {
-		return r.pass(ctx, final)
-	}
-	for _, d := range ds {
-		if d.deliveries >= r.src.cfg.MaxDeliver {
-			return r.pass(ctx, final)
-		}
-	}
+func (r retrier) Merge(d *delivery, env deadletter.Envelope) deadletter.Envelope { return d.merge(env) }
+
+func (r retrier) Enabled() bool { return r.src.cfg.Retry.Enabled }
+
+func (r retrier) Gone(d *delivery) bool { return d.sess.isGone() }
+
+func (r retrier) Transient(err error) bool { return r.src.cfg.Retry.Classifier.IsTransient(err) }
+
+func (r retrier) Exhausted(d *delivery) bool { return d.deliveries >= r.src.cfg.MaxDeliver }
+
+// Retry keeps the story of a single message for its next delivery, and
+// sets each delivery's nak delay: the source naks it when its done runs.
+func (r retrier) Retry(_ context.Context, ds []*delivery, env deadletter.Envelope) error {
 	for _, d := range ds {
 		if len(ds) == 1 {
-			d.keep(env, pipeline.Resume{})
+			d.keep(env, deadletter.Resume{})
 		}
 		d.retry.Store(int64(r.src.cfg.delay(uint64(d.deliveries))))
 	}
-	return true, nil
-}
-
-// deliveries returns the deliveries of this source that env's item came
-// from, or nil when it came from elsewhere.
-func (r *retrySink) deliveries(env deadletter.Envelope) []*delivery {
-	var ds []*delivery
-	add := func(m Message) bool {
-		if m.d == nil || m.d.src != r.src {
-			return false
-		}
-		ds = append(ds, m.d)
-		return true
-	}
-	switch it := env.Item.(type) {
-	case Message:
-		add(it)
-	case *Message:
-		if it != nil {
-			add(*it)
-		}
-	case []Message:
-		for _, m := range it {
-			if !add(m) {
-				return nil
-			}
-		}
-	default:
-		if env.CorrelationID != "" {
-			if d := r.src.lookup(env.CorrelationID); d != nil {
-				ds = append(ds, d)
-			}
-		}
-	}
-	return ds
-}
-
-// unmark peels off what made err permanent only for the in-process layers:
-// a *resilience.RetryExhaustedError becomes the error of its last attempt,
-// and an error marked by resilience.MarkRetried becomes the error it wraps.
-func unmark(err error) error {
-	for range 8 {
-		var re *resilience.RetryExhaustedError
-		if errors.As(err, &re) && re.Err != nil {
-			err = re.Err
-			continue
-		}
-		if inner, ok := retriedInner(err); ok {
-			err = inner
-			continue
-		}
-		break
-	}
-	return err
-}
-
-// retriedInner finds the error wrapped by resilience.MarkRetried in err's
-// chain: the mark is the last error of the chain that still carries it.
-func retriedInner(err error) (error, bool) {
-	if _, ok := resilience.RetriedAttempts(err); !ok {
-		return nil, false
-	}
-	for e := err; e != nil; e = errors.Unwrap(e) {
-		inner := errors.Unwrap(e)
-		if _, ok := resilience.RetriedAttempts(inner); !ok {
-			return inner, inner != nil
-		}
-	}
-	return nil, false
+	return nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
@@ -75,8 +76,7 @@ type Source struct {
 	// cannot carry it in the message (a nak changes nothing in it).
 	stories    sync.Map // uint64 -> *story
 	nStories   atomic.Int64
-	dl         deadletter.Sink
-	dlBase     deadletter.Envelope
+	letters    broker.Letters // the pipeline's dead-letter sink, for poison messages
 	poisoned   atomic.Int64
 	redelivers atomic.Int64
 	// ackerGate and roomWait are for tests: the acker of each session sends
@@ -137,12 +137,9 @@ func (s *Source) Redeliveries() (int, time.Duration) {
 // Declare, a consumer whose settings differ) is permanent.
 func (s *Source) Open(ctx context.Context) error {
 	if s.cfg.MaxDeliveries > 0 {
-		s.mu.Lock()
-		dl := s.dl
-		s.mu.Unlock()
-		if dl == nil {
+		if s.letters.Sink() == nil {
 			return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: s.cfg.MaxDeliveries,
-				Reason: "a poison message goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+				Reason: "a poison message goes to " + broker.NoDeadLetterSink})
 		}
 	}
 	s.mu.Lock()
@@ -233,7 +230,7 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 		}
 		err := s.pull(ctx, sess, s.crashRoom(room), out)
 		if errors.Is(err, errBusy) {
-			if err := wait(ctx, s.cfg.Clock, min(s.cfg.PullWait, time.Second)); err != nil {
+			if err := broker.Wait(ctx, s.cfg.Clock, min(s.cfg.PullWait, time.Second)); err != nil {
 				return err
 			}
 			continue

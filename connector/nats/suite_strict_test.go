@@ -17,9 +17,9 @@ import (
 
 	"github.com/sluicehq/sluice/connector/connectortest"
 	"github.com/sluicehq/sluice/connector/nats"
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/servicetest"
 	"github.com/sluicehq/sluice/node"
-	"github.com/sluicehq/sluice/pipeline"
 )
 
 const slowEnv = "SLUICE_SLOW_GIVEBACK"
@@ -58,7 +58,7 @@ type slowEmitter struct{ node.Emitter[nats.Message] }
 
 func (e slowEmitter) EmitTracked(ctx context.Context, m nats.Message, done func(node.Outcome)) error {
 	return e.Emitter.EmitTracked(ctx, m, func(o node.Outcome) {
-		if o == node.Failed && m.HandOff(context.Background(), pipeline.HandOff{Delay: 30 * time.Second, Retry: 1}) == nil {
+		if o == node.Failed && m.HandOff(context.Background(), deadletter.HandOff{Delay: 30 * time.Second, Retry: 1}) == nil {
 			done(node.HandedOff)
 			return
 		}

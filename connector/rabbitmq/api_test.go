@@ -35,9 +35,9 @@ func TestMessageInEnvelope(t *testing.T) {
 		Body: []byte("hi"), Headers: amqp.Table{"tenant": "acme"}, RoutingKey: "orders", MessageID: "m-1",
 		Timestamp: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), Redelivered: true, Retries: 2,
 	}
-	b, err := rabbitmq.EncodeEnvelope(deadletter.Envelope{Item: m, ErrText: "boom"})
+	b, err := deadletter.MarshalEnvelope(deadletter.Envelope{Item: m, ErrText: "boom"})
 	require.NoError(t, err)
-	env, err := rabbitmq.DecodeEnvelope(b)
+	env, err := deadletter.UnmarshalEnvelope(b)
 	require.NoError(t, err)
 	assert.Equal(t, "boom", env.ErrText)
 	var got rabbitmq.Message

@@ -1,16 +1,15 @@
 package rabbitmq
 
 import (
-	"encoding/json"
 	"maps"
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -27,7 +26,7 @@ const (
 	// HeaderOriginNode is the node where it first failed.
 	HeaderOriginNode = "x-sluice-first-origin-node"
 	// HeaderHistory is the JSON of its earlier calls' history, the last
-	// maxCarried of them.
+	// broker.MaxHistory of them.
 	HeaderHistory = "x-sluice-history"
 	// HeaderQueue is the queue whose retry topology the story belongs to:
 	// a story from another queue is ignored.
@@ -46,18 +45,6 @@ const (
 	HeaderDeliveries = "x-sluice-failed-deliveries"
 )
 
-// Bounds of the story a message carries, so that its headers stay small
-// however often it is retried and however long its errors (a header frame
-// must fit the connection's frame size, 128 KiB by default): at most
-// maxCarried entries, each error's text cut to maxErrText bytes, and at
-// most maxHistoryJSON bytes of history, oldest entries dropped first.
-// HeaderAttempts stays exact.
-const (
-	maxCarried     = 32
-	maxErrText     = 256
-	maxHistoryJSON = 16 << 10
-)
-
 // A past is what a delivery's headers say of the message's earlier
 // deliveries.
 type past struct {
@@ -70,15 +57,6 @@ type past struct {
 	handOffNode  string
 	handOffRetry int
 	handOffSince time.Time
-}
-
-type carriedAttempt struct {
-	Time  time.Time     `json:"time"`
-	Layer string        `json:"layer"`
-	Retry int           `json:"retry"`
-	Delay time.Duration `json:"delay"`
-	Err   string        `json:"error"`
-	Node  string        `json:"node,omitempty"`
 }
 
 // pastOf reads the story headers that the retry topology of queue wrote;
@@ -108,16 +86,7 @@ func pastOf(h amqp.Table, queue string) *past {
 		}
 	}
 	if s, ok := h[HeaderHistory].(string); ok {
-		var as []carriedAttempt
-		if json.Unmarshal([]byte(s), &as) == nil {
-			for _, a := range as {
-				var k resilience.RetryKind
-				if k.UnmarshalText([]byte(a.Layer)) != nil {
-					continue
-				}
-				p.history = append(p.history, deadletter.Attempt{Time: a.Time, Layer: k, Retry: a.Retry, Delay: a.Delay, Err: a.Err, Node: a.Node})
-			}
-		}
+		p.history = broker.DecodeHistory(s)
 	}
 	return p
 }
@@ -189,7 +158,7 @@ func (d *delivery) retryCopy(env deadletter.Envelope, ho *handOffAt) *amqp.Publi
 	if env.OriginNode != "" {
 		h[HeaderOriginNode] = env.OriginNode
 	}
-	h[HeaderHistory] = historyJSON(env.History)
+	h[HeaderHistory] = broker.EncodeHistory(env.History)
 	return pub
 }
 
@@ -222,7 +191,7 @@ func (d *delivery) failedRun() amqp.Table {
 		run.History = hist
 	}
 	run = d.past.merge(run)
-	h := amqp.Table{HeaderAttempts: int64(run.Attempts), HeaderHistory: historyJSON(run.History)}
+	h := amqp.Table{HeaderAttempts: int64(run.Attempts), HeaderHistory: broker.EncodeHistory(run.History)}
 	if !run.FirstFailure.IsZero() {
 		h[HeaderFirstFailure] = run.FirstFailure.UTC().Format(time.RFC3339Nano)
 	}
@@ -272,36 +241,4 @@ func (d *delivery) copyWith(set amqp.Table) *amqp.Publishing {
 		ReplyTo: o.ReplyTo, MessageId: o.MessageId, Timestamp: o.Timestamp,
 		Type: o.Type, UserId: o.UserId, AppId: o.AppId, Body: o.Body,
 	}
-}
-
-// historyJSON encodes the newest entries of hist within the story's bounds.
-func historyJSON(hist []deadletter.Attempt) string {
-	if len(hist) > maxCarried {
-		hist = hist[len(hist)-maxCarried:]
-	}
-	as := make([]carriedAttempt, len(hist))
-	for i, a := range hist {
-		layer, _ := a.Layer.MarshalText()
-		as[i] = carriedAttempt{Time: a.Time.UTC(), Layer: string(layer), Retry: a.Retry, Delay: a.Delay, Err: cut(a.Err, maxErrText), Node: a.Node}
-	}
-	for len(as) > 0 {
-		b, err := json.Marshal(as)
-		if err == nil && len(b) <= maxHistoryJSON {
-			return string(b)
-		}
-		as = as[1:]
-	}
-	return "[]"
-}
-
-// cut shortens s to at most n bytes, at a rune boundary, marking the cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n - len("…")
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
 }

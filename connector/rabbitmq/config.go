@@ -161,7 +161,7 @@ type QueueDeclaration struct {
 //     delay not shorter than that wait (a wait longer than every tier stays
 //     in process: no tier would honour it), and
 //     its next delivery continues the in-process retries where they were
-//     (pipeline.HandOffSource). It does not count as a trip.
+//     (deadletter.HandOffSource). It does not count as a trip.
 //
 // A copy that cannot be published fails the dead-letter write, and so the
 // run, and the message goes back to q; a hand-off that cannot be published
@@ -290,8 +290,9 @@ func (c *SourceConfig) longestName() (int, string) {
 func dlxName(queue string) string   { return queue + "_dlx" }
 func retryName(queue string) string { return queue + "_retry" }
 
-// validate reports every problem of c, joined.
-func (c *SourceConfig) validate() error {
+// Validate reports every problem of c, joined, each a [*ConfigError];
+// nil when c is valid. NewSource calls it.
+func (c SourceConfig) Validate() error {
 	var errs []error
 	add := func(field string, value any, reason string) {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})

@@ -15,6 +15,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
@@ -26,12 +27,11 @@ import (
 // That error matches [ErrPoison] too.
 var ErrCrashed = errors.New("rabbitmq: the message crashed the consumer")
 
-// A crashError is the error of a message that crashed the consumer.
-type crashError struct{ text string }
-
-func (e *crashError) Error() string { return e.text }
-
-func (e *crashError) Is(target error) bool { return target == ErrCrashed || target == ErrPoison }
+// crashError returns the error of a message that crashed the consumer,
+// with text as its message.
+func crashError(text string) error {
+	return &broker.CrashError{Text: text, Crashed: ErrCrashed, Poison: ErrPoison}
+}
 
 // openCrashLedger opens the source's crash ledger, when it has one and it
 // is not open yet.
@@ -41,9 +41,9 @@ func (s *Source) openCrashLedger() error {
 	if s.cfg.CrashLedger == "" || s.crash != nil {
 		return nil
 	}
-	if s.dl == nil {
+	if s.letters.Sink() == nil {
 		return resilience.MarkPermanent(&ConfigError{Field: "CrashLedger", Value: s.cfg.CrashLedger,
-			Reason: "a message that crashes the consumer goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+			Reason: "a message that crashes the consumer goes to " + broker.NoDeadLetterSink})
 	}
 	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock, AloneWait: s.cfg.CrashAloneWait})
 	if err != nil {
@@ -112,17 +112,12 @@ func (d *delivery) endCrash(o node.Outcome) {
 // error of the sink ends Run: the message is not acked and goes back to
 // the queue, still the culprit.
 func (s *Source) crashed(ctx context.Context, d *delivery, e *crashledger.Entry, msg Message) error {
-	s.mu.Lock()
-	sink, env := s.dl, s.dlBase
-	s.mu.Unlock()
-	env.Item, env.ItemType = msg, messageType
-	env.Err = &crashError{fmt.Sprintf("rabbitmq: poison message: message %s of queue %q crashed the consumer: "+
-		"its process ended while the message ran alone, after an earlier crash with it in flight (crash ledger %s)",
-		describeMsg(msg), s.cfg.Queue, s.cfg.CrashLedger)}
-	env.ErrText = env.Err.Error()
-	env.CorrelationID = d.id
 	now := s.cfg.Clock.Now()
-	env.FirstFailure, env.LastFailure = now, now
+	why := crashError(fmt.Sprintf("rabbitmq: poison message: message %s of queue %q crashed the consumer: "+
+		"its process ended while the message ran alone, after an earlier crash with it in flight (crash ledger %s)",
+		describeMsg(msg), s.cfg.Queue, s.cfg.CrashLedger))
+	sink, env := s.letters.Letter(msg, messageType, why, d.id, now)
+	env.FirstFailure = now
 	env = d.past.merge(env)
 	if err := sink.Write(ctx, env); err != nil {
 		return fmt.Errorf("rabbitmq: dead-letter message %s, which crashed the consumer: %w", d.id, err)

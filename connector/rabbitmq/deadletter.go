@@ -2,6 +2,7 @@ package rabbitmq
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -50,20 +51,35 @@ type DeadLetterConfig struct {
 //
 // It connects at its first Write (the engine neither opens nor closes a
 // dead-letter sink); call Close when the pipeline is done. It is safe for
-// concurrent use. Read the messages back with [DecodeEnvelope].
+// concurrent use. Read the messages back with [deadletter.UnmarshalEnvelope].
 type DeadLetterPublisher struct {
 	cfg  DeadLetterConfig
 	core *pubCore
 }
 
-// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
-// problem of cfg joined.
-func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
-	confirms := Confirms{Enabled: true, WaitFor: true, Timeout: cfg.ConfirmTimeout}
-	core, err := newCore(cfg.URL, cfg.Exchange, true, confirms, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
-	if cfg.Exchange == "" {
-		return nil, &ConfigError{Field: "Exchange", Value: `""`, Reason: "required: the exchange that receives the envelopes"}
+// Validate reports every problem of c, joined, each a [*ConfigError];
+// nil when c is valid. NewDeadLetterPublisher calls it.
+func (c DeadLetterConfig) Validate() error {
+	errs := coreProblems(c.URL, true, c.confirms(), c.PubRetry, c.DialTimeout, c.CloseTimeout)
+	if c.Exchange == "" {
+		errs = append(errs, &ConfigError{Field: "Exchange", Value: `""`, Reason: "required: the exchange that receives the envelopes"})
 	}
+	return errors.Join(errs...)
+}
+
+// confirms is how a DeadLetterPublisher publishes: mandatory, confirmed,
+// and waiting for the confirm.
+func (c DeadLetterConfig) confirms() Confirms {
+	return Confirms{Enabled: true, WaitFor: true, Timeout: c.ConfirmTimeout}
+}
+
+// NewDeadLetterPublisher returns a DeadLetterPublisher for cfg, or every
+// problem of cfg joined (see [DeadLetterConfig.Validate]).
+func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	core, err := newCore(cfg.URL, cfg.Exchange, true, cfg.confirms(), cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
 	if err != nil {
 		return nil, err
 	}
@@ -73,9 +89,9 @@ func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) 
 
 // Write publishes env and waits for the broker's confirm.
 func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope) error {
-	body, err := EncodeEnvelope(env)
+	body, err := deadletter.MarshalEnvelope(env)
 	if err != nil {
-		return err
+		return fmt.Errorf("rabbitmq: encode envelope: %w", err)
 	}
 	msg := amqp.Publishing{
 		ContentType:   "application/json",
@@ -95,26 +111,3 @@ func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope
 
 // Close closes the connection, if one is open.
 func (d *DeadLetterPublisher) Close() error { return d.core.close() }
-
-// EncodeEnvelope returns env as JSON, with its error's text and its item's
-// type: [deadletter.MarshalEnvelope]. An item that cannot be encoded does
-// not fail the envelope, and cannot crash the process: the item is left
-// out, and ItemError and ItemText say why and what it was.
-func EncodeEnvelope(env deadletter.Envelope) ([]byte, error) {
-	b, err := deadletter.MarshalEnvelope(env)
-	if err != nil {
-		return nil, fmt.Errorf("rabbitmq: encode envelope: %w", err)
-	}
-	return b, nil
-}
-
-// DecodeEnvelope reads an envelope published by a [DeadLetterPublisher].
-// Its Item is the item's JSON, an [encoding/json.RawMessage], to decode into the
-// item's type; its Err is nil and ErrText holds the error's text.
-func DecodeEnvelope(body []byte) (deadletter.Envelope, error) {
-	env, err := deadletter.UnmarshalEnvelope(body)
-	if err != nil {
-		return deadletter.Envelope{}, fmt.Errorf("rabbitmq: decode envelope: %w", err)
-	}
-	return env, nil
-}

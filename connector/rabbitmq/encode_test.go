@@ -1,7 +1,6 @@
 package rabbitmq_test
 
 import (
-	"math"
 	"testing"
 	"time"
 
@@ -13,65 +12,6 @@ import (
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
 )
-
-// An item that JSON refuses, cyclic ones included, still gives an
-// envelope: without the item, with the encoder's error and a bounded
-// rendering of it.
-func TestEncodeEnvelopeOfAnOddItem(t *testing.T) {
-	t.Parallel()
-	cyclic := map[string]any{"id": 7}
-	cyclic["self"] = cyclic
-	for _, c := range []struct {
-		item any
-		text string
-	}{
-		{cyclic, "map[id:7 self:<cycle>]"},
-		{math.NaN(), "NaN"},
-		{make(chan int), ""},
-	} {
-		b, err := rabbitmq.EncodeEnvelope(deadletter.Envelope{Item: c.item, ErrText: "boom", OriginNode: "n"})
-		require.NoError(t, err)
-		env, err := rabbitmq.DecodeEnvelope(b)
-		require.NoError(t, err)
-		assert.NotEmpty(t, env.ItemError)
-		if c.text != "" {
-			assert.Equal(t, c.text, env.ItemText)
-		} else {
-			assert.Contains(t, env.ItemText, "chan int")
-		}
-		assert.Equal(t, "boom", env.ErrText)
-	}
-}
-
-type panicky struct{ ID int }
-
-func (panicky) MarshalJSON() ([]byte, error) { panic("marshal bug") }
-
-type badErr struct{}
-
-func (badErr) Error() string { panic("Error bug") }
-
-// An item whose MarshalJSON panics, one nested too deep for the encoder,
-// and an error whose Error panics give an envelope, not a crash.
-func TestEncodeEnvelopeOfItemsThatBreakTheEncoder(t *testing.T) {
-	t.Parallel()
-	type chain struct{ Next *chain }
-	var deep *chain
-	for range 2_000_000 {
-		deep = &chain{Next: deep}
-	}
-	for _, item := range []any{panicky{ID: 7}, deep} {
-		var b []byte
-		var err error
-		require.NotPanics(t, func() { b, err = rabbitmq.EncodeEnvelope(deadletter.Envelope{Item: item, Err: badErr{}}) })
-		require.NoError(t, err)
-		env, err := rabbitmq.DecodeEnvelope(b)
-		require.NoError(t, err)
-		assert.NotEmpty(t, env.ItemError)
-		assert.NotEmpty(t, env.ItemText)
-		assert.Contains(t, env.ErrText, "Error method panicked")
-	}
-}
 
 // A source with a retry topology tells Plan about its broker layer.
 func TestSourceRedeliveries(t *testing.T) {

@@ -4,7 +4,7 @@ package rabbitmq
 var CrashID = crashID
 
 // CrashError returns the error of a message that crashed the consumer.
-func CrashError(text string) error { return &crashError{text} }
+func CrashError(text string) error { return crashError(text) }
 
 // CrashWaiting returns how many messages wait for their turn in the
 // source's crash ledger (0 without one).

@@ -12,12 +12,11 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicehq/sluice/deadletter"
-	"github.com/sluicehq/sluice/pipeline"
 )
 
 // HandOffAfter returns the retry topology's HandOffAfter, 0 without the
 // topology: the pipeline hands item retries that would wait at least this
-// long to the broker (pipeline.HandOffSource).
+// long to the broker (deadletter.HandOffSource).
 func (s *Source) HandOffAfter() time.Duration {
 	if !s.cfg.Retry.Enabled {
 		return 0
@@ -27,7 +26,7 @@ func (s *Source) HandOffAfter() time.Duration {
 
 // HandOff sends a copy of the message, with its story and where its
 // retries stand, to the retry queue whose delay is the shortest not shorter
-// than h.Delay; the pipeline then acks the message (pipeline.HandOffItem).
+// than h.Delay; the pipeline then acks the message (deadletter.HandOffItem).
 // It fails, and the pipeline waits in process instead, when the message
 // did not come from a source with the retry topology and HandOffAfter,
 // when no retry queue waits that long (the longest would cut the wait
@@ -35,7 +34,7 @@ func (s *Source) HandOffAfter() time.Duration {
 // queue), or when the copy cannot be published. The copy is published
 // before the message is acked: if the ack is lost with the connection, the
 // broker delivers the message again as well (at least once).
-func (m Message) HandOff(ctx context.Context, h pipeline.HandOff) error {
+func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	d := m.d
 	if d == nil || d.src.HandOffAfter() <= 0 {
 		return errors.New("rabbitmq: the message's source has no hand-off")
@@ -60,16 +59,16 @@ func (m Message) HandOff(ctx context.Context, h pipeline.HandOff) error {
 
 // Resumed says where a hand-off left the message's retries: the node, the
 // retry its next call there makes, and when they started
-// (pipeline.HandOffItem).
-func (m Message) Resumed() (pipeline.Resume, bool) {
+// (deadletter.HandOffItem).
+func (m Message) Resumed() (deadletter.Resume, bool) {
 	if m.d == nil || m.d.past == nil || m.d.past.handOffNode == "" {
-		return pipeline.Resume{}, false
+		return deadletter.Resume{}, false
 	}
 	p := m.d.past
-	return pipeline.Resume{Node: p.handOffNode, Retry: p.handOffRetry, Since: p.handOffSince}, true
+	return deadletter.Resume{Node: p.handOffNode, Retry: p.handOffRetry, Since: p.handOffSince}, true
 }
 
-// Rejected keeps why the message failed the run (pipeline.RejectedItem):
+// Rejected keeps why the message failed the run (deadletter.RejectedItem):
 // with MaxDeliveries, the copy that the source puts back carries it, and
 // the poison envelope tells every failed run.
 func (m Message) Rejected(env deadletter.Envelope) {
@@ -84,11 +83,9 @@ func (m Message) Rejected(env deadletter.Envelope) {
 var ErrPoison = errors.New("rabbitmq: poison message")
 
 // UseDeadLetter is how the pipeline gives the source its dead-letter sink,
-// for poison messages (pipeline.DeadLetterWriter).
+// for poison messages (deadletter.DeadLetterWriter).
 func (s *Source) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dl, s.dlBase = sink, base
+	s.letters.Use(sink, base)
 }
 
 // Poisoned returns how many poison messages the source dead-lettered.
@@ -240,15 +237,9 @@ func (s *Source) poisonRun(ctx context.Context, d *delivery, n int, story amqp.T
 // poisonLetter returns the dead-letter sink and the poison envelope of
 // msg, which failed n times, p their story (nil: none told).
 func (s *Source) poisonLetter(d *delivery, msg Message, n int, p *past) (deadletter.Sink, deadletter.Envelope) {
-	s.mu.Lock()
-	sink, env := s.dl, s.dlBase
-	s.mu.Unlock()
-	env.Item, env.ItemType = msg, messageType
-	env.Err = fmt.Errorf("%w: message %s of queue %q failed %d deliveries; MaxDeliveries is %d",
+	why := fmt.Errorf("%w: message %s of queue %q failed %d deliveries; MaxDeliveries is %d",
 		ErrPoison, describeMsg(msg), s.cfg.Queue, n, s.cfg.MaxDeliveries)
-	env.ErrText = env.Err.Error()
-	env.CorrelationID = d.id
-	env.LastFailure = s.cfg.Clock.Now()
+	sink, env := s.letters.Letter(msg, messageType, why, d.id, s.cfg.Clock.Now())
 	env = p.merge(env)
 	if p != nil && len(p.history) > 0 {
 		// The story its copies carried: each failed run, its node, error

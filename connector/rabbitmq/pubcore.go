@@ -11,6 +11,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -125,7 +126,7 @@ func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 		if attempt > c.retry.MaxRetry {
 			return resilience.MarkRetried(fmt.Errorf("rabbitmq: publish gave up after %d attempts: %w", attempt, err), attempt)
 		}
-		if err := wait(ctx, c.clock, c.retry.Delay); err != nil {
+		if err := broker.Wait(ctx, c.clock, c.retry.Delay); err != nil {
 			return err
 		}
 	}
@@ -262,19 +263,4 @@ func (c *pubCore) close() error {
 		return nil
 	}
 	return s.close(c.closeTimeout)
-}
-
-// wait waits d on clock, or until ctx is done.
-func wait(ctx context.Context, clock clockwork.Clock, d time.Duration) error {
-	if d <= 0 {
-		return context.Cause(ctx)
-	}
-	t := clock.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.Chan():
-		return context.Cause(ctx)
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	}
 }

@@ -100,34 +100,43 @@ type Publisher[T any] struct {
 	core *pubCore
 }
 
-// NewPublisher returns a Publisher for cfg, or every problem of cfg
-// joined, each a [*ConfigError].
-func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
+// Validate reports every problem of c, joined, each a [*ConfigError];
+// nil when c is valid. NewPublisher calls it.
+func (c PublisherConfig[T]) Validate() error {
 	var errs []error
 	add := func(field string, value any, reason string) {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
 	}
-	if cfg.Publishing == nil {
+	if c.Publishing == nil {
 		add("Publishing", "nil", "required: it turns an item into a message")
 	}
-	if len(cfg.Exchange) > maxNameLen {
-		add("Exchange", fmt.Sprintf("(%d bytes)", len(cfg.Exchange)), "too long: AMQP allows 255 bytes")
+	if len(c.Exchange) > maxNameLen {
+		add("Exchange", fmt.Sprintf("(%d bytes)", len(c.Exchange)), "too long: AMQP allows 255 bytes")
 	}
-	if len(cfg.RoutingKey) > maxNameLen {
-		add("RoutingKey", fmt.Sprintf("(%d bytes)", len(cfg.RoutingKey)), "too long: AMQP allows 255 bytes")
+	if len(c.RoutingKey) > maxNameLen {
+		add("RoutingKey", fmt.Sprintf("(%d bytes)", len(c.RoutingKey)), "too long: AMQP allows 255 bytes")
+	}
+	errs = append(errs, coreProblems(c.URL, c.Mandatory, c.Confirms, c.PubRetry, c.DialTimeout, c.CloseTimeout)...)
+	return errors.Join(errs...)
+}
+
+// NewPublisher returns a Publisher for cfg, or every problem of cfg
+// joined, each a [*ConfigError] (see [PublisherConfig.Validate]).
+func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	core, err := newCore(cfg.URL, cfg.Exchange, cfg.Mandatory, cfg.Confirms, cfg.PubRetry, cfg.DialTimeout, cfg.CloseTimeout, cfg.Clock)
-	errs = append(errs, err)
-	if err := errors.Join(errs...); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	core.name = "sluice publisher " + cfg.Exchange
 	return &Publisher[T]{cfg: cfg, core: core}, nil
 }
 
-// newCore validates the settings shared by every publisher and returns a
-// core with defaults applied.
-func newCore(url, exchange string, mandatory bool, confirms Confirms, retry PubRetry, dialTimeout, closeTimeout time.Duration, clock clockwork.Clock) (*pubCore, error) {
+// coreProblems returns the problems of the settings shared by every
+// publisher, each a [*ConfigError].
+func coreProblems(url string, mandatory bool, confirms Confirms, retry PubRetry, dialTimeout, closeTimeout time.Duration) []error {
 	var errs []error
 	add := func(field string, value any, reason string) {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
@@ -155,7 +164,13 @@ func newCore(url, exchange string, mandatory bool, confirms Confirms, retry PubR
 	if closeTimeout < 0 {
 		add("CloseTimeout", closeTimeout, "must not be negative")
 	}
-	if err := errors.Join(errs...); err != nil {
+	return errs
+}
+
+// newCore validates the settings shared by every publisher and returns a
+// core with defaults applied.
+func newCore(url, exchange string, mandatory bool, confirms Confirms, retry PubRetry, dialTimeout, closeTimeout time.Duration, clock clockwork.Clock) (*pubCore, error) {
+	if err := errors.Join(coreProblems(url, mandatory, confirms, retry, dialTimeout, closeTimeout)...); err != nil {
 		return nil, err
 	}
 	if confirms.Timeout == 0 {

@@ -139,9 +139,9 @@ func withoutLife(h amqp.Table) amqp.Table {
 // headers of its earlier life.
 func Unwrap(d amqp.Delivery) (amqp.Publishing, error) {
 	if d.Type == EnvelopeType {
-		env, err := DecodeEnvelope(d.Body)
+		env, err := deadletter.UnmarshalEnvelope(d.Body)
 		if err != nil {
-			return amqp.Publishing{}, err
+			return amqp.Publishing{}, fmt.Errorf("rabbitmq: decode envelope: %w", err)
 		}
 		return Republishing(env)
 	}

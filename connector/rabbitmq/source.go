@@ -14,6 +14,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/internal/crashledger"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
@@ -56,16 +57,15 @@ type Source struct {
 	byID sync.Map // delivery id -> *delivery, while in flight
 
 	// copies publishes the copies of messages sent to the retry topology
-	// or back to the queue with their count (see retrySink.Write, HandOff
+	// or back to the queue with their count (see broker.RetrySink, HandOff
 	// and recount), on a connection of its own; nil without either.
 	copies *pubCore
 
 	// qtype is the queue's type, as Open found it.
 	qtype string
-	// dl and dlBase are the pipeline's dead-letter sink and what it knows
-	// of the envelope, for poison messages (pipeline.DeadLetterWriter).
-	dl       deadletter.Sink
-	dlBase   deadletter.Envelope
+	// letters is the pipeline's dead-letter sink and what it knows of the
+	// envelope, for poison messages (deadletter.DeadLetterWriter).
+	letters  broker.Letters
 	poisoned atomic.Int64
 	// crash is the crash ledger, from Open to Close (nil without
 	// CrashLedger): see crash.go.
@@ -75,7 +75,7 @@ type Source struct {
 // NewSource returns a Source for cfg, or every problem of cfg joined, each
 // a [*ConfigError].
 func NewSource(cfg SourceConfig) (*Source, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Source{cfg: cfg.withDefaults(), prefix: randomID(), stop: make(chan struct{})}
@@ -134,9 +134,9 @@ func (s *Source) Open(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if s.cfg.MaxDeliveries > 0 && s.dl == nil {
+		if s.cfg.MaxDeliveries > 0 && s.letters.Sink() == nil {
 			return resilience.MarkPermanent(&ConfigError{Field: "MaxDeliveries", Value: s.cfg.MaxDeliveries,
-				Reason: "a poison message goes to the pipeline's dead-letter sink, and the pipeline has none: give it pipeline.WithDeadLetter"})
+				Reason: "a poison message goes to " + broker.NoDeadLetterSink})
 		}
 		if err := s.openCrashLedger(); err != nil {
 			return err
