@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
+	"github.com/sluicehq/sluice/internal/assert"
 
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/broker"
