@@ -8,7 +8,7 @@ FUZZTIME  ?= 10s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ALL       = github.com/sluicehq/sluice/...
 
-.PHONY: all test demo tour docs bench compare fuzz lint
+.PHONY: all test demo tour docs bench compare fuzz lint tidy
 
 all: lint test
 
@@ -64,3 +64,12 @@ lint:
 	$(GO) vet $(ALL)
 	$(GO) run $(STATICCHECK) $(ALL)
 	.ci/modcheck
+
+## tidy: go mod tidy in every module, each on its own (GOWORK=off; the
+## nested modules' replace lines point at the checkout), as a user's build
+## would see it.
+tidy:
+	@set -e; for mod in $$(git ls-files go.mod '*/go.mod'); do \
+		dir=$$(dirname $$mod); echo "tidy $$dir"; \
+		(cd $$dir && GOWORK=off GOFLAGS=-mod=mod $(GO) mod tidy); \
+	done
