@@ -1,16 +1,21 @@
 # Sluice's tasks. Everything here needs only Go: tools are fetched by `go run`.
+# The repository holds several modules, joined by go.work (docs/modules.md);
+# ALL names the packages of every module of the workspace, so that one go
+# command builds and tests them all. (`./...` would stop at the nested
+# modules' go.mod files and cover the core module only.)
 GO        ?= go
 FUZZTIME  ?= 10s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
+ALL       = github.com/sluicehq/sluice/...
 
-.PHONY: all test demo tour docs bench compare fuzz lint
+.PHONY: all test demo tour docs bench compare fuzz lint tidy
 
 all: lint test
 
-## test: vet, then every test with the race detector.
+## test: vet, then every test of every module with the race detector.
 test:
-	$(GO) vet ./...
-	$(GO) test -race -count=1 ./...
+	$(GO) vet $(ALL)
+	$(GO) test -race -count=1 $(ALL)
 
 ## demo: the ETL job on embedded defaults (SQLite and a dead-letter file in ./sluice-demo).
 demo:
@@ -45,15 +50,26 @@ compare:
 
 ## fuzz: a short run of every fuzz target (FUZZTIME each).
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
+	@set -e; for pkg in $$($(GO) list $(ALL)); do \
 		for target in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
 			echo "fuzz $$pkg $$target"; \
 			$(GO) test -run='^$$' -fuzz="^$$target$$" -fuzztime=$(FUZZTIME) $$pkg; \
 		done; \
 	done
 
-## lint: formatting, vet and staticcheck.
+## lint: formatting, vet and staticcheck of every module, and the check that
+## the core module requires nothing beyond clockwork, x/sync and goleak.
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) run $(STATICCHECK) ./...
+	$(GO) vet $(ALL)
+	$(GO) run $(STATICCHECK) $(ALL)
+	.ci/modcheck
+
+## tidy: go mod tidy in every module, each on its own (GOWORK=off; the
+## nested modules' replace lines point at the checkout), as a user's build
+## would see it.
+tidy:
+	@set -e; for mod in $$(git ls-files go.mod '*/go.mod'); do \
+		dir=$$(dirname $$mod); echo "tidy $$dir"; \
+		(cd $$dir && GOWORK=off GOFLAGS=-mod=mod $(GO) mod tidy); \
+	done

@@ -18,7 +18,7 @@ import (
 
 // alwaysRetrier stands for a second broker source's dead-letter sink (a
 // NATS source's, say): it gives every item back to its broker.
-type alwaysRetrier struct{ writes, retries atomic.Int64 }
+type alwaysRetrier struct{ retries atomic.Int64 }
 
 func (r *alwaysRetrier) Write(ctx context.Context, env deadletter.Envelope) error {
 	_, err := r.WriteOrRetry(ctx, env)

@@ -14,7 +14,8 @@ import (
 	"github.com/sluicehq/sluice/internal/require"
 )
 
-// moduleRoot is the module's directory, seen from this package's.
+// moduleRoot is the repository's root (the core module's directory, which
+// holds the nested modules too), seen from this package's.
 const moduleRoot = "../.."
 
 // Every exported field of every exported struct of every package a user
