@@ -140,7 +140,7 @@ func TestRetryBudgetCountsBatchCalls(t *testing.T) {
 			o.OnItemFailure = resilience.DeadLetter
 		}))
 	src := pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(batches*size)...))
-	pipeline.SinkFunc(b, "sink", pipeline.Batch(b, "batch", src, size, 0), func(context.Context, []int) error {
+	pipeline.ForEach(b, "sink", pipeline.Batch(b, "batch", src, size, 0), func(context.Context, []int) error {
 		calls.Add(1)
 		return resilience.MarkTransient(errors.New("down"))
 	})

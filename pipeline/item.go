@@ -615,7 +615,7 @@ func delay(b resilience.Backoff, n int, r resilience.Rand) (d time.Duration, err
 }
 
 // keyOf returns the correlation key of item at its node: the key its
-// source gave it (WithKey), else its own CorrelationID
+// source gave it (SourceKey), else its own CorrelationID
 // (deadletter.Correlated), else "". It serves events, so a CorrelationID
 // that panics gives "" here; the dead-letter envelope reports that panic.
 func keyOf[T any](item T, tr *tracker) string {

@@ -280,10 +280,10 @@ func (b *Builder) Build() (*Pipeline, error) {
 			fail(n.name, fmt.Errorf("Buffer(%d): must not be negative", n.cfg.buffer))
 		}
 		if n.cfg.withKey != nil && n.kind != KindSource {
-			fail(n.name, fmt.Errorf("WithKey: only a source gives its items keys, not a %s", n.kind))
+			fail(n.name, fmt.Errorf("SourceKey: only a source gives its items keys, not a %s", n.kind))
 		}
 		if n.cfg.withTrace != nil && n.kind != KindSource {
-			fail(n.name, fmt.Errorf("WithTraceHeaders: only a source gives its items trace headers, not a %s", n.kind))
+			fail(n.name, fmt.Errorf("SourceTraceHeaders: only a source gives its items trace headers, not a %s", n.kind))
 		}
 		if n.cfg.fallback != nil && n.kind != KindTransform {
 			fail(n.name, fmt.Errorf("Fallback: only a transform has one, not a %s", n.kind))
