@@ -3,7 +3,7 @@ GO        ?= go
 FUZZTIME  ?= 10s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-.PHONY: all test demo tour docs bench compare fuzz lint
+.PHONY: all test demo tour docs bench compare fuzz lint api
 
 all: lint test
 
@@ -52,8 +52,13 @@ fuzz:
 		done; \
 	done
 
-## lint: formatting, vet and staticcheck.
+## api: rewrite every module's api.txt (its exported names, generated).
+api:
+	$(GO) run ./internal/apitxt
+
+## lint: formatting, vet, staticcheck, and every api.txt up to date.
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run ./internal/apitxt -check
 	$(GO) vet ./...
 	$(GO) run $(STATICCHECK) ./...
