@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/hook"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
@@ -83,7 +84,7 @@ func TestRetryBudgetWindow(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(1969, 12, 31, 23, 59, 57, 0, time.UTC))
 	b := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.5, MinPerSecond: 0.2, Window: 10 * time.Second, Clock: clock})
 	var in atomic.Int64
-	untrack := b.Track(&in)
+	untrack := hook.TrackBudget(b, &in)
 	withdraw := func(n int) {
 		t.Helper()
 		for i := range n {

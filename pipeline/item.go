@@ -665,6 +665,20 @@ func (nr *nodeRun) action(err error) (a resilience.FailureAction, perr error) {
 	return o.OnItemFailure, nil
 }
 
+// mayDeadLetter reports whether some failure may be dead-lettered under o:
+// by OnItemFailure or by a failure rule.
+func mayDeadLetter(o resilience.Options) bool {
+	if o.OnItemFailure == resilience.DeadLetter {
+		return true
+	}
+	for _, r := range o.FailureRules {
+		if r.Action == resilience.DeadLetter {
+			return true
+		}
+	}
+	return false
+}
+
 func matchRule(match func(error) bool, err error, i int) (matched bool, perr error) {
 	defer recoveredPolicy(fmt.Sprintf("failure rule %d", i), &perr)
 	return match(err), nil

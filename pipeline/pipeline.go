@@ -91,7 +91,7 @@ type spec struct {
 	res     resilience.Options
 	breaker *resilience.Breaker
 	stats   *counters
-	// mayDeadLetter is res.MayDeadLetter(): failures keep their history.
+	// mayDeadLetter is mayDeadLetter(res): failures keep their history.
 	mayDeadLetter bool
 	// limiter is the node's RateLimit, shared by its workers and runs.
 	limiter *limiter
@@ -323,13 +323,13 @@ func (b *Builder) Build() (*Pipeline, error) {
 		// changes nothing here.
 		res.FailureRules = slices.Clone(res.FailureRules)
 		n.res = res
-		n.mayDeadLetter = res.MayDeadLetter()
+		n.mayDeadLetter = mayDeadLetter(res)
 		if err := n.res.Validate(); err != nil {
 			for _, e := range unjoin(err) {
 				fail(n.name, e)
 			}
 		}
-		if n.res.MayDeadLetter() && cfg.deadLetter == nil {
+		if n.mayDeadLetter && cfg.deadLetter == nil {
 			what := "OnItemFailure"
 			if n.res.OnItemFailure != resilience.DeadLetter {
 				what = "a FailureRules Action"
