@@ -290,8 +290,9 @@ func (c *SourceConfig) longestName() (int, string) {
 func dlxName(queue string) string   { return queue + "_dlx" }
 func retryName(queue string) string { return queue + "_retry" }
 
-// validate reports every problem of c, joined.
-func (c *SourceConfig) validate() error {
+// Validate reports every problem of c, joined, each a [*ConfigError];
+// NewSource calls it. (connector/nats's SourceConfig has the same method.)
+func (c SourceConfig) Validate() error {
 	var errs []error
 	add := func(field string, value any, reason string) {
 		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})

@@ -75,7 +75,7 @@ type Source struct {
 // NewSource returns a Source for cfg, or every problem of cfg joined, each
 // a [*ConfigError].
 func NewSource(cfg SourceConfig) (*Source, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	s := &Source{cfg: cfg.withDefaults(), prefix: randomID(), stop: make(chan struct{})}
