@@ -8,7 +8,7 @@ FUZZTIME  ?= 10s
 STATICCHECK = honnef.co/go/tools/cmd/staticcheck@v0.8.2
 ALL       = github.com/sluicehq/sluice/...
 
-.PHONY: all test demo tour docs bench compare fuzz lint tidy
+.PHONY: all test demo tour docs bench compare fuzz lint tidy api
 
 all: lint test
 
@@ -57,10 +57,16 @@ fuzz:
 		done; \
 	done
 
-## lint: formatting, vet and staticcheck of every module, and the check that
-## the core module requires nothing beyond clockwork, x/sync and goleak.
+## api: rewrite every module's api.txt (its exported names, generated).
+api:
+	$(GO) run ./internal/apitxt
+
+## lint: formatting, vet and staticcheck of every module, every api.txt up to
+## date, and the check that the core module requires nothing beyond
+## clockwork, x/sync and goleak.
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) run ./internal/apitxt -check
 	$(GO) vet $(ALL)
 	$(GO) run $(STATICCHECK) $(ALL)
 	.ci/modcheck
@@ -69,7 +75,7 @@ lint:
 ## nested modules' replace lines point at the checkout), as a user's build
 ## would see it.
 tidy:
-	@set -e; for mod in $$(git ls-files go.mod '*/go.mod'); do \
+	@set -e; for mod in $$(git ls-files ':(glob)**/go.mod'); do \
 		dir=$$(dirname $$mod); echo "tidy $$dir"; \
 		(cd $$dir && GOWORK=off GOFLAGS=-mod=mod $(GO) mod tidy); \
 	done

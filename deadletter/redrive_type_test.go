@@ -54,22 +54,22 @@ func TestSourceRefusesAnItemOfAnotherType(t *testing.T) {
 	// Skipping bad lines reports each line, and emits only orders.
 	var skipped []int
 	out = collector[order]{}
-	require.NoError(t, deadletter.Source[order](path, deadletter.SkipBadLines(func(le *deadletter.LineError) {
+	require.NoError(t, deadletter.Source[order](path, deadletter.WithSkipBadLines(func(le *deadletter.LineError) {
 		skipped = append(skipped, le.Line)
 	})).Run(t.Context(), &out))
 	assert.Equal(t, []int{2, 4, 6}, skipped)
 	assert.Equal(t, []order{{0, "9.99"}, {2, "9.99"}, {4, "9.99"}}, out.items)
 }
 
-// OnlyNodes re-drives one node's dead letters and passes over the rest.
+// WithDecisionNodes re-drives one node's dead letters and passes over the rest.
 func TestSourceOnlyNodes(t *testing.T) {
 	t.Parallel()
 	path := mixedFile(t)
 	var orders collector[order]
-	require.NoError(t, deadletter.Source[order](path, deadletter.OnlyNodes("price")).Run(t.Context(), &orders))
+	require.NoError(t, deadletter.Source[order](path, deadletter.WithDecisionNodes("price")).Run(t.Context(), &orders))
 	assert.Equal(t, []order{{0, "9.99"}, {2, "9.99"}, {4, "9.99"}}, orders.items)
 	var lines collector[line]
-	require.NoError(t, deadletter.Source[line](path, deadletter.OnlyNodes("parse")).Run(t.Context(), &lines))
+	require.NoError(t, deadletter.Source[line](path, deadletter.WithDecisionNodes("parse")).Run(t.Context(), &lines))
 	assert.Equal(t, []line{{1, "garbled,row"}, {3, "garbled,row"}, {5, "garbled,row"}}, lines.items)
 }
 
@@ -96,7 +96,7 @@ func TestSourceDecodesOldFilesStrictly(t *testing.T) {
 
 	var skipped []string
 	var out collector[order]
-	require.NoError(t, deadletter.Source[order](path, deadletter.SkipBadLines(func(le *deadletter.LineError) {
+	require.NoError(t, deadletter.Source[order](path, deadletter.WithSkipBadLines(func(le *deadletter.LineError) {
 		skipped = append(skipped, le.Err.Error())
 	})).Run(t.Context(), &out))
 	assert.Equal(t, []order{{0, "9.99"}, {2, "9.99"}, {4, "9.99"}}, out.items)
@@ -108,7 +108,7 @@ func TestSourceDecodesOldFilesStrictly(t *testing.T) {
 
 	// A pointer type takes a null item: it was a nil pointer.
 	var ptrs collector[*order]
-	require.NoError(t, deadletter.Source[*order](path, deadletter.OnlyNodes("price"), deadletter.SkipBadLines(func(*deadletter.LineError) {})).Run(t.Context(), &ptrs))
+	require.NoError(t, deadletter.Source[*order](path, deadletter.WithDecisionNodes("price"), deadletter.WithSkipBadLines(func(*deadletter.LineError) {})).Run(t.Context(), &ptrs))
 	require.Len(t, ptrs.items, 4)
 	assert.Nil(t, ptrs.items[3])
 }
@@ -134,19 +134,19 @@ func TestSourceAnyKeepsLargeNumbers(t *testing.T) {
 	assert.Equal(t, "map[id:1152921504606846977]", fmt.Sprint(out.items[0]))
 }
 
-// OnlyNodes with no node, or with nodes none of the file's envelopes comes
+// WithDecisionNodes with no node, or with nodes none of the file's envelopes comes
 // from (a misspelling), is an error, not a re-drive of nothing.
 func TestSourceOnlyNodesThatMatchNothing(t *testing.T) {
 	t.Parallel()
 	path := mixedFile(t)
 	var out collector[order]
-	err := deadletter.Source[order](path, deadletter.OnlyNodes()).Run(t.Context(), &out)
-	require.ErrorContains(t, err, "OnlyNodes: no node named")
-	err = deadletter.Source[order](path, deadletter.OnlyNodes("prcie")).Run(t.Context(), &out)
-	require.ErrorContains(t, err, "OnlyNodes(prcie): no envelope comes from these nodes; the file's come from parse, price")
+	err := deadletter.Source[order](path, deadletter.WithDecisionNodes()).Run(t.Context(), &out)
+	require.ErrorContains(t, err, "WithDecisionNodes: no node named")
+	err = deadletter.Source[order](path, deadletter.WithDecisionNodes("prcie")).Run(t.Context(), &out)
+	require.ErrorContains(t, err, "WithDecisionNodes(prcie): no envelope comes from these nodes; the file's come from parse, price")
 	assert.Empty(t, out.items)
 	// Lists add up.
 	var lines collector[line]
-	require.NoError(t, deadletter.Source[line](path, deadletter.OnlyNodes("nope"), deadletter.OnlyNodes("parse")).Run(t.Context(), &lines))
+	require.NoError(t, deadletter.Source[line](path, deadletter.WithDecisionNodes("nope"), deadletter.WithDecisionNodes("parse")).Run(t.Context(), &lines))
 	assert.Len(t, lines.items, 3)
 }

@@ -20,7 +20,7 @@ type SourceOption func(*sourceConfig)
 
 type sourceConfig struct {
 	decode    func(data []byte, v any) error
-	nodes     map[string]bool // OnlyNodes; nil: every node
+	nodes     map[string]bool // WithDecisionNodes; nil: every node
 	skip      func(*LineError)
 	rotated   bool
 	sourceErr error
@@ -35,34 +35,34 @@ func WithDecoder(decode func(data []byte, v any) error) SourceOption {
 	return func(c *sourceConfig) { c.decode = decode }
 }
 
-// SkipBadLines makes the source skip every line it cannot turn into an
+// WithSkipBadLines makes the source skip every line it cannot turn into an
 // item, a torn or corrupt line or an item that does not decode, after
 // passing its [*LineError] to report; by default Run stops at the first
 // with that error. Report is called from the goroutine that runs the
-// source. SkipBadLines panics if report is nil: skipping dead letters
+// source. WithSkipBadLines panics if report is nil: skipping dead letters
 // without a word would lose them silently.
-func SkipBadLines(report func(*LineError)) SourceOption {
+func WithSkipBadLines(report func(*LineError)) SourceOption {
 	if report == nil {
-		panic("sluice: deadletter.SkipBadLines: nil report function")
+		panic("sluice: deadletter.WithSkipBadLines: nil report function")
 	}
 	return func(c *sourceConfig) { c.skip = report }
 }
 
-// OnlyNodes makes the source re-drive only the envelopes whose
+// WithDecisionNodes makes the source re-drive only the envelopes whose
 // DecisionNode (the node that dead-lettered the item, whose input it is)
 // is one of nodes, and pass over the others on purpose: a file that holds
 // the dead letters of several nodes, of several item types, can be
 // re-driven one node at a time. Without it every envelope is re-driven,
 // and one whose item is not a T stops Run (see [Source]).
 //
-// OnlyNodes with no node is an error of the source, and so is a file none
+// WithDecisionNodes with no node is an error of the source, and so is a file none
 // of whose envelopes comes from the nodes named (a misspelt node would
 // otherwise re-drive nothing and succeed). Given more than once, the lists
 // add up.
-func OnlyNodes(nodes ...string) SourceOption {
+func WithDecisionNodes(nodes ...string) SourceOption {
 	return func(c *sourceConfig) {
 		if len(nodes) == 0 {
-			c.sourceErr = errors.New("deadletter: OnlyNodes: no node named")
+			c.sourceErr = errors.New("deadletter: WithDecisionNodes: no node named")
 			return
 		}
 		if c.nodes == nil {
@@ -74,16 +74,16 @@ func OnlyNodes(nodes ...string) SourceOption {
 	}
 }
 
-// IncludeRotated makes the source read the files rotated away from its path
+// WithRotated makes the source read the files rotated away from its path
 // first, oldest first, as [ReadAll] does.
-func IncludeRotated() SourceOption {
+func WithRotated() SourceOption {
 	return func(c *sourceConfig) { c.rotated = true }
 }
 
 // Source returns a [node.Source] that re-drives the dead letters of the
 // file at path: it decodes the item of every envelope, in order, into a T
 // and emits it. Errors of the file and items that are not a T stop Run
-// with a [*LineError] that names the line, unless [SkipBadLines] is
+// with a [*LineError] that names the line, unless [WithSkipBadLines] is
 // given; an error of Emit stops Run with that error.
 //
 // An item is never turned into another: an envelope whose ItemType names
@@ -139,7 +139,7 @@ func Source[T any](path string, opts ...SourceOption) node.Source[T] {
 			return err
 		}
 		if cfg.nodes != nil && matched == 0 && len(others) > 0 {
-			return fmt.Errorf("deadletter: source %s: OnlyNodes(%s): no envelope comes from these nodes; the file's come from %s",
+			return fmt.Errorf("deadletter: source %s: WithDecisionNodes(%s): no envelope comes from these nodes; the file's come from %s",
 				path, strings.Join(slices.Sorted(maps.Keys(cfg.nodes)), ", "), strings.Join(slices.Sorted(maps.Keys(others)), ", "))
 		}
 		return nil

@@ -117,7 +117,7 @@ func TestSourceSkipsBadLinesWhenAsked(t *testing.T) {
 
 	var skipped []*deadletter.LineError
 	var out collector[order]
-	src := deadletter.Source[order](path, deadletter.SkipBadLines(func(le *deadletter.LineError) { skipped = append(skipped, le) }))
+	src := deadletter.Source[order](path, deadletter.WithSkipBadLines(func(le *deadletter.LineError) { skipped = append(skipped, le) }))
 	require.NoError(t, src.Run(t.Context(), &out))
 	assert.Equal(t, []order{{0, "9.99"}, {2, "9.99"}}, out.items)
 	require.Len(t, skipped, 3)
@@ -128,7 +128,7 @@ func TestSourceSkipsBadLinesWhenAsked(t *testing.T) {
 	assert.ErrorIs(t, skipped[2], deadletter.ErrTornLine)
 	assert.Equal(t, 5, skipped[2].Line)
 
-	assert.PanicsWithValue(t, "sluice: deadletter.SkipBadLines: nil report function", func() { deadletter.SkipBadLines(nil) })
+	assert.PanicsWithValue(t, "sluice: deadletter.WithSkipBadLines: nil report function", func() { deadletter.WithSkipBadLines(nil) })
 }
 
 func TestSourceReturnsTheEmitterError(t *testing.T) {
@@ -173,7 +173,7 @@ func TestSourceIncludeRotated(t *testing.T) {
 	t.Parallel()
 	path := writeFile(t, 5, deadletter.WithMaxBytes(1))
 	var out collector[order]
-	require.NoError(t, deadletter.Source[order](path, deadletter.IncludeRotated()).Run(t.Context(), &out))
+	require.NoError(t, deadletter.Source[order](path, deadletter.WithRotated()).Run(t.Context(), &out))
 	assert.Len(t, out.items, 5)
 	for i, o := range out.items {
 		assert.Equal(t, i, o.ID)

@@ -71,7 +71,7 @@ type NodeEvent struct {
 type RetryEvent struct {
 	// Event is the pipeline, run, node and time of the event.
 	Event
-	// Key is the item's correlation key (pipeline.WithKey, or the item's
+	// Key is the item's correlation key (pipeline.SourceKey, or the item's
 	// CorrelationID); empty for a node's own retries and unkeyed items.
 	Key string
 	// Kind is the layer that retries: item retry, node restart or node

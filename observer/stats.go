@@ -110,10 +110,10 @@ func (k *NodeKind) UnmarshalText(b []byte) error {
 	return fmt.Errorf("observer: unknown node kind %q", b)
 }
 
-// HandsOnOnePerItem reports whether a node of the kind hands on at most
+// handsOnOnePerItem reports whether a node of the kind hands on at most
 // one item per item it takes in, so that what it took and has not let go
 // of (NodeStats.InFlight) is a meaningful count.
-func (k NodeKind) HandsOnOnePerItem() bool {
+func (k NodeKind) handsOnOnePerItem() bool {
 	switch k {
 	case KindTransform, KindSink, KindFilter, KindMerge, KindRoute, KindBranch:
 		return true
@@ -242,7 +242,7 @@ func (e Exhaustions) Has(k resilience.RetryKind, l resilience.Limit) bool {
 
 // HasInFlight reports whether InFlight means something for the node's
 // kind: transforms, sinks, filters, merges, routes and branches.
-func (s NodeStats) HasInFlight() bool { return s.Kind.HandsOnOnePerItem() }
+func (s NodeStats) HasInFlight() bool { return s.Kind.handsOnOnePerItem() }
 
 // Retries returns the retries of layer k, one of [resilience.RetryKinds].
 func (s NodeStats) Retries(k resilience.RetryKind) int64 {

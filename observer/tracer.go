@@ -26,7 +26,7 @@ type Attempt struct {
 	RunID string
 	// Node is the name of the node whose function is called.
 	Node string
-	// Key is the item's correlation key (pipeline.WithKey, or the item's
+	// Key is the item's correlation key (pipeline.SourceKey, or the item's
 	// own Correlated), empty when it has none.
 	Key string
 	// Number counts the item's calls on this node: 1 for its first,
@@ -36,7 +36,7 @@ type Attempt struct {
 	// was not yet handed on (under Parallel), repeats the number before.
 	Number int
 	// Links are the trace headers the item arrived with
-	// (pipeline.WithTraceHeaders), such as a message's W3C traceparent:
+	// (pipeline.SourceTraceHeaders), such as a message's W3C traceparent:
 	// one map for an item, one per item that has some for a batch or
 	// window; nil without. They must not be changed.
 	Links []map[string]string

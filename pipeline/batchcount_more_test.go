@@ -70,7 +70,7 @@ func TestInFlightOfATrimmingTransform(t *testing.T) {
 	batches := pipeline.Batch(b, "batch", src, 5, 0)
 	trim := pipeline.Map(b, "trim", batches, func(_ context.Context, v []int) ([]int, error) { return v[:2], nil })
 	seen := make(chan struct{}, 2)
-	pipeline.SinkFunc(b, "sink", trim, func(context.Context, []int) error { seen <- struct{}{}; return nil })
+	pipeline.ForEach(b, "sink", trim, func(context.Context, []int) error { seen <- struct{}{}; return nil })
 	p := build(t, b)
 	done := make(chan error, 1)
 	go func() { _, err := p.Run(t.Context()); done <- err }()

@@ -121,7 +121,7 @@ func TestStatsCountItemsIntoOtherShapes(t *testing.T) {
 		return []int{v[0], v[2]}, nil
 	})
 	// A sink that skips the batch starting at 8.
-	pipeline.SinkFunc(b, "picky", batches, func(_ context.Context, v []int) error {
+	pipeline.ForEach(b, "picky", batches, func(_ context.Context, v []int) error {
 		if v[0] == 8 {
 			return resilience.MarkPermanent(errors.New("no"))
 		}
@@ -183,7 +183,7 @@ func TestStatsInFlightOfABatch(t *testing.T) {
 		hold := func() { close(entered); <-release }
 		switch holder {
 		case "sink":
-			pipeline.SinkFunc(b, "hold", batches, func(context.Context, []int) error { hold(); return nil })
+			pipeline.ForEach(b, "hold", batches, func(context.Context, []int) error { hold(); return nil })
 		case "to-slice":
 			out := pipeline.Map(b, "hold", batches, func(_ context.Context, v []int) ([]int, error) { hold(); return v, nil })
 			pipeline.Sink(b, "sink", out, &pipelinetest.Collector[[]int]{})

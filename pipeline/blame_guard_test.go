@@ -45,7 +45,7 @@ func TestPoisonJoinedWithASiblingsCancellationIsRejected(t *testing.T) {
 			o.OnItemFailure = resilience.Fail
 		}))
 		src := pipelinetest.NewTrackedSource(1)
-		pipeline.SinkFunc(b, "write", pipeline.Source(b, "read", src), write)
+		pipeline.ForEach(b, "write", pipeline.Source(b, "read", src), write)
 		_, err := build(t, b).Run(t.Context())
 		require.ErrorIs(t, err, errBadRow)
 		assert.Equal(t, []node.Outcome{node.Rejected}, src.Outcomes()[0], "run %d: the poison row's own error failed the run", run)

@@ -37,7 +37,7 @@ func TestRetryBudgetJoinTaggingCountsNone(t *testing.T) {
 	right := pipeline.Source(b, "right", pipelinetest.NewSliceSource(ints(n)...))
 	id := func(v int) int { return v }
 	joined := pipeline.Join(b, "join", left, right, id, id, time.Hour, func(l, r int) int { return l })
-	pipeline.SinkFunc(b, "sink", joined, func(context.Context, int) error {
+	pipeline.ForEach(b, "sink", joined, func(context.Context, int) error {
 		calls.Add(1)
 		return resilience.MarkTransient(errors.New("down"))
 	})

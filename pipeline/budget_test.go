@@ -11,6 +11,7 @@ import (
 
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/hook"
 	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
@@ -83,7 +84,7 @@ func TestRetryBudgetWindow(t *testing.T) {
 	clock := clockwork.NewFakeClockAt(time.Date(1969, 12, 31, 23, 59, 57, 0, time.UTC))
 	b := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.5, MinPerSecond: 0.2, Window: 10 * time.Second, Clock: clock})
 	var in atomic.Int64
-	untrack := b.Track(&in)
+	untrack := hook.TrackBudget(b, &in)
 	withdraw := func(n int) {
 		t.Helper()
 		for i := range n {
@@ -140,7 +141,7 @@ func TestRetryBudgetCountsBatchCalls(t *testing.T) {
 			o.OnItemFailure = resilience.DeadLetter
 		}))
 	src := pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(batches*size)...))
-	pipeline.SinkFunc(b, "sink", pipeline.Batch(b, "batch", src, size, 0), func(context.Context, []int) error {
+	pipeline.ForEach(b, "sink", pipeline.Batch(b, "batch", src, size, 0), func(context.Context, []int) error {
 		calls.Add(1)
 		return resilience.MarkTransient(errors.New("down"))
 	})

@@ -183,10 +183,10 @@ func checkKindOptions(n *spec) []error {
 	var errs []error
 	ki := infoOf(n.kind)
 	if n.cfg.withKey != nil && !ki.emits {
-		errs = append(errs, fmt.Errorf("WithKey: only a source gives its items keys, not a %s", n.kind))
+		errs = append(errs, fmt.Errorf("SourceKey: only a source gives its items keys, not a %s", n.kind))
 	}
 	if n.cfg.withTrace != nil && !ki.emits {
-		errs = append(errs, fmt.Errorf("WithTraceHeaders: only a source gives its items trace headers, not a %s", n.kind))
+		errs = append(errs, fmt.Errorf("SourceTraceHeaders: only a source gives its items trace headers, not a %s", n.kind))
 	}
 	if n.cfg.fallback != nil && !ki.fallback {
 		errs = append(errs, fmt.Errorf("Fallback: only a transform has one, not a %s", n.kind))
@@ -259,11 +259,11 @@ func resolveResilience(cfg config, n *spec, u *breakerUse) []error {
 	// changes nothing here.
 	res.FailureRules = slices.Clone(res.FailureRules)
 	n.res = res
-	n.mayDeadLetter = res.MayDeadLetter()
+	n.mayDeadLetter = mayDeadLetter(res)
 	if err := n.res.Validate(); err != nil {
 		errs = append(errs, unjoin(err)...)
 	}
-	if n.res.MayDeadLetter() && cfg.deadLetter == nil {
+	if n.mayDeadLetter && cfg.deadLetter == nil {
 		what := "OnItemFailure"
 		if n.res.OnItemFailure != resilience.DeadLetter {
 			what = "a FailureRules Action"

@@ -55,7 +55,7 @@ func TestDrainSettlesEveryEmittedItem(t *testing.T) {
 				b := pipeline.New("drain", m.opts...)
 				var p *pipeline.Pipeline
 				var written atomic.Int64
-				pipeline.SinkFunc(b, "sink", pipeline.Source[int64](b, "src", src), func(context.Context, int64) error {
+				pipeline.ForEach(b, "sink", pipeline.Source[int64](b, "src", src), func(context.Context, int64) error {
 					if written.Add(1) == 500 {
 						require.True(t, p.Drain())
 						require.True(t, p.Drain(), "a second Drain is harmless")
@@ -90,7 +90,7 @@ func TestDrainTimeoutCancelsTheRun(t *testing.T) {
 		b := pipeline.New("drain", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithDrainTimeout(time.Minute))
 		var p *pipeline.Pipeline
 		stuck := make(chan struct{})
-		pipeline.SinkFunc(b, "sink", pipeline.Source[int64](b, "src", src), func(ctx context.Context, v int64) error {
+		pipeline.ForEach(b, "sink", pipeline.Source[int64](b, "src", src), func(ctx context.Context, v int64) error {
 			if v == 3 {
 				p.Drain()
 				close(stuck)
@@ -128,7 +128,7 @@ func TestDrainDoesNotHideASourceFailure(t *testing.T) {
 		<-drained
 		return errBroken
 	})
-	pipeline.SinkFunc(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error {
+	pipeline.ForEach(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error {
 		p.Drain()
 		close(drained)
 		return nil

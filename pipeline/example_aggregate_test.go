@@ -23,7 +23,7 @@ func ExampleAggregate() {
 	totals := pipeline.Aggregate(b, "per-customer", orders, func(o order) string { return o.customer },
 		pipeline.CountWindow(2), func() int { return 0 }, func(sum int, o order) int { return sum + o.cents })
 	var lines []string
-	pipeline.SinkFunc(b, "print", totals, func(_ context.Context, w pipeline.Window[string, int]) error {
+	pipeline.ForEach(b, "print", totals, func(_ context.Context, w pipeline.Window[string, int]) error {
 		lines = append(lines, fmt.Sprintf("%s: %d cents in %d orders (partial: %v)", w.Key, w.Value, w.Count, w.Partial))
 		return nil
 	})

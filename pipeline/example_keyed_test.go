@@ -26,7 +26,7 @@ func ExampleKeyed() {
 	var mu sync.Mutex
 	balance := map[string]int{}
 	var trail []string
-	pipeline.SinkFunc(b, "apply", events, func(_ context.Context, e event) error {
+	pipeline.ForEach(b, "apply", events, func(_ context.Context, e event) error {
 		mu.Lock()
 		defer mu.Unlock()
 		balance[e.account] += e.amount

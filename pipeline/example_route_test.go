@@ -9,7 +9,7 @@ import (
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 )
 
-// Route sends each order to the warehouse of its region; Map and SinkFunc
+// Route sends each order to the warehouse of its region; Map and ForEach
 // take plain functions, so the types are inferred.
 func ExampleRoute() {
 	regions := []string{"eu", "us"}
@@ -26,7 +26,7 @@ func ExampleRoute() {
 	})
 	for i, branch := range byRegion {
 		// One worker per branch: each branch prints its orders in order.
-		pipeline.SinkFunc(b, "ship-"+regions[i], branch, func(_ context.Context, o string) error {
+		pipeline.ForEach(b, "ship-"+regions[i], branch, func(_ context.Context, o string) error {
 			fmt.Println(regions[i], "ships", o)
 			return nil
 		})

@@ -46,7 +46,7 @@ func TestRateLimitWaitDoesNotOutliveFailure(t *testing.T) {
 	failed := make(chan struct{})
 	b := pipeline.New("ratelimit-grace", pipeline.WithClock(clock), pipeline.WithDrainTimeout(time.Minute))
 	src := pipelinetest.NewTrackedSource(1, 2)
-	pipeline.SinkFunc(b, "slow", pipeline.Source(b, "src", src), func(ctx context.Context, v int) error {
+	pipeline.ForEach(b, "slow", pipeline.Source(b, "src", src), func(ctx context.Context, v int) error {
 		mu.Lock()
 		defer mu.Unlock()
 		select {
@@ -57,7 +57,7 @@ func TestRateLimitWaitDoesNotOutliveFailure(t *testing.T) {
 		}
 		return nil
 	}, pipeline.RateLimit(0.1, 1)) // one token per 10 s
-	pipeline.SinkFunc(b, "bystander", pipeline.Source(b, "failing", failOn(fire)), func(context.Context, int) error { return nil })
+	pipeline.ForEach(b, "bystander", pipeline.Source(b, "failing", failOn(fire)), func(context.Context, int) error { return nil })
 	p := build(t, b)
 	run := pipelinetest.Start(t.Context(), p)
 	wctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
@@ -107,7 +107,7 @@ func TestGroupWorkerFailureStopsIntakeAtOnce(t *testing.T) {
 				close(steadyStopped)
 				return ctx.Err()
 			})
-			pipeline.SinkFunc(b, "other", pipeline.Source(b, "steady", steady), func(context.Context, int) error { return nil })
+			pipeline.ForEach(b, "other", pipeline.Source(b, "steady", steady), func(context.Context, int) error { return nil })
 			items := node.SourceFunc[string](func(ctx context.Context, out node.Emitter[string]) error {
 				if err := out.Emit(ctx, "slow"); err != nil {
 					return err
@@ -119,7 +119,7 @@ func TestGroupWorkerFailureStopsIntakeAtOnce(t *testing.T) {
 				<-ctx.Done()
 				return ctx.Err()
 			})
-			pipeline.SinkFunc(b, "par", pipeline.Source(b, "items", items), func(ctx context.Context, s string) error {
+			pipeline.ForEach(b, "par", pipeline.Source(b, "items", items), func(ctx context.Context, s string) error {
 				if s == "poison" {
 					return resilience.MarkPermanent(errors.New("poison"))
 				}
@@ -165,7 +165,7 @@ func TestParallelRestartDoesNotRewriteSiblingsWrite(t *testing.T) {
 			o.NodeRestart.MaxReplayWindow = 16
 		}))
 		src := pipelinetest.NewTrackedSource("good", "poison")
-		pipeline.SinkFunc(b, "par", pipeline.Source(b, "src", src), func(ctx context.Context, s string) error {
+		pipeline.ForEach(b, "par", pipeline.Source(b, "src", src), func(ctx context.Context, s string) error {
 			if s == "poison" {
 				if poisonCalls.Add(1) == 1 {
 					<-started // the good item's write is in flight
@@ -218,7 +218,7 @@ func TestKeyedSiblingFinishedInGraceIsDelivered(t *testing.T) {
 			<-release
 			return s, nil
 		}, pipeline.Keyed(4, func(s string) string { return s }))
-		pipeline.SinkFunc(b, "w", mapped, func(ctx context.Context, s string) error {
+		pipeline.ForEach(b, "w", mapped, func(ctx context.Context, s string) error {
 			mu.Lock()
 			written[s] = true
 			mu.Unlock()

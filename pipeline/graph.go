@@ -186,7 +186,7 @@ func armedLayers(n *spec) []string {
 		for _, r := range o.FailureRules {
 			skip = skip || r.Action == resilience.Skip
 		}
-		if o.MayDeadLetter() {
+		if mayDeadLetter(o) {
 			ls = append(ls, "dead letter")
 		}
 		if skip {

@@ -94,7 +94,7 @@ func TestGraphShowsABreakerNotClosed(t *testing.T) {
 	t.Parallel()
 	b := pipeline.New("breaker")
 	src := pipeline.Source(b, "read", pipelinetest.NewSliceSource(1))
-	pipeline.SinkFunc(b, "store", src, func(context.Context, int) error { return nil })
+	pipeline.ForEach(b, "store", src, func(context.Context, int) error { return nil })
 	p := build(t, b)
 	for _, state := range []resilience.CircuitState{resilience.CircuitClosed, resilience.CircuitOpen, resilience.CircuitHalfOpen} {
 		s := p.Stats()

@@ -615,7 +615,7 @@ func delay(b resilience.Backoff, n int, r resilience.Rand) (d time.Duration, err
 }
 
 // keyOf returns the correlation key of item at its node: the key its
-// source gave it (WithKey), else its own CorrelationID
+// source gave it (SourceKey), else its own CorrelationID
 // (deadletter.Correlated), else "". It serves events, so a CorrelationID
 // that panics gives "" here; the dead-letter envelope reports that panic.
 func keyOf[T any](item T, tr *tracker) string {
@@ -663,6 +663,20 @@ func (nr *nodeRun) action(err error) (a resilience.FailureAction, perr error) {
 		}
 	}
 	return o.OnItemFailure, nil
+}
+
+// mayDeadLetter reports whether some failure may be dead-lettered under o:
+// by OnItemFailure or by a failure rule.
+func mayDeadLetter(o resilience.Options) bool {
+	if o.OnItemFailure == resilience.DeadLetter {
+		return true
+	}
+	for _, r := range o.FailureRules {
+		if r.Action == resilience.DeadLetter {
+			return true
+		}
+	}
+	return false
 }
 
 func matchRule(match func(error) bool, err error, i int) (matched bool, perr error) {

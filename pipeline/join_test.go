@@ -62,7 +62,7 @@ func TestJoinWindowOnTheClock(t *testing.T) {
 			func(l, r int) [2]int { return [2]int{l, r} })
 		var mu sync.Mutex
 		var got [][2]int
-		pipeline.SinkFunc(b, "store", joined, func(_ context.Context, p [2]int) error {
+		pipeline.ForEach(b, "store", joined, func(_ context.Context, p [2]int) error {
 			mu.Lock()
 			got = append(got, p)
 			mu.Unlock()

@@ -33,7 +33,7 @@ func TestKeyedRefusesParallelAndUnordered(t *testing.T) {
 	} {
 		b := pipeline.New("bad")
 		s := pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1))
-		pipeline.SinkFunc(b, "n", s, func(context.Context, int) error { return nil }, opts...)
+		pipeline.ForEach(b, "n", s, func(context.Context, int) error { return nil }, opts...)
 		_, err := b.Build()
 		assert.Error(t, err, "Keyed and Parallel given together must be a Build error")
 	}
@@ -56,7 +56,7 @@ func TestKeyedOneWorkerCallsTheKey(t *testing.T) {
 		}
 		return x % 3
 	}
-	pipeline.SinkFunc(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error { return nil }, pipeline.Keyed(1, key))
+	pipeline.ForEach(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error { return nil }, pipeline.Keyed(1, key))
 	_, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 	outcomes := once(t, src, 20)
@@ -114,7 +114,7 @@ func TestKeyedHeldKeyDoesNotStarveBehindAHotKey(t *testing.T) {
 	}, pipeline.Keyed(2, key))
 	var got []int
 	var mu sync.Mutex
-	pipeline.SinkFunc(b, "sink", kept, func(_ context.Context, x int) error {
+	pipeline.ForEach(b, "sink", kept, func(_ context.Context, x int) error {
 		mu.Lock()
 		got = append(got, x)
 		mu.Unlock()
@@ -142,7 +142,7 @@ func TestKeyedWaitsInProcessInsteadOfHandingOff(t *testing.T) {
 		pipeline.Keyed(2, func(d delivery) int { return d.id % 2 }))
 	var mu sync.Mutex
 	var got []int
-	pipeline.SinkFunc(b, "sink", work, func(_ context.Context, d delivery) error {
+	pipeline.ForEach(b, "sink", work, func(_ context.Context, d delivery) error {
 		mu.Lock()
 		got = append(got, d.id)
 		mu.Unlock()
@@ -223,7 +223,7 @@ func TestKeyedStressRetriesAndRestarts(t *testing.T) {
 						}, pipeline.Keyed(3, key))
 						var mu sync.Mutex
 						var got []int
-						pipeline.SinkFunc(b, "sink", spread, func(_ context.Context, x int) error {
+						pipeline.ForEach(b, "sink", spread, func(_ context.Context, x int) error {
 							mu.Lock()
 							got = append(got, x)
 							mu.Unlock()
@@ -291,10 +291,10 @@ func TestKeyedBroadcastAndRoute(t *testing.T) {
 						return nil
 					}
 				}
-				pipeline.SinkFunc(b, "a", work, sink(0), pipeline.Keyed(2, mod7))
+				pipeline.ForEach(b, "a", work, sink(0), pipeline.Keyed(2, mod7))
 				br := pipeline.Route(b, "route", work, 2, func(x int) int { return x % 2 })
-				pipeline.SinkFunc(b, "b0", br[0], sink(1), pipeline.Keyed(2, mod7))
-				pipeline.SinkFunc(b, "b1", br[1], sink(2))
+				pipeline.ForEach(b, "b0", br[0], sink(1), pipeline.Keyed(2, mod7))
+				pipeline.ForEach(b, "b1", br[1], sink(2))
 				_, err := build(t, b).Run(t.Context())
 				require.NoError(t, err)
 				assert.Equal(t, repeat(node.Delivered, n), once(t, src, n))

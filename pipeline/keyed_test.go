@@ -109,7 +109,7 @@ func TestKeyedKeepsEachKeysOrder(t *testing.T) {
 					}, pipeline.Keyed(3, key))
 					var mu sync.Mutex
 					var got []int
-					pipeline.SinkFunc(b, "sink", spread, func(_ context.Context, x int) error {
+					pipeline.ForEach(b, "sink", spread, func(_ context.Context, x int) error {
 						watch.enter(-1 - key(x))
 						defer watch.leave(-1 - key(x))
 						mu.Lock()
@@ -171,7 +171,7 @@ func TestKeyedRetryHoldsBackOnlyItsKey(t *testing.T) {
 				}, pipeline.Keyed(2, key))
 				var mu sync.Mutex
 				var got []int
-				pipeline.SinkFunc(b, "sink", work, func(_ context.Context, x int) error {
+				pipeline.ForEach(b, "sink", work, func(_ context.Context, x int) error {
 					mu.Lock()
 					got = append(got, x)
 					mu.Unlock()
@@ -238,7 +238,7 @@ func TestKeyedOddKeys(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var got []int
-			pipeline.SinkFunc(b, "sink", pipeline.Source[int](b, "src", src), func(_ context.Context, x int) error {
+			pipeline.ForEach(b, "sink", pipeline.Source[int](b, "src", src), func(_ context.Context, x int) error {
 				if x%3 == 0 {
 					runtime.Gosched()
 				}
@@ -291,20 +291,20 @@ func TestKeyedBuildErrors(t *testing.T) {
 		want string
 	}{
 		{"nil key", func(b *pipeline.Builder, s pipeline.Stream[int]) {
-			pipeline.SinkFunc(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed[int, int](2, nil))
+			pipeline.ForEach(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed[int, int](2, nil))
 		}, `node "n": Keyed: the key function is nil`},
 		{"zero workers", func(b *pipeline.Builder, s pipeline.Stream[int]) {
-			pipeline.SinkFunc(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed(0, mod7))
+			pipeline.ForEach(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed(0, mod7))
 		}, `node "n": Keyed(0): must be at least 1`},
 		{"other input type", func(b *pipeline.Builder, s pipeline.Stream[int]) {
-			pipeline.SinkFunc(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed(2, func(s string) string { return s }))
+			pipeline.ForEach(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed(2, func(s string) string { return s }))
 		}, `node "n": Keyed: the key function takes the node's input, int, not func(string) string`},
 		{"with Parallel", func(b *pipeline.Builder, s pipeline.Stream[int]) {
-			pipeline.SinkFunc(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed(2, mod7), pipeline.Parallel(4))
+			pipeline.ForEach(b, "n", s, func(context.Context, int) error { return nil }, pipeline.Keyed(2, mod7), pipeline.Parallel(4))
 		}, `node "n": Keyed(2) and Parallel: Keyed sets the workers; leave Parallel out`},
 		{"on a batch", func(b *pipeline.Builder, s pipeline.Stream[int]) {
 			bt := pipeline.Batch(b, "n", s, 4, 0, pipeline.Keyed(2, mod7))
-			pipeline.SinkFunc(b, "sink", bt, func(context.Context, []int) error { return nil })
+			pipeline.ForEach(b, "sink", bt, func(context.Context, []int) error { return nil })
 		}, `node "n": Keyed: only transforms, sinks, filters and flat maps keep per-key order, not a batch`},
 	}
 	for _, c := range cases {
@@ -341,7 +341,7 @@ func TestKeyedCancelReportsEveryItem(t *testing.T) {
 					}
 					return x, nil
 				}, pipeline.Keyed(3, mod7))
-				pipeline.SinkFunc(b, "sink", work, func(_ context.Context, x int) error {
+				pipeline.ForEach(b, "sink", work, func(_ context.Context, x int) error {
 					mu.Lock()
 					got = append(got, x)
 					mu.Unlock()
@@ -410,7 +410,7 @@ func TestKeyedRestartKeepsEachKeysOrder(t *testing.T) {
 				}, pipeline.Keyed(3, key))
 				var mu sync.Mutex
 				var got []int
-				pipeline.SinkFunc(b, "sink", work, func(_ context.Context, x int) error {
+				pipeline.ForEach(b, "sink", work, func(_ context.Context, x int) error {
 					mu.Lock()
 					got = append(got, x)
 					mu.Unlock()
@@ -472,7 +472,7 @@ func TestKeyedLaterItemDoesNotOvertakeAGatheredOne(t *testing.T) {
 			return x, nil
 		}, pipeline.Keyed(2, key))
 		var got []int
-		pipeline.SinkFunc(b, "sink", work, func(_ context.Context, x int) error {
+		pipeline.ForEach(b, "sink", work, func(_ context.Context, x int) error {
 			got = append(got, x)
 			return nil
 		})
@@ -510,7 +510,7 @@ func TestKeyedManyKeys(t *testing.T) {
 			}, pipeline.Keyed(3, key))
 			var hot []int
 			count := 0
-			pipeline.SinkFunc(b, "sink", work, func(_ context.Context, x int) error {
+			pipeline.ForEach(b, "sink", work, func(_ context.Context, x int) error {
 				count++
 				if x%7 == 0 {
 					hot = append(hot, x)

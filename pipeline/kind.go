@@ -62,7 +62,7 @@ type kindInfo struct {
 	rateLimited bool
 	// fallback: takes Fallback.
 	fallback bool
-	// emits: takes the source options WithKey and WithTraceHeaders.
+	// emits: takes the source options SourceKey and SourceTraceHeaders.
 	emits bool
 	// class is the style class of the kind in Mermaid and DOT: "source",
 	// "sink", "work" (calls the user's functions) or "structure".

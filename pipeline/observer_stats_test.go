@@ -80,7 +80,7 @@ func TestNodeCompletedSaysWhoStoppedIt(t *testing.T) {
 			}
 			return x, nil
 		})
-		pipeline.SinkFunc(b, "sink", work, func(ctx context.Context, x int) error {
+		pipeline.ForEach(b, "sink", work, func(ctx context.Context, x int) error {
 			if !fail && x == 10 {
 				cancel()
 				<-ctx.Done()
@@ -134,7 +134,7 @@ func TestStatsShowASourcesSize(t *testing.T) {
 	b := pipeline.New("sized")
 	a := pipeline.Source(b, "a", pipelinetest.NewSliceSource(1, 2, 3))
 	c := pipeline.Source[int](b, "c", &panickySize{})
-	pipeline.SinkFunc(b, "sink", pipeline.Merge(b, "m", a, c), func(context.Context, int) error { return nil })
+	pipeline.ForEach(b, "sink", pipeline.Merge(b, "m", a, c), func(context.Context, int) error { return nil })
 	p := build(t, b)
 	s, _ := p.Stats().Node("a")
 	assert.True(t, s.Sized)

@@ -138,10 +138,10 @@ type nodeConfig struct {
 	keyedN int
 	// parallelSet: Parallel was given (Keyed refuses it).
 	parallelSet bool
-	// withKey is the WithKey option's func(T) string, or the error it
+	// withKey is the SourceKey option's func(T) string, or the error it
 	// found; checked by Source.
 	withKey any
-	// withTrace is the WithTraceHeaders option's func(T) map[string]string,
+	// withTrace is the SourceTraceHeaders option's func(T) map[string]string,
 	// or the error it found; checked by Source.
 	withTrace  any
 	buffer     int // -1: the pipeline's
@@ -177,7 +177,7 @@ func NodeResilience(f func(*resilience.Options)) NodeOption {
 	return func(c *nodeConfig) { c.resilience = append(c.resilience, f) }
 }
 
-// WithKey gives every item a source emits a correlation key, key(item),
+// SourceKey gives every item a source emits a correlation key, key(item),
 // such as an order's ID. The key goes with the item and everything derived
 // from it through every node: it is the Key of the events about it
 // (observer.RetryEvent, RetryExhaustedEvent, DeadLetterEvent, DropEvent),
@@ -186,21 +186,21 @@ func NodeResilience(f func(*resilience.Options)) NodeOption {
 // (deadletter.Correlated). An item of a batch, window or join is named by
 // the first keyed item it holds ("ord-7 and 499 more").
 //
-// WithKey is a Source option; T must be the source's item type. key runs
+// SourceKey is a Source option; T must be the source's item type. key runs
 // once per item, on the source's Emit; a panic in it fails the source. An
 // item that carries a key costs a small allocation, which an untracked
 // item does not otherwise have.
-func WithKey[T any](key func(T) string) NodeOption {
+func SourceKey[T any](key func(T) string) NodeOption {
 	return func(c *nodeConfig) {
 		if key == nil {
-			c.withKey = errors.New("WithKey: the key function is nil")
+			c.withKey = errors.New("SourceKey: the key function is nil")
 			return
 		}
 		c.withKey = key
 	}
 }
 
-// WithTraceHeaders gives each item of a source the trace context it
+// SourceTraceHeaders gives each item of a source the trace context it
 // arrived with, such as a message's W3C traceparent and tracestate
 // headers: headers returns them for one item (nil: none). When the run
 // traces (observer.WithTracer), every attempt on the item, or on anything
@@ -208,15 +208,15 @@ func WithKey[T any](key func(T) string) NodeOption {
 // OpenTelemetry tracer links its span to that trace; an attempt on a
 // batch or window gets one set per item that has one.
 //
-// WithTraceHeaders is a Source option; T must be the source's item type.
+// SourceTraceHeaders is a Source option; T must be the source's item type.
 // headers runs once per item, on the source's Emit, and only when the run
 // traces: without a tracer it costs nothing. A panic in it fails the run.
 // The map must not change afterwards. An item that carries headers costs
-// a small allocation, as with WithKey.
-func WithTraceHeaders[T any](headers func(T) map[string]string) NodeOption {
+// a small allocation, as with SourceKey.
+func SourceTraceHeaders[T any](headers func(T) map[string]string) NodeOption {
 	return func(c *nodeConfig) {
 		if headers == nil {
-			c.withTrace = errors.New("WithTraceHeaders: the headers function is nil")
+			c.withTrace = errors.New("SourceTraceHeaders: the headers function is nil")
 			return
 		}
 		c.withTrace = headers

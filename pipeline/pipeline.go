@@ -87,7 +87,7 @@ type spec struct {
 	res     resilience.Options
 	breaker *resilience.Breaker
 	stats   *counters
-	// mayDeadLetter is res.MayDeadLetter(): failures keep their history.
+	// mayDeadLetter is mayDeadLetter(res): failures keep their history.
 	mayDeadLetter bool
 	// limiter is the node's RateLimit, shared by its workers and runs.
 	limiter *limiter

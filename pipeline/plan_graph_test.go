@@ -40,7 +40,7 @@ func TestPlanAgreesWithTheGraph(t *testing.T) {
 	totals := pipeline.Map(b, "total", wins, func(_ context.Context, w pipeline.Window[int, int]) (int, error) { return w.Value, nil })
 	joined := pipeline.Join(b, "pair", totals, pipeline.Source(b, "other", pipelinetest.NewSliceSource(1)),
 		func(x int) int { return x }, func(x int) int { return x }, time.Minute, func(l, r int) int { return l + r })
-	pipeline.SinkFunc(b, "store", joined, func(context.Context, int) error { return nil })
+	pipeline.ForEach(b, "store", joined, func(context.Context, int) error { return nil })
 
 	kinds := build(t, b)
 	for _, p := range []*pipeline.Pipeline{kinds, shopped} {

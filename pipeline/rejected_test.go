@@ -82,10 +82,10 @@ func rejectedRun(t *testing.T, action resilience.FailureAction, batch int) ([]de
 				}
 				return rs, nil
 			}))
-		pipeline.SinkFunc(b, "store", pipeline.Unbatch(b, "unbatch", checked), func(context.Context, rejectable) error { return nil })
+		pipeline.ForEach(b, "store", pipeline.Unbatch(b, "unbatch", checked), func(context.Context, rejectable) error { return nil })
 	} else {
 		checked := pipeline.Transform(b, "check", in, node.TransformFunc[rejectable, rejectable](check))
-		pipeline.SinkFunc(b, "store", checked, func(context.Context, rejectable) error { return nil })
+		pipeline.ForEach(b, "store", checked, func(context.Context, rejectable) error { return nil })
 	}
 	p, err := b.Build()
 	require.NoError(t, err)

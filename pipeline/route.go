@@ -19,9 +19,10 @@ func Map[In, Out any](b *Builder, name string, in Stream[In], f func(context.Con
 	return Transform(b, name, in, t, opts...)
 }
 
-// SinkFunc adds a sink that writes each item of in with f: Sink for a
-// plain function, with the type inferred from f.
-func SinkFunc[T any](b *Builder, name string, in Stream[T], f func(context.Context, T) error, opts ...NodeOption) {
+// ForEach adds a sink that writes each item of in with f: Sink for a
+// plain function, with the type inferred from f. (It is not named
+// SinkFunc, which is [node.SinkFunc], the adapter type it wraps f in.)
+func ForEach[T any](b *Builder, name string, in Stream[T], f func(context.Context, T) error, opts ...NodeOption) {
 	var s node.Sink[T]
 	if f != nil {
 		s = node.SinkFunc[T](f)

@@ -55,14 +55,14 @@ func TestRouteDeliveredItemReportedFailedWhenRunStops(t *testing.T) {
 			})
 			var mu sync.Mutex
 			written := map[int]bool{}
-			pipeline.SinkFunc(b, "sink0", br[0], func(_ context.Context, v int) error {
+			pipeline.ForEach(b, "sink0", br[0], func(_ context.Context, v int) error {
 				mu.Lock()
 				written[v] = true
 				mu.Unlock()
 				return nil
 			})
 			// Branch 1's consumer is stuck on its first item.
-			pipeline.SinkFunc(b, "sink1", br[1], func(ctx context.Context, v int) error {
+			pipeline.ForEach(b, "sink1", br[1], func(ctx context.Context, v int) error {
 				<-ctx.Done()
 				return ctx.Err()
 			})
@@ -176,7 +176,7 @@ func TestDrainWaitsOutSourceRestartBackoff(t *testing.T) {
 					o.NodeRestart.MaxRestarts = 2
 					o.NodeRestart.Backoff = resilience.Constant(time.Hour)
 				}))
-			pipeline.SinkFunc(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error { return nil })
+			pipeline.ForEach(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error { return nil })
 			p := build(t, b)
 			run := pipelinetest.Start(t.Context(), p)
 			<-src.failed
@@ -207,7 +207,7 @@ func TestDrainDuringNodeRetryFailsTheRun(t *testing.T) {
 			o.NodeRetry.MaxRetries = 3
 			o.NodeRetry.Backoff = resilience.Constant(time.Minute)
 		}))
-	pipeline.SinkFunc(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error { return nil })
+	pipeline.ForEach(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error { return nil })
 	p := build(t, b)
 	run := pipelinetest.Start(t.Context(), p)
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the source waits its node-retry backoff")
@@ -225,7 +225,7 @@ func TestDrainTimerLeaksWhenDrainRacesRunEnd(t *testing.T) {
 	for i := range 3000 {
 		clock := clockwork.NewFakeClock()
 		b := pipeline.New("drain", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithDrainTimeout(time.Hour))
-		pipeline.SinkFunc(b, "sink", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1)), func(context.Context, int) error { return nil })
+		pipeline.ForEach(b, "sink", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1)), func(context.Context, int) error { return nil })
 		p := build(t, b)
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
@@ -293,7 +293,7 @@ func TestRouteUnderRouterRestartParallel(t *testing.T) {
 					got := make([]map[int]int, 3)
 					for i := range got {
 						got[i] = map[int]int{}
-						pipeline.SinkFunc(b, fmt.Sprint("s", i), br[i], func(_ context.Context, v int) error {
+						pipeline.ForEach(b, fmt.Sprint("s", i), br[i], func(_ context.Context, v int) error {
 							mu.Lock()
 							got[i][v]++
 							mu.Unlock()
@@ -336,11 +336,11 @@ func TestBatchAroundRoute(t *testing.T) {
 		b := pipeline.New("route", m.opts...)
 		batches := pipeline.Batch(b, "batch", pipeline.Source[int](b, "src", src), 7, time.Hour)
 		yes, no := pipeline.Split(b, "split", batches, func(bt []int) bool { return bt[0]%2 == 0 })
-		pipeline.SinkFunc(b, "yes", yes, func(context.Context, []int) error { return nil })
+		pipeline.ForEach(b, "yes", yes, func(context.Context, []int) error { return nil })
 		un := pipeline.Unbatch(b, "unbatch", no)
 		a, c := pipeline.Split(b, "split2", un, func(v int) bool { return v%3 == 0 })
-		pipeline.SinkFunc(b, "a", pipeline.Batch(b, "rebatch", a, 5, time.Hour), func(context.Context, []int) error { return nil })
-		pipeline.SinkFunc(b, "c", pipeline.Filter(b, "drop", c, func(int) bool { return false }), func(context.Context, int) error { return nil })
+		pipeline.ForEach(b, "a", pipeline.Batch(b, "rebatch", a, 5, time.Hour), func(context.Context, []int) error { return nil })
+		pipeline.ForEach(b, "c", pipeline.Filter(b, "drop", c, func(int) bool { return false }), func(context.Context, int) error { return nil })
 		_, err := build(t, b).Run(t.Context())
 		require.NoError(t, err)
 		for v, o := range once(t, src, 100) {
@@ -366,7 +366,7 @@ func TestDrainMerge(t *testing.T) {
 			var p *pipeline.Pipeline
 			var written atomic.Int64
 			merged := pipeline.Merge(b, "merge", pipeline.Source[int64](b, "s1", s1), pipeline.Source[int64](b, "s2", s2))
-			pipeline.SinkFunc(b, "sink", merged, func(context.Context, int64) error {
+			pipeline.ForEach(b, "sink", merged, func(context.Context, int64) error {
 				if written.Add(1) == 300 {
 					p.Drain()
 				}
@@ -402,7 +402,7 @@ func TestDrainBlockedEmit(t *testing.T) {
 		}
 	})
 	release := make(chan struct{})
-	pipeline.SinkFunc(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error {
+	pipeline.ForEach(b, "sink", pipeline.Source[int](b, "src", src), func(context.Context, int) error {
 		if written.Add(1) == 1 {
 			<-release
 		}
@@ -431,14 +431,14 @@ func TestRouteBranchFailureFailsItemsDeliveredElsewhere(t *testing.T) {
 	br := pipeline.Route(b, "r", pipeline.Source[int](b, "src", src), 2, func(v int) int { return v % 2 })
 	var mu sync.Mutex
 	written := map[int]bool{}
-	pipeline.SinkFunc(b, "sink0", br[0], func(_ context.Context, v int) error {
+	pipeline.ForEach(b, "sink0", br[0], func(_ context.Context, v int) error {
 		mu.Lock()
 		written[v] = true
 		mu.Unlock()
 		return nil
 	})
 	fail := make(chan struct{})
-	pipeline.SinkFunc(b, "sink1", br[1], func(ctx context.Context, v int) error {
+	pipeline.ForEach(b, "sink1", br[1], func(ctx context.Context, v int) error {
 		<-fail
 		return resilience.MarkPermanent(errors.New("bad row"))
 	})
@@ -479,7 +479,7 @@ func TestDrainTimerStoppedAtRunEnd(t *testing.T) {
 	b := pipeline.New("drain", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithDrainTimeout(time.Hour))
 	var p *pipeline.Pipeline
 	var n atomic.Int64
-	pipeline.SinkFunc(b, "sink", pipeline.Source[int64](b, "src", src), func(context.Context, int64) error {
+	pipeline.ForEach(b, "sink", pipeline.Source[int64](b, "src", src), func(context.Context, int64) error {
 		if n.Add(1) == 10 {
 			p.Drain()
 		}

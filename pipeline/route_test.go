@@ -42,7 +42,7 @@ func TestRouteSendsEachItemToOneBranch(t *testing.T) {
 				})
 				var got [3][]int
 				for i, br := range branches[:2] {
-					pipeline.SinkFunc(b, fmt.Sprintf("sink%d", i), br, func(_ context.Context, v int) error {
+					pipeline.ForEach(b, fmt.Sprintf("sink%d", i), br, func(_ context.Context, v int) error {
 						if i == 1 && v%2 == 0 {
 							return errors.New("even on branch 1")
 						}
@@ -52,7 +52,7 @@ func TestRouteSendsEachItemToOneBranch(t *testing.T) {
 						return nil
 					})
 				}
-				pipeline.SinkFunc(b, "sink2", pipeline.Filter(b, "none", branches[2], func(int) bool { return false }),
+				pipeline.ForEach(b, "sink2", pipeline.Filter(b, "none", branches[2], func(int) bool { return false }),
 					func(context.Context, int) error { return nil })
 				res, err := build(t, b).Run(t.Context())
 				require.NoError(t, err)
@@ -113,8 +113,8 @@ func TestRoutePickOutOfRange(t *testing.T) {
 	assert.Equal(t, []node.Outcome{node.DeadLettered}, src.Outcomes()[2])
 }
 
-// Split is a two-way Route; Map and SinkFunc take plain functions.
-func TestSplitMapAndSinkFunc(t *testing.T) {
+// Split is a two-way Route; Map and ForEach take plain functions.
+func TestSplitMapAndForEach(t *testing.T) {
 	t.Parallel()
 	b := pipeline.New("split")
 	doubled := pipeline.Map(b, "double", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(10)...)),
@@ -122,13 +122,13 @@ func TestSplitMapAndSinkFunc(t *testing.T) {
 	small, large := pipeline.Split(b, "size", doubled, func(s string) bool { return len(s) == 1 })
 	var mu sync.Mutex
 	var got [2][]string
-	pipeline.SinkFunc(b, "small", small, func(_ context.Context, s string) error {
+	pipeline.ForEach(b, "small", small, func(_ context.Context, s string) error {
 		mu.Lock()
 		got[0] = append(got[0], s)
 		mu.Unlock()
 		return nil
 	})
-	pipeline.SinkFunc(b, "large", large, func(_ context.Context, s string) error {
+	pipeline.ForEach(b, "large", large, func(_ context.Context, s string) error {
 		mu.Lock()
 		got[1] = append(got[1], s)
 		mu.Unlock()
@@ -149,7 +149,7 @@ func TestRouteBadInput(t *testing.T) {
 	pipeline.Route(b, "none", src, 0, func(int) int { return 0 })
 	pipeline.Split(b, "nil-keep", src, nil)
 	m := pipeline.Map[int, int](b, "nil-map", src, nil)
-	pipeline.SinkFunc[int](b, "nil-sink", m, nil)
+	pipeline.ForEach[int](b, "nil-sink", m, nil)
 	_, err := b.Build()
 	require.ErrorIs(t, err, pipeline.ErrInvalid)
 	for _, want := range []string{`"none": Route: 0 branches`, `"nil-keep": pick function is nil`, `"nil-map": transform is nil`, `"nil-sink": sink is nil`} {

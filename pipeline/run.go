@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/hook"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
@@ -327,7 +328,7 @@ func (nr *nodeRun) run() error {
 		case n.inSize != nil:
 			calls = &n.stats.inBatches
 		}
-		defer b.Track(calls)()
+		defer hook.TrackBudget(b, calls)()
 	}
 	notify(rs, n, observer.Observer.OnNodeStarted, observer.NodeEvent{Event: rs.event(n)})
 	err := nr.nodeRetry()

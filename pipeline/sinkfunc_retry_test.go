@@ -25,7 +25,7 @@ import (
 // every call in its dead letter.
 func TestItemRetryOnAPlainSink(t *testing.T) {
 	t.Parallel()
-	for _, sinkKind := range []string{"pipeline.SinkFunc", "node.SinkFunc"} {
+	for _, sinkKind := range []string{"pipeline.ForEach", "node.SinkFunc"} {
 		for _, m := range modes {
 			t.Run(sinkKind+"/"+m.name, func(t *testing.T) {
 				t.Parallel()
@@ -68,8 +68,8 @@ func TestItemRetryOnAPlainSink(t *testing.T) {
 					pipeline.WithResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))...)
 				src := pipelinetest.NewTrackedSource(ints(10)...)
 				in := pipeline.Source[int](b, "src", src)
-				if sinkKind == "pipeline.SinkFunc" {
-					pipeline.SinkFunc(b, "store", in, write)
+				if sinkKind == "pipeline.ForEach" {
+					pipeline.ForEach(b, "store", in, write)
 				} else {
 					pipeline.Sink(b, "store", in, node.SinkFunc[int](write))
 				}

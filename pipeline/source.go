@@ -36,7 +36,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 			errs = append(errs, k)
 		default:
 			var want func(T) string
-			errs = append(errs, fmt.Errorf("WithKey: the source emits %s: the key function must be a %T, not %T", reflect.TypeFor[T](), want, k))
+			errs = append(errs, fmt.Errorf("SourceKey: the source emits %s: the key function must be a %T, not %T", reflect.TypeFor[T](), want, k))
 		}
 		switch h := s.cfg.withTrace.(type) {
 		case nil, func(T) map[string]string:
@@ -44,7 +44,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 			errs = append(errs, h)
 		default:
 			var want func(T) map[string]string
-			errs = append(errs, fmt.Errorf("WithTraceHeaders: the source emits %s: the headers function must be a %T, not %T", reflect.TypeFor[T](), want, h))
+			errs = append(errs, fmt.Errorf("SourceTraceHeaders: the source emits %s: the headers function must be a %T, not %T", reflect.TypeFor[T](), want, h))
 		}
 		return errs
 	}
@@ -116,7 +116,7 @@ type sourceRunner[T any] struct {
 	// sctx is the context the source's current Run got (see
 	// runState.sourceContext).
 	sctx context.Context
-	// key is the WithKey function, trace the WithTraceHeaders one; nil
+	// key is the SourceKey function, trace the SourceTraceHeaders one; nil
 	// without.
 	key   func(T) string
 	trace func(T) map[string]string
@@ -201,17 +201,17 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 	return nil, nil
 }
 
-// itemKey calls a WithKey function; a panic there fails the source, which
+// itemKey calls a SourceKey function; a panic there fails the source, which
 // names it: the key function is the program's, not the item's.
 func itemKey[T any](key func(T) string, item T) (k string, err error) {
-	defer recoveredPolicy("the WithKey function", &err)
+	defer recoveredPolicy("the SourceKey function", &err)
 	return key(item), nil
 }
 
-// itemHeaders calls a WithTraceHeaders function; a panic there fails the
+// itemHeaders calls a SourceTraceHeaders function; a panic there fails the
 // source, which names it.
 func itemHeaders[T any](headers func(T) map[string]string, item T) (h map[string]string, err error) {
-	defer recoveredPolicy("the WithTraceHeaders function", &err)
+	defer recoveredPolicy("the SourceTraceHeaders function", &err)
 	return headers(item), nil
 }
 

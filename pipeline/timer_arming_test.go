@@ -82,7 +82,7 @@ func TestAggregateWindowEndsOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 		b := pipeline.New("agg", pipeline.WithClock(clock))
 		wins := pipeline.Aggregate(b, "sum", pipeline.Source[int](b, "src", feed), func(int) int { return 0 },
 			pipeline.TimeWindow(time.Minute), zero, sum)
-		pipeline.SinkFunc(b, "store", wins, func(_ context.Context, w pipeline.Window[int, int]) error {
+		pipeline.ForEach(b, "store", wins, func(_ context.Context, w pipeline.Window[int, int]) error {
 			assert.False(t, w.Partial)
 			assert.Equal(t, armStart.Add(time.Minute), w.End)
 			got <- clock.Now()

@@ -42,7 +42,7 @@ func TestTracerNumberAcrossNodeRestart(t *testing.T) {
 				o.NodeRestart = resilience.NodeRestartOptions{MaxRestarts: 3, MaxReplayWindow: 100}
 			}))
 			src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(8)...),
-				pipeline.WithKey(func(v int) string { return "k" + strconv.Itoa(v) }))
+				pipeline.SourceKey(func(v int) string { return "k" + strconv.Itoa(v) }))
 			out := pipeline.Map(b, "work", src, func(_ context.Context, v int) (int, error) {
 				mu.Lock()
 				calls[v]++
@@ -108,7 +108,7 @@ func TestTracerNoSpansForMovingNodes(t *testing.T) {
 	branches := pipeline.Route(b, "route", src, 2, func(v int) int { return v % 2 })
 	merged := pipeline.Merge(b, "merge", branches[0], branches[1])
 	flat := pipeline.Unbatch(b, "unbatch", pipeline.Batch(b, "batch", merged, 3, 0))
-	pipeline.SinkFunc(b, "sink", flat, func(context.Context, int) error { return nil })
+	pipeline.ForEach(b, "sink", flat, func(context.Context, int) error { return nil })
 	_, err := build(t, b).Run(observer.WithTracer(t.Context(), tracer))
 	require.NoError(t, err)
 	perNode := map[string]int{}
@@ -119,14 +119,14 @@ func TestTracerNoSpansForMovingNodes(t *testing.T) {
 		"spans only for the user's functions (route's pick, sink write)")
 }
 
-// WithTraceHeaders costs no allocation per item when the run has no
+// SourceTraceHeaders costs no allocation per item when the run has no
 // tracer, nor for an item whose headers function returns none.
 func TestTraceHeadersNoneCostsNothing(t *testing.T) {
 	const n = 2000
 	run := func(opts ...pipeline.NodeOption) float64 {
 		b := pipeline.New("alloc")
 		src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(n)...), opts...)
-		pipeline.SinkFunc(b, "sink", src, func(context.Context, int) error { return nil })
+		pipeline.ForEach(b, "sink", src, func(context.Context, int) error { return nil })
 		p := build(t, b)
 		return testing.AllocsPerRun(5, func() {
 			if _, err := p.Run(context.Background()); err != nil {
@@ -135,8 +135,8 @@ func TestTraceHeadersNoneCostsNothing(t *testing.T) {
 		})
 	}
 	plain := run()
-	none := run(pipeline.WithTraceHeaders(func(int) map[string]string { return nil }))
-	t.Logf("allocs per run: plain %.0f, WithTraceHeaders returning nil %.0f", plain, none)
+	none := run(pipeline.SourceTraceHeaders(func(int) map[string]string { return nil }))
+	t.Logf("allocs per run: plain %.0f, SourceTraceHeaders returning nil %.0f", plain, none)
 	assert.Less(t, none-plain, float64(n)/10, "items without headers allocate per item")
 }
 

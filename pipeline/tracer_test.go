@@ -77,7 +77,7 @@ func TestTracerSpansEveryAttempt(t *testing.T) {
 				o.ItemRetry.Backoff = resilience.NoBackoff()
 			}))
 			src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(n)...),
-				pipeline.WithKey(func(v int) string { return "k" + strconv.Itoa(v) }))
+				pipeline.SourceKey(func(v int) string { return "k" + strconv.Itoa(v) }))
 			out := pipeline.Map(b, "work", src, func(ctx context.Context, v int) (int, error) {
 				mu.Lock()
 				calls[v]++
@@ -155,7 +155,7 @@ func TestTracerPanicFailsTheRun(t *testing.T) {
 	}
 }
 
-// WithTraceHeaders: each attempt gets the headers its item arrived with;
+// SourceTraceHeaders: each attempt gets the headers its item arrived with;
 // a batch's attempt gets those of each item that had some, in order; an
 // item without any gets none; tracked and untracked items alike.
 func TestTracerLinksTraceHeaders(t *testing.T) {
@@ -167,14 +167,14 @@ func TestTracerLinksTraceHeaders(t *testing.T) {
 		if tracked {
 			src = pipelinetest.NewTrackedSource(ints(6)...)
 		}
-		items := pipeline.Source(b, "src", src, pipeline.WithTraceHeaders(func(v int) map[string]string {
+		items := pipeline.Source(b, "src", src, pipeline.SourceTraceHeaders(func(v int) map[string]string {
 			if v%3 == 2 {
 				return nil
 			}
 			return map[string]string{"traceparent": "tp-" + strconv.Itoa(v)}
 		}))
 		one := pipeline.Map(b, "one", items, func(_ context.Context, v int) (int, error) { return v, nil })
-		pipeline.SinkFunc(b, "batches", pipeline.Batch(b, "batch", one, 3, 0), func(context.Context, []int) error { return nil })
+		pipeline.ForEach(b, "batches", pipeline.Batch(b, "batch", one, 3, 0), func(context.Context, []int) error { return nil })
 		_, err := build(t, b).Run(observer.WithTracer(t.Context(), tracer))
 		require.NoError(t, err)
 		var single [][]map[string]string
@@ -193,24 +193,24 @@ func TestTracerLinksTraceHeaders(t *testing.T) {
 	}
 }
 
-// WithTraceHeaders is checked at Build, naming the node, and a panic in it
+// SourceTraceHeaders is checked at Build, naming the node, and a panic in it
 // fails the source, naming the function.
-func TestWithTraceHeadersErrors(t *testing.T) {
+func TestSourceTraceHeadersErrors(t *testing.T) {
 	t.Parallel()
 	b := pipeline.New("bad")
-	src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), pipeline.WithTraceHeaders[int](nil))
-	pipeline.Source(b, "src2", pipelinetest.NewSliceSource("x"), pipeline.WithTraceHeaders(func(int) map[string]string { return nil }))
-	pipeline.SinkFunc(b, "sink", src, func(context.Context, int) error { return nil }, pipeline.WithTraceHeaders(func(int) map[string]string { return nil }))
+	src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), pipeline.SourceTraceHeaders[int](nil))
+	pipeline.Source(b, "src2", pipelinetest.NewSliceSource("x"), pipeline.SourceTraceHeaders(func(int) map[string]string { return nil }))
+	pipeline.ForEach(b, "sink", src, func(context.Context, int) error { return nil }, pipeline.SourceTraceHeaders(func(int) map[string]string { return nil }))
 	_, err := b.Build()
 	require.Error(t, err)
-	assert.ErrorContains(t, err, `node "src": WithTraceHeaders: the headers function is nil`)
-	assert.ErrorContains(t, err, `node "src2": WithTraceHeaders: the source emits string`)
-	assert.ErrorContains(t, err, `node "sink": WithTraceHeaders: only a source`)
+	assert.ErrorContains(t, err, `node "src": SourceTraceHeaders: the headers function is nil`)
+	assert.ErrorContains(t, err, `node "src2": SourceTraceHeaders: the source emits string`)
+	assert.ErrorContains(t, err, `node "sink": SourceTraceHeaders: only a source`)
 
 	b = pipeline.New("panics")
-	src = pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), pipeline.WithTraceHeaders(func(int) map[string]string { panic("no headers") }))
-	pipeline.SinkFunc(b, "sink", src, func(context.Context, int) error { return nil })
+	src = pipeline.Source(b, "src", pipelinetest.NewSliceSource(1), pipeline.SourceTraceHeaders(func(int) map[string]string { panic("no headers") }))
+	pipeline.ForEach(b, "sink", src, func(context.Context, int) error { return nil })
 	_, err = build(t, b).Run(observer.WithTracer(t.Context(), &recordingTracer{}))
-	assert.ErrorContains(t, err, "WithTraceHeaders function")
+	assert.ErrorContains(t, err, "SourceTraceHeaders function")
 	assert.ErrorContains(t, err, "no headers")
 }

@@ -34,13 +34,13 @@ type tracker struct {
 	blamed  atomic.Bool             // root only: the item failed the run (its outcome then is Rejected)
 	window  bool                    // group only: of an Aggregate window, whose value is not its items
 	reg     *registry
-	// key is the item's correlation key (WithKey), root only. quiet marks
+	// key is the item's correlation key (SourceKey), root only. quiet marks
 	// a root that only carries a key: the item is not tracked (nobody
 	// waits for its outcome), so it is handed over in batches as untracked
 	// items are, and the run's end does not report it.
 	key   string
 	quiet bool
-	// trace is the item's trace headers (WithTraceHeaders), root only.
+	// trace is the item's trace headers (SourceTraceHeaders), root only.
 	trace map[string]string
 }
 

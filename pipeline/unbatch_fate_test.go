@@ -81,7 +81,7 @@ func TestUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 						if between {
 							batches = pipeline.Map(b, "same", batches, func(_ context.Context, v []int) ([]int, error) { return v, nil })
 						}
-						pipeline.SinkFunc(b, "sink", pipeline.Unbatch(b, "unbatch", batches), sink.write)
+						pipeline.ForEach(b, "sink", pipeline.Unbatch(b, "unbatch", batches), sink.write)
 						stopRun := runStopper(t, b, how, sink)
 						p := build(t, b)
 						ctx, cancel := context.WithCancel(t.Context())
@@ -120,10 +120,10 @@ func TestRoutedUnbatchedItemsGetTheirOwnFateWhenTheRunStops(t *testing.T) {
 					for i, s := range br {
 						items := pipeline.Unbatch(b, fmt.Sprintf("unbatch%d", i), pipeline.Batch(b, fmt.Sprintf("batch%d", i), s, 1+r.IntN(8), 0))
 						if i == stop%2 {
-							pipeline.SinkFunc(b, "sink", items, sink.write)
+							pipeline.ForEach(b, "sink", items, sink.write)
 							continue
 						}
-						pipeline.SinkFunc(b, "other", items, func(_ context.Context, v int) error {
+						pipeline.ForEach(b, "other", items, func(_ context.Context, v int) error {
 							mu.Lock()
 							other = append(other, v)
 							mu.Unlock()
@@ -179,7 +179,7 @@ func runStopper(t *testing.T, b *pipeline.Builder, how string, sink *blockingSin
 		}
 	case "node-fails":
 		fail := make(chan struct{})
-		pipeline.SinkFunc(b, "bystander", pipeline.Source(b, "failing", node.SourceFunc[int](func(ctx context.Context, _ node.Emitter[int]) error {
+		pipeline.ForEach(b, "bystander", pipeline.Source(b, "failing", node.SourceFunc[int](func(ctx context.Context, _ node.Emitter[int]) error {
 			select {
 			case <-fail:
 				return errors.New("the failing source failed")

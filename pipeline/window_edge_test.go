@@ -65,7 +65,7 @@ func TestAggregateCancelWithOpenWindows(t *testing.T) {
 		b := pipeline.New("agg", pipeline.WithClock(clock))
 		wins := pipeline.Aggregate(b, "sum", pipeline.Source[int](b, "src", src), func(v int) int { return v % 3 },
 			pipeline.SlidingWindow(10*time.Second, 3*time.Second), zero, sum)
-		pipeline.SinkFunc(b, "store", wins, func(context.Context, pipeline.Window[int, int]) error { return nil })
+		pipeline.ForEach(b, "store", wins, func(context.Context, pipeline.Window[int, int]) error { return nil })
 		p := build(t, b)
 		ctx, cancel := context.WithCancel(t.Context())
 		run := pipelinetest.Start(ctx, p)
@@ -134,7 +134,7 @@ func TestAggregateFailingSink(t *testing.T) {
 			wins := pipeline.Aggregate(b, "sum", pipeline.Source[int](b, "src", src), func(v int) int { return v % 7 },
 				pipeline.CountWindow(3), zero, sum)
 			var n atomic.Int64
-			pipeline.SinkFunc(b, "store", wins, func(context.Context, pipeline.Window[int, int]) error {
+			pipeline.ForEach(b, "store", wins, func(context.Context, pipeline.Window[int, int]) error {
 				if n.Add(1) == 5 {
 					return errors.New("disk full")
 				}
@@ -164,7 +164,7 @@ func TestJoinManyPartners(t *testing.T) {
 			out := pipeline.Join(b, "j", pipeline.Source[int](b, "l", lefts), pipeline.Source[int](b, "r2", rightsT),
 				func(v int) int { return v }, func(v int) int { return v % 2 }, time.Hour,
 				func(l, r int) [2]int { return [2]int{l, r} })
-			pipeline.SinkFunc(b, "store", out, func(_ context.Context, p [2]int) error {
+			pipeline.ForEach(b, "store", out, func(_ context.Context, p [2]int) error {
 				if p[1] == 13 {
 					return errors.New("bad")
 				}
@@ -197,7 +197,7 @@ func TestSlidingNonDividingStep(t *testing.T) {
 		pipeline.SlidingWindow(10*time.Second, 3*time.Second), zero, sum)
 	var mu sync.Mutex
 	var got []pipeline.Window[int, int]
-	pipeline.SinkFunc(b, "store", wins, func(_ context.Context, w pipeline.Window[int, int]) error {
+	pipeline.ForEach(b, "store", wins, func(_ context.Context, w pipeline.Window[int, int]) error {
 		mu.Lock()
 		got = append(got, w)
 		mu.Unlock()
@@ -278,7 +278,7 @@ func TestJoinTrackedWithUntracked(t *testing.T) {
 	out := pipeline.Join(b, "j", pipeline.Source[int](b, "l", lefts), pipeline.Source[int](b, "r", rights),
 		func(v int) int { return v }, func(v int) int { return v }, time.Hour, func(l, r int) int { return l + r })
 	var writes atomic.Int64
-	pipeline.SinkFunc(b, "store", out, func(context.Context, int) error { writes.Add(1); return nil })
+	pipeline.ForEach(b, "store", out, func(context.Context, int) error { writes.Add(1); return nil })
 	_, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), writes.Load(), "each pair written once")
@@ -293,7 +293,7 @@ func TestAggregateTrackedWithUntracked(t *testing.T) {
 	wins := pipeline.Aggregate(b, "sum", pipeline.Source[int](b, "src", src), func(int) int { return 0 },
 		pipeline.CountWindow(5), zero, sum)
 	var writes atomic.Int64
-	pipeline.SinkFunc(b, "store", wins, func(context.Context, pipeline.Window[int, int]) error { writes.Add(1); return nil })
+	pipeline.ForEach(b, "store", wins, func(context.Context, pipeline.Window[int, int]) error { writes.Add(1); return nil })
 	_, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), writes.Load(), "each window written once")
@@ -311,7 +311,7 @@ func TestBatchTrackedWithUntracked(t *testing.T) {
 	src := &mixedSource{n: 10}
 	bs := pipeline.Batch(b, "b", pipeline.Source[int](b, "src", src), 5, 0)
 	var writes atomic.Int64
-	pipeline.SinkFunc(b, "store", bs, func(context.Context, []int) error { writes.Add(1); return nil })
+	pipeline.ForEach(b, "store", bs, func(context.Context, []int) error { writes.Add(1); return nil })
 	_, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), writes.Load(), "each batch written once")
@@ -330,7 +330,7 @@ func TestWindowsOutOfCompletionOrder(t *testing.T) {
 		pipeline.SlidingWindow(2*time.Second, time.Second), zero, sum)
 	var mu sync.Mutex
 	var got []pipeline.Window[int, int]
-	pipeline.SinkFunc(b, "store", wins, func(_ context.Context, w pipeline.Window[int, int]) error {
+	pipeline.ForEach(b, "store", wins, func(_ context.Context, w pipeline.Window[int, int]) error {
 		mu.Lock()
 		got = append(got, w)
 		mu.Unlock()
@@ -371,7 +371,7 @@ func TestJoinCancel(t *testing.T) {
 		l := &rvTrackedFeed{items: make(chan int), outcomes: map[int][]node.Outcome{}}
 		r := &rvTrackedFeed{items: make(chan int), outcomes: map[int][]node.Outcome{}}
 		b := pipeline.New("join", pipeline.WithClock(clock))
-		pipeline.SinkFunc(b, "store", pipeline.Join(b, "j", pipeline.Source[int](b, "l", l), pipeline.Source[int](b, "r", r),
+		pipeline.ForEach(b, "store", pipeline.Join(b, "j", pipeline.Source[int](b, "l", l), pipeline.Source[int](b, "r", r),
 			func(v int) int { return v % 5 }, func(v int) int { return v % 5 }, time.Minute, func(a, b int) int { return a + b }),
 			func(ctx context.Context, _ int) error { return nil })
 		ctx, cancel := context.WithCancel(t.Context())

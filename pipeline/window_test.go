@@ -102,7 +102,7 @@ func TestAggregateTimeWindows(t *testing.T) {
 				wins := pipeline.Aggregate(b, "sum", pipeline.Source[int](b, "src", f), func(int) string { return "all" }, spec, zero, sum)
 				var mu sync.Mutex
 				var got []pipeline.Window[string, int]
-				pipeline.SinkFunc(b, "store", wins, func(_ context.Context, w pipeline.Window[string, int]) error {
+				pipeline.ForEach(b, "store", wins, func(_ context.Context, w pipeline.Window[string, int]) error {
 					mu.Lock()
 					got = append(got, w)
 					mu.Unlock()

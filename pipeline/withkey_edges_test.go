@@ -37,7 +37,7 @@ func keyedBuilderSource(b *pipeline.Builder, name string, n int) pipeline.Stream
 		orders[i] = keyedOrder{fmt.Sprintf("ord-%02d", i), i}
 	}
 	return pipeline.Source(b, name, pipelinetest.NewSliceSource(orders...),
-		pipeline.WithKey(func(o keyedOrder) string { return o.id }))
+		pipeline.SourceKey(func(o keyedOrder) string { return o.id }))
 }
 
 var errBadOrder = resilience.MarkPermanent(errors.New("bad"))
@@ -58,7 +58,7 @@ func TestNestedBatchKeyCountsItems(t *testing.T) {
 	b, rec := keyedBuilder()
 	inner := pipeline.Batch(b, "inner", keyedBuilderSource(b, "src", 4), 2, 0)
 	outer := pipeline.Batch(b, "outer", inner, 2, 0)
-	pipeline.SinkFunc(b, "sink", outer, func(context.Context, [][]keyedOrder) error { return errBadOrder })
+	pipeline.ForEach(b, "sink", outer, func(context.Context, [][]keyedOrder) error { return errBadOrder })
 	_, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 	assert.Equal(t, []string{"ord-00 and 3 more"}, deadKeys(rec))
@@ -75,14 +75,14 @@ func TestFlatMapOverBatchKeepsKeysWithTheirItems(t *testing.T) {
 			t.Parallel()
 			b, rec := keyedBuilder(m.opts...)
 			src := pipelinetest.NewTrackedSource(keyedOrder{"ord-00", 0}, keyedOrder{"ord-01", 1}, keyedOrder{"ord-02", 2})
-			in := pipeline.Source(b, "src", src, pipeline.WithKey(func(o keyedOrder) string { return o.id }))
+			in := pipeline.Source(b, "src", src, pipeline.SourceKey(func(o keyedOrder) string { return o.id }))
 			batches := pipeline.Batch(b, "batch", in, 3, 0)
 			reversed := pipeline.FlatMap(b, "reverse", batches, func(_ context.Context, os []keyedOrder) ([]keyedOrder, error) {
 				out := slices.Clone(os)
 				slices.Reverse(out)
 				return out, nil
 			})
-			pipeline.SinkFunc(b, "sink", reversed, func(_ context.Context, o keyedOrder) error {
+			pipeline.ForEach(b, "sink", reversed, func(_ context.Context, o keyedOrder) error {
 				if o.id == "ord-00" {
 					return errBadOrder
 				}
@@ -116,7 +116,7 @@ func (s *forgivingSource) Run(ctx context.Context, out node.Emitter[int]) error 
 	return nil
 }
 
-// A WithKey function that panics fails the run, even when the source
+// A SourceKey function that panics fails the run, even when the source
 // carries on after Emit refused the item: the item is never lost
 // without a trace.
 func TestKeyPanicFailsTheRunWhateverTheSourceDoes(t *testing.T) {
@@ -124,7 +124,7 @@ func TestKeyPanicFailsTheRunWhateverTheSourceDoes(t *testing.T) {
 	b := pipeline.New("panics")
 	col := &pipelinetest.Collector[int]{}
 	pipeline.Sink(b, "sink", pipeline.Source(b, "src", &forgivingSource{items: []int{1, 2, 3}},
-		pipeline.WithKey(func(x int) string {
+		pipeline.SourceKey(func(x int) string {
 			if x == 2 {
 				panic("no key")
 			}
@@ -132,6 +132,6 @@ func TestKeyPanicFailsTheRunWhateverTheSourceDoes(t *testing.T) {
 		})), col)
 	_, err := build(t, b).Run(t.Context())
 	if assert.Error(t, err, "the run succeeded; the sink got %v of 1, 2, 3", col.Items()) {
-		assert.Contains(t, err.Error(), "the WithKey function panicked")
+		assert.Contains(t, err.Error(), "the SourceKey function panicked")
 	}
 }

@@ -26,7 +26,7 @@ type keyedOrder struct {
 // after transforms changed its type, and in its dead-letter envelope; a
 // batch is named by its first item; items with no key of their own fall
 // back to their CorrelationID.
-func TestWithKeyNamesItemsInEvents(t *testing.T) {
+func TestSourceKeyNamesItemsInEvents(t *testing.T) {
 	t.Parallel()
 	for _, m := range modes {
 		for _, tracked := range []bool{false, true} {
@@ -46,7 +46,7 @@ func TestWithKeyNamesItemsInEvents(t *testing.T) {
 				}
 				src := pipelinetest.NewSliceSource(orders...)
 				src.Tracked = tracked
-				in := pipeline.Source(b, "src", src, pipeline.WithKey(func(o keyedOrder) string { return o.id }))
+				in := pipeline.Source(b, "src", src, pipeline.SourceKey(func(o keyedOrder) string { return o.id }))
 				// The type changes: the key stays with the item.
 				cents := pipeline.Map(b, "cents", in, func(_ context.Context, o keyedOrder) (int, error) {
 					if o.cents == 7 {
@@ -61,7 +61,7 @@ func TestWithKeyNamesItemsInEvents(t *testing.T) {
 					return c, nil
 				}, pipeline.NodeResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.Skip }))
 				batches := pipeline.Batch(b, "batch", kept, 5, 0)
-				pipeline.SinkFunc(b, "sink", batches, func(_ context.Context, xs []int) error {
+				pipeline.ForEach(b, "sink", batches, func(_ context.Context, xs []int) error {
 					for _, x := range xs {
 						if x == 20 {
 							return resilience.MarkPermanent(errors.New("twenty"))
@@ -111,7 +111,7 @@ type correlatedInt int
 
 func (c correlatedInt) CorrelationID() string { return fmt.Sprintf("c%d", int(c)) }
 
-// Without WithKey, an item's own CorrelationID names it in events.
+// Without SourceKey, an item's own CorrelationID names it in events.
 func TestEventsUseCorrelationIDWithoutKey(t *testing.T) {
 	t.Parallel()
 	rec := &pipelinetest.Recorder{}
@@ -120,7 +120,7 @@ func TestEventsUseCorrelationIDWithoutKey(t *testing.T) {
 			o.ItemRetry.MaxRetries = 0
 			o.OnItemFailure = resilience.DeadLetter
 		}))
-	pipeline.SinkFunc(b, "sink", pipeline.Source(b, "src", pipelinetest.NewSliceSource[correlatedInt](1, 2, 3)),
+	pipeline.ForEach(b, "sink", pipeline.Source(b, "src", pipelinetest.NewSliceSource[correlatedInt](1, 2, 3)),
 		func(_ context.Context, c correlatedInt) error {
 			if c == 2 {
 				return errors.New("two")
@@ -134,26 +134,26 @@ func TestEventsUseCorrelationIDWithoutKey(t *testing.T) {
 	assert.Equal(t, "c2", dead[0].Key)
 }
 
-// WithKey is checked at Build, naming the node; a key function that
+// SourceKey is checked at Build, naming the node; a key function that
 // panics fails the run, naming it.
-func TestWithKeyErrors(t *testing.T) {
+func TestSourceKeyErrors(t *testing.T) {
 	t.Parallel()
 	b := pipeline.New("bad")
-	src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(1, 2), pipeline.WithKey(func(s string) string { return s }))
-	pipeline.SinkFunc(b, "sink", src, func(context.Context, int) error { return nil }, pipeline.WithKey(func(int) string { return "" }))
+	src := pipeline.Source(b, "src", pipelinetest.NewSliceSource(1, 2), pipeline.SourceKey(func(s string) string { return s }))
+	pipeline.ForEach(b, "sink", src, func(context.Context, int) error { return nil }, pipeline.SourceKey(func(int) string { return "" }))
 	b2 := pipeline.New("nil")
-	pipeline.SinkFunc(b2, "sink", pipeline.Source(b2, "src", pipelinetest.NewSliceSource(1), pipeline.WithKey[int](nil)),
+	pipeline.ForEach(b2, "sink", pipeline.Source(b2, "src", pipelinetest.NewSliceSource(1), pipeline.SourceKey[int](nil)),
 		func(context.Context, int) error { return nil })
 	_, err := b.Build()
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `node "src": WithKey: the source emits int: the key function must be a func(int) string, not func(string) string`)
-	assert.Contains(t, err.Error(), `node "sink": WithKey: only a source gives its items keys, not a sink`)
+	assert.Contains(t, err.Error(), `node "src": SourceKey: the source emits int: the key function must be a func(int) string, not func(string) string`)
+	assert.Contains(t, err.Error(), `node "sink": SourceKey: only a source gives its items keys, not a sink`)
 	_, err = b2.Build()
-	assert.ErrorContains(t, err, `node "src": WithKey: the key function is nil`)
+	assert.ErrorContains(t, err, `node "src": SourceKey: the key function is nil`)
 
 	b3 := pipeline.New("panics")
-	pipeline.SinkFunc(b3, "sink", pipeline.Source(b3, "src", pipelinetest.NewSliceSource(1, 2, 3),
-		pipeline.WithKey(func(x int) string {
+	pipeline.ForEach(b3, "sink", pipeline.Source(b3, "src", pipelinetest.NewSliceSource(1, 2, 3),
+		pipeline.SourceKey(func(x int) string {
 			if x == 2 {
 				panic("no key")
 			}
@@ -161,6 +161,6 @@ func TestWithKeyErrors(t *testing.T) {
 		})), func(context.Context, int) error { return nil })
 	_, err = build(t, b3).Run(t.Context())
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "the WithKey function panicked")
+	assert.Contains(t, err.Error(), "the SourceKey function panicked")
 	assert.Contains(t, err.Error(), `node "src"`)
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/internal/hook"
 )
 
 // ErrBudgetExhausted is in the error chain of an item that was not retried
@@ -94,12 +96,17 @@ func NewBudget(o BudgetOptions) *Budget {
 	return b
 }
 
-// Track counts what in counts as first attempts, from its value now,
+func init() {
+	hook.TrackBudget = func(b any, in *atomic.Int64) func() { return b.(*Budget).track(in) }
+}
+
+// track counts what in counts as first attempts, from its value now,
 // until the returned function is called. The engine tracks, while a node
 // runs, its count of first calls, which it adds to as it makes them (a
 // Join or an Aggregate, which calls the user's function as it takes each
-// item in, gives its input count).
-func (b *Budget) Track(in *atomic.Int64) (untrack func()) {
+// item in, gives its input count); it reaches track through
+// [hook.TrackBudget], as it is plumbing, not API.
+func (b *Budget) track(in *atomic.Int64) (untrack func()) {
 	now := b.opts.Clock.Now()
 	b.mu.Lock()
 	b.sampleLocked(now, b.totalLocked())

@@ -180,31 +180,6 @@ type FailureRule struct {
 	Action FailureAction
 }
 
-// Action returns the failure action for err: the first rule that matches
-// it, else OnItemFailure. It does not guard against a panicking Match.
-func (o Options) Action(err error) FailureAction {
-	for _, r := range o.FailureRules {
-		if r.Match(err) {
-			return r.Action
-		}
-	}
-	return o.OnItemFailure
-}
-
-// MayDeadLetter reports whether some failure may be dead-lettered: by
-// OnItemFailure or by a rule.
-func (o Options) MayDeadLetter() bool {
-	if o.OnItemFailure == DeadLetter {
-		return true
-	}
-	for _, r := range o.FailureRules {
-		if r.Action == DeadLetter {
-			return true
-		}
-	}
-	return false
-}
-
 // Profile names a starting set of [Options] and engine settings.
 type Profile int
 

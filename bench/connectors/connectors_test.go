@@ -104,7 +104,7 @@ func consumeThrough[T any](b *testing.B, src node.Source[T], n int, stop func(),
 	b.Helper()
 	p := pipeline.New("consume", opts...)
 	var seen atomic.Int64
-	pipeline.SinkFunc(p, "count", pipeline.Source(p, "consume", src), func(context.Context, T) error {
+	pipeline.ForEach(p, "count", pipeline.Source(p, "consume", src), func(context.Context, T) error {
 		if int(seen.Add(1)) == n {
 			stop()
 		}

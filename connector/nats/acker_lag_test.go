@@ -47,7 +47,7 @@ func TestLaggingAckerHoldsBackPulls(t *testing.T) {
 
 	var stored atomic.Int64
 	b := pipeline.New("acker-lag")
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(context.Context, nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(context.Context, nats.Message) error {
 		stored.Add(1)
 		return nil
 	})

@@ -61,7 +61,7 @@ func poisonRuns(t *testing.T, cfg nats.SourceConfig, runs int, want func(o *pois
 			}
 			return m, nil
 		}))
-	pipeline.SinkFunc(b, "store", handled, func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", handled, func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		o.written[string(m.Data[:min(len(m.Data), 16)])]++
@@ -330,7 +330,7 @@ func copyEvicts(t *testing.T, md int) {
 			}
 			return m, nil
 		}))
-	pipeline.SinkFunc(b, "store", h, func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", h, func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		written = append(written, string(m.Data))
 		mu.Unlock()

@@ -67,7 +67,7 @@ func newStallRun(t *testing.T, n int, seqs ...uint64) *stallRun {
 	r.src, err = nats.NewSource(cfg)
 	require.NoError(t, err)
 	pb := pipeline.New("stall", pipeline.WithDeadLetter(r.dead))
-	pipeline.SinkFunc(pb, "store", pipeline.Batch(pb, "batch", pipeline.Source(pb, "consume", r.src), 8, 0),
+	pipeline.ForEach(pb, "store", pipeline.Batch(pb, "batch", pipeline.Source(pb, "consume", r.src), 8, 0),
 		func(_ context.Context, ms []nats.Message) error {
 			r.mu.Lock()
 			defer r.mu.Unlock()

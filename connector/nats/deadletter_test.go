@@ -34,7 +34,7 @@ func TestDeadLetterPublisher(t *testing.T) {
 	b := pipeline.New("dl", pipeline.WithDeadLetter(src.DeadLetter(dlq)),
 		pipeline.WithResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))
 	stored := 0
-	pipeline.SinkFunc(b, "store", pipeline.Filter(b, "input", pipeline.Source(b, "consume", src),
+	pipeline.ForEach(b, "store", pipeline.Filter(b, "input", pipeline.Source(b, "consume", src),
 		func(m nats.Message) bool { return m.Subject == subject }), func(_ context.Context, m nats.Message) error {
 		if string(m.Data) == "bad" {
 			return resilience.MarkPermanent(errBroken)

@@ -28,7 +28,7 @@ func collect(t *testing.T, a *admin, name string, want int) map[string]int {
 		got = map[string]int{}
 	)
 	b := pipeline.New("collect")
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		got[string(m.Data)]++
@@ -68,7 +68,7 @@ func TestDrainAcksWhatWasEmittedAndGivesBackTheRest(t *testing.T) {
 		n       atomic.Int64
 	)
 	b := pipeline.New("drain")
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		written[string(m.Data)]++
 		mu.Unlock()
@@ -112,7 +112,7 @@ func TestCancelGivesMessagesBack(t *testing.T) {
 	require.NoError(t, err)
 	var entered atomic.Int64
 	b := pipeline.New("cancel")
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(ctx context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(ctx context.Context, m nats.Message) error {
 		entered.Add(1)
 		<-ctx.Done() // never done
 		return context.Cause(ctx)
@@ -146,7 +146,7 @@ func TestStopFinishesWhatWasSent(t *testing.T) {
 	require.NoError(t, err)
 	var stored atomic.Int64
 	b := pipeline.New("stop")
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(context.Context, nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(context.Context, nats.Message) error {
 		if stored.Add(1) == 1 {
 			src.Stop()
 		}

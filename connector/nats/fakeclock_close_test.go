@@ -44,7 +44,7 @@ func TestFakeClockRunWithPoisonReturns(t *testing.T) {
 		node.TransformFunc[nats.Message, nats.Message](func(_ context.Context, m nats.Message) (nats.Message, error) {
 			return m, resilience.MarkPermanent(errPoisonous)
 		}))
-	pipeline.SinkFunc(b, "store", h, func(context.Context, nats.Message) error { return nil })
+	pipeline.ForEach(b, "store", h, func(context.Context, nats.Message) error { return nil })
 	p, err := b.Build()
 	require.NoError(t, err)
 	ran := make(chan error, 1)
@@ -92,7 +92,7 @@ func TestCloseTimeoutBoundsTheWaitForCopies(t *testing.T) {
 			failedAt.Store(time.Now().UnixNano())
 			return m, resilience.MarkPermanent(errPoisonous)
 		}))
-	pipeline.SinkFunc(b, "store", h, func(context.Context, nats.Message) error { return nil })
+	pipeline.ForEach(b, "store", h, func(context.Context, nats.Message) error { return nil })
 	p, err := b.Build()
 	require.NoError(t, err)
 	failedRuns := 0

@@ -81,7 +81,7 @@ func describeMsg(m Message) string {
 
 // TraceHeaders returns the W3C trace context the message was published
 // with, its traceparent and tracestate headers; nil when it has none. Give
-// it to the source's node as pipeline.WithTraceHeaders(nats.TraceHeaders),
+// it to the source's node as pipeline.SourceTraceHeaders(nats.TraceHeaders),
 // and a traced run links each attempt on the message to the publisher's
 // span.
 func TraceHeaders(m Message) map[string]string {

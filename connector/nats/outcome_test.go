@@ -58,7 +58,7 @@ func TestAckOnlyOnTerminalOutcome(t *testing.T) {
 		}
 		return m, nil
 	}, pipeline.Parallel(15), pipeline.NodeResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.Skip }))
-	pipeline.SinkFunc(b, "store", held, func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", held, func(_ context.Context, m nats.Message) error {
 		if string(m.Data) == "m-00010" {
 			return resilience.MarkPermanent(errBroken)
 		}
@@ -118,7 +118,7 @@ func TestUnsettledMessagesStayPending(t *testing.T) {
 		}
 		return m, nil
 	}, pipeline.Parallel(10))
-	pipeline.SinkFunc(b, "store", held, func(context.Context, nats.Message) error {
+	pipeline.ForEach(b, "store", held, func(context.Context, nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if stored++; stored == 10 {

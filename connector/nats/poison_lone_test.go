@@ -80,7 +80,7 @@ func lonePoison(t *testing.T, neighbours, batch int) {
 			}
 			return m, nil
 		}))
-	pipeline.SinkFunc(b, "store", handled, func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", handled, func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		written[string(m.Data)]++

@@ -102,7 +102,7 @@ func poisonAmongNeighbours(t *testing.T) {
 			}
 			return m, nil
 		}))
-	pipeline.SinkFunc(b, "store", handled, func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", handled, func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		written[string(m.Data)] = max(written[string(m.Data)], m.Deliveries)

@@ -50,7 +50,7 @@ func TestSourceReconnects(t *testing.T) {
 		o.NodeRestart.MaxRestarts = 5
 		o.NodeRestart.Backoff = resilience.NoBackoff()
 	}))
-	pipeline.SinkFunc(b, "store", msgs, func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", msgs, func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if written++; written == 100 {

@@ -254,7 +254,7 @@ func TestBrokerRetryIsNotCountedAsPoison(t *testing.T) {
 			o.ItemRetry.MaxRetries = 0
 		}))
 	var calls atomic.Int64
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		if calls.Add(1) < 3 {
 			return resilience.MarkTransient(errFlaky)
 		}

@@ -97,7 +97,7 @@ func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
 			o.OnItemFailure = resilience.DeadLetter
 			o.ItemRetry.MaxRetries = 0
 		}))
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		n := s.add(m)
 		switch {
 		case string(m.Data) == "broken", string(m.Data) == "flaky" && n == 1:
@@ -187,7 +187,7 @@ func TestHandOffNaksWithTheWait(t *testing.T) {
 		}
 		return m, nil
 	})
-	pipeline.SinkFunc(b, "store", h, func(context.Context, nats.Message) error {
+	pipeline.ForEach(b, "store", h, func(context.Context, nats.Message) error {
 		stored++
 		src.Stop()
 		return nil
@@ -239,7 +239,7 @@ func TestInProgressHoldsALongRetry(t *testing.T) {
 		o.ItemRetry.MaxRetries = 3
 		o.ItemRetry.Backoff = resilience.Constant(1200 * time.Millisecond)
 	}))
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		if s.add(m) < 3 && string(m.Data) == "slow" {
 			return resilience.MarkTransient(errFlaky)
 		}
@@ -339,7 +339,7 @@ func TestPoisonGuard(t *testing.T) {
 		stored []string
 	)
 	b := pipeline.New("poison", pipeline.WithDeadLetter(dlq))
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		stored = append(stored, string(m.Data))
@@ -394,7 +394,7 @@ func TestNoHandOffOnTheLastDelivery(t *testing.T) {
 	require.NoError(t, err)
 	var s seen
 	b := pipeline.New("lastdelivery", pipeline.WithResilience(func(o *resilience.Options) { o.ItemRetry.MaxRetries = 1 }))
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		if s.add(m) == 1 {
 			return resilience.RetryAfter(errFlaky, 50*time.Millisecond)
 		}

@@ -29,7 +29,7 @@ func TestRoundTrip(t *testing.T) {
 		mu   sync.Mutex
 		seen = map[string]int{}
 	)
-	pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
 		seen[string(m.Data)]++
@@ -79,7 +79,7 @@ func TestCompetingConsumersShareTheWork(t *testing.T) {
 		require.NoError(t, err)
 		srcs[i] = src
 		b := pipeline.New("share")
-		pipeline.SinkFunc(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
+		pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(_ context.Context, m nats.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
 			seen[string(m.Data)]++

@@ -110,7 +110,7 @@ func intHeader(v any) (int, bool) {
 // earlier deliveries counted, their history first, the first failure and
 // the node where it happened (OriginNode) taken from them. DecisionNode
 // stays the node that dead-lettered the item, whose input it is, which a
-// re-drive by node (deadletter.OnlyNodes) selects on.
+// re-drive by node (deadletter.WithDecisionNodes) selects on.
 func (p *past) merge(env deadletter.Envelope) deadletter.Envelope {
 	if p == nil {
 		return env

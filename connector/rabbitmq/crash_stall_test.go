@@ -66,7 +66,7 @@ func newStallRun(t *testing.T, n int, suspects ...string) *stallRun {
 	require.NoError(t, err)
 	r.src = src
 	b := pipeline.New("stall", pipeline.WithDeadLetter(r.dead))
-	pipeline.SinkFunc(b, "store", pipeline.Batch(b, "batch", pipeline.Source(b, "consume", src), 8, 0),
+	pipeline.ForEach(b, "store", pipeline.Batch(b, "batch", pipeline.Source(b, "consume", src), 8, 0),
 		func(_ context.Context, ms []rabbitmq.Message) error {
 			r.mu.Lock()
 			defer r.mu.Unlock()

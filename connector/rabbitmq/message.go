@@ -98,7 +98,7 @@ const (
 // TraceHeaders returns the W3C trace context the message was published
 // with, its traceparent and tracestate headers, when they are strings; nil
 // when it has none. Give it to the source's node as
-// pipeline.WithTraceHeaders(rabbitmq.TraceHeaders), and a traced run
+// pipeline.SourceTraceHeaders(rabbitmq.TraceHeaders), and a traced run
 // links each attempt on the message to the publisher's span.
 func TraceHeaders(m Message) map[string]string {
 	var h map[string]string

@@ -82,7 +82,7 @@ func TestPoisonEnvelopeTellsEachFailedRun(t *testing.T) {
 				}
 				return m, resilience.MarkPermanent(errBad)
 			}))
-		pipeline.SinkFunc(b, "store", h, func(_ context.Context, m rabbitmq.Message) error {
+		pipeline.ForEach(b, "store", h, func(_ context.Context, m rabbitmq.Message) error {
 			mu.Lock()
 			defer mu.Unlock()
 			written = append(written, m.MessageID)

@@ -53,9 +53,9 @@ func TestTraceHeadersLinkAttemptsToThePublisher(t *testing.T) {
 	b := pipeline.New("traced-consumer")
 	var p *pipeline.Pipeline
 	var n atomic.Int64
-	msgs := pipeline.Source(b, "consume", src, pipeline.WithTraceHeaders(rabbitmq.TraceHeaders),
-		pipeline.WithKey(func(m rabbitmq.Message) string { return m.MessageID }))
-	pipeline.SinkFunc(b, "store", msgs, func(context.Context, rabbitmq.Message) error {
+	msgs := pipeline.Source(b, "consume", src, pipeline.SourceTraceHeaders(rabbitmq.TraceHeaders),
+		pipeline.SourceKey(func(m rabbitmq.Message) string { return m.MessageID }))
+	pipeline.ForEach(b, "store", msgs, func(context.Context, rabbitmq.Message) error {
 		if n.Add(1) == 3 {
 			p.Drain()
 		}

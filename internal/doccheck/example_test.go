@@ -89,7 +89,7 @@ func Example_slogSummary() {
 		ids[i] = i + 1
 	}
 	in := pipeline.Source(b, "read", pipelinetest.NewSliceSource(ids...),
-		pipeline.WithKey(func(id int) string { return fmt.Sprintf("order %d", id) }))
+		pipeline.SourceKey(func(id int) string { return fmt.Sprintf("order %d", id) }))
 	priced := pipeline.Map(b, "price", in, func(_ context.Context, id int) (int, error) {
 		if id == 17 || id >= 87 && id <= 123 {
 			return 0, fmt.Errorf("price order %d: %w", id, httpError(400))

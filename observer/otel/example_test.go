@@ -92,7 +92,7 @@ func ExampleNewTracer() {
 		o.ItemRetry.Backoff = resilience.NoBackoff()
 	}))
 	orders := pipeline.Source(b, "read", pipelinetest.NewSliceSource(1, 2),
-		pipeline.WithKey(func(id int) string { return "ord-" + strconv.Itoa(id) }))
+		pipeline.SourceKey(func(id int) string { return "ord-" + strconv.Itoa(id) }))
 	priced := pipeline.Transform(b, "price", orders, pipelinetest.NewFaults(map[int][]error{
 		2: {resilience.MarkTransient(errors.New("HTTP 503"))}, // fails once, then passes
 	}))

@@ -30,7 +30,7 @@ const (
 //	ctx = observer.WithTracer(ctx, otel.NewTracer(tracerProvider))
 //	res, err := p.Run(ctx)
 //
-// An item that arrived with a W3C trace context (pipeline.WithTraceHeaders,
+// An item that arrived with a W3C trace context (pipeline.SourceTraceHeaders,
 // such as rabbitmq.TraceHeaders) links each of its attempts' spans to that
 // trace: the span that published the message, in the process that did. A
 // batch's attempt links to the trace of each item in it.

@@ -36,7 +36,7 @@ func TestTracerSpansPerAttempt(t *testing.T) {
 		o.ItemRetry.Backoff = resilience.NoBackoff()
 	}))
 	src := pipeline.Source(b, "read", pipelinetest.NewSliceSource(1, 2, 3),
-		pipeline.WithKey(func(v int) string { return "ord-" + strconv.Itoa(v) }))
+		pipeline.SourceKey(func(v int) string { return "ord-" + strconv.Itoa(v) }))
 	failed := false
 	var seen []trace.SpanID
 	price := pipeline.Map(b, "price", src, func(ctx context.Context, v int) (int, error) {
