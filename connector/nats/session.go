@@ -129,9 +129,11 @@ func (s *session) hold(d *delivery) {
 // message counts until its settlement is written to the connection. The
 // pull request that follows is written after those settlements, on the same
 // connection, so the server has them before it delivers more: at most limit
-// messages of this session are ever unacked at the server, which bounds
-// what comes back to another consumer when this process dies or its link is
-// cut. (Counting a message free once its settlement was only queued let a
+// messages of this session are ever held or unsettled at the server, which
+// bounds what comes back to another consumer when this process dies or its
+// link is cut. (A message nak'd with a delay, a broker retry, is settled
+// here but stays in the consumer's ack pending at the server until its
+// delay ends: MaxAckPending must leave room for those.) (Counting a message free once its settlement was only queued let a
 // lagging acker fall behind by several batches: 53 messages unacked at a
 // cut with Batch 20, 139 delivered twice after a SIGKILL with Batch 50.)
 func (s *session) room(limit int) int {
@@ -252,6 +254,7 @@ func (s *session) acker() {
 			select {
 			case <-gate:
 			case <-s.closed:
+			case <-s.abort.Done():
 			}
 		}
 		for _, st := range batch {

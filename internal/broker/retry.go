@@ -57,7 +57,8 @@ func (r *RetrySink[D]) Write(ctx context.Context, env deadletter.Envelope) error
 // true when the item came from the source, the source retries at the
 // broker, the failure is transient and none of its messages used its
 // retries; it writes nothing, and returns retried true, when every
-// delivery of the item is gone (the broker delivers it again by itself).
+// delivery of the item is gone (the broker delivers it again by itself),
+// and gives back only the deliveries that are not gone.
 // Otherwise it writes env to Next, told from the first delivery when the
 // item is one message.
 func (r *RetrySink[D]) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
@@ -74,22 +75,26 @@ func (r *RetrySink[D]) WriteOrRetry(ctx context.Context, env deadletter.Envelope
 	if len(ds) == 0 || !r.Source.Enabled() {
 		return r.pass(ctx, final)
 	}
-	gone := true
+	// The broker delivers a gone delivery's message again by itself:
+	// retrying it too would make two.
+	live := make([]D, 0, len(ds))
 	for _, d := range ds {
-		gone = gone && r.Source.Gone(d)
+		if !r.Source.Gone(d) {
+			live = append(live, d)
+		}
 	}
-	if gone {
+	if len(live) == 0 {
 		return true, nil
 	}
 	if !r.Source.Transient(Unmark(env.Err)) {
 		return r.pass(ctx, final)
 	}
-	for _, d := range ds {
+	for _, d := range live {
 		if r.Source.Exhausted(d) {
 			return r.pass(ctx, final)
 		}
 	}
-	if err := r.Source.Retry(ctx, ds, env); err != nil {
+	if err := r.Source.Retry(ctx, live, env); err != nil {
 		return false, err
 	}
 	return true, nil
