@@ -6,7 +6,6 @@ require (
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/connector/nats v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/connector/rabbitmq v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/internal/servicetest v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/observer/otel v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/observer/prometheus v0.0.0-00010101000000-000000000000
 )
@@ -24,9 +23,6 @@ require (
 	github.com/go-logr/logr v1.4.4 // indirect
 	github.com/go-logr/stdr v1.2.2 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/jackc/pgpassfile v1.0.0 // indirect
-	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -36,17 +32,14 @@ require (
 	github.com/prometheus/client_model v0.6.3 // indirect
 	github.com/prometheus/common v0.72.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	go.opentelemetry.io/auto/sdk v1.2.1 // indirect
 	go.opentelemetry.io/otel v1.47.0 // indirect
 	go.opentelemetry.io/otel/log v1.47.0 // indirect
 	go.opentelemetry.io/otel/metric v1.47.0 // indirect
 	go.opentelemetry.io/otel/sdk v1.47.0 // indirect
 	go.opentelemetry.io/otel/trace v1.47.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
 
@@ -58,7 +51,6 @@ replace (
 	github.com/sluicehq/sluice/connector/connectortest => ../connector/connectortest
 	github.com/sluicehq/sluice/connector/nats => ../connector/nats
 	github.com/sluicehq/sluice/connector/rabbitmq => ../connector/rabbitmq
-	github.com/sluicehq/sluice/internal/servicetest => ../internal/servicetest
 	github.com/sluicehq/sluice/observer/otel => ../observer/otel
 	github.com/sluicehq/sluice/observer/prometheus => ../observer/prometheus
 )

@@ -6,7 +6,6 @@ require (
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/connector/nats v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/connector/rabbitmq v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/internal/servicetest v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/observer/progress v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/observer/prometheus v0.0.0-00010101000000-000000000000
 )
@@ -28,9 +27,6 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
-	github.com/jackc/pgpassfile v1.0.0 // indirect
-	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
-	github.com/jackc/pgx/v5 v5.12.0 // indirect
 	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
 	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
@@ -38,14 +34,11 @@ require (
 	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
 	github.com/prometheus/procfs v0.22.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/term v0.48.0 // indirect
-	golang.org/x/text v0.42.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 	modernc.org/libc v1.80.1 // indirect
 	modernc.org/mathutil v1.7.1 // indirect
@@ -60,7 +53,6 @@ replace (
 	github.com/sluicehq/sluice/connector/connectortest => ../connector/connectortest
 	github.com/sluicehq/sluice/connector/nats => ../connector/nats
 	github.com/sluicehq/sluice/connector/rabbitmq => ../connector/rabbitmq
-	github.com/sluicehq/sluice/internal/servicetest => ../internal/servicetest
 	github.com/sluicehq/sluice/observer/otel => ../observer/otel
 	github.com/sluicehq/sluice/observer/progress => ../observer/progress
 	github.com/sluicehq/sluice/observer/prometheus => ../observer/prometheus

@@ -2,10 +2,7 @@ module github.com/sluicehq/sluice/idempotency/sqlstore
 
 go 1.26.0
 
-require (
-	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/internal/servicetest v0.0.0-00010101000000-000000000000
-)
+require github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
@@ -15,25 +12,16 @@ require (
 )
 
 require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/dustin/go-humanize v1.1.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
-	github.com/klauspost/compress v1.20.1 // indirect
 	github.com/mattn/go-isatty v0.0.24 // indirect
-	github.com/nats-io/nats.go v1.55.0 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
-	github.com/nats-io/nuid v1.0.1 // indirect
 	github.com/ncruces/go-strftime v1.1.0 // indirect
-	github.com/rabbitmq/amqp091-go v1.16.0 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
 	github.com/remyoudompheng/bigfft v0.0.0-20230129092748-24d4a6f8daec // indirect
-	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
 	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
@@ -45,7 +33,4 @@ require (
 // The modules of this repository come from the checkout, so that a change
 // to one is seen by the others without a release (see docs/modules.md).
 // A module that requires this one ignores these replacements.
-replace (
-	github.com/sluicehq/sluice => ../..
-	github.com/sluicehq/sluice/internal/servicetest => ../../internal/servicetest
-)
+replace github.com/sluicehq/sluice => ../..

@@ -6,7 +6,6 @@ require (
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/connector/rabbitmq v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/idempotency/sqlstore v0.0.0-00010101000000-000000000000
-	github.com/sluicehq/sluice/internal/servicetest v0.0.0-00010101000000-000000000000
 )
 
 require (
@@ -17,21 +16,12 @@ require (
 )
 
 require (
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/jackc/pgpassfile v1.0.0 // indirect
 	github.com/jackc/pgservicefile v0.0.0-20240606120523-5a60cdf6a761 // indirect
 	github.com/jackc/puddle/v2 v2.2.3 // indirect
 	github.com/jonboulle/clockwork v0.5.0 // indirect
-	github.com/klauspost/compress v1.20.1 // indirect
-	github.com/nats-io/nats.go v1.55.0 // indirect
-	github.com/nats-io/nkeys v0.4.16 // indirect
-	github.com/nats-io/nuid v1.0.1 // indirect
-	github.com/redis/go-redis/v9 v9.23.0 // indirect
-	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
-	golang.org/x/crypto v0.57.0 // indirect
 	golang.org/x/sync v0.25.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.42.0 // indirect
 )
 
@@ -43,6 +33,5 @@ replace (
 	github.com/sluicehq/sluice/connector/connectortest => ../../connector/connectortest
 	github.com/sluicehq/sluice/connector/rabbitmq => ../../connector/rabbitmq
 	github.com/sluicehq/sluice/idempotency/sqlstore => ../../idempotency/sqlstore
-	github.com/sluicehq/sluice/internal/servicetest => ../servicetest
 	github.com/sluicehq/sluice/observer/otel => ../../observer/otel
 )

@@ -1,24 +1,23 @@
 // Package servicetest finds the external services that integration tests
 // need, such as a RabbitMQ broker, a NATS server, a PostgreSQL server or a
-// Redis server, and decides what a test does when one is missing: on a developer's machine it skips with a message that says how to
+// Redis server, and decides what a test does when one is missing: on a
+// developer's machine it skips with a message that says how to
 // provide the service; in CI, where SLUICE_REQUIRE_SERVICES=1, it fails, so
 // that a broken service never turns the suite silently green.
+//
+// The probes speak each service's protocol with the standard library only
+// (see probe.go), so that the modules whose tests use this package do not
+// list every service's client in their go.mod, and through them in their
+// users' module graphs.
 package servicetest
 
 import (
-	"context"
 	"fmt"
 	"net/url"
 	"os"
 	"sync"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-	natsgo "github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/redis/go-redis/v9"
 )
 
 // RequireEnv is the variable that turns a missing service into a test
@@ -32,9 +31,10 @@ const RabbitMQEnv = "SLUICE_RABBITMQ_URL"
 // a local broker with the default account.
 const DefaultRabbitMQURL = "amqp://guest:guest@127.0.0.1:5672/"
 
-// probeTimeout bounds the check that a broker answers; a broker on the
-// local network answers in milliseconds.
-const probeTimeout = 2 * time.Second
+// probeTimeout bounds each probe, from the dial to the last answer; a
+// service on the local network answers in milliseconds. The package's tests
+// shorten it.
+var probeTimeout = 2 * time.Second
 
 // A probe finds a service once per test binary: target is where it was
 // looked for, err why it did not answer.
@@ -60,8 +60,8 @@ func (p *probe) find(env, def string, check func(string) error) (string, error) 
 // The probes of the services, replaced by the package's tests.
 var rabbit, postgres, redisServer, natsServer = &probe{}, &probe{}, &probe{}, &probe{}
 
-// RabbitMQ returns the URL of a RabbitMQ broker that answered an AMQP
-// handshake. When none answers it skips t, or fails it when
+// RabbitMQ returns the URL of a RabbitMQ broker that accepted an AMQP
+// 0-9-1 login (the URL's user, password and virtual host). When none answers it skips t, or fails it when
 // SLUICE_REQUIRE_SERVICES=1. The broker is probed once per test binary; the
 // URL is SLUICE_RABBITMQ_URL, or [DefaultRabbitMQURL].
 func RabbitMQ(t testing.TB) string {
@@ -87,14 +87,6 @@ func missing(t testing.TB, msg string) {
 	t.Skip(msg)
 }
 
-func probeRabbitMQ(u string) error {
-	conn, err := amqp.DialConfig(u, amqp.Config{Dial: amqp.DefaultDial(probeTimeout)})
-	if err != nil {
-		return err
-	}
-	return conn.CloseDeadline(time.Now().Add(probeTimeout))
-}
-
 // PostgresEnv is the variable that overrides the connection URL of the
 // PostgreSQL server.
 const PostgresEnv = "SLUICE_POSTGRES_URL"
@@ -105,7 +97,8 @@ const PostgresEnv = "SLUICE_POSTGRES_URL"
 const DefaultPostgresURL = "postgres://postgres@127.0.0.1:5432/test?sslmode=disable"
 
 // Postgres returns the connection URL of a PostgreSQL server that accepted
-// a connection and answered a query. When none does it skips t, or fails it
+// a session for the URL's user and database (a server that asks for a
+// password is taken as found: the probe does not log in with one). When none does it skips t, or fails it
 // when SLUICE_REQUIRE_SERVICES=1. The server is probed once per test
 // binary; the URL is SLUICE_POSTGRES_URL, or [DefaultPostgresURL]. Tests
 // share the database: each should use tables of its own and drop them.
@@ -117,18 +110,6 @@ func Postgres(t testing.TB) string {
 			redact(u), err, PostgresEnv, RequireEnv))
 	}
 	return u
-}
-
-func probePostgres(u string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, u)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(ctx)
-	var one int
-	return conn.QueryRow(ctx, "SELECT 1").Scan(&one)
 }
 
 // RedisEnv is the variable that overrides the address of the Redis server.
@@ -153,14 +134,6 @@ func Redis(t testing.TB) string {
 	return addr
 }
 
-func probeRedis(addr string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: addr, DialTimeout: probeTimeout, DialerRetries: 1, MaxRetries: -1})
-	defer c.Close()
-	return c.Ping(ctx).Err()
-}
-
 // NATSEnv is the variable that overrides the URL of the NATS server.
 const NATSEnv = "SLUICE_NATS_URL"
 
@@ -168,8 +141,8 @@ const NATSEnv = "SLUICE_NATS_URL"
 // local server on the default port, without credentials.
 const DefaultNATSURL = "nats://127.0.0.1:4222"
 
-// NATS returns the URL of a NATS server with JetStream enabled that
-// answered a JetStream account request. When none does it skips t, or
+// NATS returns the URL of a NATS server that announced JetStream and
+// accepted the URL's credentials. When none does it skips t, or
 // fails it when SLUICE_REQUIRE_SERVICES=1. The server is probed once per
 // test binary; the URL is SLUICE_NATS_URL, or [DefaultNATSURL]. Tests share
 // the server: each should use streams of its own and delete them.
@@ -181,22 +154,6 @@ func NATS(t testing.TB) string {
 			redact(u), err, NATSEnv, RequireEnv))
 	}
 	return u
-}
-
-func probeNATS(u string) error {
-	nc, err := natsgo.Connect(u, natsgo.Timeout(probeTimeout), natsgo.NoReconnect())
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-	defer cancel()
-	_, err = js.AccountInfo(ctx)
-	return err
 }
 
 // redact hides the password of u, so that a skip message can be logged.
