@@ -263,7 +263,7 @@ func TestMapBatchWrongLengthsFailTheItemsLeftOut(t *testing.T) {
 	const n = 4
 	for _, c := range []struct {
 		name       string
-		outs, errs int  // lengths returned for a slice of n
+		outs, errs int   // lengths returned for a slice of n
 		bad        []int // the items that fail
 	}{
 		{"short-results", n - 1, -1, []int{n - 1}},
