@@ -238,13 +238,16 @@ func (m *batchMap[In, Out]) settle(ctx context.Context, items []envelope[In], pr
 	var errs []error
 	if !refused {
 		outs, errs = m.call(ctx, items)
-		if held != nil && !slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+		if errs != nil && !slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+			errs = nil
+		}
+		if held != nil && errs == nil {
 			br.Record(*held, resilience.CallSuccess)
 			held = nil
 		}
 	}
 	for j := range items {
-		if refused || errs[j] != nil {
+		if refused || (errs != nil && errs[j] != nil) {
 			var first error
 			if !refused {
 				first = errs[j]
@@ -316,9 +319,12 @@ func (m *batchMap[In, Out]) call(ctx context.Context, items []envelope[In]) ([]O
 // results are checked as a batch call's are.
 func (m *batchMap[In, Out]) callOne(ctx context.Context, v In) ([]Out, []error) {
 	outs, errs, perr := m.invoke(ctx, []In{v})
-	if perr != nil {
+	switch {
+	case perr != nil:
 		var zero Out
 		return []Out{zero}, []error{perr}
+	case errs == nil:
+		return outs, []error{nil}
 	}
 	return outs, errs
 }
@@ -347,7 +353,7 @@ func (m *batchMap[In, Out]) guarded(ctx context.Context, vals []In) ([]Out, []er
 		}
 		return outs, errs
 	}
-	if d > 0 && ctx.Err() == nil && !nr.rs.p.cfg.clock.Now().Before(deadline) {
+	if d > 0 && errs != nil && ctx.Err() == nil && !nr.rs.p.cfg.clock.Now().Before(deadline) {
 		for i, err := range errs {
 			if err != nil {
 				errs[i] = &resilience.AttemptTimeoutError{Timeout: d, Err: err}
@@ -358,8 +364,9 @@ func (m *batchMap[In, Out]) guarded(ctx context.Context, vals []In) ([]Out, []er
 }
 
 // invoke calls f under the panic guard and checks what it returned: it
-// returns len(vals) results and errors, an item with neither failing
-// with ErrBatchResults, or perr when f panicked.
+// returns len(vals) results and errors (nil errors when every item
+// succeeded), an item with neither failing with ErrBatchResults, or perr
+// when f panicked.
 func (m *batchMap[In, Out]) invoke(ctx context.Context, vals []In) (outs []Out, errs []error, perr error) {
 	outs, errs, perr = m.safe(ctx, vals)
 	if perr != nil {
@@ -367,10 +374,7 @@ func (m *batchMap[In, Out]) invoke(ctx context.Context, vals []In) (outs []Out, 
 	}
 	n := len(vals)
 	if len(outs) == n && (errs == nil || len(errs) == n) {
-		if errs == nil {
-			errs = make([]error, n)
-		}
-		return outs, errs, nil
+		return outs, errs, nil // a nil errs: every item succeeded
 	}
 	bad := resilience.MarkPermanent(fmt.Errorf("%w: %d results and %d errors for %d items", ErrBatchResults, len(outs), len(errs), n))
 	fixed, fixedErrs := make([]Out, n), make([]error, n)
