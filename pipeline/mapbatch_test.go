@@ -193,7 +193,8 @@ func TestMapBatchRetriesAndDeadLettersAFailedItemAlone(t *testing.T) {
 			o.ItemRetry.Backoff = resilience.Constant(time.Second)
 			o.OnItemFailure = resilience.DeadLetter
 		}))
-	out := pipeline.MapBatch(b, "bulk", pipeline.Source(b, "src", src), n, 0, tenfold(&calls, func(v int) error {
+	keyed := pipeline.Source(b, "src", src, pipeline.WithKey(func(v int) string { return fmt.Sprintf("k%d", v) }))
+	out := pipeline.MapBatch(b, "bulk", keyed, n, 0, tenfold(&calls, func(v int) error {
 		if v == bad {
 			return boom
 		}
@@ -213,6 +214,7 @@ func TestMapBatchRetriesAndDeadLettersAFailedItemAlone(t *testing.T) {
 	assert.Equal(t, bad, envs[0].Item)
 	assert.Equal(t, "bulk", envs[0].OriginNode)
 	assert.Equal(t, 3, envs[0].Attempts)
+	assert.Equal(t, fmt.Sprintf("k%d", bad), envs[0].CorrelationID, "the item's own key")
 	assert.ErrorIs(t, envs[0].Err, boom)
 	st := nodeOf(t, res, "bulk")
 	assert.Equal(t, int64(n-1), st.Out)
@@ -506,4 +508,31 @@ func TestMapBatchBuildRefusesItsOptions(t *testing.T) {
 			assert.Contains(t, err.Error(), `node "bulk": `+c.want)
 		})
 	}
+}
+
+// A batch call takes one breaker permit, and a failed batch counts as one
+// failure: two failed slices open a breaker of ConsecutiveFailures 2, and
+// the next slice is refused without a call, failing the node with the
+// open-circuit error.
+func TestMapBatchBreakerCountsOneCallPerSlice(t *testing.T) {
+	t.Parallel()
+	var calls batchCalls
+	dlq := deadletter.NewMemory(10)
+	b := pipeline.New("mapbatch-breaker", pipeline.WithDeadLetter(dlq), pipeline.WithResilience(func(o *resilience.Options) {
+		o.ItemRetry.MaxRetries = 0
+		o.OnItemFailure = resilience.DeadLetter
+		o.CircuitBreaker.Enabled = true
+		o.CircuitBreaker.ConsecutiveFailures = 2
+		o.CircuitBreaker.OpenDuration = time.Hour
+		o.CircuitBreaker.WhenOpen = resilience.OpenFail
+	}))
+	out := pipeline.MapBatch(b, "bulk", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(6)...)), 2, 0,
+		tenfold(&calls, func(int) error { return resilience.MarkTransient(errors.New("down")) }))
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(t.Context())
+	require.ErrorIs(t, err, resilience.ErrCircuitOpen)
+	assert.Equal(t, [][]int{{0, 1}, {2, 3}}, calls.get(), "the third slice is not called")
+	assert.Len(t, dlq.Envelopes(), 4, "the failed slices' items, each dead-lettered alone")
 }
