@@ -536,3 +536,38 @@ func TestMapBatchBreakerCountsOneCallPerSlice(t *testing.T) {
 	assert.Equal(t, [][]int{{0, 1}, {2, 3}}, calls.get(), "the third slice is not called")
 	assert.Len(t, dlq.Envelopes(), 4, "the failed slices' items, each dead-lettered alone")
 }
+
+// Under AttemptTimeout a batch call has one call's deadline on the
+// pipeline's clock: a slice whose call outlives it fails each item with
+// an AttemptTimeoutError, and each is retried alone.
+func TestMapBatchAttemptTimeoutCoversTheSliceCall(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	var calls batchCalls
+	sink := &pipelinetest.Collector[int]{}
+	b := pipeline.New("mapbatch-timeout", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+		o.ItemRetry.MaxRetries = 1
+		o.ItemRetry.Backoff = resilience.NoBackoff()
+		o.ItemRetry.AttemptTimeout = time.Second
+	}))
+	out := pipeline.MapBatch(b, "bulk", pipeline.Source(b, "src", pipelinetest.NewSliceSource(ints(3)...)), 3, 0,
+		func(ctx context.Context, ins []int) ([]int, []error) {
+			calls.add(ins)
+			if len(ins) == 1 {
+				return ins, nil
+			}
+			<-ctx.Done() // the slice call hangs until its deadline
+			return make([]int, len(ins)), []error{ctx.Err(), ctx.Err(), ctx.Err()}
+		})
+	pipeline.Sink(b, "sink", out, sink)
+	p, err := b.Build()
+	require.NoError(t, err)
+	run := pipelinetest.Start(t.Context(), p)
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(time.Second)
+	res, err := run.Wait()
+	require.NoError(t, err)
+	assert.Equal(t, ints(3), append([]int{}, sink.Items()...))
+	assert.Equal(t, [][]int{{0, 1, 2}, {0}, {1}, {2}}, calls.get())
+	assert.Equal(t, int64(3), nodeOf(t, res, "bulk").ItemRetries)
+}
