@@ -39,8 +39,8 @@ var ErrBatchResults = errors.New("pipeline: MapBatch function returned the wrong
 // A batch call asks the node's circuit breaker for one permit; when it is
 // refused, each item of the slice goes through layer 1 alone. Under
 // AttemptTimeout a batch call has the same deadline as a single call. A
-// tracer (WithTracer) sees the calls layer 1 makes on one item, not the
-// batch calls.
+// tracer (observer.WithTracer) sees the calls layer 1 makes on one item,
+// not the batch calls.
 // After a node restart (layer 2), the item that failed the node is retried
 // alone, and the items of its slice not yet handed on are called again.
 //
