@@ -36,6 +36,7 @@ BENCHSTAT = golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1000000x -count=6 ./bench/ | tee bench.out
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1s -count=6 ./deadletter/ | tee -a bench.out
+	$(GO) test -run='^$$' -bench=. -benchtime=1x -count=3 -timeout=30m ./bench/flaky/ | tee -a bench.out
 	$(GO) test -c -o bench.connectors.test ./bench/connectors/
 	for i in 1 2 3 4 5 6; do ./bench.connectors.test -test.run='^$$' -test.bench=. -test.benchtime=10000x; done | tee -a bench.out
 	rm -f bench.connectors.test

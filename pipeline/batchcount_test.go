@@ -75,9 +75,9 @@ func TestStatsCountItemsThroughBatch(t *testing.T) {
 				"batch2": {In: 2, Out: 2, OutBatches: 1},
 				"merge":  {In: 14, Out: 14, InBatches: 4, OutBatches: 4},
 				"route":  {In: 14, Out: 14, InBatches: 4, OutBatches: 4},
-				// Each branch sees every batch and filters the other's.
-				"route[0]": {In: 14, Out: 10, InBatches: 4, OutBatches: 3, Filtered: 4},
-				"route[1]": {In: 14, Out: 4, InBatches: 4, OutBatches: 1, Filtered: 10},
+				// Each branch is handed its own batches alone.
+				"route[0]": {In: 10, Out: 10, InBatches: 3, OutBatches: 3},
+				"route[1]": {In: 4, Out: 4, InBatches: 1, OutBatches: 1},
 				"even":     {In: 10, Out: 10, InBatches: 3, OutBatches: 3},
 				"odd":      {In: 4, Out: 4, InBatches: 1, OutBatches: 1},
 			}

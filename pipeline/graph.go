@@ -72,7 +72,7 @@ type GraphEdge struct {
 	Buffer int
 	// Broadcast says that From's stream has several consumers, each of
 	// which gets every item. A route's branches are not a broadcast: each
-	// item goes on from one of them.
+	// item goes to one of them.
 	Broadcast bool
 }
 

@@ -126,11 +126,7 @@ func newProc[In, R, Out any](nr *nodeRun, user any, call func(context.Context, I
 		}
 		edges := outEdges[Out](nr)
 		for range writers {
-			w := newWriter(edges, n)
-			if n.kind == KindRoute && w.fan != nil {
-				w.fan.route = true
-			}
-			p.writers = append(p.writers, w)
+			p.writers = append(p.writers, newWriter(edges, n))
 		}
 		if n.cfg.parallel == 1 && n.cfg.keyed == nil {
 			// The reader's goroutine owns the writer: it hands over what

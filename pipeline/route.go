@@ -36,6 +36,10 @@ type routed[T any] struct {
 	val    T
 }
 
+// branchOf is the branch rv goes to: the index of its edge among the
+// router's output edges.
+func branchOf[T any](rv routed[T]) int { return rv.branch }
+
 // ErrNoBranch is matched by the error of an item whose Route pick returned
 // a branch that does not exist. It is permanent: the item goes to the
 // router's failure action.
@@ -51,14 +55,13 @@ var ErrNoBranch = fmt.Errorf("pipeline: no such branch")
 // A tracked item's done reports the outcome it has on its branch, as soon
 // as it has it, whatever the other branches do; an item that its branch
 // has not taken when the run stops ends Failed. Items keep their order
-// within a branch (without Parallel on the router). Every branch sees
-// every item and passes on its own, so one branch that stops reading
-// soon stops the router, and so the others.
+// within a branch (without Parallel on the router). The router hands each
+// item to its own branch alone; a branch that stops reading stops the
+// router once the router has an item for it, and so the others.
 //
 // The router is a node named name; branch i is a node named
-// "name[i]", of kind branch, whose In counts every item the router handed
-// on, Out the items routed to it and Filtered the items routed elsewhere.
-// opts apply to the router.
+// "name[i]", of kind branch, whose In and Out count the items routed to
+// it. opts apply to the router.
 func Route[T any](b *Builder, name string, in Stream[T], n int, pick func(T) int, opts ...NodeOption) []Stream[T] {
 	r := b.add(name, KindRoute, opts, in.s)
 	var size func(T) int
@@ -87,9 +90,17 @@ func Route[T any](b *Builder, name string, in Stream[T], n int, pick func(T) int
 			}
 			return routed[T]{branch: i, val: v}, nil
 		}
-		return newProc(nr, nil, call, func(ctx context.Context, w *writer[routed[T]], _ *tally, env envelope[T], rv routed[T]) error {
+		p := newProc(nr, nil, call, func(ctx context.Context, w *writer[routed[T]], _ *tally, env envelope[T], rv routed[T]) error {
 			return w.push(ctx, envelope[routed[T]]{val: rv, tr: env.tr})
 		})
+		for _, w := range p.writers {
+			if w.fan != nil {
+				// Each item to its own branch's edge alone: the branches
+				// are the output's consumers, in order.
+				w.fan.pick = branchOf[T]
+			}
+		}
+		return p
 	}
 	out := b.output(r)
 	streams := make([]Stream[T], max(n, 0))
@@ -100,16 +111,8 @@ func Route[T any](b *Builder, name string, in Stream[T], n int, pick func(T) int
 		}
 		br.newEdge = edgeOf[routed[T]]
 		br.newRunner = func(nr *nodeRun) runner {
-			st, size := nr.spec.stats, sizeOf[routed[T]](nr.spec.inSize)
 			call := func(_ context.Context, rv routed[T]) (routed[T], error) { return rv, nil }
 			return newProc(nr, nil, call, func(ctx context.Context, w *writer[T], _ *tally, env envelope[routed[T]], rv routed[T]) error {
-				if rv.branch != i {
-					// Another branch's item: that branch carries it, and
-					// its tracker, on (the router adds no part for this
-					// copy), so its done reports its own branch's outcome.
-					st.filtered.Add(count(size, rv))
-					return nil
-				}
 				return w.push(ctx, envelope[T]{val: rv.val, tr: env.tr})
 			})
 		}

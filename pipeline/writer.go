@@ -226,10 +226,9 @@ func (w *writer[T]) close(ctx context.Context) error {
 type fanOut[T any] struct {
 	edges []edge[T]
 	owed  [][]envelope[T] // per edge: committed items it has not taken yet
-	// route: every edge gets every item, but only one of them, the item's
-	// branch, carries it on (a Route's router): no part is added for the
-	// others, which drop it without a word.
-	route bool
+	// pick, when not nil, routes instead (a Route's router): each item is
+	// committed to the one edge pick names, with no part added.
+	pick func(T) int
 }
 
 func newFanOut[T any](edges []edge[T]) *fanOut[T] {
@@ -282,11 +281,19 @@ func (f *fanOut[T]) trySend(items []envelope[T]) (committed, pending bool) {
 	return committed, f.owes() || (!committed && len(items) > 0)
 }
 
-// commit makes every edge owed a copy of items. A tracked item now has a
-// part on every branch, each of which completes on its own.
+// commit makes every edge owed a copy of items, or, when routing, the
+// edge of each item's branch owed that item. A broadcast tracked item now
+// has a part on every branch, each of which completes on its own.
 func (f *fanOut[T]) commit(items []envelope[T]) {
+	if f.pick != nil {
+		for _, it := range items {
+			i := f.pick(it.val)
+			f.owed[i] = append(f.owed[i], it)
+		}
+		return
+	}
 	for _, it := range items {
-		if it.tr != nil && !f.route {
+		if it.tr != nil {
 			it.tr.add(len(f.edges) - 1)
 		}
 	}

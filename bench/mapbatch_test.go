@@ -1,0 +1,53 @@
+package bench_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// BenchmarkMapBatch moves b.N ints through source → x*2 on slices of 256
+// → sink: the hand-written baseline hands slices of 256 between its
+// goroutines (as BenchmarkBatched's does); MapBatch calls its function
+// once per 256 items and hands each result on as an item.
+func BenchmarkMapBatch(b *testing.B) {
+	b.Run("impl=handwritten", handBatches)
+	b.Run("impl=sluice-mapbatch", func(b *testing.B) { runMapBatch(b, nil) })
+	b.Run("impl=sluice-mapbatch-high-throughput", func(b *testing.B) {
+		runMapBatch(b, []pipeline.Option{pipeline.WithProfile(resilience.ProfileHighThroughput)})
+	})
+}
+
+func runMapBatch(b *testing.B, opts []pipeline.Option) {
+	b.ReportAllocs()
+	n := b.N
+	bl := pipeline.New("bench", opts...)
+	src := pipeline.Source(bl, "src", node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+		for i := range n {
+			if err := out.Emit(ctx, i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}))
+	dbl := pipeline.MapBatch(bl, "double", src, 256, 0, func(_ context.Context, in []int) ([]int, []error) {
+		for i := range in {
+			in[i] *= 2
+		}
+		return in, nil
+	})
+	s := 0
+	pipeline.Sink(bl, "sum", dbl, node.SinkFunc[int](func(_ context.Context, x int) error { s += x; return nil }))
+	p, err := bl.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	if _, err := p.Run(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	sinkSum = s
+}
