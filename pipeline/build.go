@@ -168,13 +168,14 @@ func checkWorkers(n *spec) []error {
 
 // checkBuffer checks node n's Buffer.
 func checkBuffer(n *spec) []error {
-	switch {
-	case n.cfg.buffer < -1:
-		return []error{fmt.Errorf("Buffer(%d): must not be negative", n.cfg.buffer)}
-	case n.cfg.buffer != -1 && !infoOf(n.kind).consumes:
-		return []error{fmt.Errorf("Buffer: a %s has no input channel; set Buffer on the nodes that read it", n.kind)}
+	var errs []error
+	if n.cfg.buffer < -1 {
+		errs = append(errs, fmt.Errorf("Buffer(%d): must not be negative", n.cfg.buffer))
 	}
-	return nil
+	if n.cfg.buffer != -1 && !infoOf(n.kind).consumes {
+		errs = append(errs, fmt.Errorf("Buffer: a %s has no input channel; set Buffer on the nodes that read it", n.kind))
+	}
+	return errs
 }
 
 // checkKindOptions checks that node n has only the options its kind

@@ -149,6 +149,10 @@ func (l *limiter) cancel(at time.Time) {
 // or returns ctx's cause when ctx ends first; the booking is then given
 // back, as far as later bookings allow (see cancel).
 func (l *limiter) wait(ctx context.Context) error {
+	// A call that will not be made books nothing, as x/time's Wait.
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
 	now, at := l.book()
 	if !at.After(now) {
 		return nil
