@@ -243,6 +243,8 @@ type keyedRun[In any] struct {
 	// Every item in it counts in inside, which never exceeds limit, so
 	// that sending to it never waits.
 	ready chan []kjob[In]
+	// parked are the items whose retry waits; each holds its lane.
+	parked *parking[kjob[In]]
 }
 
 // drop ends a lane whose last item left; mu is held.
@@ -286,12 +288,24 @@ func (p *proc[In, R, Out]) keyed(ctx context.Context) error {
 	k.lanes = p.nr.spec.cfg.keyed.(laneMaker[In]).lanes(max(2*limit, 4096))
 	g, gctx := errgroup.WithContext(ctx)
 	defer p.nr.group(gctx)()
+	// A parked item holds its lane and counts in inside: when it wakes,
+	// it goes on ready, which has room for every item inside.
+	k.parked = newParking(p.nr.rs.p.cfg.clock, p.nr.spec.cfg.maxParkedOr(), func(kj kjob[In]) {
+		k.ready <- []kjob[In]{kj}
+	})
 	free := make(chan []kjob[In], limit)
 	g.Go(func() error { return p.keyedDeal(gctx, k, free) })
 	for w := range n {
 		g.Go(func() error { return p.keyedWork(ctx, gctx, k, w, free) })
 	}
-	return g.Wait()
+	err := g.Wait()
+	left := k.parked.close()
+	jobs := make([]job[In], len(left))
+	for i, kj := range left {
+		jobs[i] = kj.job
+	}
+	p.unpark(gctx, jobs)
+	return err
 }
 
 // keyedDeal reads the input and admits each item: behind its key, or on
@@ -345,7 +359,7 @@ func (p *proc[In, R, Out]) keyedDeal(ctx context.Context, k *keyedRun[In], free 
 				continue
 			}
 			k.inside++
-			j := job[In]{env, t}
+			j := job[In]{env: env, t: t}
 			if !made {
 				l.q = append(l.q, j)
 				continue
@@ -481,9 +495,19 @@ func (kw *keyedWorker[In, R, Out]) handle(ctx, gctx context.Context, j job[In], 
 			return err
 		}
 	}
-	r, deliver, err := p.handle(gctx, j.env, j.t, idle)
+	r, deliver, st, err := p.handle(gctx, j.env, j.t, idle, j.st, true)
 	if err != nil {
 		return err
+	}
+	if st != nil {
+		// idle ran: the items before this one ended and those after it
+		// went back to ready. It leaves the chunk, keeping its lane, and
+		// parks until its wait ends.
+		kj := kw.cur[kw.i]
+		kw.cur[kw.i] = kjob[In]{}
+		kw.cur = kw.cur[:kw.i]
+		kj.st = st
+		return kw.k.parked.park(gctx, kj, st.wait)
 	}
 	if deliver {
 		if err := p.deliver(ctx, kw.out, &kw.done, j.env, r); err != nil { // see ordered

@@ -152,6 +152,9 @@ type nodeConfig struct {
 	rate    float64
 	burst   int
 	limited bool
+	// MaxParked: the cap on parked items, when given.
+	maxParked    int
+	maxParkedSet bool
 }
 
 // Parallel runs the node's work on n goroutines. Output keeps the input's

@@ -279,6 +279,9 @@ func (b *Builder) Build() (*Pipeline, error) {
 		if n.cfg.buffer < -1 {
 			fail(n.name, fmt.Errorf("Buffer(%d): must not be negative", n.cfg.buffer))
 		}
+		if err := parkCheck(n.cfg); err != nil {
+			fail(n.name, err)
+		}
 		if n.cfg.withKey != nil && n.kind != KindSource {
 			fail(n.name, fmt.Errorf("WithKey: only a source gives its items keys, not a %s", n.kind))
 		}
