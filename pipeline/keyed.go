@@ -16,9 +16,10 @@ import (
 // (key's result) is the same are handled one at a time, in the order they
 // arrived, and handed downstream in that order; items of other keys go on
 // meanwhile, on the other workers. An item that layer 1 is retrying holds
-// back only the items of its own key: before it waits, its worker hands
-// the rest of its work to the others. A node restart replays each key's
-// unfinished items in their order.
+// back only the items of its own key: while it waits, it parks (see
+// [MaxParked]), holding no worker, and its worker hands the rest of its
+// work to the others. A node restart replays each key's unfinished items
+// in their order.
 //
 // Items of different keys leave in no set order. The items waiting inside
 // the node, behind their keys or for a worker, are bounded by the node's

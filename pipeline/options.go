@@ -158,7 +158,9 @@ type nodeConfig struct {
 }
 
 // Parallel runs the node's work on n goroutines. Output keeps the input's
-// order unless [Unordered] is given as well. n must be at least 1.
+// order unless [Unordered] is given as well. n must be at least 1. With n
+// above 1, an item whose retry waits parks (see [MaxParked]) and its
+// worker goes on with later items.
 func Parallel(n int) NodeOption {
 	return func(c *nodeConfig) { c.parallel, c.parallelSet = n, true }
 }

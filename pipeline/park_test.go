@@ -334,7 +334,6 @@ func TestMaxParkedMustBePositive(t *testing.T) {
 	}
 }
 
-
 // A node restart while an item is parked replays it: each item reaches the
 // sink once and completes once as Delivered, and the parked item's replay
 // carries on its calls.
