@@ -508,7 +508,11 @@ func (kw *keyedWorker[In, R, Out]) handle(ctx, gctx context.Context, j job[In], 
 		kw.cur[kw.i] = kjob[In]{}
 		kw.cur = kw.cur[:kw.i]
 		kj.st = st
-		return kw.k.parked.park(gctx, kj, st.wait)
+		if err := kw.k.parked.park(gctx, kj, st.wait); err != nil {
+			p.unpark(gctx, []job[In]{kj.job})
+			return err
+		}
+		return nil
 	}
 	if deliver {
 		if err := p.deliver(ctx, kw.out, &kw.done, j.env, r); err != nil { // see ordered

@@ -196,12 +196,16 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	// unless it parks again.
 	resume := func(j job[In]) error {
 		defer pk.leave()
+		if err := p.stopping(gctx); err != nil {
+			p.unpark(gctx, []job[In]{j})
+			return err
+		}
 		r, deliver, st, err := p.handle(gctx, j.env, j.t, nil, j.st, true)
 		if err != nil {
 			return err
 		}
 		if st != nil {
-			return pk.park(gctx, job[In]{env: j.env, t: j.t, st: st}, st.wait)
+			return p.park(gctx, pk, job[In]{env: j.env, t: j.t, st: st})
 		}
 		j.st.slot.fill(r, deliver)
 		return nil
@@ -276,7 +280,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 					if st != nil {
 						slot = &parkSlot{done: make(chan struct{})}
 						st.slot = slot
-						if err := pk.park(gctx, job[In]{env: j.env, t: j.t, st: st}, st.wait); err != nil {
+						if err := p.park(gctx, pk, job[In]{env: j.env, t: j.t, st: st}); err != nil {
 							return err
 						}
 					}
@@ -373,7 +377,7 @@ func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 					return err
 				}
 				if st != nil {
-					return pk.park(gctx, job[In]{env: j.env, t: j.t, st: st}, st.wait)
+					return p.park(gctx, pk, job[In]{env: j.env, t: j.t, st: st})
 				}
 				if deliver {
 					if err := p.deliver(ctx, out, &done, j.env, r); err != nil { // see ordered
@@ -390,7 +394,12 @@ func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 					return err
 				}
 				if isResumed {
-					err := work(rj)
+					err := p.stopping(gctx)
+					if err != nil {
+						p.unpark(gctx, []job[In]{rj})
+					} else {
+						err = work(rj)
+					}
 					pk.leave()
 					if err != nil {
 						return err

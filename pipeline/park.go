@@ -240,7 +240,17 @@ func (pk *parking[T]) close() []T {
 	return left
 }
 
-// unpark closes pk at the end of a body: the items still parked did not
+// park parks j on pk for its wait. When the body ends first, j is
+// recorded as an item whose wait the end cut short (see unpark).
+func (p *proc[In, R, Out]) park(ctx context.Context, pk *parking[job[In]], j job[In]) error {
+	err := pk.park(ctx, j, j.st.wait)
+	if err != nil {
+		p.unpark(ctx, []job[In]{j})
+	}
+	return err
+}
+
+// unpark records the items left parked when a body ended: they did not
 // complete, and a replay after a restart carries on their calls and
 // history, as for an item whose wait the end of the body cut short.
 func (p *proc[In, R, Out]) unpark(ctx context.Context, left []job[In]) {
