@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 	"github.com/sluicehq/sluice/resilience"
@@ -122,9 +123,14 @@ func TestParkedItemHoldsNoWorkerUnordered(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	w := &waiter{waits: map[int]time.Duration{0: time.Hour}}
 	c := newCounter(n - 1)
-	b := parkPipeline(clock, w, c, pipelinetest.NewSliceSource(ints(n)...), []pipeline.NodeOption{pipeline.Parallel(4), pipeline.Unordered()})
+	rec := &pipelinetest.Recorder{}
+	b := parkPipeline(clock, w, c, pipelinetest.NewSliceSource(ints(n)...), []pipeline.NodeOption{pipeline.Parallel(4), pipeline.Unordered()}, pipeline.WithObserver(rec))
 	run := pipelinetest.Start(t.Context(), build(t, b))
 	await(t, c.reached, "the items after the waiting one")
+	// The observer heard of the retry before its wait, as without parking.
+	if evs := pipelinetest.Of[observer.RetryEvent](rec); len(evs) != 1 || evs[0].Delay != time.Hour || evs[0].Attempt != 1 {
+		t.Fatalf("retry events %+v; want one, of retry 1 after an hour", evs)
+	}
 	if got := c.items(); slices.Contains(got, 0) {
 		t.Fatalf("item 0 was delivered before its wait ended")
 	}
@@ -387,31 +393,42 @@ func TestRestartReplaysParkedItemOnce(t *testing.T) {
 	}
 }
 
-// A drain lets parked items finish: the source stops, the parked item is
-// delivered once its wait ends, and the run ends cleanly.
+// A drain lets parked items finish: the source stops, the parked items
+// are delivered once their waits end, and the run ends cleanly.
 func TestDrainFinishesParkedItems(t *testing.T) {
 	t.Parallel()
-	const n = 100
-	clock := clockwork.NewFakeClock()
-	w := &waiter{waits: map[int]time.Duration{0: time.Hour, 1: time.Hour}}
-	c := newCounter(n - 2)
-	src := &endlessSource{items: ints(n)}
-	b := parkPipeline(clock, w, c, src, []pipeline.NodeOption{pipeline.Parallel(4), pipeline.Unordered()})
-	p := build(t, b)
-	run := pipelinetest.Start(t.Context(), p)
-	await(t, c.reached, "the items that do not wait")
-	if err := clock.BlockUntilContext(t.Context(), 2); err != nil {
-		t.Fatal(err)
-	}
-	if !p.Drain() {
-		t.Fatal("no run to drain")
-	}
-	clock.Advance(time.Hour)
-	if _, err := run.Wait(); err != nil {
-		t.Fatal(err)
-	}
-	if got := c.items(); len(got) != n {
-		t.Fatalf("got %d items, want %d", len(got), n)
+	for _, v := range []struct {
+		opts    []pipeline.NodeOption
+		flowing int // items delivered while two wait
+	}{
+		{[]pipeline.NodeOption{pipeline.Parallel(4), pipeline.Unordered()}, 98},
+		{[]pipeline.NodeOption{pipeline.Parallel(4)}, 0},
+		{[]pipeline.NodeOption{pipeline.Keyed(4, func(x int) int { return x })}, 98},
+	} {
+		const n = 100
+		clock := clockwork.NewFakeClock()
+		w := &waiter{waits: map[int]time.Duration{0: time.Hour, 1: time.Hour}}
+		c := newCounter(v.flowing)
+		src := &endlessSource{items: ints(n)}
+		b := parkPipeline(clock, w, c, src, v.opts)
+		p := build(t, b)
+		run := pipelinetest.Start(t.Context(), p)
+		if v.flowing > 0 {
+			await(t, c.reached, "the items that do not wait")
+		}
+		if err := clock.BlockUntilContext(t.Context(), 2); err != nil {
+			t.Fatal(err)
+		}
+		if !p.Drain() {
+			t.Fatal("no run to drain")
+		}
+		clock.Advance(time.Hour)
+		if _, err := run.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if got := c.items(); len(got) != n {
+			t.Fatalf("%v: got %d items, want %d", v.opts, len(got), n)
+		}
 	}
 }
 
