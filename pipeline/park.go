@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -80,13 +81,16 @@ type parking[T any] struct {
 	max   int
 	wake  func(T)
 
+	// The counts, read without mu on the path of every chunk: the
+	// parked items, the woken ones and the holds.
+	nParked, nWoken, holds atomic.Int64
+	ended                  atomic.Bool
+
 	mu       sync.Mutex
 	parked   map[*parkedItem[T]]struct{}
 	woken    []T           // waiting for a worker, oldest first
 	signal   chan struct{} // holds a token while woken is not empty
 	room     chan struct{} // closed and replaced when a parked item wakes
-	holds    int
-	ended    bool
 	finished chan struct{}
 	closed   bool
 }
@@ -107,6 +111,9 @@ func newParking[T any](clock clockwork.Clock, max int, wake func(T)) *parking[T]
 // full returns, when max items are parked, a channel closed once one of
 // them wakes; nil otherwise.
 func (pk *parking[T]) full() <-chan struct{} {
+	if pk.nParked.Load() < int64(pk.max) {
+		return nil
+	}
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
 	if len(pk.parked) < pk.max {
@@ -135,7 +142,8 @@ func (pk *parking[T]) park(ctx context.Context, v T, d time.Duration) error {
 	}
 	it := &parkedItem[T]{v: v}
 	pk.parked[it] = struct{}{}
-	pk.holds++
+	pk.nParked.Add(1)
+	pk.holds.Add(1)
 	// Under mu: a timer that fires at once waits for it, and finds the
 	// item parked.
 	it.timer = pk.clock.AfterFunc(d, func() { pk.woke(it) })
@@ -151,6 +159,7 @@ func (pk *parking[T]) woke(it *parkedItem[T]) {
 		return
 	}
 	delete(pk.parked, it)
+	pk.nParked.Add(-1)
 	close(pk.room)
 	pk.room = make(chan struct{})
 	if pk.wake != nil {
@@ -159,6 +168,7 @@ func (pk *parking[T]) woke(it *parkedItem[T]) {
 		return
 	}
 	pk.woken = append(pk.woken, it.v)
+	pk.nWoken.Add(1)
 	pk.poke()
 	pk.mu.Unlock()
 }
@@ -174,12 +184,16 @@ func (pk *parking[T]) poke() {
 // take returns the oldest woken item, whose hold passes to the caller:
 // it calls leave once done with it.
 func (pk *parking[T]) take() (T, bool) {
+	var v T
+	if pk.nWoken.Load() == 0 {
+		return v, false
+	}
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
-	var v T
 	if len(pk.woken) == 0 {
 		return v, false
 	}
+	pk.nWoken.Add(-1)
 	v = pk.woken[0]
 	var zero T
 	pk.woken[0] = zero
@@ -191,30 +205,28 @@ func (pk *parking[T]) take() (T, bool) {
 }
 
 // enter takes a hold for a chunk of input on its way to a worker.
-func (pk *parking[T]) enter() {
-	pk.mu.Lock()
-	pk.holds++
-	pk.mu.Unlock()
-}
+func (pk *parking[T]) enter() { pk.holds.Add(1) }
 
 // leave gives up a hold.
 func (pk *parking[T]) leave() {
-	pk.mu.Lock()
-	pk.holds--
-	pk.check()
-	pk.mu.Unlock()
+	if pk.holds.Add(-1) == 0 && pk.ended.Load() {
+		pk.check()
+	}
 }
 
 // end records that the input ended: every chunk of it took its hold.
 func (pk *parking[T]) end() {
-	pk.mu.Lock()
-	pk.ended = true
+	pk.ended.Store(true)
 	pk.check()
-	pk.mu.Unlock()
 }
 
+// check closes finished once the input ended and no hold is left. Each of
+// leave and end writes its own count before it reads the other's, so
+// that the last of them sees both.
 func (pk *parking[T]) check() {
-	if pk.ended && pk.holds == 0 {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	if pk.ended.Load() && pk.holds.Load() == 0 {
 		select {
 		case <-pk.finished:
 		default:
@@ -235,8 +247,10 @@ func (pk *parking[T]) close() []T {
 		left = append(left, it.v)
 	}
 	clear(pk.parked)
+	pk.nParked.Store(0)
 	left = append(left, pk.woken...)
 	pk.woken = nil
+	pk.nWoken.Store(0)
 	return left
 }
 
