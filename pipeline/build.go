@@ -32,6 +32,7 @@ func (b *Builder) Build() (*Pipeline, error) {
 			checkOutput(n),
 			checkWorkers(n),
 			checkBuffer(n),
+			checkPark(n),
 			checkKindOptions(n),
 			checkRateLimit(n),
 			checkOwn(n),
@@ -176,6 +177,14 @@ func checkBuffer(n *spec) []error {
 		errs = append(errs, fmt.Errorf("Buffer: a %s has no input channel; set Buffer on the nodes that read it", n.kind))
 	}
 	return errs
+}
+
+// checkPark checks node n's MaxParked.
+func checkPark(n *spec) []error {
+	if err := parkCheck(n.cfg); err != nil {
+		return []error{err}
+	}
+	return nil
 }
 
 // checkKindOptions checks that node n has only the options its kind

@@ -28,6 +28,22 @@ type failure struct {
 	// their calls, their entries at the start of history, and how many
 	// restarts replayed it.
 	before, base, restarts int
+	// park, when not nil, says the item is not done: layer 1 chose to
+	// wait park.wait before its next call and the node parks it (see
+	// parking) instead of holding its worker.
+	park *retryState
+}
+
+// A retryState is layer 1's loop state of a parked item: what itemRetry
+// takes up when the item's wait ends.
+type retryState struct {
+	fl             failure
+	calls, retry   int
+	pause, started time.Time
+	wait           time.Duration // the wait that parked it
+	// slot is where an ordered node's collector waits for the item's
+	// result; nil on other nodes.
+	slot *parkSlot
 }
 
 // again returns what a replay of the item after a node restart starts
@@ -148,16 +164,21 @@ func (f idleFunc) run(ctx context.Context) error {
 // left (see failure.again), nil for an item's first attempt. ctx is
 // the context of the node's current body; idle, if not nil, runs before
 // each wait.
-func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, prior *failure, idle idleFunc) (R, *failure) {
+//
+// When parks is set, a wait chosen by the retry policy (backoff,
+// RetryAfter) is not waited: the item's loop state comes back in the
+// failure's park field, and from, when not nil, is such a state to take
+// up once the wait ended.
+func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, prior *failure, idle idleFunc, from *retryState, parks bool) (R, *failure) {
 	n := nr.spec
-	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == nil {
+	if n.res.ItemRetry.MaxRetries == 0 && n.breaker == nil && prior == nil && from == nil {
 		r, err := traced(ctx, nr, f, in, tr, 1)
 		if err != nil {
 			return r, nr.failed(ctx, err)
 		}
 		return r, nil
 	}
-	return itemRetry(ctx, nr, f, in, tr, prior, nil, nil, idle)
+	return itemRetryFrom(ctx, nr, f, in, tr, prior, nil, nil, idle, from, parks)
 }
 
 // itemRetry runs layer 1's loop. When first is not nil, the first call was
@@ -171,6 +192,13 @@ func attempt[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context
 // the item's retries: an outage becomes backpressure, bounded by MaxPause
 // from the item's first refusal.
 func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, prior *failure, first error, held *resilience.Permit, idle idleFunc) (R, *failure) {
+	return itemRetryFrom(ctx, nr, f, in, tr, prior, first, held, idle, nil, false)
+}
+
+// itemRetryFrom is itemRetry that may park (see attempt): parks lets it
+// return the item's loop state instead of waiting, and from is the state
+// of a parked item whose wait ended.
+func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, prior *failure, first error, held *resilience.Permit, idle idleFunc, from *retryState, parks bool) (R, *failure) {
 	n := nr.spec
 	o := &n.res.ItemRetry
 	pausing := n.breaker != nil && n.res.CircuitBreaker.WhenOpen == resilience.OpenPause
@@ -184,7 +212,9 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		started time.Time // under MaxElapsed: the first failure
 	)
 	retry := 0
-	if prior != nil {
+	if from != nil {
+		fl, calls, retry, pause, started = from.fl, from.calls, from.retry, from.pause, from.started
+	} else if prior != nil {
 		fl = *prior
 	} else if r := tr.resume(n.name); r.Retry > 0 {
 		// A delivery after a hand-off continues the retries it had.
@@ -300,6 +330,16 @@ func itemRetry[In, R any](ctx context.Context, nr *nodeRun, f func(context.Conte
 		if handedOff {
 			fl.handedOff = true
 			return zero, fl.out()
+		}
+		if d > 0 && parks && ctx.Err() == nil {
+			// The item waits parked: its worker moves on.
+			if werr := idle.run(ctx); werr != nil {
+				nr.record(&fl, ctx, werr, calls, 0)
+				return zero, fl.out()
+			}
+			fl.calls = calls
+			st := &retryState{fl: fl, calls: calls, retry: retry, pause: pause, started: started, wait: d}
+			return zero, &failure{park: st}
 		}
 		if d > 0 {
 			werr := idle.run(ctx)

@@ -15,9 +15,10 @@ import (
 // (key's result) is the same are handled one at a time, in the order they
 // arrived, and handed downstream in that order; items of other keys go on
 // meanwhile, on the other workers. An item that layer 1 is retrying holds
-// back only the items of its own key: before it waits, its worker hands
-// the rest of its work to the others. A node restart replays each key's
-// unfinished items in their order.
+// back only the items of its own key: while it waits, it parks (see
+// [MaxParked]), holding no worker, and its worker hands the rest of its
+// work to the others. A node restart replays each key's unfinished items
+// in their order.
 //
 // Items of different keys leave in no set order. The items waiting inside
 // the node, behind their keys or for a worker, are bounded by the node's
@@ -242,6 +243,8 @@ type keyedRun[In any] struct {
 	// Every item in it counts in inside, which never exceeds limit, so
 	// that sending to it never waits.
 	ready chan []kjob[In]
+	// parked are the items whose retry waits; each holds its lane.
+	parked *parking[kjob[In]]
 }
 
 // drop ends a lane whose last item left; mu is held.
@@ -285,12 +288,24 @@ func (p *proc[In, R, Out]) keyed(ctx context.Context) error {
 	k.lanes = p.nr.spec.cfg.keyed.(laneMaker[In]).lanes(max(2*limit, 4096))
 	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
+	// A parked item holds its lane and counts in inside: when it wakes,
+	// it goes on ready, which has room for every item inside.
+	k.parked = newParking(p.nr.rs.p.cfg.clock, p.nr.spec.cfg.maxParkedOr(), func(kj kjob[In]) {
+		k.ready <- []kjob[In]{kj}
+	})
 	free := make(chan []kjob[In], limit)
 	g.Go(func() error { return p.keyedDeal(gctx, k, free) })
 	for w := range n {
 		g.Go(func() error { return p.keyedWork(ctx, gctx, k, w, free) })
 	}
-	return g.Wait()
+	err := g.Wait()
+	left := k.parked.close()
+	jobs := make([]job[In], len(left))
+	for i, kj := range left {
+		jobs[i] = kj.job
+	}
+	p.unpark(gctx, jobs)
+	return err
 }
 
 // keyedDeal reads the input and admits each item: behind its key, or on
@@ -344,7 +359,7 @@ func (p *proc[In, R, Out]) keyedDeal(ctx context.Context, k *keyedRun[In], free 
 				continue
 			}
 			k.inside++
-			j := job[In]{env, t}
+			j := job[In]{env: env, t: t}
 			if !made {
 				l.q = append(l.q, j)
 				continue
@@ -480,9 +495,23 @@ func (kw *keyedWorker[In, R, Out]) handle(ctx, gctx context.Context, j job[In], 
 			return err
 		}
 	}
-	r, deliver, err := p.handle(gctx, j.env, j.t, idle)
+	r, deliver, st, err := p.handle(gctx, j.env, j.t, idle, j.st, true)
 	if err != nil {
 		return err
+	}
+	if st != nil {
+		// idle ran: the items before this one ended and those after it
+		// went back to ready. It leaves the chunk, keeping its lane, and
+		// parks until its wait ends.
+		kj := kw.cur[kw.i]
+		kw.cur[kw.i] = kjob[In]{}
+		kw.cur = kw.cur[:kw.i]
+		kj.st = st
+		if err := kw.k.parked.park(gctx, kj, st.wait); err != nil {
+			p.unpark(gctx, []job[In]{kj.job})
+			return err
+		}
+		return nil
 	}
 	if deliver {
 		if err := p.deliver(ctx, kw.out, &kw.done, j.env, r); err != nil { // see ordered

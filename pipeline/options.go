@@ -152,10 +152,15 @@ type nodeConfig struct {
 	rate    float64
 	burst   int
 	limited bool
+	// MaxParked: the cap on parked items, when given.
+	maxParked    int
+	maxParkedSet bool
 }
 
 // Parallel runs the node's work on n goroutines. Output keeps the input's
-// order unless [Unordered] is given as well. n must be at least 1.
+// order unless [Unordered] is given as well. n must be at least 1. With n
+// above 1, an item whose retry waits parks (see [MaxParked]) and its
+// worker goes on with later items.
 func Parallel(n int) NodeOption {
 	return func(c *nodeConfig) { c.parallel, c.parallelSet = n, true }
 }

@@ -13,18 +13,23 @@ const maxChunk = 16
 type job[In any] struct {
 	env envelope[In]
 	t   ticket
+	// st is the retry state of an item that was parked, nil for others.
+	st *retryState
 }
 
 type result[In, R any] struct {
 	job[In]
 	r       R
 	deliver bool
+	// slot, when not nil, holds the result of an item that parked.
+	slot *parkSlot
 }
 
 // deal reads the node's input and sends it as chunks to the workers'
 // channels in turn, closing them at the end. With a replay window each
-// item is a chunk of its own, so that each gets its ticket.
-func (p *proc[In, R, Out]) deal(ctx context.Context, jobs []chan []job[In], free []chan []job[In]) error {
+// item is a chunk of its own, so that each gets its ticket. Each chunk
+// takes a hold on pk, which its worker gives up.
+func (p *proc[In, R, Out]) deal(ctx context.Context, jobs []chan []job[In], free []chan []job[In], pk *parking[job[In]]) error {
 	defer func() {
 		for _, c := range jobs {
 			close(c)
@@ -38,6 +43,7 @@ func (p *proc[In, R, Out]) deal(ctx context.Context, jobs []chan []job[In], free
 		return (i + 1) % n
 	}
 	sendChunk := func(c []job[In]) error {
+		pk.enter()
 		err := send(ctx, jobs[w], c)
 		w = next(w)
 		return err
@@ -49,7 +55,7 @@ func (p *proc[In, R, Out]) deal(ctx context.Context, jobs []chan []job[In], free
 				return err
 			}
 			c := take(free[w])
-			if err := sendChunk(append(c, job[In]{env, t})); err != nil {
+			if err := sendChunk(append(c, job[In]{env: env, t: t})); err != nil {
 				return err
 			}
 			continue
@@ -103,10 +109,67 @@ func give[T any](free chan []T, c []T) {
 	}
 }
 
+// parking returns a new parking for a body of the node.
+func (p *proc[In, R, Out]) parking() *parking[job[In]] {
+	return newParking[job[In]](p.nr.rs.p.cfg.clock, p.nr.spec.cfg.maxParkedOr(), nil)
+}
+
+// next returns a parallel worker's next work: a woken parked item
+// (resumed), else a chunk of in, which it takes only while pk has room.
+// Before it blocks it flushes w. ok is false once the input ended and no
+// parked item is left; in is set to nil once it is closed.
+func next[In, Out any](ctx context.Context, pk *parking[job[In]], in *chan []job[In], w *writer[Out]) (c []job[In], resumed job[In], isResumed, ok bool, err error) {
+	for {
+		if j, ok := pk.take(); ok {
+			return nil, j, true, true, nil
+		}
+		src, room := *in, (<-chan struct{})(nil)
+		if src != nil {
+			if room = pk.full(); room != nil {
+				src = nil // no new input while the parking is full
+			}
+		}
+		var got, open bool
+		select {
+		case c, open = <-src:
+			got = true
+		default:
+		}
+		if !got {
+			if w != nil {
+				if err := w.flush(ctx); err != nil {
+					return nil, job[In]{}, false, false, err
+				}
+			}
+			select {
+			case c, open = <-src:
+				got = true
+			case <-pk.signal:
+			case <-room:
+			case <-pk.finished:
+				return nil, job[In]{}, false, false, nil
+			case <-ctx.Done():
+				return nil, job[In]{}, false, false, context.Cause(ctx)
+			}
+		}
+		if !got {
+			continue
+		}
+		if !open {
+			*in = nil
+			pk.end()
+			continue
+		}
+		return c, job[In]{}, false, true, nil
+	}
+}
+
 // ordered runs n workers fed round robin by a dealer; a collector reads the
 // workers' results in the same round, which restores the input order
 // without sequence numbers. A slow item holds back only the items after it
 // in the output; the other workers keep going until their queues are full.
+// An item whose retry waits parks: its result's place in the output is
+// kept (a parkSlot), and when its wait ends any worker makes its next call.
 func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
 	// Each worker's queues hold a share of the node's buffer, but at
@@ -115,6 +178,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	depth := max(p.buffer()/(n*maxChunk), minDepth)
 	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
+	pk := p.parking()
 	jobs := make([]chan []job[In], n)
 	jobFree := make([]chan []job[In], n)
 	results := make([]chan []result[In, R], n)
@@ -125,11 +189,78 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 		results[i] = make(chan []result[In, R], depth)
 		resFree[i] = make(chan []result[In, R], depth+2)
 	}
-	g.Go(func() error { return p.deal(gctx, jobs, jobFree) })
+	g.Go(func() error { return p.deal(gctx, jobs, jobFree, pk) })
+	// resume makes the next call of a woken item, and fills its slot
+	// unless it parks again.
+	resume := func(j job[In]) error {
+		defer pk.leave()
+		if err := p.stopping(gctx); err != nil {
+			p.unpark(gctx, []job[In]{j})
+			return err
+		}
+		r, deliver, st, err := p.handle(gctx, j.env, j.t, nil, j.st, true)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			return p.park(gctx, pk, job[In]{env: j.env, t: j.t, st: st})
+		}
+		j.st.slot.fill(r, deliver)
+		return nil
+	}
 	for w := range n {
 		g.Go(func() error {
-			defer close(results[w])
-			for c := range jobs[w] {
+			in := jobs[w]
+			// sendResults sends rs to the collector, serving woken items
+			// while it waits: the collector may wait for one of them.
+			sendResults := func(rs []result[In, R]) error {
+				for {
+					select {
+					case results[w] <- rs:
+						return nil
+					default:
+					}
+					if j, ok := pk.take(); ok {
+						if err := resume(j); err != nil {
+							return err
+						}
+						continue
+					}
+					select {
+					case results[w] <- rs:
+						return nil
+					case <-pk.signal:
+					case <-gctx.Done():
+						return context.Cause(gctx)
+					}
+				}
+			}
+			closed := false
+			defer func() {
+				if !closed {
+					close(results[w])
+				}
+			}()
+			for {
+				c, rj, isResumed, ok, err := next[In, Out](gctx, pk, &in, nil)
+				if err != nil {
+					return err
+				}
+				if in == nil && !closed {
+					// The collector needs no more of this worker's
+					// results; woken items fill their slots.
+					closed = true
+					close(results[w])
+				}
+				if !ok {
+					return nil
+				}
+				if isResumed {
+					if err := resume(rj); err != nil {
+						return err
+					}
+					continue
+				}
 				rs := take(resFree[w])
 				for k, j := range c {
 					if k%stopEvery == 0 {
@@ -139,18 +270,27 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 					}
 					// An ordered worker's results wait for the collector
 					// in input order anyway: nothing to hand over early.
-					r, deliver, err := p.handle(gctx, j.env, j.t, nil)
+					r, deliver, st, err := p.handle(gctx, j.env, j.t, nil, nil, true)
 					if err != nil {
 						return err
 					}
-					rs = append(rs, result[In, R]{j, r, deliver})
+					var slot *parkSlot
+					if st != nil {
+						slot = &parkSlot{done: make(chan struct{})}
+						st.slot = slot
+						if err := p.park(gctx, pk, job[In]{env: j.env, t: j.t, st: st}); err != nil {
+							return err
+						}
+					}
+					rs = append(rs, result[In, R]{job: j, r: r, deliver: deliver, slot: slot})
 				}
 				give(jobFree[w], c)
-				if err := send(gctx, results[w], rs); err != nil {
+				err = sendResults(rs)
+				pk.leave()
+				if err != nil {
 					return err
 				}
 			}
-			return nil
 		})
 	}
 	g.Go(func() error {
@@ -163,13 +303,19 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 				return err
 			}
 			for _, res := range rs {
-				if !res.deliver {
+				r, deliver := res.r, res.deliver
+				if s := res.slot; s != nil {
+					if r, deliver, err = waitSlot[R](gctx, s, out); err != nil {
+						return err
+					}
+				}
+				if !deliver {
 					continue
 				}
 				// Handing over watches the node's context, not the group's:
 				// a delivery cut short by a sibling's failure would leave
 				// part of an item downstream and replay it whole.
-				if err := p.deliver(ctx, out, &done, res.env, res.r); err != nil {
+				if err := p.deliver(ctx, out, &done, res.env, r); err != nil {
 					return err
 				}
 				p.in.ack(res.t)
@@ -177,49 +323,105 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 			give(resFree[i%n], rs)
 		}
 	})
-	return g.Wait()
+	err := g.Wait()
+	p.unpark(gctx, pk.close())
+	return err
+}
+
+// waitSlot waits for the result of a parked item of an ordered node; what
+// the collector gathered is handed over first.
+func waitSlot[R, Out any](ctx context.Context, s *parkSlot, out *writer[Out]) (r R, deliver bool, err error) {
+	select {
+	case <-s.done:
+	default:
+		if out != nil {
+			if err := out.flush(ctx); err != nil {
+				return r, false, err
+			}
+		}
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return r, false, context.Cause(ctx)
+		}
+	}
+	if s.deliver {
+		r = s.r.(R)
+	}
+	return r, s.deliver, nil
 }
 
 // unordered runs n workers on one shared queue; each hands its results over
-// through a writer of its own as soon as they are ready.
+// through a writer of its own as soon as they are ready. An item whose
+// retry waits parks, and when its wait ends the next free worker makes its
+// next call.
 func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
 	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
+	pk := p.parking()
 	jobs := make(chan []job[In], max(p.buffer()/maxChunk, n*minDepth))
 	free := make(chan []job[In], cap(jobs)+n)
-	g.Go(func() error { return p.deal(gctx, []chan []job[In]{jobs}, []chan []job[In]{free}) })
+	g.Go(func() error { return p.deal(gctx, []chan []job[In]{jobs}, []chan []job[In]{free}, pk) })
 	for w := range n {
 		g.Go(func() error {
 			out := p.writer(w)
 			done := tally{dst: &p.nr.spec.stats.out}
 			defer done.flush()
 			idle := p.idle(out, &done, false)
+			work := func(j job[In]) error {
+				r, deliver, st, err := p.handle(gctx, j.env, j.t, idle, j.st, true)
+				if err != nil {
+					return err
+				}
+				if st != nil {
+					return p.park(gctx, pk, job[In]{env: j.env, t: j.t, st: st})
+				}
+				if deliver {
+					if err := p.deliver(ctx, out, &done, j.env, r); err != nil { // see ordered
+						return err
+					}
+					p.in.ack(j.t)
+				}
+				return nil
+			}
+			in := jobs
 			for {
-				c, ok, err := recv(gctx, jobs, out)
+				c, rj, isResumed, ok, err := next(gctx, pk, &in, out)
 				if err != nil || !ok {
 					return err
+				}
+				if isResumed {
+					err := p.stopping(gctx)
+					if err != nil {
+						p.unpark(gctx, []job[In]{rj})
+					} else {
+						err = work(rj)
+					}
+					pk.leave()
+					if err != nil {
+						return err
+					}
+					continue
 				}
 				for k, j := range c {
 					if k%stopEvery == 0 {
 						if err := p.stopping(gctx); err != nil {
+							pk.leave()
 							return err
 						}
 					}
-					r, deliver, err := p.handle(gctx, j.env, j.t, idle)
-					if err != nil {
+					if err := work(j); err != nil {
+						pk.leave()
 						return err
-					}
-					if deliver {
-						if err := p.deliver(ctx, out, &done, j.env, r); err != nil { // see ordered
-							return err
-						}
-						p.in.ack(j.t)
 					}
 				}
 				give(free, c)
+				pk.leave()
 			}
 		})
 	}
-	return g.Wait()
+	err := g.Wait()
+	p.unpark(gctx, pk.close())
+	return err
 }

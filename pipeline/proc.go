@@ -246,28 +246,36 @@ func rescueCall[In, R any](nr *nodeRun, ctx context.Context, f func(context.Cont
 }
 
 // handle runs one item through layer 1 and its failure action; it reports
-// whether there is a result to deliver.
-func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket, idle idleFunc) (R, bool, error) {
+// whether there is a result to deliver. With parks, an item whose retry
+// waits is not done: handle returns its loop state, for the caller to
+// park it; from is such a state, when the item's wait ended.
+func (p *proc[In, R, Out]) handle(ctx context.Context, env envelope[In], t ticket, idle idleFunc, from *retryState, parks bool) (R, bool, *retryState, error) {
 	if t.prior != nil {
 		env.tr.unblame()
-	} else if p.calls != nil {
+	} else if p.calls != nil && from == nil {
 		// A parallel worker's first call of the item, counted as it is
 		// made: one atomic add, only for a node with a retry budget.
 		p.calls.Add(1)
 	}
-	r, fl := attempt(ctx, p.nr, p.call, env.val, env.tr, t.prior, idle)
+	r, fl := attempt(ctx, p.nr, p.call, env.val, env.tr, t.prior, idle, from, parks)
+	if fl != nil && fl.park != nil {
+		if from != nil {
+			fl.park.slot = from.slot
+		}
+		return r, false, fl.park, nil
+	}
 	if fl != nil {
 		r, fl = p.fallback(ctx, env.val, fl)
 	}
 	if fl == nil {
-		return r, true, nil
+		return r, true, nil, nil
 	}
 	if err := p.nr.itemFailed(ctx, env.val, env.tr, fl); err != nil {
 		p.in.spent(t, fl)
-		return r, false, err
+		return r, false, nil, err
 	}
 	p.in.ack(t)
-	return r, false, nil
+	return r, false, nil, nil
 }
 
 // runs is the loop of a node with one worker: it takes whole runs of input

@@ -1,0 +1,57 @@
+package pipeline
+
+import (
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// A full parking says so until one of its items wakes, and an item about
+// to park waits for that room: the intake of a Parallel node waits on
+// the same signal.
+func TestParkingFullUntilAnItemWakes(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clock := clockwork.NewFakeClock()
+	pk := newParking[int](clock, 2, nil)
+	if pk.full() != nil {
+		t.Fatal("an empty parking says it is full")
+	}
+	for i, d := range []time.Duration{time.Hour, 2 * time.Hour} {
+		if err := pk.park(ctx, i, d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	room := pk.full()
+	if room == nil {
+		t.Fatal("a parking with MaxParked items says it has room")
+	}
+	third := make(chan error, 1)
+	go func() { third <- pk.park(ctx, 2, time.Hour) }()
+	select {
+	case <-room:
+		t.Fatal("room before any item woke")
+	case err := <-third:
+		t.Fatalf("a third item parked past the cap: %v", err)
+	default:
+	}
+	if err := clock.BlockUntilContext(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Hour)
+	select {
+	case <-room:
+	case <-ctx.Done():
+		t.Fatal(ctx.Err())
+	}
+	if err := <-third; err != nil {
+		t.Fatal(err)
+	}
+	if v, ok := pk.take(); !ok || v != 0 {
+		t.Fatalf("took %v, %v; want the item that woke, 0", v, ok)
+	}
+	if left := pk.close(); len(left) != 2 {
+		t.Fatalf("close returned %v; want the two items still parked", left)
+	}
+}
