@@ -74,9 +74,11 @@ lint:
 
 ## tidy: go mod tidy in every module, each on its own (GOWORK=off; the
 ## nested modules' replace lines point at the checkout), as a user's build
-## would see it.
+## would see it. The modules are git's list of go.mod files (find's outside
+## a checkout). Use this, not `go work sync`, which writes the workspace's
+## versions into the core go.mod (docs/modules.md).
 tidy:
-	@set -e; for mod in $$(git ls-files ':(glob)**/go.mod'); do \
+	@set -e; for mod in $$(. .ci/gomod.sh && gomods); do \
 		dir=$$(dirname $$mod); echo "tidy $$dir"; \
 		(cd $$dir && GOWORK=off GOFLAGS=-mod=mod $(GO) mod tidy); \
 	done
