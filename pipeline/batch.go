@@ -70,44 +70,7 @@ func (b *batcher[T]) finish(ctx context.Context) error { return b.w.close(ctx) }
 func (b *batcher[T]) body(ctx context.Context) error {
 	defer b.in.n.flush()
 	defer b.w.out.flush()
-	var timer clockwork.Timer
-	stopTimer := func() {
-		if timer != nil {
-			timer.Stop()
-			timer = nil
-		}
-	}
-	defer stopTimer()
-	for {
-		var expired <-chan time.Time
-		if timer != nil {
-			expired = timer.Chan()
-		}
-		env, ok, timedOut, err := b.in.nextOr(ctx, expired)
-		switch {
-		case err != nil:
-			return err
-		case timedOut:
-			timer = nil
-			if err := b.emit(ctx); err != nil {
-				return err
-			}
-			continue
-		case !ok:
-			return b.emit(ctx)
-		}
-		b.took = true
-		if len(b.pending) == 0 && b.linger > 0 {
-			timer = b.nr.rs.p.cfg.clock.NewTimer(b.linger)
-		}
-		b.pending = append(b.pending, env)
-		if len(b.pending) >= b.size {
-			stopTimer()
-			if err := b.emit(ctx); err != nil {
-				return err
-			}
-		}
-	}
+	return gather(ctx, b.in, b.nr.rs.p.cfg.clock, b.linger, b.size, &b.pending, &b.took, b.emit)
 }
 
 func (b *batcher[T]) emit(ctx context.Context) error {
@@ -123,4 +86,49 @@ func (b *batcher[T]) emit(ctx context.Context) error {
 	b.pending = b.pending[:0]
 	b.batches++
 	return b.w.push(ctx, envelope[[]T]{val: vals, tr: tr})
+}
+
+// gather reads in until it ends, appending each envelope to *pending and
+// calling flush when size are held, when linger has passed on clock since
+// the first of them (0: never), and when the input ends. took is set once
+// anything was read.
+func gather[T any](ctx context.Context, in *reader[T], clock clockwork.Clock, linger time.Duration, size int, pending *[]envelope[T], took *bool, flush func(context.Context) error) error {
+	var timer clockwork.Timer
+	stopTimer := func() {
+		if timer != nil {
+			timer.Stop()
+			timer = nil
+		}
+	}
+	defer stopTimer()
+	for {
+		var expired <-chan time.Time
+		if timer != nil {
+			expired = timer.Chan()
+		}
+		env, ok, timedOut, err := in.nextOr(ctx, expired)
+		switch {
+		case err != nil:
+			return err
+		case timedOut:
+			timer = nil
+			if err := flush(ctx); err != nil {
+				return err
+			}
+			continue
+		case !ok:
+			return flush(ctx)
+		}
+		*took = true
+		if len(*pending) == 0 && linger > 0 {
+			timer = clock.NewTimer(linger)
+		}
+		*pending = append(*pending, env)
+		if len(*pending) >= size {
+			stopTimer()
+			if err := flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
 }

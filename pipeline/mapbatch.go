@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -146,44 +144,7 @@ func (m *batchMap[In, Out]) body(ctx context.Context) error {
 			return err
 		}
 	}
-	var timer clockwork.Timer
-	stopTimer := func() {
-		if timer != nil {
-			timer.Stop()
-			timer = nil
-		}
-	}
-	defer stopTimer()
-	for {
-		var expired <-chan time.Time
-		if timer != nil {
-			expired = timer.Chan()
-		}
-		env, ok, timedOut, err := m.in.nextOr(ctx, expired)
-		switch {
-		case err != nil:
-			return err
-		case timedOut:
-			timer = nil
-			if err := m.flush(ctx); err != nil {
-				return err
-			}
-			continue
-		case !ok:
-			return m.flush(ctx)
-		}
-		m.took = true
-		if len(m.pending) == 0 && m.linger > 0 {
-			timer = m.nr.rs.p.cfg.clock.NewTimer(m.linger)
-		}
-		m.pending = append(m.pending, env)
-		if len(m.pending) >= m.size {
-			stopTimer()
-			if err := m.flush(ctx); err != nil {
-				return err
-			}
-		}
-	}
+	return gather(ctx, m.in, m.nr.rs.p.cfg.clock, m.linger, m.size, &m.pending, &m.took, m.flush)
 }
 
 // flush settles the items gathered.
