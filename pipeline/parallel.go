@@ -203,7 +203,9 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 		jobs[i] = make(chan []job[In], depth)
 		jobFree[i] = make(chan []job[In], depth+2)
 		results[i] = make(chan []result[In, R], resDepth)
-		resFree[i] = make(chan []result[In, R], depth+2)
+		// The free list keeps every result slice the queue may hold, so
+		// that a full window allocates none.
+		resFree[i] = make(chan []result[In, R], resDepth+2)
 	}
 	g.Go(func() error { return p.deal(gctx, jobs, jobFree, pk, win) })
 	// resume makes the next call of a woken item, and fills its slot

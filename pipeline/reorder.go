@@ -13,33 +13,35 @@ import (
 // window of four times MaxParked fills before MaxParked does.
 const windowPerParked = 4
 
-// A reorderWindow bounds the items of an ordered node between its dealer and its
-// collector: the dealer takes room for a chunk before it sends it, the
-// collector gives it back once the chunk's results were handed over. A
-// chunk larger than the window passes when the window is empty, so that
-// the node never stops for good.
+// A reorderWindow bounds the items of an ordered node between its dealer
+// and its collector: the dealer takes room for a chunk before it sends it,
+// the collector gives it back once the chunk's results were handed over.
+// A chunk larger than the window passes when the window is empty, so that
+// the node never stops for good. Only the dealer acquires, so one reused
+// signal wakes it, with no allocation per wait.
 type reorderWindow struct {
 	max int
 
-	mu   sync.Mutex
-	used int
-	room chan struct{} // closed when room is given back; nil if no one waits
+	mu      sync.Mutex
+	used    int
+	waiting bool          // the dealer waits for room
+	room    chan struct{} // holds a token once room was given back to a waiting dealer
 }
 
-func newReorderWindow(max int) *reorderWindow { return &reorderWindow{max: max} }
+func newReorderWindow(max int) *reorderWindow {
+	return &reorderWindow{max: max, room: make(chan struct{}, 1)}
+}
 
 // acquire takes room for n items, waiting until there is room or ctx
-// ends; on ctx's end it takes nothing and returns ctx's cause.
+// ends; on ctx's end it takes nothing and returns ctx's cause. It is
+// called by one goroutine at a time.
 func (w *reorderWindow) acquire(ctx context.Context, n int) error {
 	w.mu.Lock()
 	for w.used > 0 && w.used+n > w.max {
-		if w.room == nil {
-			w.room = make(chan struct{})
-		}
-		room := w.room
+		w.waiting = true
 		w.mu.Unlock()
 		select {
-		case <-room:
+		case <-w.room:
 		case <-ctx.Done():
 			return context.Cause(ctx)
 		}
@@ -54,9 +56,12 @@ func (w *reorderWindow) acquire(ctx context.Context, n int) error {
 func (w *reorderWindow) release(n int) {
 	w.mu.Lock()
 	w.used -= n
-	if w.room != nil {
-		close(w.room)
-		w.room = nil
+	if w.waiting {
+		w.waiting = false
+		select {
+		case w.room <- struct{}{}:
+		default:
+		}
 	}
 	w.mu.Unlock()
 }
