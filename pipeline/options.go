@@ -160,7 +160,9 @@ type nodeConfig struct {
 // Parallel runs the node's work on n goroutines. Output keeps the input's
 // order unless [Unordered] is given as well. n must be at least 1. With n
 // above 1, an item whose retry waits parks (see [MaxParked]) and its
-// worker goes on with later items.
+// worker goes on with later items; an ordered node holds their results
+// in its reorder window, at most four times MaxParked items (4096 by
+// default), and reads no more input while the window is full.
 func Parallel(n int) NodeOption {
 	return func(c *nodeConfig) { c.parallel, c.parallelSet = n, true }
 }

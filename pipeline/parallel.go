@@ -28,8 +28,9 @@ type result[In, R any] struct {
 // deal reads the node's input and sends it as chunks to the workers'
 // channels in turn, closing them at the end. With a replay window each
 // item is a chunk of its own, so that each gets its ticket. Each chunk
-// takes a hold on pk, which its worker gives up.
-func (p *proc[In, R, Out]) deal(ctx context.Context, jobs []chan []job[In], free []chan []job[In], pk *parking[job[In]]) error {
+// takes a hold on pk, which its worker gives up, and, when win is not
+// nil, room in win, which the collector gives back.
+func (p *proc[In, R, Out]) deal(ctx context.Context, jobs []chan []job[In], free []chan []job[In], pk *parking[job[In]], win *reorderWindow) error {
 	defer func() {
 		for _, c := range jobs {
 			close(c)
@@ -43,6 +44,11 @@ func (p *proc[In, R, Out]) deal(ctx context.Context, jobs []chan []job[In], free
 		return (i + 1) % n
 	}
 	sendChunk := func(c []job[In]) error {
+		if win != nil {
+			if err := win.acquire(ctx, len(c)); err != nil {
+				return err
+			}
+		}
 		pk.enter()
 		err := send(ctx, jobs[w], c)
 		w = next(w)
@@ -170,12 +176,22 @@ func next[In, Out any](ctx context.Context, pk *parking[job[In]], in *chan []job
 // in the output; the other workers keep going until their queues are full.
 // An item whose retry waits parks: its result's place in the output is
 // kept (a parkSlot), and when its wait ends any worker makes its next call.
+// The later items go on meanwhile, their results waiting in the workers'
+// result queues, up to the node's reorder window (see [MaxParked]).
 func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
 	// Each worker's queues hold a share of the node's buffer, but at
 	// least minDepth chunks: with fewer, a worker that is briefly slow
 	// stalls the collector, and the others run dry.
 	depth := max(p.buffer()/(n*maxChunk), minDepth)
+	// The reorder window bounds the items between dealer and collector;
+	// the result queues have room for all of them (a chunk holds at least
+	// one item, and the dealer deals round robin), so that a worker never
+	// waits for the collector while the window has room: it waits only
+	// in the dealer, and keeps serving woken items meanwhile.
+	winSize := max(windowPerParked*p.nr.spec.cfg.maxParkedOr(), n*depth*maxChunk)
+	win := newReorderWindow(winSize)
+	resDepth := max(depth, winSize/n+2)
 	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
 	pk := p.parking()
@@ -186,10 +202,12 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	for i := range n {
 		jobs[i] = make(chan []job[In], depth)
 		jobFree[i] = make(chan []job[In], depth+2)
-		results[i] = make(chan []result[In, R], depth)
-		resFree[i] = make(chan []result[In, R], depth+2)
+		results[i] = make(chan []result[In, R], resDepth)
+		// The free list keeps every result slice the queue may hold, so
+		// that a full window allocates none.
+		resFree[i] = make(chan []result[In, R], resDepth+2)
 	}
-	g.Go(func() error { return p.deal(gctx, jobs, jobFree, pk) })
+	g.Go(func() error { return p.deal(gctx, jobs, jobFree, pk, win) })
 	// resume makes the next call of a woken item, and fills its slot
 	// unless it parks again.
 	resume := func(j job[In]) error {
@@ -320,6 +338,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 				}
 				p.in.ack(res.t)
 			}
+			win.release(len(rs))
 			give(resFree[i%n], rs)
 		}
 	})
@@ -362,7 +381,7 @@ func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 	pk := p.parking()
 	jobs := make(chan []job[In], max(p.buffer()/maxChunk, n*minDepth))
 	free := make(chan []job[In], cap(jobs)+n)
-	g.Go(func() error { return p.deal(gctx, []chan []job[In]{jobs}, []chan []job[In]{free}, pk) })
+	g.Go(func() error { return p.deal(gctx, []chan []job[In]{jobs}, []chan []job[In]{free}, pk, nil) })
 	for w := range n {
 		g.Go(func() error {
 			out := p.writer(w)

@@ -25,7 +25,9 @@ const defaultMaxParked = 1024
 //
 // Only a node whose calls need not run in input order parks: Keyed (the
 // waiting item's key stays blocked, other keys flow), Parallel (ordered:
-// its output slot stays reserved, later results wait behind it) and
+// its output slot stays reserved, later results wait behind it in the
+// node's reorder window of 4*n items, or more when the node's buffer
+// gives its workers' queues more room) and
 // Parallel with Unordered (any item may pass it). A node with the default
 // single worker waits in place: no later call starts while an earlier
 // item waits, and MaxParked changes nothing.
