@@ -26,21 +26,27 @@ var ErrBatchResults = errors.New("pipeline: MapBatch function returned the wrong
 // call, which f may keep or return. Each item keeps its own
 // fate: an item whose error is nil is done and its result handed on; each
 // other item goes through layer 1 alone, as if its own call had failed
-// with errs[i]: it is retried by calling f on a slice of that one item,
-// and dead-lettered, skipped or failed alone, with its own key, tracker
-// and counts. A nil errs says that every item succeeded. Slices of another
+// with errs[i] when the batch call returned: it is retried by calling f on
+// a slice of that one item, and dead-lettered, skipped or failed alone,
+// with its own key, tracker and counts. Its MaxElapsed, first failure,
+// first wait and a hand-off's Since count from the batch call's failure.
+// An item handed off to its source comes back as an ordinary item, which
+// may be gathered into a slice with others. A nil errs says that every item succeeded. Slices of another
 // length than ins fail the items left without a result or an error with
 // an error matching [ErrBatchResults] (every item of the slice when a
 // slice is too long), and a panic in f fails every item of its slice with
 // the [*resilience.PanicError]: both are permanent.
 //
-// A batch call asks the node's circuit breaker for one permit; when it is
-// refused, each item of the slice goes through layer 1 alone. Under
+// A batch call asks the node's circuit breaker for one permit and reports
+// it once: a failure when any item's error is transient, else ignored
+// (success when no item failed); when it is refused, each item of the
+// slice goes through layer 1 alone. Under
 // AttemptTimeout a batch call has the same deadline as a single call. A
 // tracer (observer.WithTracer) sees the calls layer 1 makes on one item,
 // not the batch calls.
 // After a node restart (layer 2), the item that failed the node is retried
-// alone, and the items of its slice not yet handed on are called again.
+// alone, and the items of its slice after it are settled with what the
+// batch call returned for them, without calling f again.
 //
 // MapBatch takes Buffer and NodeResilience; Build refuses Parallel,
 // Unordered, Keyed, Fallback and RateLimit, naming the node: one slice is

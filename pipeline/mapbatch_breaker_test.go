@@ -16,17 +16,19 @@ import (
 
 // A batch call counts as one call for the breaker: a slice in which any
 // item failed transiently is one failure, whatever the order of its items
-// (a permanent error first does not hide the outage).
+// (a permanent error first does not hide the outage); a slice whose
+// failed items all failed permanently says nothing of the dependency.
 func TestMapBatchBreakerSeesATransientFailureWhateverTheItemOrder(t *testing.T) {
 	t.Parallel()
 	bad := resilience.MarkPermanent(errors.New("bad input"))
 	down := resilience.MarkTransient(errors.New("dependency down"))
 	for _, c := range []struct {
-		name string
-		perm int // the item of the first slice {0, 1} with the permanent error
+		name  string
+		perms []int // the items of the first slice {0, 1} with a permanent error
 	}{
-		{"transient-first", 1},
-		{"permanent-first", 0},
+		{"transient-first", []int{1}},
+		{"permanent-first", []int{0}},
+		{"all-permanent", []int{0, 1}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -42,10 +44,10 @@ func TestMapBatchBreakerSeesATransientFailureWhateverTheItemOrder(t *testing.T) 
 			}))
 			out := pipeline.MapBatch(b, "bulk", pipeline.Source(b, "src", pipelinetest.NewSliceSource(0, 1, 2, 3)), 2, 0,
 				tenfold(&calls, func(v int) error {
-					switch v {
-					case c.perm:
+					switch {
+					case slices.Contains(c.perms, v):
 						return bad
-					case 0, 1:
+					case v < 2:
 						return down
 					}
 					return nil
@@ -54,6 +56,14 @@ func TestMapBatchBreakerSeesATransientFailureWhateverTheItemOrder(t *testing.T) 
 			p, err := b.Build()
 			require.NoError(t, err)
 			_, err = p.Run(t.Context())
+			if len(c.perms) == 2 {
+				// Bad input only: the breaker stays closed, the second
+				// slice is called.
+				require.NoError(t, err)
+				assert.Equal(t, [][]int{{0, 1}, {2, 3}}, calls.get())
+				assert.Len(t, dlq.Envelopes(), 2)
+				return
+			}
 			// The first slice failed (the dependency was down for one of
 			// its items): one failure opens the breaker, and the second
 			// slice is refused without a call.

@@ -8,9 +8,9 @@ import (
 // A writer sends one producer's items to the edges of its output stream:
 // one edge normally, several when the stream is broadcast or routed. It
 // gathers up to one batch of the edges' size and sends it whole; a tracked
-// item is sent at once, with what was gathered before it, because someone waits for its
-// completion; the node also flushes whenever its own input runs dry (see
-// reader.idle). Per-item edges have a batch of one, so every item is sent
+// item is sent at once, with what was gathered before it, because someone
+// waits for its completion; the node also flushes whenever its own input
+// runs dry (see reader.idle). Per-item edges have a batch of one, so every item is sent
 // as it comes. A writer belongs to one goroutine at a time.
 //
 // Every method that may wait takes the context of the node, which ends the
