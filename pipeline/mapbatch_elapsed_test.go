@@ -68,3 +68,59 @@ func TestMapBatchMaxElapsedCountsFromTheBatchCallFailure(t *testing.T) {
 		assert.Equal(t, t0, e.FirstFailure, "item %v: FirstFailure is the batch call's failure", e.Item)
 	}
 }
+
+// The first wait of each failed item of a slice starts at the batch call's
+// failure: an item whose turn comes after another item's retries waits
+// only what is left of its wait, and a wait handed off to the broker says
+// Since the batch call, with the delay left.
+func TestMapBatchFirstWaitCountsFromTheBatchCallFailure(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	t0 := clock.Now()
+	b := pipeline.New("mapbatch-first-wait", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+		o.ItemRetry.MaxRetries = 3
+		o.ItemRetry.Backoff = resilience.NoBackoff()
+	}))
+	// Items 4 and 5 fill the slice that item 3's redelivery joins.
+	br := newSimBroker(time.Minute, 1, 2, 3, 4, 5)
+	var mu sync.Mutex
+	callsAt := map[int][]time.Duration{} // item -> times of calls holding it, since t0
+	out := pipeline.MapBatch(b, "bulk", pipeline.Source[delivery](b, "src", br), 3, 0,
+		func(_ context.Context, ins []delivery) ([]delivery, []error) {
+			mu.Lock()
+			defer mu.Unlock()
+			errs := make([]error, len(ins))
+			for i, d := range ins {
+				callsAt[d.id] = append(callsAt[d.id], clock.Since(t0))
+				if len(callsAt[d.id]) == 1 {
+					switch d.id {
+					case 1:
+						errs[i] = wait(4 * time.Second) // waits in the node
+					case 2:
+						errs[i] = wait(3 * time.Second) // its turn comes at 4s
+					case 3:
+						errs[i] = wait(time.Hour) // handed to the broker at 4s
+					}
+				}
+			}
+			return ins, errs
+		})
+	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[delivery]{})
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), p), time.Second)
+	require.NoError(t, err)
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []time.Duration{0, 4 * time.Second}, callsAt[1])
+	assert.Equal(t, []time.Duration{0, 4 * time.Second}, callsAt[2], "item 2's 3 s wait had passed when its turn came")
+	br.mu.Lock()
+	defer br.mu.Unlock()
+	require.Len(t, br.handOffs, 1, "item 3's wait was handed off")
+	h := br.handOffs[0]
+	assert.Equal(t, t0, h.Since, "the retries started at the batch call's failure")
+	assert.Equal(t, t0, h.Envelope.FirstFailure)
+	assert.Equal(t, time.Hour-4*time.Second, h.Delay, "the wait left after the 4 s since the batch call")
+	assert.Equal(t, 1, h.Retry)
+}
