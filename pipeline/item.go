@@ -32,6 +32,9 @@ type failure struct {
 	// wait park.wait before its next call and the node parks it (see
 	// parking) instead of holding its worker.
 	park *retryState
+	// failedAt, when set, is when the call that record records next
+	// failed, if not now (a MapBatch batch call).
+	failedAt time.Time
 }
 
 // A retryState is layer 1's loop state of a parked item: what itemRetry
@@ -451,6 +454,9 @@ func (nr *nodeRun) record(fl *failure, ctx context.Context, err error, calls int
 		return
 	}
 	now := nr.rs.p.cfg.clock.Now()
+	if !fl.failedAt.IsZero() {
+		now, fl.failedAt = fl.failedAt, time.Time{}
+	}
 	if fl.first.IsZero() {
 		fl.first = now
 	}

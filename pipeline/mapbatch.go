@@ -292,7 +292,7 @@ func (m *batchMap[In, Out]) alone(ctx context.Context, c *called[In, Out], j int
 	)
 	if prior == nil && !c.refused {
 		first = c.errs[j]
-		from = &retryState{fl: failure{first: c.at}, started: c.at, failedAt: c.at, probe: c.probe}
+		from = &retryState{fl: failure{first: c.at, failedAt: c.at}, started: c.at, failedAt: c.at, probe: c.probe}
 		if r := it.tr.resume(nr.spec.name); r.Retry > 0 {
 			// A delivery after a hand-off continues the retries it had.
 			from.retry, from.started = r.Retry, r.Since

@@ -66,6 +66,9 @@ func TestMapBatchMaxElapsedCountsFromTheBatchCallFailure(t *testing.T) {
 	require.Len(t, envs, 2)
 	for _, e := range envs {
 		assert.Equal(t, t0, e.FirstFailure, "item %v: FirstFailure is the batch call's failure", e.Item)
+		if assert.NotEmpty(t, e.History) {
+			assert.Equal(t, t0, e.History[0].Time, "item %v: its first attempt is the batch call", e.Item)
+		}
 	}
 }
 
