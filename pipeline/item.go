@@ -32,6 +32,9 @@ type failure struct {
 	// wait park.wait before its next call and the node parks it (see
 	// parking) instead of holding its worker.
 	park *retryState
+	// failedAt, when set, is when the call that record records next
+	// failed, if not now (a MapBatch batch call).
+	failedAt time.Time
 }
 
 // A retryState is layer 1's loop state of a parked item: what itemRetry
@@ -41,6 +44,11 @@ type retryState struct {
 	calls, retry   int
 	pause, started time.Time
 	wait           time.Duration // the wait that parked it
+	// failedAt, when set, is when the call whose error itemRetry is given
+	// as first failed (a MapBatch batch call): the wait after it counts
+	// from then. probe says that call was a half-open breaker's probe.
+	failedAt time.Time
+	probe    bool
 	// slot is where an ordered node's collector waits for the item's
 	// result; nil on other nodes.
 	slot *parkSlot
@@ -212,8 +220,11 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 		started time.Time // under MaxElapsed: the first failure
 	)
 	retry := 0
+	var failedAt time.Time // when first's call failed, when not now
+	firstProbe := false
 	if from != nil {
 		fl, calls, retry, pause, started = from.fl, from.calls, from.retry, from.pause, from.started
+		failedAt, firstProbe = from.failedAt, from.probe
 	} else if prior != nil {
 		fl = *prior
 	} else if r := tr.resume(n.name); r.Retry > 0 {
@@ -224,9 +235,12 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 		var (
 			err              error
 			transient, probe bool
+			at               time.Time // when err's call failed, if before now
 		)
 		if first != nil {
 			err, first = first, nil
+			at, failedAt = failedAt, time.Time{}
+			probe = firstProbe
 			calls++
 			if ctx.Err() == nil {
 				transient, err = classify(ctx, o.Classifier, err)
@@ -291,6 +305,10 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 		if perr != nil {
 			nr.record(&fl, ctx, perr, calls, 0)
 			return zero, fl.out()
+		}
+		if !at.IsZero() {
+			// The wait started when the call failed.
+			d = max(0, d-nr.rs.p.cfg.clock.Since(at))
 		}
 		if o.MaxElapsed > 0 {
 			// No retry starts past MaxElapsed from the first failure.
@@ -436,6 +454,9 @@ func (nr *nodeRun) record(fl *failure, ctx context.Context, err error, calls int
 		return
 	}
 	now := nr.rs.p.cfg.clock.Now()
+	if !fl.failedAt.IsZero() {
+		now, fl.failedAt = fl.failedAt, time.Time{}
+	}
 	if fl.first.IsZero() {
 		fl.first = now
 	}

@@ -26,21 +26,27 @@ var ErrBatchResults = errors.New("pipeline: MapBatch function returned the wrong
 // call, which f may keep or return. Each item keeps its own
 // fate: an item whose error is nil is done and its result handed on; each
 // other item goes through layer 1 alone, as if its own call had failed
-// with errs[i]: it is retried by calling f on a slice of that one item,
-// and dead-lettered, skipped or failed alone, with its own key, tracker
-// and counts. A nil errs says that every item succeeded. Slices of another
+// with errs[i] when the batch call returned: it is retried by calling f on
+// a slice of that one item, and dead-lettered, skipped or failed alone,
+// with its own key, tracker and counts. Its MaxElapsed, first failure,
+// first wait and a hand-off's Since count from the batch call's failure.
+// An item handed off to its source comes back as an ordinary item, which
+// may be gathered into a slice with others. A nil errs says that every item succeeded. Slices of another
 // length than ins fail the items left without a result or an error with
 // an error matching [ErrBatchResults] (every item of the slice when a
 // slice is too long), and a panic in f fails every item of its slice with
 // the [*resilience.PanicError]: both are permanent.
 //
-// A batch call asks the node's circuit breaker for one permit; when it is
-// refused, each item of the slice goes through layer 1 alone. Under
+// A batch call asks the node's circuit breaker for one permit and reports
+// it once: a failure when any item's error is transient, else ignored
+// (success when no item failed); when it is refused, each item of the
+// slice goes through layer 1 alone. Under
 // AttemptTimeout a batch call has the same deadline as a single call. A
 // tracer (observer.WithTracer) sees the calls layer 1 makes on one item,
 // not the batch calls.
 // After a node restart (layer 2), the item that failed the node is retried
-// alone, and the items of its slice not yet handed on are called again.
+// alone, and the items of its slice after it are settled with what the
+// batch call returned for them, without calling f again.
 //
 // MapBatch takes Buffer and NodeResilience; Build refuses Parallel,
 // Unordered, Keyed, Fallback and RateLimit, naming the node: one slice is
@@ -115,8 +121,8 @@ type batchMap[In, Out any] struct {
 	pending []envelope[In]
 	// resume is what body takes up after a restart: the item that failed
 	// the node, with what its attempts left in resumeFailed, and the items
-	// of its slice after it.
-	resume       []envelope[In]
+	// of its slice after it, with their batch call's results.
+	resume       *called[In, Out]
 	resumeFailed *failure
 	took         bool
 	completed    int64
@@ -137,127 +143,171 @@ func (m *batchMap[In, Out]) finish(ctx context.Context) error { return m.w.close
 func (m *batchMap[In, Out]) body(ctx context.Context) error {
 	defer m.in.n.flush()
 	defer m.w.out.flush()
-	if items := m.resume; items != nil {
+	if c := m.resume; c != nil {
 		prior := m.resumeFailed
 		m.resume, m.resumeFailed = nil, nil
-		if err := m.settle(ctx, items, prior); err != nil {
+		c.items[0].tr.unblame()
+		if err := m.alone(ctx, c, 0, prior); err != nil {
+			return err
+		}
+		// The batch call's results for the items after it are in hand: f
+		// is not called on them again (a bulk write would write twice).
+		if err := m.settle(ctx, c, 1); err != nil {
 			return err
 		}
 	}
 	return gather(ctx, m.in, m.nr.rs.p.cfg.clock, m.linger, m.size, &m.pending, &m.took, m.flush)
 }
 
-// flush settles the items gathered.
+// flush calls f on the items gathered and settles them.
 func (m *batchMap[In, Out]) flush(ctx context.Context) error {
 	if len(m.pending) == 0 {
 		return nil
 	}
-	err := m.settle(ctx, m.pending, nil)
+	c, err := m.batch(ctx, m.pending)
+	if err == nil {
+		err = m.settle(ctx, c, 0)
+	}
 	clear(m.pending)
 	m.pending = m.pending[:0]
 	return err
 }
 
-// settle calls f on items and takes each through layer 1 and its failure
-// action. prior, when not nil, is what the first item's attempts left
-// before a node restart: that item is retried alone first. When an item
-// fails the node, it and the items after it are kept for the restart.
-func (m *batchMap[In, Out]) settle(ctx context.Context, items []envelope[In], prior *failure) (err error) {
-	if prior != nil {
-		items[0].tr.unblame()
-		if err := m.alone(ctx, items, 0, prior, nil, nil); err != nil {
-			return err
-		}
-		items = items[1:]
+// A called is a slice of items and what its batch call returned, kept
+// until each item is settled, across a node restart.
+type called[In, Out any] struct {
+	items []envelope[In]
+	outs  []Out   // nil when the breaker refused the call
+	errs  []error // nil when every item succeeded or the call was refused
+	// refused: the breaker refused the call, f was not called.
+	refused bool
+	// at is when the call failed: the failed items' first failure.
+	at time.Time
+	// probe: the call was a half-open breaker's probe.
+	probe bool
+}
+
+// rest returns c from item j on, its items copied: the gathered slice is
+// reused once settled.
+func (c *called[In, Out]) rest(j int) *called[In, Out] {
+	r := *c
+	r.items = slices.Clone(c.items[j:])
+	if c.outs != nil {
+		r.outs = c.outs[j:]
 	}
-	if len(items) == 0 {
-		return nil
+	if c.errs != nil {
+		r.errs = c.errs[j:]
 	}
+	return &r
+}
+
+// batch makes the batch call of f on items under the node's breaker,
+// which hears of it once: a success, a failure when any item's error is
+// transient, else ignored, whatever the order of the items.
+func (m *batchMap[In, Out]) batch(ctx context.Context, items []envelope[In]) (*called[In, Out], error) {
 	if ctx.Err() != nil {
 		// No call once the run stops.
-		return context.Cause(ctx)
+		return nil, context.Cause(ctx)
 	}
+	c := &called[In, Out]{items: items}
 	br := m.nr.spec.breaker
-	var (
-		held    *resilience.Permit
-		permit  resilience.Permit
-		refused bool
-	)
+	var permit resilience.Permit
 	if br != nil {
-		var perr error
-		if permit, perr = br.Allow(); perr != nil {
-			refused = true
-		} else {
-			held = &permit
-			defer func() {
-				// A permit no item took over: the node stopped first.
-				if held != nil {
-					br.Record(*held, resilience.CallIgnored)
-				}
-			}()
+		var err error
+		if permit, err = br.Allow(); err != nil {
+			c.refused = true
+			return c, nil
 		}
 	}
-	var outs []Out
-	var errs []error
-	if !refused {
-		outs, errs = m.call(ctx, items)
-		if errs != nil && !slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
-			errs = nil
+	c.outs, c.errs = m.call(ctx, items)
+	c.at = m.nr.rs.p.cfg.clock.Now()
+	if c.errs != nil && !slices.ContainsFunc(c.errs, func(e error) bool { return e != nil }) {
+		c.errs = nil
+	}
+	if br != nil {
+		br.Record(permit, m.breakerResult(ctx, c.errs))
+		c.probe = permit.Probe()
+	}
+	return c, nil
+}
+
+// breakerResult is what a batch call that returned errs reports to the
+// breaker: one call, failed when any of its items failed transiently.
+func (m *batchMap[In, Out]) breakerResult(ctx context.Context, errs []error) resilience.CallResult {
+	switch {
+	case errs == nil:
+		return resilience.CallSuccess
+	case ctx.Err() != nil:
+		// The echo of a cancellation says nothing of the dependency.
+		return resilience.CallIgnored
+	}
+	cl := m.nr.spec.res.ItemRetry.Classifier
+	for _, err := range errs {
+		if err == nil {
+			continue
 		}
-		if held != nil && errs == nil {
-			br.Record(*held, resilience.CallSuccess)
-			held = nil
+		if transient, _ := classify(ctx, cl, err); transient {
+			return resilience.CallFailure
 		}
 	}
-	for j := range items {
-		if refused || (errs != nil && errs[j] != nil) {
-			var first error
-			if !refused {
-				first = errs[j]
-			}
-			// The first failed item reports the batch call's permit,
-			// as its own call's.
-			h := held
-			held = nil
-			if err := m.alone(ctx, items, j, nil, first, h); err != nil {
+	return resilience.CallIgnored
+}
+
+// settle takes the items of c from item j on through layer 1 and their
+// failure action, in order: an item that succeeded in the batch call is
+// handed on, each other goes alone. When an item fails the node, it and
+// the items after it are kept, with their results, for the restart.
+func (m *batchMap[In, Out]) settle(ctx context.Context, c *called[In, Out], j int) error {
+	for ; j < len(c.items); j++ {
+		if c.refused || (c.errs != nil && c.errs[j] != nil) {
+			if err := m.alone(ctx, c, j, nil); err != nil {
 				return err
 			}
 			continue
 		}
 		m.completed++
-		if err := m.w.push(ctx, envelope[Out]{val: outs[j], tr: items[j].tr}); err != nil {
+		if err := m.w.push(ctx, envelope[Out]{val: c.outs[j], tr: c.items[j].tr}); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// alone takes item j of items through layer 1 by itself: first is the
-// error of its batch call, nil when it was not called (the breaker
-// refused the batch), and held the batch call's permit when the item
-// reports it. When the item fails the node, it and the items after it are
-// kept for a restart.
-func (m *batchMap[In, Out]) alone(ctx context.Context, items []envelope[In], j int, prior *failure, first error, held *resilience.Permit) error {
-	it := items[j]
+// alone takes item j of c through layer 1 by itself. prior, when not nil,
+// is what its attempts left before a node restart; else its first call is
+// the batch call, failed at c.at (or not made, when the breaker refused
+// it): its MaxElapsed, first failure, first wait and a hand-off's Since
+// count from that failure, not from when its turn comes. When the item
+// fails the node, it and the items after it are kept for a restart.
+func (m *batchMap[In, Out]) alone(ctx context.Context, c *called[In, Out], j int, prior *failure) error {
+	it := c.items[j]
 	nr := m.nr
 	idle := func(ctx context.Context) error {
 		m.in.n.flush()
 		return m.w.flush(ctx)
 	}
 	var (
-		r  Out
-		fl *failure
+		first error
+		from  *retryState
 	)
+	if prior == nil && !c.refused {
+		first = c.errs[j]
+		from = &retryState{fl: failure{first: c.at, failedAt: c.at}, started: c.at, failedAt: c.at, probe: c.probe}
+		if r := it.tr.resume(nr.spec.name); r.Retry > 0 {
+			// A delivery after a hand-off continues the retries it had.
+			from.retry, from.started = r.Retry, r.Since
+		}
+	}
 	if first == nil && prior == nil && m.calls != nil {
 		m.calls.Add(1)
 	}
-	r, fl = itemRetry(ctx, nr, m.one, it.val, it.tr, prior, first, held, idle)
+	r, fl := itemRetryFrom(ctx, nr, m.one, it.val, it.tr, prior, first, nil, idle, from, false)
 	if fl == nil {
 		m.completed++
 		return m.w.push(ctx, envelope[Out]{val: r, tr: it.tr})
 	}
 	if err := nr.itemFailed(ctx, it.val, it.tr, fl); err != nil {
-		m.resume, m.resumeFailed = slices.Clone(items[j:]), fl.again()
+		m.resume, m.resumeFailed = c.rest(j), fl.again()
 		return err
 	}
 	m.completed++

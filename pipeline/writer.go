@@ -5,12 +5,12 @@ import (
 	"sync/atomic"
 )
 
-// A writer sends one producer's items to every edge of its output stream:
-// one edge normally, several when the stream is broadcast. It gathers up to
-// one batch of the edges' size and sends it whole; a tracked item is sent
-// at once, with what was gathered before it, because someone waits for its
-// completion; the node also flushes whenever its own input runs dry (see
-// reader.idle). Per-item edges have a batch of one, so every item is sent
+// A writer sends one producer's items to the edges of its output stream:
+// one edge normally, several when the stream is broadcast or routed. It
+// gathers up to one batch of the edges' size and sends it whole; a tracked
+// item is sent at once, with what was gathered before it, because someone
+// waits for its completion; the node also flushes whenever its own input
+// runs dry (see reader.idle). Per-item edges have a batch of one, so every item is sent
 // as it comes. A writer belongs to one goroutine at a time.
 //
 // Every method that may wait takes the context of the node, which ends the
@@ -19,11 +19,11 @@ import (
 type writer[T any] struct {
 	buf []envelope[T] // gathered, not yet sent
 	max int           // the edges' batch size
-	one edge[T]       // the only edge; nil when the stream is broadcast
+	one edge[T]       // the only edge; nil when the stream has several
 	// keeps is set when the edge keeps the slices it is sent (a
 	// batchEdge): buf is then replaced after each send, else reused.
 	keeps bool
-	fan   *fanOut[T] // the edges of a broadcast stream
+	fan   *fanOut[T] // the edges of a broadcast or routed stream
 	out   tally      // the node's Out counter
 	// size is the items in one output item, when the node gives batches
 	// (nil otherwise), and batches its OutBatches counter.
@@ -219,10 +219,12 @@ func (w *writer[T]) close(ctx context.Context) error {
 	return nil
 }
 
-// A fanOut broadcasts a writer's items to several edges. Items are
-// committed to all edges at once, each edge getting its own copy, which it
-// is owed until it took it: an item is handed to every branch or, if the
-// call that sends it ends first, to none.
+// A fanOut hands a writer's items to several edges: to every edge of a
+// broadcast stream, each edge getting its own copy, or, for a Route, to
+// the one edge of each item's branch. Items are committed to their edges
+// at once, and each edge is owed its items until it took them: an item is
+// handed to every edge it is for or, if the call that sends it ends
+// first, to none.
 type fanOut[T any] struct {
 	edges []edge[T]
 	owed  [][]envelope[T] // per edge: committed items it has not taken yet
