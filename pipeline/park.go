@@ -43,9 +43,6 @@ func parkCheck(c nodeConfig) error {
 	return nil
 }
 
-// parks says whether a node with config c parks its waiting items.
-func (c *nodeConfig) parks() bool { return c.keyed != nil || c.parallel > 1 }
-
 // maxParkedOr returns the node's MaxParked, else the default.
 func (c *nodeConfig) maxParkedOr() int {
 	if c.maxParkedSet {
