@@ -31,19 +31,7 @@ func TestCloseDuringGatedAckerReturns(t *testing.T) {
 	cfg.CloseTimeout = 200 * time.Millisecond
 	src, err := nats.NewSource(cfg)
 	require.NoError(t, err)
-	gate := make(chan struct{})
-	var gateOnce atomic.Bool
-	open := func() {
-		if gateOnce.CompareAndSwap(false, true) {
-			close(gate)
-		}
-	}
-	var waitedOnAcks atomic.Bool
-	nats.GateAcker(src, gate, func(held, unsent int) {
-		if held == 0 && unsent > 0 {
-			waitedOnAcks.Store(true)
-		}
-	})
+	open, waitedOnAcks := gateAcker(src)
 	b := pipeline.New("gated-close")
 	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src), func(context.Context, nats.Message) error { return nil })
 	p, err := b.Build()

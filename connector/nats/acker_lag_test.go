@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -30,20 +31,8 @@ func TestLaggingAckerHoldsBackPulls(t *testing.T) {
 	cfg.Batch = batch
 	src, err := nats.NewSource(cfg)
 	require.NoError(t, err)
-	gate := make(chan struct{})
-	var gateOnce atomic.Bool
-	open := func() {
-		if gateOnce.CompareAndSwap(false, true) {
-			close(gate)
-		}
-	}
+	open, waitedOnAcks := gateAcker(src)
 	t.Cleanup(open)
-	var waitedOnAcks atomic.Bool
-	nats.GateAcker(src, gate, func(held, unsent int) {
-		if held == 0 && unsent > 0 {
-			waitedOnAcks.Store(true)
-		}
-	})
 
 	var stored atomic.Int64
 	b := pipeline.New("acker-lag")
@@ -75,4 +64,19 @@ func TestLaggingAckerHoldsBackPulls(t *testing.T) {
 	c = a.consumer(name, name)
 	assert.Equal(t, 0, c.NumAckPending, "every message acked")
 	assert.EqualValues(t, 0, c.NumPending)
+}
+
+// gateAcker holds back the acker of src's sessions until open is called
+// (once or more), and reports in waitedOnAcks whether Run waited for room
+// with nothing held but settlements not yet written.
+func gateAcker(src *nats.Source) (open func(), waitedOnAcks *atomic.Bool) {
+	gate := make(chan struct{})
+	var once sync.Once
+	waitedOnAcks = new(atomic.Bool)
+	nats.GateAcker(src, gate, func(held, unsent int) {
+		if held == 0 && unsent > 0 {
+			waitedOnAcks.Store(true)
+		}
+	})
+	return func() { once.Do(func() { close(gate) }) }, waitedOnAcks
 }
