@@ -1,19 +1,12 @@
 package pipeline_test
 
 import (
-	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
 	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/require"
-	"github.com/sluicehq/sluice/node"
-	"github.com/sluicehq/sluice/pipeline"
-	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 )
 
 // RateLimit keeps its rate only while its timers fire at most one slot per
@@ -38,54 +31,7 @@ func TestRateLimitFallsShortWhenTimersAreLaterThanOneSlotPerWorker(t *testing.T)
 		t.Run(fmt.Sprintf("%v/s,%d workers,steps of %v", c.rate, c.workers, c.step), func(t *testing.T) {
 			t.Parallel()
 			const calls = 100
-			clock := clockwork.NewFakeClock()
-			start := clock.Now()
-			var mu sync.Mutex
-			var at []time.Duration
-			enough := make(chan struct{})
-			tr := node.TransformFunc[int, int](func(_ context.Context, x int) (int, error) {
-				mu.Lock()
-				defer mu.Unlock()
-				at = append(at, clock.Since(start))
-				if len(at) == calls {
-					close(enough)
-				}
-				return x, nil
-			})
-			b := pipeline.New("rate", pipeline.WithClock(clock))
-			out := pipeline.Transform(b, "call", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(ints(calls+10*c.workers)...)), tr,
-				pipeline.Parallel(c.workers), pipeline.Unordered(), pipeline.RateLimit(c.rate, 1))
-			pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
-			ctx, cancel := context.WithCancel(t.Context())
-			run := pipelinetest.Start(ctx, build(t, b))
-			// A guard on the real clock, so that a worker that never waits
-			// fails the test instead of hanging it.
-			wctx, wcancel := context.WithTimeout(t.Context(), 30*time.Second)
-			defer wcancel()
-		drive:
-			for {
-				select {
-				case <-enough:
-					break drive
-				default:
-				}
-				if err := clock.BlockUntilContext(wctx, c.workers); err != nil {
-					select {
-					case <-enough:
-						break drive
-					default:
-					}
-					require.NoError(t, err, "every worker waits on the clock")
-				}
-				clock.Advance(c.step)
-			}
-			cancel()
-			_, err := run.Wait()
-			require.ErrorIs(t, err, context.Canceled)
-
-			mu.Lock()
-			defer mu.Unlock()
-			require.GreaterOrEqual(t, len(at), calls)
+			at := rateLimitedCallTimes(t, c.rate, c.workers, calls, c.step)
 			slot := time.Duration(float64(time.Second) / c.rate)
 			for i, d := range at[:calls] {
 				require.GreaterOrEqual(t, d, time.Duration(i)*slot, "call %d came before its slot", i+1)
