@@ -58,7 +58,11 @@ func TestPipelineBusyRetryCompleted(t *testing.T) {
 	waitUntil(t, func() bool { return g.Stats().Busy == 1 })
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the duplicate waits for its retry")
 	close(proceed)
-	waitUntil(t, func() bool { return g.Stats().Written >= 1 }) // "a" is completed
+	// Both keys are written before the clock moves: "a" once proceed is
+	// closed, and "b" by the worker the parked duplicate left free (waiting
+	// for a single write would let "b" stand for "a", and the retry could
+	// find "a" still busy).
+	waitUntil(t, func() bool { return g.Stats().Written == 2 })
 	res, err := pipelinetest.AdvanceUntilDone(ctx, clock, run, time.Second)
 	require.NoError(t, err)
 
