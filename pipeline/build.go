@@ -201,6 +201,10 @@ func checkKindOptions(n *spec) []error {
 	if n.cfg.fallback != nil && !ki.fallback {
 		errs = append(errs, fmt.Errorf("Fallback: only a transform has one, not a %s", n.kind))
 	}
+	if n.cfg.maxParkedSet && !ki.parks {
+		errs = append(errs, fmt.Errorf("MaxParked(%d): a %s never parks an item; only %s do", n.cfg.maxParked, n.kind,
+			kindsThat(func(k *kindInfo) bool { return k.parks })))
+	}
 	return errs
 }
 

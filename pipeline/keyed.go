@@ -304,6 +304,25 @@ func (p *proc[In, R, Out]) keyed(ctx context.Context) error {
 	for i, kj := range left {
 		jobs[i] = kj.job
 	}
+	// Woken items that no worker took wait on ready: they carry their
+	// calls so far, as parked ones do. close ran first, so no wake feeds
+	// ready any more.
+drain:
+	for {
+		select {
+		case c, ok := <-k.ready:
+			if !ok {
+				break drain
+			}
+			for _, kj := range c {
+				if kj.st != nil {
+					jobs = append(jobs, kj.job)
+				}
+			}
+		default:
+			break drain
+		}
+	}
 	p.unpark(gctx, jobs)
 	return err
 }

@@ -62,6 +62,10 @@ type kindInfo struct {
 	rateLimited bool
 	// fallback: takes Fallback.
 	fallback bool
+	// parks: takes MaxParked, its items' retry waits park while its
+	// workers move on (see MaxParked): the fallible kinds that take
+	// Parallel or Keyed.
+	parks bool
 	// emits: takes the source options SourceKey and SourceTraceHeaders.
 	emits bool
 	// class is the style class of the kind in Mermaid and DOT: "source",
@@ -78,14 +82,14 @@ var kinds = [...]kindInfo{
 	KindSource: {plural: "sources", callsUser: true, nodeRetried: true, emits: true,
 		class: "source", mermaid: [2]string{"([", "])"}, dot: ", shape=invhouse"},
 	KindTransform: {plural: "transforms", consumes: true, callsUser: true, fallible: true, nodeRetried: true, decides: true,
-		parallel: true, keyed: true, rateLimited: true, fallback: true, class: "work"},
+		parallel: true, keyed: true, rateLimited: true, fallback: true, parks: true, class: "work"},
 	KindSink: {plural: "sinks", consumes: true, callsUser: true, fallible: true, nodeRetried: true, decides: true,
-		parallel: true, keyed: true, rateLimited: true,
+		parallel: true, keyed: true, rateLimited: true, parks: true,
 		class: "sink", mermaid: [2]string{"[(", ")]"}, dot: ", shape=cylinder"},
 	KindFilter: {plural: "filters", consumes: true, callsUser: true, decides: true,
 		parallel: true, keyed: true, rateLimited: true, class: "work"},
 	KindFlatMap: {plural: "flat maps", consumes: true, callsUser: true, fallible: true, nodeRetried: true, decides: true,
-		parallel: true, keyed: true, rateLimited: true, class: "work"},
+		parallel: true, keyed: true, rateLimited: true, parks: true, class: "work"},
 	KindBatch:   {plural: "batches", consumes: true},
 	KindUnbatch: {plural: "unbatches", consumes: true},
 	KindMerge:   {plural: "merges", consumes: true},

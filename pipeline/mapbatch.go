@@ -76,6 +76,7 @@ func MapBatch[In, Out any](b *Builder, name string, in Stream[In], size int, lin
 			{c.keyed != nil, "Keyed"},
 			{c.fallback != nil, "Fallback"},
 			{c.limited, "RateLimit"},
+			{c.maxParkedSet, fmt.Sprintf("MaxParked(%d)", c.maxParked)},
 		} {
 			if o.set {
 				errs = append(errs, fmt.Errorf("%s: MapBatch calls one slice at a time and takes only Buffer and NodeResilience", o.name))

@@ -67,9 +67,9 @@ func (s *parkSlot) fill(r any, deliver bool) {
 
 // A parking holds the parked items of one body of a node: each waits on a
 // timer of the pipeline's clock (on the real clock a runtime timer: no
-// goroutine per item), and when its timer fires it goes to wake, or,
-// when wake is nil, to a queue that the node's workers serve before new
-// input.
+// goroutine per item), and when its timer fires it goes to wake (called
+// with the parking's lock held, so it must not wait), or, when wake is
+// nil, to a queue that the node's workers serve before new input.
 //
 // It also keeps the node's holds, so that its workers know when their work
 // ends: every item parked or woken holds one, and so does every chunk the
@@ -162,8 +162,11 @@ func (pk *parking[T]) woke(it *parkedItem[T]) {
 	close(pk.room)
 	pk.room = make(chan struct{})
 	if pk.wake != nil {
-		pk.mu.Unlock()
+		// Under mu, as close takes it: the item is either handed to wake
+		// before the body's end collects what wake fed, or left to close.
+		// wake must not wait.
 		pk.wake(it.v)
+		pk.mu.Unlock()
 		return
 	}
 	pk.woken = append(pk.woken, it.v)
