@@ -64,6 +64,8 @@ func newDependency(sc scenario) *dependency {
 var errBusy = errors.New("flaky: busy")
 
 func (d *dependency) call(_ context.Context, i int) (int, error) {
+	// The dependency's own time, on the real clock: a benchmark measures
+	// wall time, and the engine's waits run on the real clock here too.
 	time.Sleep(callTime)
 	if d.sc.fails(i) && !d.tried[i].Swap(true) {
 		return 0, resilience.RetryAfter(errBusy, d.sc.wait)
