@@ -26,9 +26,21 @@ import (
 // forward just before it arms its next timer: the clock moved after the
 // reading the timer's duration was computed from, as another goroutine
 // advancing it at that moment would move it.
+//
+// The test must not move the clock itself until the timer is armed again
+// from the newer reading: a move of its own while the engine is between
+// reading the clock and arming would be one more move while arming, which
+// no timer taking a duration can see. rearmed is closed once the timer
+// after the moved one is armed.
 type armMovingClock struct {
 	*clockwork.FakeClock
-	by atomic.Int64 // how far the next NewTimer moves the clock first, ns
+	by      atomic.Int64 // how far the next NewTimer moves the clock first, ns
+	moved   atomic.Bool  // the clock moved at an arm; the next arm closes rearmed
+	rearmed chan struct{}
+}
+
+func newArmMovingClock(at time.Time) *armMovingClock {
+	return &armMovingClock{FakeClock: clockwork.NewFakeClockAt(at), rearmed: make(chan struct{})}
 }
 
 func (c *armMovingClock) moveAtNextArm(d time.Duration) { c.by.Store(int64(d)) }
@@ -36,8 +48,26 @@ func (c *armMovingClock) moveAtNextArm(d time.Duration) { c.by.Store(int64(d)) }
 func (c *armMovingClock) NewTimer(d time.Duration) clockwork.Timer {
 	if by := c.by.Swap(0); by > 0 {
 		c.Advance(time.Duration(by))
+		defer c.moved.Store(true)
+		return c.FakeClock.NewTimer(d)
 	}
-	return c.FakeClock.NewTimer(d)
+	t := c.FakeClock.NewTimer(d)
+	if c.moved.CompareAndSwap(true, false) {
+		close(c.rearmed)
+	}
+	return t
+}
+
+// waitRearmed waits until the timer armed while the clock moved has been
+// armed again, and that timer is the clock's one waiter.
+func (c *armMovingClock) waitRearmed(t *testing.T, what string) {
+	t.Helper()
+	select {
+	case <-c.rearmed:
+	case <-time.After(armGuard):
+		t.Fatalf("%s was not armed again after the clock moved while arming: it would fire late by the move", what)
+	}
+	require.NoError(t, c.BlockUntilContext(t.Context(), 1), what)
 }
 
 // armGuard bounds, on the real clock, a wait for something that the fake
@@ -76,7 +106,7 @@ func (f *armFeed) Run(ctx context.Context, out node.Emitter[int]) error {
 func TestAggregateWindowEndsOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 	t.Parallel()
 	for range 10 {
-		clock := &armMovingClock{FakeClock: clockwork.NewFakeClockAt(armStart.Add(10 * time.Second))}
+		clock := newArmMovingClock(armStart.Add(10 * time.Second))
 		feed := newArmFeed()
 		got := make(chan time.Time, 1)
 		b := pipeline.New("agg", pipeline.WithClock(clock))
@@ -93,7 +123,7 @@ func TestAggregateWindowEndsOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 
 		clock.moveAtNextArm(20 * time.Second) // the window's timer, armed once the item is placed
 		feed.items <- 1
-		require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the window's timer")
+		clock.waitRearmed(t, "the window's timer")
 		clock.Advance(armStart.Add(time.Minute).Sub(clock.Now()))
 		select {
 		case at := <-got:
@@ -110,7 +140,7 @@ func TestAggregateWindowEndsOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 func TestJoinExpiresOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 	t.Parallel()
 	for range 10 {
-		clock := &armMovingClock{FakeClock: clockwork.NewFakeClockAt(armStart)}
+		clock := newArmMovingClock(armStart)
 		left, right := newArmFeed(), newArmFeed()
 		b := pipeline.New("join", pipeline.WithClock(clock))
 		pairs := pipeline.Join(b, "pair", pipeline.Source[int](b, "left", left), pipeline.Source[int](b, "right", right),
@@ -121,7 +151,7 @@ func TestJoinExpiresOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 
 		clock.moveAtNextArm(20 * time.Second) // the expiry timer, armed once the item waits
 		left.items <- 1
-		require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the expiry timer")
+		clock.waitRearmed(t, "the expiry timer")
 		clock.Advance(armStart.Add(time.Minute).Sub(clock.Now()))
 		select {
 		case o := <-left.outcomes:
@@ -138,7 +168,7 @@ func TestJoinExpiresOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 func TestAttemptTimeoutEndsOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 	t.Parallel()
 	for range 10 {
-		clock := &armMovingClock{FakeClock: clockwork.NewFakeClockAt(armStart)}
+		clock := newArmMovingClock(armStart)
 		deadlines := make(chan time.Time, 1)
 		ended := make(chan time.Time, 1)
 		tr := node.TransformFunc[int, int](func(ctx context.Context, v int) (int, error) {
@@ -161,7 +191,7 @@ func TestAttemptTimeoutEndsOnTimeWhenTheClockMovesWhileArming(t *testing.T) {
 
 		dl := <-deadlines
 		assert.Equal(t, armStart.Add(time.Minute), dl, "the deadline counts from the call's start")
-		require.NoError(t, clock.BlockUntilContext(t.Context(), 1), "the deadline's timer")
+		clock.waitRearmed(t, "the deadline's timer")
 		clock.Advance(dl.Sub(clock.Now()))
 		select {
 		case at := <-ended:

@@ -61,7 +61,7 @@ func TestLaggingAckerHoldsBackPulls(t *testing.T) {
 	p.Drain()
 	require.NoError(t, <-done)
 	assert.EqualValues(t, n, stored.Load(), "each message stored once")
-	c = a.consumer(name, name)
+	c = a.consumerAfterAcks(name, name)
 	assert.Equal(t, 0, c.NumAckPending, "every message acked")
 	assert.EqualValues(t, 0, c.NumPending)
 }

@@ -86,7 +86,7 @@ func TestBusyKeyIsNotPoison(t *testing.T) {
 	defer mu.Unlock()
 	assert.Equal(t, []string{"order-1"}, written, "written once")
 	assert.Empty(t, dead.Envelopes(), "never dead-lettered")
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumAckPending, "nothing pending")
 	assert.Zero(t, info.NumPending, "nothing left to deliver")
 }

@@ -156,7 +156,7 @@ func TestStopFinishesWhatWasSent(t *testing.T) {
 	require.NoError(t, err)
 	_, err = p.Run(testContext(t))
 	require.NoError(t, err)
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumAckPending, "every message emitted was acked")
 	assert.Equal(t, uint64(stored.Load()), info.AckFloor.Stream)
 	assert.Equal(t, 40, int(stored.Load())+int(info.NumPending), "the rest waits in the stream")

@@ -135,6 +135,33 @@ func (a *admin) consumer(stream, name string) *jetstream.ConsumerInfo {
 	return info
 }
 
+// consumerAfterAcks returns what the server says of a durable consumer
+// once it has taken in the acks a finished run wrote. The server applies an
+// ack on its own time, after the connection that wrote it is flushed and
+// closed, so a read straight after Run may still count it pending. It polls
+// until nothing is ack-pending or ackSettle passes, and returns the last
+// reading either way: a message the source never acked stays pending, and
+// the caller's assertion on it fails.
+func (a *admin) consumerAfterAcks(stream, name string) *jetstream.ConsumerInfo {
+	a.t.Helper()
+	deadline := time.Now().Add(ackSettle)
+	for {
+		info := a.consumer(stream, name)
+		if info.NumAckPending == 0 || time.Now().After(deadline) {
+			return info
+		}
+		select {
+		case <-testContext(a.t).Done():
+			return info
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// ackSettle bounds, on the real clock, how long the server may take to
+// apply acks already written and flushed.
+const ackSettle = 2 * time.Second
+
 // messages returns how many messages the stream stores.
 func (a *admin) messages(stream string) uint64 {
 	a.t.Helper()

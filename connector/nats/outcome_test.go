@@ -78,7 +78,7 @@ func TestAckOnlyOnTerminalOutcome(t *testing.T) {
 	<-release
 	require.NoError(t, <-done)
 
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumAckPending, "every message settled")
 	assert.Zero(t, info.NumRedelivered, "none comes back")
 	assert.Equal(t, uint64(20), info.AckFloor.Stream)

@@ -164,7 +164,7 @@ func lonePoison(t *testing.T, neighbours, batch int) {
 	for body, n := range written {
 		assert.Equal(t, 1, n, "%s written once", body)
 	}
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumPending, "nothing left to deliver")
 	assert.Zero(t, info.NumAckPending, "nothing delivered and not acked")
 }
