@@ -48,6 +48,13 @@ type Envelope struct {
 	// CorrelationID names the item: its own ([Correlated]), else the key
 	// its source gave it; empty when it has neither.
 	CorrelationID string `json:"correlation_id,omitempty"`
+	// Source is the source node the item, or the item it derives from,
+	// was emitted by with a position (node.Emitter's EmitAt), and Position
+	// is that position; both are empty otherwise. A resumed run replays
+	// the items after its last checkpoint, and the file sink writes no
+	// second envelope for one it already holds (see OpenFile).
+	Source   string `json:"source,omitempty"`
+	Position []byte `json:"position,omitempty"`
 
 	Attempts int `json:"attempts"` // calls made
 	// History is the item's failed calls, oldest first, across item

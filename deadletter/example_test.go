@@ -78,6 +78,10 @@ type emitter[T any] func(ctx context.Context, item T) error
 
 func (e emitter[T]) Emit(ctx context.Context, item T) error { return e(ctx, item) }
 
+func (e emitter[T]) EmitAt(ctx context.Context, item T, _ []byte) error {
+	return e(ctx, item)
+}
+
 func (e emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
 	err := e(ctx, item)
 	done(node.Delivered)

@@ -32,6 +32,10 @@ func (c *collector[T]) Emit(_ context.Context, item T) error {
 	return nil
 }
 
+func (c *collector[T]) EmitAt(ctx context.Context, item T, _ []byte) error {
+	return c.Emit(ctx, item)
+}
+
 func (c *collector[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
 	err := c.Emit(ctx, item)
 	if err != nil {

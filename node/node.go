@@ -38,6 +38,23 @@ type Emitter[T any] interface {
 	// or nacks there. If EmitTracked returns an error, done has run with
 	// Failed before it returns.
 	EmitTracked(ctx context.Context, item T, done func(Outcome)) error
+	// EmitAt is Emit for an item at position pos in the source's input:
+	// the point just after the item, from which [Resumable.Resume]
+	// continues with the next one. When the pipeline keeps checkpoints
+	// (pipeline.WithCheckpoint), it saves the highest position at or
+	// before which every item, and everything derived from it, has
+	// settled. pos is opaque to the pipeline, which keeps it until then:
+	// the source must not change it after the call.
+	EmitAt(ctx context.Context, item T, pos []byte) error
+}
+
+// Resumable is implemented by a source that can continue from a position
+// it gave with [Emitter.EmitAt]. The pipeline calls Resume before each run
+// of the source, with the last position its checkpoint store saved for it,
+// or nil to start at the beginning; the next Run emits the items after
+// pos. An error fails the run before any node starts.
+type Resumable interface {
+	Resume(pos []byte) error
 }
 
 // Sized is implemented by a source that knows how many items it emits in a

@@ -51,6 +51,10 @@ type emitAs struct {
 func (e emitAs) Emit(ctx context.Context, d delivery) error {
 	return e.out.Emit(ctx, cdelivery{d, e.cb})
 }
+func (e emitAs) EmitAt(ctx context.Context, d delivery, pos []byte) error {
+	return e.out.EmitAt(ctx, cdelivery{d, e.cb}, pos)
+}
+
 func (e emitAs) EmitTracked(ctx context.Context, d delivery, done func(node.Outcome)) error {
 	return e.out.EmitTracked(ctx, cdelivery{d, e.cb}, done)
 }

@@ -284,6 +284,11 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 	return err
 }
 
+func (e *emitter[T]) EmitAt(ctx context.Context, item T, pos []byte) error {
+	// Positions are not kept yet: see issue 29.
+	return e.Emit(ctx, item)
+}
+
 // hasOpen reports whether v has an Open; a node.Wrapper has one when
 // the node it wraps has (a few levels deep).
 func hasOpen(v any) bool {

@@ -142,6 +142,11 @@ type emitFunc[T any] func(T)
 
 func (f emitFunc[T]) Emit(_ context.Context, item T) error { f(item); return nil }
 
+func (f emitFunc[T]) EmitAt(_ context.Context, item T, _ []byte) error {
+	f(item)
+	return nil
+}
+
 func (f emitFunc[T]) EmitTracked(_ context.Context, item T, done func(node.Outcome)) error {
 	f(item)
 	done(node.Delivered)

@@ -161,6 +161,10 @@ type emitter struct {
 	tracked func(context.Context, rabbitmq.Message, func(node.Outcome)) error
 }
 
+func (e emitter) EmitAt(ctx context.Context, m rabbitmq.Message, _ []byte) error {
+	return e.Emit(ctx, m)
+}
+
 func (e emitter) EmitTracked(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
 	return e.tracked(ctx, m, done)
 }

@@ -42,6 +42,10 @@ func (e chanEmitter) Emit(ctx context.Context, m nats.Message) error {
 	return e.EmitTracked(ctx, m, func(node.Outcome) {})
 }
 
+func (e chanEmitter) EmitAt(ctx context.Context, m nats.Message, _ []byte) error {
+	return e.Emit(ctx, m)
+}
+
 func (e chanEmitter) EmitTracked(ctx context.Context, m nats.Message, done func(node.Outcome)) error {
 	select {
 	case e.ch <- tracked{m: m, done: done, at: time.Now()}:

@@ -21,7 +21,9 @@ type capEmitter struct {
 	got   chan struct{}
 }
 
-func (e *capEmitter) Emit(context.Context, rabbitmq.Message) error { return nil }
+func (e *capEmitter) Emit(context.Context, rabbitmq.Message) error           { return nil }
+func (e *capEmitter) EmitAt(context.Context, rabbitmq.Message, []byte) error { return nil }
+
 func (e *capEmitter) EmitTracked(_ context.Context, _ rabbitmq.Message, done func(node.Outcome)) error {
 	e.mu.Lock()
 	e.dones = append(e.dones, done)
