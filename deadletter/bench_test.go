@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -108,4 +109,43 @@ func BenchmarkReadFile(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkOpenFileHoldingKeys measures what OpenFile costs for a file of
+// 10 000 envelopes with positions: the time to read them and keep their
+// keys (ns/envelope), and the heap the keys take (B/key).
+func BenchmarkOpenFileHoldingKeys(b *testing.B) {
+	const n = 10_000
+	path := filepath.Join(b.TempDir(), "dlq.jsonl")
+	f, err := deadletter.OpenFile(path, deadletter.WithGroupCommit(time.Millisecond))
+	require.NoError(b, err)
+	var wg sync.WaitGroup
+	for w := range 50 {
+		wg.Go(func() {
+			for i := w; i < n; i += 50 {
+				if err := f.Write(b.Context(), positioned(i)); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.NoError(b, f.Close())
+
+	var heap uint64
+	b.ReportAllocs()
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f, err := deadletter.OpenFile(path)
+		require.NoError(b, err)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		heap = after.HeapAlloc - min(before.HeapAlloc, after.HeapAlloc)
+		require.NoError(b, f.Close())
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/n, "ns/envelope")
+	b.ReportMetric(float64(heap)/n, "B/key")
 }

@@ -20,6 +20,9 @@ var ErrClosed = errors.New("deadletter: file sink closed")
 // share fsyncs. [WithMaxBytes] rotates the file by size. Read a file back
 // with [ReadFile] or [ReadAll].
 //
+// A File writes at most one envelope for each item dead-lettered at a
+// source position: see [OpenFile].
+//
 // Once an fsync or a rotation fails, the File refuses every later Write
 // with that error: after a failed fsync the kernel may have dropped the
 // data, and writing on would hide the loss. The engine then fails the run.
@@ -35,6 +38,9 @@ type File struct {
 	err    error    // sticky failure
 	closed bool
 	stats  FileStats
+	// held has the key of every envelope with a position that the file
+	// and its rotated files hold, those written since OpenFile included.
+	held map[heldKey]struct{}
 
 	// Group commit only: kick tells the committer that a batch is open,
 	// stop asks it to exit, done closes when it has.
@@ -49,18 +55,34 @@ type FileStats struct {
 	Syncs     int64 // fsyncs of the file
 	Rotations int64 // files rotated away
 	Size      int64 // bytes in the current file
+	// Duplicates counts the envelopes Write did not write because the
+	// files held one with the same key already (see OpenFile).
+	Duplicates int64
 }
 
 // A batch is the writers waiting for one group commit.
 type batch struct {
-	done chan struct{} // closed after the sync
-	err  error         // set before done is closed
+	done chan struct{}        // closed after the sync
+	err  error                // set before done is closed
+	keys map[heldKey]struct{} // of the batch's lines that have one
 }
 
 // OpenFile opens the dead-letter file at path for appending, creating it
 // if needed. If the file ends in a torn line, left by a crash in the
 // middle of a write, OpenFile first ends that line, so that the reader
 // reports it as one corrupt line and every new envelope stays whole.
+//
+// OpenFile then reads every envelope that [ReadAll] reads, the files
+// rotated from path and path itself, and keeps a key for each that has a
+// [Envelope.Position]: a hash of its Pipeline, Source, Position,
+// OriginNode and encoded item (ItemType, Item, and ItemError and ItemText
+// for an item that could not be encoded). [File.Write] writes no second
+// envelope with a key the files hold, so that the items a resumed run
+// replays after its last checkpoint, dead-lettered before the crash, are
+// not dead-lettered twice. An envelope without a position is always
+// written. A torn or corrupt line holds no key. The File keeps 16 bytes
+// of hash per envelope with a position, not the lines; a file that
+// cannot be read fails OpenFile.
 //
 // The caller must call [File.Close], which syncs what is pending and,
 // under group commit, stops the File's goroutine.
@@ -80,7 +102,11 @@ func OpenFile(path string, opts ...FileOption) (*File, error) {
 	if err != nil {
 		return nil, err
 	}
-	file := &File{path: path, cfg: cfg, f: f, size: size, seq: seq}
+	held, err := loadHeld(path, f, size)
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	file := &File{path: path, cfg: cfg, f: f, size: size, seq: seq, held: held}
 	file.stats.Size = size
 	if cfg.groupCommit > 0 {
 		file.kick = make(chan struct{}, 1)
@@ -146,17 +172,22 @@ func endLine(f *os.File) (int64, error) {
 // and writes nothing, when ctx is already done. If ctx ends while Write
 // waits for a group commit, Write returns the context's cause, but the
 // line is in the file and the next commit syncs it: a retry of the same
-// envelope then writes it twice.
+// envelope writes it twice, unless it has a position.
+//
+// An envelope with a [Envelope.Position] whose key the files hold already
+// (see [OpenFile]) is not written again: Write returns nil once the line
+// that holds it is synced, as if it had written it, and counts it in
+// [FileStats].Duplicates. Of concurrent Writes of one key, one writes.
 func (f *File) Write(ctx context.Context, env Envelope) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("deadletter: %s: write: %w", f.path, context.Cause(ctx))
 	}
-	line, err := encodeLine(env, f.cfg.encode)
+	line, key, keyed, err := encodeLine(env, f.cfg.encode)
 	if err != nil {
 		return fmt.Errorf("deadletter: %s: encode envelope: %w", f.path, err)
 	}
 	f.mu.Lock()
-	b, err := f.appendLocked(line)
+	b, err := f.appendLocked(line, key, keyed)
 	f.mu.Unlock()
 	if err != nil || b == nil {
 		return err
@@ -174,14 +205,28 @@ func (f *File) Write(ctx context.Context, env Envelope) error {
 	}
 }
 
-// appendLocked writes line. It returns the batch to wait for under group
-// commit, nil when the line is synced already.
-func (f *File) appendLocked(line []byte) (*batch, error) {
+// appendLocked writes line, unless keyed and the files hold key already.
+// It returns the batch to wait for under group commit, nil when the line,
+// or the line that holds key, is synced already.
+func (f *File) appendLocked(line []byte, key heldKey, keyed bool) (*batch, error) {
 	switch {
 	case f.closed:
 		return nil, fmt.Errorf("%w: %s", ErrClosed, f.path)
 	case f.err != nil:
 		return nil, f.err
+	}
+	if keyed {
+		if _, ok := f.held[key]; ok {
+			f.stats.Duplicates++
+			// Lines outside the open batch are synced: only the open
+			// batch can hold the key's line unsynced.
+			if f.batch != nil {
+				if _, pending := f.batch.keys[key]; pending {
+					return f.batch, nil
+				}
+			}
+			return nil, nil
+		}
 	}
 	if f.cfg.maxBytes > 0 && f.size > 0 && f.size+int64(len(line)) > f.cfg.maxBytes {
 		if err := f.rotateLocked(); err != nil {
@@ -201,6 +246,11 @@ func (f *File) appendLocked(line []byte) (*batch, error) {
 	f.size += int64(len(line))
 	f.stats.Writes++
 	f.stats.Size = f.size
+	if keyed {
+		// Held from now on: a sync that fails is sticky, so no later
+		// Write can take the key for written when it is not.
+		f.held[key] = struct{}{}
+	}
 	if f.cfg.groupCommit == 0 {
 		if err := f.syncLocked(); err != nil {
 			return nil, err
@@ -213,6 +263,12 @@ func (f *File) appendLocked(line []byte) (*batch, error) {
 		case f.kick <- struct{}{}:
 		default: // the committer has a kick pending already
 		}
+	}
+	if keyed {
+		if f.batch.keys == nil {
+			f.batch.keys = map[heldKey]struct{}{}
+		}
+		f.batch.keys[key] = struct{}{}
 	}
 	return f.batch, nil
 }

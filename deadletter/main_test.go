@@ -17,9 +17,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	// The crash test runs this binary again as the child it kills.
+	// The crash tests run this binary again as the child they kill.
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(crashChild())
+	}
+	if os.Getenv(replayChildEnv) != "" {
+		os.Exit(replayChild())
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -28,6 +28,8 @@ type wireEnvelope struct {
 	OriginNode    string          `json:"origin_node"`
 	DecisionNode  string          `json:"decision_node"`
 	CorrelationID string          `json:"correlation_id,omitempty"`
+	Source        string          `json:"source,omitempty"`
+	Position      []byte          `json:"position,omitempty"`
 	Attempts      int             `json:"attempts"`
 	History       []wireAttempt   `json:"history"`
 	FirstFailure  time.Time       `json:"first_failure"`
@@ -48,11 +50,12 @@ type wireAttempt struct {
 var nullItem = json.RawMessage("null")
 
 // encodeLine returns env as one line of a dead-letter file, newline
-// included. An item that enc cannot encode does not fail the line: the
-// line records the encoding error and a text rendering of the item
-// instead. The error is non-nil only when the envelope itself cannot be
-// encoded, which takes a time outside the years 0 to 9999.
-func encodeLine(env Envelope, enc func(any) ([]byte, error)) ([]byte, error) {
+// included, and its key when it has a position (see keyOf). An item that
+// enc cannot encode does not fail the line: the line records the encoding
+// error and a text rendering of the item instead. The error is non-nil
+// only when the envelope itself cannot be encoded, which takes a time
+// outside the years 0 to 9999.
+func encodeLine(env Envelope, enc func(any) ([]byte, error)) (line []byte, key heldKey, keyed bool, err error) {
 	w := wireEnvelope{
 		Item:          nullItem,
 		ItemType:      env.ItemType,
@@ -64,6 +67,8 @@ func encodeLine(env Envelope, enc func(any) ([]byte, error)) ([]byte, error) {
 		OriginNode:    env.OriginNode,
 		DecisionNode:  env.DecisionNode,
 		CorrelationID: env.CorrelationID,
+		Source:        env.Source,
+		Position:      env.Position,
 		Attempts:      env.Attempts,
 		History:       make([]wireAttempt, len(env.History)),
 		FirstFailure:  utc(env.FirstFailure),
@@ -95,9 +100,10 @@ func encodeLine(env Envelope, enc func(any) ([]byte, error)) ([]byte, error) {
 	// byte-exact for tools.
 	e.SetEscapeHTML(false)
 	if err := e.Encode(w); err != nil {
-		return nil, err
+		return nil, heldKey{}, false, err
 	}
-	return buf.Bytes(), nil // Encode ends the line with '\n'
+	key, keyed = keyOf(w.Pipeline, w.Source, w.Position, w.OriginNode, w.ItemType, w.Item, w.ItemError, w.ItemText)
+	return buf.Bytes(), key, keyed, nil // Encode ends the line with '\n'
 }
 
 // encodeItem runs enc and checks its result, so that a panicking encoder
@@ -144,6 +150,8 @@ func decodeLine(line []byte) (Envelope, error) {
 		OriginNode:    w.OriginNode,
 		DecisionNode:  w.DecisionNode,
 		CorrelationID: w.CorrelationID,
+		Source:        w.Source,
+		Position:      w.Position,
 		Attempts:      w.Attempts,
 		FirstFailure:  utc(w.FirstFailure),
 		LastFailure:   utc(w.LastFailure),

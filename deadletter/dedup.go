@@ -1,0 +1,90 @@
+package deadletter
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+)
+
+// A heldKey names the envelope of one item dead-lettered at one source
+// position: 128 bits of a SHA-256 of the envelope's pipeline, source,
+// position, origin node and encoded item. The file sink keeps these, not
+// the lines, for every envelope it holds that has a position.
+type heldKey [16]byte
+
+// keyOf returns the key of an envelope with these fields, and false when
+// the envelope has no position: such an envelope is never deduplicated.
+// The item is its encoding as it stands in the file; an item that could
+// not be encoded counts by its type, encoder error and text, which is all
+// the file keeps of it.
+func keyOf(pipeline, source string, position []byte, origin, itemType string, item []byte, itemError, itemText string) (heldKey, bool) {
+	if len(position) == 0 {
+		return heldKey{}, false
+	}
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	for _, field := range [][]byte{[]byte(pipeline), []byte(source), position, []byte(origin),
+		[]byte(itemType), item, []byte(itemError), []byte(itemText)} {
+		// Each field with its length, so that no two lists of fields hash
+		// the same bytes.
+		h.Write(n[:binary.PutUvarint(n[:], uint64(len(field)))])
+		h.Write(field)
+	}
+	var key heldKey
+	copy(key[:], h.Sum(nil))
+	return key, true
+}
+
+// envelopeKey is keyOf for an envelope read from a file.
+func envelopeKey(env Envelope) (heldKey, bool) {
+	raw, _ := env.Item.(json.RawMessage)
+	return keyOf(env.Pipeline, env.Source, env.Position, env.OriginNode, env.ItemType, raw, env.ItemError, env.ItemText)
+}
+
+// loadHeld returns the keys of the envelopes with a position in the files
+// that rotation produced from path and in live, the open file at path
+// whose first size bytes are whole lines: every envelope that [ReadAll]
+// reads. A torn or corrupt line is no envelope and holds no key. A file
+// that cannot be read is an error: going on without its keys would write
+// its envelopes again.
+func loadHeld(path string, live *os.File, size int64) (map[heldKey]struct{}, error) {
+	held := map[heldKey]struct{}{}
+	var failed error
+	add := func(r Record, err error) bool {
+		if err != nil {
+			var le *LineError
+			if errors.As(err, &le) {
+				return true // not an envelope: a replay writes it again
+			}
+			failed = err
+			return false
+		}
+		if key, ok := envelopeKey(r.Envelope); ok {
+			held[key] = struct{}{}
+		}
+		return true
+	}
+	rotated, err := Rotated(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range rotated {
+		for r, err := range ReadRecords(p) {
+			if !add(r, err) {
+				break
+			}
+		}
+		if failed != nil {
+			return nil, fmt.Errorf("deadletter: open %s: read the envelopes it holds: %w", path, failed)
+		}
+	}
+	readRecords(path, io.NewSectionReader(live, 0, size), add)
+	if failed != nil {
+		return nil, fmt.Errorf("deadletter: open %s: read the envelopes it holds: %w", path, failed)
+	}
+	return held, nil
+}
