@@ -222,7 +222,7 @@ func TestDrainDuringNodeRetryFailsTheRun(t *testing.T) {
 func TestDrainTimerLeaksWhenDrainRacesRunEnd(t *testing.T) {
 	t.Parallel()
 	leaks := 0
-	for i := range 3000 {
+	for i := range 1500 {
 		clock := clockwork.NewFakeClock()
 		b := pipeline.New("drain", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithDrainTimeout(time.Hour))
 		pipeline.ForEach(b, "sink", pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1)), func(context.Context, int) error { return nil })
@@ -236,6 +236,7 @@ func TestDrainTimerLeaksWhenDrainRacesRunEnd(t *testing.T) {
 					return
 				default:
 					p.Drain()
+					runtime.Gosched()
 				}
 			}
 		})
