@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/node"
 )
@@ -75,4 +76,11 @@ func runFrom[T any](t testing.TB, src source[T], pos []byte) *recorder[T] {
 	r := &recorder[T]{}
 	require.NoError(t, src.Run(context.Background(), r))
 	return r
+}
+
+// deadletterMemory gives src a memory dead-letter sink.
+func deadletterMemory(src deadletter.DeadLetterWriter) *deadletter.Memory {
+	dlq := deadletter.NewMemory(100)
+	src.UseDeadLetter(dlq, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+	return dlq
 }

@@ -33,15 +33,15 @@ type input struct {
 // openInput opens the file at path and moves to p. A file that starts with
 // the gzip magic bytes is decompressed, and reading moves forward to p's
 // offset. Errors name the path.
-func openInput(ctx context.Context, path string, p position) (in *input, err error) {
+func openInput(ctx context.Context, path string, p position) (_ *input, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("file: %w", err)
 	}
-	in = &input{f: f, at: p}
+	in := &input{f: f, at: p}
 	defer func() {
 		if err != nil {
-			in.close()
+			_ = in.close()
 		}
 	}()
 	br := bufio.NewReaderSize(f, bufSize)
@@ -154,17 +154,17 @@ func (in *input) close() error {
 type counter int
 
 const (
-	countLines     counter = iota // every line, empty ones too (Lines)
-	countNonEmpty                 // lines with more than "\r" (encoding/csv skips the others)
-	countNonBlank                 // lines with more than spaces, tabs and "\r" (JSONL)
-	noCount        counter = -1   // the count is not known cheaply (gzip)
+	countLines    counter = iota // every line, empty ones too (Lines)
+	countNonEmpty                // lines with more than "\r" (encoding/csv skips the others)
+	countNonBlank                // lines with more than spaces, tabs and "\r" (JSONL)
 )
 
-// count returns how many lines of in's file after its position c counts.
-// It reads the rest of the file (a plain one) with ReadAt, leaving the
+// count returns how many lines of in's file after its position c counts,
+// or -1 for a gzip file, whose lines are known only once it is
+// decompressed. It reads the rest of the file (a plain one) with ReadAt, leaving the
 // read offset alone.
 func (c counter) count(ctx context.Context, in *input) (int64, error) {
-	if in.gzip || c == noCount {
+	if in.gzip {
 		return -1, nil
 	}
 	buf := make([]byte, 256<<10)

@@ -5,15 +5,17 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 )
 
 // A lineReader reads the lines of an input, of any length, and keeps the
 // position after each.
 type lineReader struct {
-	r   *bufio.Reader
-	at  position // after the last line read
-	buf []byte   // the line being assembled when it spans buffers
+	path string
+	r    *bufio.Reader
+	at   position // after the last line read
+	buf  []byte   // the line being assembled when it spans buffers
 }
 
 // next returns the next line with its end ("\n" or "\r\n") cut off, valid
@@ -30,7 +32,7 @@ func (l *lineReader) next() (line []byte, num int64, err error) {
 		line = l.buf
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, 0, err
+		return nil, 0, fmt.Errorf("file: read %s: %w", l.path, err)
 	}
 	if len(line) == 0 {
 		return nil, 0, io.EOF
@@ -47,8 +49,8 @@ type linesFormat struct{}
 
 func (linesFormat) counter() counter { return countLines }
 
-func (linesFormat) rows(_ *Source[string], in *input) (rowReader[string], error) {
-	return &lineRows{lineReader{r: in.r, at: in.at}}, nil
+func (linesFormat) rows(s *Source[string], in *input) (rowReader[string], error) {
+	return &lineRows{lineReader{path: s.path, r: in.r, at: in.at}}, nil
 }
 
 type lineRows struct{ lineReader }
@@ -67,13 +69,10 @@ type jsonlFormat[T any] struct{}
 func (jsonlFormat[T]) counter() counter { return countNonBlank }
 
 func (jsonlFormat[T]) rows(s *Source[T], in *input) (rowReader[T], error) {
-	return &jsonRows[T]{lineReader: lineReader{r: in.r, at: in.at}, path: s.path}, nil
+	return &jsonRows[T]{lineReader{path: s.path, r: in.r, at: in.at}}, nil
 }
 
-type jsonRows[T any] struct {
-	lineReader
-	path string
-}
+type jsonRows[T any] struct{ lineReader }
 
 func (j *jsonRows[T]) next() (row[T], error) {
 	for {
