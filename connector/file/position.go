@@ -53,8 +53,9 @@ func decodePosition(b []byte) (position, error) {
 		v[i], b = int64(u), b[n:]
 	}
 	p := position{off: v[0], line: v[1], fields: v[2]}
-	// Every line before the position holds at least its own end.
-	if len(b) != 0 || p.line > p.off || p.fields > p.off {
+	// Every line before the position holds at least one byte, and a
+	// record has at most one field more than it has bytes.
+	if len(b) != 0 || p.line > p.off || p.fields > p.off+1 {
 		return position{}, errMalformed
 	}
 	return p, nil
