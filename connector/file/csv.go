@@ -138,7 +138,7 @@ func (f csvFormat) readHeader(s *Source[Record]) ([]string, error) {
 	r, err := c.read()
 	switch {
 	case errors.Is(err, io.EOF):
-		return nil, fmt.Errorf("file: %s: %w: the file has no header", s.path, ErrPosition)
+		return nil, fmt.Errorf("%w: %s: the file has no header", ErrPosition, s.path)
 	case err != nil:
 		return nil, err
 	case r.bad != nil:

@@ -10,10 +10,10 @@ import (
 // one that is not at the end of a line (the file changed since). Resume
 // reports malformed bytes; Open (or Run) reports the rest. The error
 // returned wraps ErrPosition and names the file.
-var ErrPosition = errors.New("position does not fit the file")
+var ErrPosition = errors.New("file: position does not fit the file")
 
 // ErrBadRow matches every [*RowError] with errors.Is.
-var ErrBadRow = errors.New("bad row")
+var ErrBadRow = errors.New("file: bad row")
 
 // A RowError is a row of the file that the source could not decode: a CSV
 // record that does not parse or has the wrong number of fields, a JSON

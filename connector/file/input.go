@@ -118,7 +118,7 @@ func positionError(path string, p position, err error) error {
 		return err
 	}
 	if errors.Is(err, errPastEnd) || errors.Is(err, errMidLine) {
-		return fmt.Errorf("file: %s: %w: %v is %v", path, ErrPosition, p, err)
+		return fmt.Errorf("%w: %s: %v is %v", ErrPosition, path, p, err)
 	}
 	return fmt.Errorf("file: %s: move to %v: %w", path, p, err)
 }

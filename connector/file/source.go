@@ -68,7 +68,7 @@ func (s *Source[T]) Path() string { return s.path }
 func (s *Source[T]) Resume(pos []byte) error {
 	p, err := decodePosition(pos)
 	if err != nil {
-		return fmt.Errorf("file: %s: %w: %v", s.path, ErrPosition, err)
+		return fmt.Errorf("%w: %s: %v", ErrPosition, s.path, err)
 	}
 	s.closeInput()
 	s.at, s.counted = p, false
