@@ -116,3 +116,20 @@ func TestATruncatedGzipFileFailsTheRunAfterItsWholeLines(t *testing.T) {
 		require.Equal(t, "a line of text", line, "only whole lines are emitted")
 	}
 }
+
+func TestSeveralGzipStreamsInARowAreReadAsOne(t *testing.T) {
+	t.Parallel()
+	first := write(t, "a.gz", "a\nb\n", true)
+	second := write(t, "b.gz", "c\n", true)
+	a, err := os.ReadFile(first)
+	require.NoError(t, err)
+	b, err := os.ReadFile(second)
+	require.NoError(t, err)
+	path := first + ".both"
+	require.NoError(t, os.WriteFile(path, append(a, b...), 0o600))
+	src := file.Lines(path)
+	all := runFrom(t, src, nil)
+	assert.Equal(t, []string{"a", "b", "c"}, all.items)
+	rest := runFrom(t, src, all.pos[1])
+	assert.Equal(t, []string{"c"}, rest.items, "a resume reads across the streams")
+}
