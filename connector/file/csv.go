@@ -180,8 +180,7 @@ func (c *csvRows) next() (row[Record], error) {
 // read reads one record, good or bad.
 func (c *csvRows) read() (row[Record], error) {
 	fields, err := c.cr.Read()
-	var pe *csv.ParseError
-	if err != nil && !errors.As(err, &pe) {
+	if err != nil && !isParseError(err) {
 		if errors.Is(err, io.EOF) {
 			return row[Record]{}, io.EOF
 		}
@@ -197,7 +196,8 @@ func (c *csvRows) read() (row[Record], error) {
 	if c.cr.FieldsPerRecord > 0 {
 		c.at.fields = int64(c.cr.FieldsPerRecord)
 	}
-	if pe != nil {
+	if err != nil {
+		pe := err.(*csv.ParseError)
 		e := pe.Err
 		if errors.Is(e, csv.ErrFieldCount) {
 			e = fmt.Errorf("%w: %d fields, want %d", csv.ErrFieldCount, len(fields), c.cr.FieldsPerRecord)
@@ -207,6 +207,13 @@ func (c *csvRows) read() (row[Record], error) {
 	}
 	line, _ := c.cr.FieldPos(0)
 	return row[Record]{item: Record{Line: c.base.line + int64(line), Fields: fields}, end: c.at}, nil
+}
+
+// isParseError reports whether err is a *csv.ParseError: a bad row, not
+// a failed read. (It is one, not one wrapped: csv.Reader returns it so.)
+func isParseError(err error) bool {
+	_, ok := err.(*csv.ParseError)
+	return ok
 }
 
 // trimEnd returns raw as text without the end of its last line.

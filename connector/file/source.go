@@ -126,6 +126,7 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 	if err != nil {
 		return err
 	}
+	var positions positionBlock
 	for n := 0; ; n++ {
 		if n%1024 == 0 {
 			if err := ctx.Err(); err != nil {
@@ -143,7 +144,7 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 			if err := s.deadLetter(ctx, r); err != nil {
 				return err
 			}
-		} else if err := out.EmitAt(ctx, r.item, r.end.encode()); err != nil {
+		} else if err := out.EmitAt(ctx, r.item, positions.encode(r.end)); err != nil {
 			return err
 		}
 		s.at = r.end
