@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode/utf8"
 )
 
 // CSVOptions configure [CSV]. The zero value reads records separated by
@@ -96,6 +97,9 @@ func (f csvFormat) newReader(r io.Reader, fields int64) *csv.Reader {
 }
 
 func (f csvFormat) rows(s *Source[Record], in *input) (rowReader[Record], error) {
+	if c := f.opts.Comma; c != 0 && (c == '"' || c == '\r' || c == '\n' || !utf8.ValidRune(c) || c == utf8.RuneError) {
+		return nil, fmt.Errorf("file: %s: CSVOptions.Comma %q is not a valid separator", s.path, c)
+	}
 	rec := &recorder{r: in.r, off: in.at.off}
 	c := &csvRows{path: s.path, rec: rec, base: in.at, at: in.at}
 	c.cr = f.newReader(bufio.NewReaderSize(rec, bufSize), in.at.fields)

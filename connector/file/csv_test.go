@@ -225,3 +225,14 @@ func TestCSVAnEmptyFileEmitsNothing(t *testing.T) {
 		}
 	}
 }
+
+func TestCSVAnInvalidSeparatorFailsTheRunNamingTheOption(t *testing.T) {
+	t.Parallel()
+	for _, comma := range []rune{'"', '\n', 0xFFFD} {
+		src := file.CSV(write(t, "in.csv", "a,b\n", false), file.CSVOptions{Comma: comma})
+		err := src.Run(context.Background(), &recorder[file.Record]{})
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "CSVOptions.Comma")
+		assert.Contains(t, err.Error(), src.Path())
+	}
+}
