@@ -80,6 +80,13 @@ type csvFormat struct{ opts CSVOptions }
 
 func (csvFormat) counter() counter { return countNonEmpty }
 
+func (f csvFormat) headerLines() int64 {
+	if f.opts.Header {
+		return 1
+	}
+	return 0
+}
+
 // newReader returns a CSV reader of r with the options, expecting fields
 // fields per record when the options leave it to the first record.
 func (f csvFormat) newReader(r io.Reader, fields int64) *csv.Reader {

@@ -47,7 +47,8 @@ func (l *lineReader) next() (line []byte, num int64, err error) {
 // linesFormat makes each line an item (Lines).
 type linesFormat struct{}
 
-func (linesFormat) counter() counter { return countLines }
+func (linesFormat) counter() counter   { return countLines }
+func (linesFormat) headerLines() int64 { return 0 }
 
 func (linesFormat) rows(s *Source[string], in *input) (rowReader[string], error) {
 	return &lineRows{lineReader{path: s.path, r: in.r, at: in.at}}, nil
@@ -66,7 +67,8 @@ func (l *lineRows) next() (row[string], error) {
 // jsonlFormat decodes each line that is not blank into a T (JSONL).
 type jsonlFormat[T any] struct{}
 
-func (jsonlFormat[T]) counter() counter { return countNonBlank }
+func (jsonlFormat[T]) counter() counter   { return countNonBlank }
+func (jsonlFormat[T]) headerLines() int64 { return 0 }
 
 func (jsonlFormat[T]) rows(s *Source[T], in *input) (rowReader[T], error) {
 	return &jsonRows[T]{lineReader{path: s.path, r: in.r, at: in.at}}, nil

@@ -38,6 +38,9 @@ type format[T any] interface {
 	rows(s *Source[T], in *input) (rowReader[T], error)
 	// counter says which lines make an item, for Size.
 	counter() counter
+	// headerLines is the number of lines at the file's start that make
+	// no item, though the counter counts them: a CSV header.
+	headerLines() int64
 }
 
 // A rowReader reads items; io.EOF at the end.
@@ -93,22 +96,13 @@ func (s *Source[T]) Open(ctx context.Context) error {
 			return err
 		}
 		if n > 0 && in.at.line == 0 {
-			n -= s.headerLines()
+			n -= s.format.headerLines()
 		}
 		s.size.Store(n)
 		s.counted = true
 	}
 	s.in = in
 	return nil
-}
-
-// headerLines is the number of lines at the file's start that make no
-// item: the CSV header's.
-func (s *Source[T]) headerLines() int64 {
-	if f, ok := any(s.format).(csvFormat); ok && f.opts.Header {
-		return 1
-	}
-	return 0
 }
 
 // Run emits the items of the file from the source's position with their
