@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/connector/file"
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/require"
 )
@@ -102,4 +103,33 @@ func TestRunStopsWhenTheContextIsDone(t *testing.T) {
 	cancel()
 	err := src.Run(ctx, &recorder[string]{})
 	assert.ErrorIs(t, err, context.Canceled)
+}
+
+func TestSizeAndBadRowsAreSafeToReadDuringARun(t *testing.T) {
+	t.Parallel()
+	src := file.JSONL[order](write(t, "in.jsonl", strings.Repeat("{\"id\":1}\nnot json\n", 2000), false))
+	src.UseDeadLetter(deadletter.NewMemory(2000), deadletter.Envelope{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	var seen []int64
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			seen = append(seen, src.Size(), src.BadRows())
+		}
+	}()
+	r := runFrom(t, src, nil)
+	close(stop)
+	<-done
+	assert.Len(t, r.items, 2000)
+	assert.Equal(t, int64(2000), src.BadRows())
+	assert.Equal(t, int64(4000), src.Size())
+	for i := 0; i < len(seen); i += 2 {
+		require.True(t, seen[i] == -1 || seen[i] == 4000, "size %d", seen[i])
+		require.True(t, seen[i+1] >= 0 && seen[i+1] <= 2000, "bad rows %d", seen[i+1])
+	}
 }
