@@ -12,7 +12,11 @@ import (
 // BenchmarkMapBatch moves b.N ints through source → x*2 on slices of 256
 // → sink: the hand-written baseline hands slices of 256 between its
 // goroutines (as BenchmarkBatched's does); MapBatch calls its function
-// once per 256 items and hands each result on as an item.
+// once per 256 items and hands each result on as an item. The first two
+// engine variants emit and sink item by item, under the default profile
+// (hand-over in batches of 64) and ProfileHighThroughput (256); the
+// third has slices of 256 at both ends, as the baseline has, under
+// ProfileHighThroughput.
 func BenchmarkMapBatch(b *testing.B) {
 	b.Run("impl=handwritten", handBatches)
 	b.Run("impl=sluice-mapbatch", func(b *testing.B) { runMapBatch(b, nil) })

@@ -267,7 +267,8 @@ type emitter[T any] sourceRunner[T]
 
 func (e *emitter[T]) Emit(ctx context.Context, item T) error {
 	s := (*sourceRunner[T])(e)
-	if s.gathered(ctx, item) {
+	if s.w.max > 1 && s.gathered(ctx, item) {
+		// max is set once: with per-item hand-over, every push sends.
 		return nil
 	}
 	_, err := s.push(ctx, item, nil)
