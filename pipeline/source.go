@@ -280,8 +280,7 @@ func (e *emitter[T]) Emit(ctx context.Context, item T) error {
 // item needs no key and no headers, ctx is the one Run got (or the
 // node's), the batch has room (push sends it when full), the flusher, if
 // any, is already armed, and check would find nothing. Otherwise it
-// reports false and push does the whole work. It costs an Emit a fifth
-// of push's instructions.
+// reports false and push does the whole work.
 func (s *sourceRunner[T]) gathered(ctx context.Context, item T) bool {
 	s.mu.Lock()
 	w := &s.w.buf
