@@ -688,7 +688,7 @@ func TestCheckpointResume(t *testing.T) {
 type wrapped struct{ s *posSource }
 
 func (w wrapped) Run(ctx context.Context, emit node.Emitter[int]) error { return w.s.Run(ctx, emit) }
-func (w wrapped) Unwrap() any                                          { return w.s }
+func (w wrapped) Unwrap() any                                           { return w.s }
 
 // A Load or Resume error fails the run before any node starts, naming the
 // source.
@@ -756,4 +756,51 @@ func TestCheckpointIgnoresPlainEmit(t *testing.T) {
 	require.Error(t, err)
 	// Item 1 never settled, but it has no position: c is committed.
 	assert.Equal(t, []string{"src=c"}, store.saved())
+}
+
+// An item waiting in a Join's window holds its position, matched or not,
+// until its window ends.
+func TestCheckpointJoinHoldsBack(t *testing.T) {
+	t.Parallel()
+	for _, expire := range []bool{false, true} {
+		t.Run(strconv.FormatBool(expire), func(t *testing.T) {
+			t.Parallel()
+			store := newMemStore()
+			clock := clockwork.NewFakeClock()
+			b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithClock(clock))
+			right := node.SourceFunc[int](func(ctx context.Context, emit node.Emitter[int]) error {
+				if err := emit.EmitAt(ctx, 1, []byte("r1")); err != nil {
+					return err
+				}
+				<-ctx.Done()
+				return context.Cause(ctx)
+			})
+			g := &got{}
+			l := pipeline.Source(b, "l", &posSource{n: 3, hold: make(chan struct{})})
+			r := pipeline.Source(b, "r", right)
+			pairs := pipeline.Join(b, "join", l, r, func(v int) int { return v }, func(v int) int { return v }, time.Hour,
+				func(a, b int) int { return a + b })
+			pipeline.Sink(b, "sink", pairs, node.SinkFunc[int](func(_ context.Context, v int) error { g.add(v); return nil }))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := runAsync(ctx, build(t, b))
+			if !expire {
+				require.Error(t, cancelAfter(t, cancel, done, func() bool { return g.count() == 1 }))
+				// Every item still waits in the window: nothing commits,
+				// though the pair (1, 1) was written.
+				assert.Empty(t, store.saved())
+				return
+			}
+			waitFor(t, func() bool { return g.count() == 1 })
+			// The windows end an hour on: the unmatched items are
+			// filtered, the matched ones let go, and both sources commit.
+			waitFor(t, func() bool {
+				clock.Advance(time.Hour)
+				s := store.saved()
+				return slices.Contains(s, "l=3") && slices.Contains(s, "r=r1")
+			})
+			cancel()
+			require.Error(t, <-done)
+		})
+	}
 }
