@@ -804,3 +804,77 @@ func TestCheckpointJoinHoldsBack(t *testing.T) {
 		})
 	}
 }
+
+// A MapBatch holds its items' positions until their slice was called and
+// each item settled; an item the call dead-lettered settles as well.
+func TestCheckpointMapBatch(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	dl := &slowLetters{}
+	b := newCkpt(store, pipeline.WithDeadLetter(dl),
+		pipeline.WithResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))
+	g := &got{}
+	src := pipeline.Source(b, "src", &posSource{n: 5, hold: make(chan struct{})})
+	out := pipeline.MapBatch(b, "call", src, 3, 0, func(_ context.Context, in []int) ([]int, []error) {
+		errs := make([]error, len(in))
+		for i, v := range in {
+			if v == 1 {
+				errs[i] = resilience.MarkPermanent(errors.New("bad 1"))
+			}
+		}
+		return in, errs
+	})
+	pipeline.Sink(b, "sink", out, node.SinkFunc[int](func(_ context.Context, v int) error { g.add(v); return nil }))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The slice 0, 1, 2 was called; 3 and 4 wait for a third item.
+	err := cancelAfter(t, cancel, runAsync(ctx, build(t, b)), func() bool { return g.count() == 2 && len(dl.written()) == 1 })
+	require.Error(t, err)
+	assert.Equal(t, []string{"src=3"}, store.saved())
+	assert.Equal(t, []byte("2"), dl.written()[0].Position)
+}
+
+// An item whose retry waits holds the position until the retry settles
+// it.
+func TestCheckpointRetryHoldsBack(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes[1:2] { // per item: see TestCheckpointOutOfOrder
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			store := newMemStore()
+			clock := clockwork.NewFakeClock()
+			b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithClock(clock), pipeline.WithHandOverBatch(1),
+				pipeline.WithResilience(func(o *resilience.Options) {
+					o.ItemRetry.MaxRetries = 1
+					o.ItemRetry.Backoff = resilience.Constant(time.Minute)
+				}))
+			var mu sync.Mutex
+			calls := map[int]int{}
+			g := &got{}
+			hold := make(chan struct{})
+			src := pipeline.Source(b, "src", &posSource{n: 4, hold: hold})
+			out := pipeline.Map(b, "work", src, func(_ context.Context, v int) (int, error) {
+				mu.Lock()
+				calls[v]++
+				n := calls[v]
+				mu.Unlock()
+				if v == 1 && n == 1 {
+					return 0, errors.New("busy")
+				}
+				return v, nil
+			})
+			pipeline.Sink(b, "sink", out, node.SinkFunc[int](func(_ context.Context, v int) error { g.add(v); return nil }))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := runAsync(ctx, build(t, b))
+			// Item 1 waits a minute for its retry: the position stays
+			// before it.
+			require.Error(t, cancelAfter(t, cancel, done, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return g.count() == 1 && calls[1] == 1
+			}))
+			assert.Equal(t, []string{"src=1"}, store.saved())
+		})
+	}
+}
