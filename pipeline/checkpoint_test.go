@@ -28,6 +28,9 @@ type memStore struct {
 	loads   int
 	loadErr error
 	saveErr error
+	// failFirst fails that many Saves first; attempts counts every Save.
+	failFirst int
+	attempts  int
 }
 
 func newMemStore() *memStore { return &memStore{pos: map[string][]byte{}} }
@@ -45,8 +48,12 @@ func (m *memStore) Load(_ context.Context, pipe, src string) ([]byte, error) {
 func (m *memStore) Save(_ context.Context, pipe, src string, pos []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.attempts++
 	if m.saveErr != nil {
 		return m.saveErr
+	}
+	if m.attempts <= m.failFirst {
+		return errors.New("store busy")
 	}
 	m.pos[pipe+"/"+src] = append([]byte(nil), pos...)
 	m.saves = append(m.saves, src+"="+string(pos))
@@ -877,4 +884,31 @@ func TestCheckpointRetryHoldsBack(t *testing.T) {
 			assert.Equal(t, []string{"src=1"}, store.saved())
 		})
 	}
+}
+
+// A periodic Save that fails is tried again at a later tick; the run does
+// not fail for it.
+func TestCheckpointPeriodicSaveErrorRetried(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	store.failFirst = 1
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Minute), pipeline.WithClock(clock))
+	hold := make(chan struct{})
+	g := &got{}
+	pipeline.Sink(b, "sink", pipeline.Source(b, "src", &posSource{n: 2, hold: hold}), node.SinkFunc[int](func(_ context.Context, v int) error { g.add(v); return nil }))
+	done := runAsync(context.Background(), build(t, b))
+	waitFor(t, func() bool { return g.count() == 2 })
+	waitFor(t, func() bool {
+		clock.Advance(time.Minute)
+		return len(store.saved()) == 1
+	})
+	store.mu.Lock()
+	attempts := store.attempts
+	store.mu.Unlock()
+	assert.Equal(t, 2, attempts)
+	close(hold)
+	require.NoError(t, <-done)
+	// Nothing moved since: no final Save.
+	assert.Equal(t, []string{"src=2"}, store.saved())
 }
