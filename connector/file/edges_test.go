@@ -10,6 +10,8 @@ import (
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/require"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 )
 
 // Without a header and with FieldsPerRecord 0, records are held to "the
@@ -49,4 +51,24 @@ func TestBadRowDeadLetterKeepsTheRowsBytes(t *testing.T) {
 	}
 	require.Len(t, got, 1)
 	assert.Equal(t, []byte(row), []byte(got[0]), "the dead letter holds the row's bytes")
+}
+
+// docs/files.md: "Without checkpoints the pipeline starts each run at the
+// beginning of the file." A second Run of one pipeline, with no Resume
+// called by hand, reads the whole file again.
+func TestASecondRunWithoutACheckpointReadsTheFileAgain(t *testing.T) {
+	t.Parallel()
+	path := write(t, "in.txt", "a\nb\nc\n", false)
+	pb := pipeline.New("lines")
+	lines := pipeline.Source(pb, "read", file.Lines(path))
+	out := &pipelinetest.Collector[string]{}
+	pipeline.Sink(pb, "write", lines, out)
+	p, err := pb.Build()
+	require.NoError(t, err)
+	_, err = p.Run(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 3, out.Len())
+	_, err = p.Run(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, 6, out.Len(), "the second run emits the three lines again")
 }
