@@ -72,3 +72,19 @@ func TestASecondRunWithoutACheckpointReadsTheFileAgain(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 6, out.Len(), "the second run emits the three lines again")
 }
+
+// The package's fuzz test resumes after every item and bad row. A bad
+// row's position (its envelope's Position) must be one Resume takes also
+// when CSVOptions.FieldsPerRecord fixes more fields than the row has bytes.
+func TestCSVABadRowsPositionResumesWithAFixedFieldCount(t *testing.T) {
+	t.Parallel()
+	src, dlq := memorySource(t, "x\n1,2,3,4,5\n", file.CSVOptions{FieldsPerRecord: 5})
+	all := runFrom(t, src, nil)
+	require.Len(t, all.items, 1)
+	envs := dlq.Envelopes()
+	require.Len(t, envs, 1)
+	require.NoError(t, src.Resume(envs[0].Position), "the position the source gave the bad row")
+	rest := &recorder[file.Record]{}
+	require.NoError(t, src.Run(context.Background(), rest))
+	assert.Equal(t, all.items, rest.items)
+}
