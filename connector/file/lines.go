@@ -87,7 +87,7 @@ func (j *jsonRows[T]) next() (row[T], error) {
 		}
 		var v T
 		if err := json.Unmarshal(line, &v); err != nil {
-			return row[T]{raw: string(line), end: j.at, bad: &RowError{
+			return row[T]{raw: bytes.Clone(line), end: j.at, bad: &RowError{
 				Path: j.path, Line: num, Column: jsonColumn(err), Err: err}}, nil
 		}
 		return row[T]{item: v, end: j.at}, nil

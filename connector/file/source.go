@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/broker"
@@ -52,7 +53,7 @@ type rowReader[T any] interface {
 type row[T any] struct {
 	item T
 	end  position
-	raw  string    // the bad row's text
+	raw  []byte    // the bad row's bytes, without its line end
 	bad  *RowError // nil for an item
 }
 
@@ -148,7 +149,16 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 // deadLetter writes bad row r to the pipeline's dead-letter sink, or
 // returns why it cannot.
 func (s *Source[T]) deadLetter(ctx context.Context, r row[T]) error {
-	sink, env := s.letters.Letter(r.raw, deadletter.TypeOf(r.raw), r.bad, "", time.Now())
+	// The row as it stands in the file: a string, which the dead-letter
+	// file shows as text, when it is UTF-8; its bytes otherwise, as JSON
+	// strings hold only UTF-8 text.
+	var item any = r.raw
+	if utf8.Valid(r.raw) {
+		item = string(r.raw)
+	}
+	// The engine gives a DeadLetterWriter no clock: the time is the
+	// wall clock's.
+	sink, env := s.letters.Letter(item, deadletter.TypeOf(item), r.bad, "", time.Now())
 	if sink == nil {
 		return fmt.Errorf("%w (the pipeline has no dead-letter sink to take the row)", r.bad)
 	}
