@@ -206,7 +206,7 @@ func (c *csvRows) read() (row[Record], error) {
 		if errors.Is(err, io.EOF) {
 			return row[Record]{}, io.EOF
 		}
-		return row[Record]{}, fmt.Errorf("file: read %s: %w", c.path, err)
+		return row[Record]{}, readError(c.path, err)
 	}
 	end := c.base.off + c.cr.InputOffset()
 	raw := c.rec.take(end)

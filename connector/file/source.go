@@ -117,9 +117,10 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		}
 	}
 	defer s.closeInput()
+	defer s.in.watch(ctx)()
 	rows, err := s.format.rows(s, s.in)
 	if err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	var positions positionBlock
 	for n := 0; ; n++ {
@@ -133,7 +134,7 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			return stopped(ctx, err)
 		}
 		if r.bad != nil {
 			if err := s.deadLetter(ctx, r); err != nil {
