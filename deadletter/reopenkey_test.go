@@ -30,3 +30,24 @@ func TestFileHoldsAcrossReopenAnUnencodableItemWithNonUTF8Text(t *testing.T) {
 	assert.Equal(t, int64(0), again.Writes, "the replay writes nothing")
 	assert.Equal(t, int64(1), again.Duplicates)
 }
+
+// Every string in the key counts as the file holds it: a pipeline, source,
+// origin node and item type that are not UTF-8 (bytes that stand alone, a
+// cut sequence, an encoded surrogate) give the key they had when written.
+func TestFileHoldsAcrossReopenNonUTF8StringsOfTheKey(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "dlq.jsonl")
+	env := positioned(1)
+	env.Pipeline = "orders\xff\xfe"
+	env.Source = "csv\xe2\x80"
+	env.OriginNode = "parse\xed\xa0\x80"
+	env.ItemType = "order\xe9"
+	// One bad byte less is another key, as it is another text in the file.
+	other := env
+	other.Pipeline = "orders\xff"
+	first := writeAll(t, path, []deadletter.Envelope{env})
+	assert.Equal(t, int64(1), first.Writes)
+	again := writeAll(t, path, []deadletter.Envelope{env, other})
+	assert.Equal(t, int64(1), again.Writes, "the replay writes only the other envelope")
+	assert.Equal(t, int64(1), again.Duplicates)
+}
