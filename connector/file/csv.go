@@ -13,7 +13,7 @@ import (
 
 // CSVOptions configure [CSV]. The zero value reads records separated by
 // commas, with no header, every record having as many fields as the
-// first, and quotes as RFC 4180 has them: encoding/csv's defaults.
+// first that parses, and quotes as RFC 4180 has them: encoding/csv's defaults.
 type CSVOptions struct {
 	// Header says the file's first record names the fields: it is not
 	// emitted, and each [Record] looks its fields up by those names. A
@@ -26,9 +26,9 @@ type CSVOptions struct {
 	// non-doubled quote in a quoted field (encoding/csv's LazyQuotes).
 	LazyQuotes bool
 	// FieldsPerRecord is the number of fields each record has: 0 (the
-	// zero value) takes the first record's (the header's, with Header),
-	// a positive number is that number, and a negative one lets records
-	// vary. A record with another number is a bad row.
+	// zero value) takes the first record's that parses (the header's,
+	// with Header), a positive number is that number, and a negative one
+	// lets records vary. A record with another number is a bad row.
 	FieldsPerRecord int
 	// TrimLeadingSpace ignores leading white space in a field.
 	TrimLeadingSpace bool
@@ -123,6 +123,9 @@ func (f csvFormat) rows(s *Source[Record], in *input) (rowReader[Record], error)
 	}
 	if in.at.line > 0 {
 		// Resumed past the header: read it from the file's start.
+		if !in.regular {
+			return nil, fmt.Errorf("%w: %s: a CSV source with a header resumes only in a regular file: the header of a pipe, read once, is behind the position", ErrPosition, s.path)
+		}
 		h, err := f.readHeader(s)
 		if err != nil {
 			return nil, err

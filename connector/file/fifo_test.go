@@ -80,3 +80,44 @@ func TestRunOfANamedPipeWhoseWriterWaitsEndsWithTheContext(t *testing.T) {
 	assert.ErrorIs(t, err, context.Canceled)
 	assert.Equal(t, []string{"a"}, got)
 }
+
+// A pipe cannot seek: a resumed source reads forward to its position. A
+// CSV source with a header, which it reads again from the file's start,
+// cannot resume in a pipe: that is an error, not a wait for a second
+// writer.
+func TestANamedPipeResumesAtAPosition(t *testing.T) {
+	t.Parallel()
+	content := "id,n\n1,a\n2,b\n3,c\n"
+	all := runFrom(t, file.Lines(write(t, "in.csv", content, false)), nil)
+	require.Len(t, all.pos, 4)
+	path := filepath.Join(t.TempDir(), "fifo")
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	feed := func() chan error {
+		wrote := make(chan error, 1)
+		go func() {
+			w, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				wrote <- err
+				return
+			}
+			_, err = w.WriteString(content) // less than a pipe's buffer
+			wrote <- errors.Join(err, w.Close())
+		}()
+		return wrote
+	}
+	wrote := feed()
+	rest := runFrom(t, file.Lines(path), all.pos[1])
+	require.NoError(t, <-wrote)
+	assert.Equal(t, all.items[2:], rest.items)
+	assert.Equal(t, all.pos[2:], rest.pos)
+
+	csv := runFrom(t, file.CSV(write(t, "in.csv", content, false), file.CSVOptions{Header: true}), nil)
+	require.Len(t, csv.pos, 3)
+	wrote = feed()
+	src := file.CSV(path, file.CSVOptions{Header: true})
+	require.NoError(t, src.Resume(csv.pos[0]))
+	err := src.Run(context.Background(), &recorder[file.Record]{})
+	require.NoError(t, <-wrote)
+	require.ErrorIs(t, err, file.ErrPosition)
+	assert.Contains(t, err.Error(), path)
+}

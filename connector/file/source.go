@@ -82,8 +82,9 @@ func (s *Source[T]) Resume(pos []byte) error {
 
 // Open opens the file, moves to the position the run starts at (see
 // Resume; after a Run, where it stopped), and, at the first Open after
-// Resume, counts the items for Size. Errors name the file. Run opens the
-// file itself when Open was not called.
+// Resume, counts the items for Size. Errors name the file. Opening a named
+// pipe waits for a writer, until ctx ends. Run opens the file itself when
+// Open was not called.
 func (s *Source[T]) Open(ctx context.Context) error {
 	s.closeInput()
 	in, err := openInput(ctx, s.path, s.at)
@@ -187,8 +188,8 @@ func (s *Source[T]) closeInput() error {
 }
 
 // Size returns the number of items the run reads, counted at Open (see
-// the package documentation), or -1 when it is unknown: before Open, and
-// for a gzip file.
+// the package documentation), or -1 when it is unknown: before Open, for
+// a gzip file, and for one that is not regular (a named pipe).
 func (s *Source[T]) Size() int64 { return s.size.Load() }
 
 // BadRows returns how many bad rows the source dead-lettered.
