@@ -59,7 +59,6 @@ func TestBadRowDeadLetterKeepsTheRowsBytes(t *testing.T) {
 // beginning of the file." A second Run of one pipeline, with no Resume
 // called by hand, reads the whole file again.
 func TestASecondRunWithoutACheckpointReadsTheFileAgain(t *testing.T) {
-	t.Skip("needs the engine to call Resume before each run")
 	t.Parallel()
 	path := write(t, "in.txt", "a\nb\nc\n", false)
 	pb := pipeline.New("lines")
