@@ -180,7 +180,9 @@ type NodeStats struct {
 	// when it happens, not published later, and 0 for other nodes and for
 	// items emitted with Emit, which nobody tracks.
 	Tracked, Settled int64
-	// ItemRetries counts the retries of layer 1, item retry.
+	// ItemRetries counts the retries of layer 1, item retry. A retry an
+	// item waits for parked counts once it is made: a parked retry that
+	// could start only past MaxElapsed is not.
 	ItemRetries int64
 	// NodeRestarts counts the restarts of layer 2, node restart.
 	NodeRestarts int64

@@ -240,6 +240,10 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, fl.err, resilience.LimitElapsed, keyOf(in, tr))
 			return zero, fl.out()
 		}
+		if !from.until.IsZero() {
+			// The retry the item parked for is made now.
+			n.stats.retry(resilience.ItemRetry)
+		}
 	} else if prior != nil {
 		fl = *prior
 	} else if r := tr.resume(n.name); r.Retry > 0 {
@@ -350,7 +354,6 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			return zero, fl.out()
 		}
 		nr.record(&fl, ctx, err, calls, d)
-		n.stats.retry(resilience.ItemRetry)
 		handedOff := false
 		// A Keyed node waits in process: a handed-off item would come back
 		// behind its key's later items.
@@ -361,6 +364,13 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			}
 			handedOff = nr.handOff(ctx, h, in, tr, &fl, retry, d, since)
 		}
+		parkIt := !handedOff && d > 0 && parks && ctx.Err() == nil
+		if !parkIt {
+			// A parked item's retry counts once it is made (itemRetryFrom):
+			// the parking gives it up when it could start only past
+			// MaxElapsed.
+			n.stats.retry(resilience.ItemRetry)
+		}
 		if nr.rs.observed {
 			// Building the event reads the clock: not for nobody.
 			notify(nr.rs, n, observer.Observer.OnRetry, observer.RetryEvent{
@@ -370,7 +380,7 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			fl.handedOff = true
 			return zero, fl.out()
 		}
-		if d > 0 && parks && ctx.Err() == nil {
+		if parkIt {
 			// The item waits parked: its worker moves on.
 			if werr := idle.run(ctx); werr != nil {
 				nr.record(&fl, ctx, werr, calls, 0)
