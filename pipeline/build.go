@@ -21,7 +21,7 @@ import (
 func (b *Builder) Build() (*Pipeline, error) {
 	c := &buildCheck{pipeline: b.name}
 	c.recorded(b.errs)
-	c.pipelineProblems(checkName(b.name), checkConfig(b.cfg))
+	c.pipelineProblems(checkName(b.name), checkConfig(b.cfg), checkCheckpoint(b.cfg))
 
 	nodes := b.snapshot()
 	names := make(map[string]bool, len(nodes))

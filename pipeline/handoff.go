@@ -71,8 +71,8 @@ func (t *tracker) handOffFor(d time.Duration) *handOffState {
 
 // handOff gives item's retry to its source's broker; it reports whether
 // the broker took it.
-func (nr *nodeRun) handOff(ctx context.Context, h *handOffState, item any, fl *failure, retry int, d time.Duration, since time.Time) bool {
-	env, err := nr.envelope(item, fl)
+func (nr *nodeRun) handOff(ctx context.Context, h *handOffState, item any, tr *tracker, fl *failure, retry int, d time.Duration, since time.Time) bool {
+	env, err := nr.envelope(item, tr, fl)
 	if err != nil {
 		return false
 	}

@@ -338,7 +338,7 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			if since.IsZero() {
 				since = nr.rs.p.cfg.clock.Now()
 			}
-			handedOff = nr.handOff(ctx, h, in, &fl, retry, d, since)
+			handedOff = nr.handOff(ctx, h, in, tr, &fl, retry, d, since)
 		}
 		if nr.rs.observed {
 			// Building the event reads the clock: not for nobody.
@@ -530,7 +530,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 			return nil
 		}
 		key := keyOf(item, tr)
-		retried, err := nr.deadLetter(ctx, item, key, fl)
+		retried, err := nr.deadLetter(ctx, item, tr, key, fl)
 		if err != nil {
 			n.stats.failed.Add(items)
 			return err
@@ -565,9 +565,9 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 // the sink's own backoff. When the sink still fails, the run fails with
 // both the item's error and the sink's. retried says the sink gave the
 // item back to its broker instead (deadletter.BrokerRetrier).
-func (nr *nodeRun) deadLetter(ctx context.Context, item any, key string, fl *failure) (retried bool, err error) {
+func (nr *nodeRun) deadLetter(ctx context.Context, item any, tr *tracker, key string, fl *failure) (retried bool, err error) {
 	rs := nr.rs
-	env, err := nr.envelope(item, fl)
+	env, err := nr.envelope(item, tr, fl)
 	if env.CorrelationID == "" {
 		env.CorrelationID = key
 	}
@@ -601,13 +601,18 @@ func (nr *nodeRun) deadLetter(ctx context.Context, item any, key string, fl *fai
 	return false, &notRestartable{errors.Join(fl.err, fmt.Errorf("pipeline: dead-letter sink failed: %w", err))}
 }
 
-// envelope returns the dead-letter envelope of item after fl.
-func (nr *nodeRun) envelope(item any, fl *failure) (deadletter.Envelope, error) {
+// envelope returns the dead-letter envelope of item after fl; tr is the
+// item's tracker, whose source position the envelope carries when the item
+// derives from one item emitted with EmitAt.
+func (nr *nodeRun) envelope(item any, tr *tracker, fl *failure) (deadletter.Envelope, error) {
 	n, rs := nr.spec, nr.rs
 	env := deadletter.Envelope{
 		Item: item, ItemType: deadletter.TypeOf(item), Err: fl.err, ErrText: errText(fl.err),
 		Pipeline: rs.p.name, RunID: rs.id, OriginNode: n.name, DecisionNode: n.name,
 		Attempts: fl.total(), History: fl.history, FirstFailure: fl.first, LastFailure: fl.last,
+	}
+	if src, pos, ok := tr.origin(); ok {
+		env.Source, env.Position = src, pos
 	}
 	if c, ok := item.(deadletter.Correlated); ok {
 		id, err := correlationID(c)

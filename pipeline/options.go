@@ -9,6 +9,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
@@ -48,6 +49,10 @@ type config struct {
 	handOver   int  // -1: the profile's
 	// drainTimeout bounds a drain (WithDrainTimeout); 0: none.
 	drainTimeout time.Duration
+	// checkpoint and checkpointEvery are WithCheckpoint's; nil: none.
+	checkpoint      checkpoint.Store
+	checkpointEvery time.Duration
+	checkpointSet   bool
 }
 
 // WithProfile starts the pipeline from a profile: its resilience options

@@ -95,6 +95,9 @@ type spec struct {
 	redeliveries func() (int, time.Duration)
 	// size is a source's node.Sized, for Stats; nil without.
 	size func() int64
+	// resume is a source's node.Resumable, called before each run; nil
+	// without.
+	resume func(pos []byte) error
 	// tagging marks a Join's tagging transforms, whose function never
 	// fails: Graph shows no layer on them.
 	tagging bool

@@ -18,7 +18,7 @@ func (nr *nodeRun) tellRejected(tr *tracker, item any, fl *failure) {
 	if tr == nil || tr.done == nil || tr.rej == nil {
 		return
 	}
-	env, _ := nr.envelope(item, fl)
+	env, _ := nr.envelope(item, tr, fl)
 	if env.LastFailure.IsZero() {
 		// A node that cannot dead-letter keeps no times: the clock is read
 		// only now, for the rare item that fails the run.

@@ -45,6 +45,9 @@ type runState struct {
 	// tracer is the Tracer Run's context carries, nil without one: every
 	// attempt then runs in a span of its own (see traced).
 	tracer observer.Tracer
+	// ledgers are the sources' ledgers of positions, in a run with
+	// checkpoints (see checkpoint.go); set before any node starts.
+	ledgers []*ledger
 }
 
 func (p *Pipeline) run(parent context.Context) (Result, error) {
@@ -65,6 +68,14 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 		before[i] = n.stats.snapshot(n.name, n.kind)
 	}
 	rs.before = before
+	if err := rs.resume(ctx); err != nil {
+		// No node started: the run ends before it began.
+		res := Result{Pipeline: p.name, RunID: rs.id, Start: rs.start, Nodes: make([]NodeStats, len(p.nodes))}
+		for i, n := range p.nodes {
+			res.Nodes[i] = NodeStats{Node: n.name, Kind: n.kind}
+		}
+		return res, err
+	}
 	p.current.Store(rs)
 	defer rs.ended.Store(true)
 	defer rs.stopDrain()
@@ -97,6 +108,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 		nodes[i].r = n.newRunner(nodes[i])
 	}
 	rs.nodes = nodes
+	stopSaver := rs.startSaver()
 	var (
 		c      crew
 		failed atomic.Bool
@@ -120,6 +132,9 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	// Items still tracked fail now, while their sources are open to hear
 	// it; then the sources close.
 	unsettled := rs.reg.failAll()
+	// Every item settled or failed: the positions are final.
+	stopSaver()
+	saveErr := rs.finalSave(parent)
 	for _, nr := range nodes {
 		if nr.closeLater {
 			if err := nr.close(); err != nil {
@@ -150,7 +165,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 		// outcome: never report that as a success.
 		err = fmt.Errorf("%w: %d tracked items reached no outcome", errUnsettled, unsettled)
 	}
-	return res, err
+	return res, errors.Join(err, saveErr)
 }
 
 // errUnsettled is the error of a run whose nodes all ended cleanly while

@@ -21,6 +21,9 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	if z, ok := src.(node.Sized); ok && !isNil(src) {
 		s.size = z.Size
 	}
+	if r := resumableOf(src); r != nil {
+		s.resume = r.Resume
+	}
 	var handOffAfter func() time.Duration
 	if h, ok := src.(deadletter.HandOffSource); ok && !isNil(src) {
 		handOffAfter = h.HandOffAfter
@@ -71,6 +74,10 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 		if needsFlusher(nr.rs.p.cfg, nr.spec) {
 			s.fl = nr.rs.flusher
 		}
+		if nr.rs.p.cfg.checkpoint != nil {
+			s.led = &ledger{src: nr.spec.name}
+			nr.rs.ledgers = append(nr.rs.ledgers, s.led)
+		}
 		return s
 	}
 	return Stream[T]{b.output(s)}
@@ -120,6 +127,9 @@ type sourceRunner[T any] struct {
 	// without.
 	key   func(T) string
 	trace func(T) map[string]string
+	// led is the source's ledger of positions in a run with checkpoints,
+	// nil without.
+	led *ledger
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
@@ -147,8 +157,9 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 // context the source passed to Emit: it governs this call alone. A tracked
 // item (done not nil) is tracked only once it can be taken, so that the
 // run's end never counts a refused item as one left on its way; tr is its
-// tracker when the hand-over failed.
-func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome)) (tr *tracker, err error) {
+// tracker when the hand-over failed. at says the item comes from EmitAt,
+// at position pos.
+func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome), pos []byte, at bool) (tr *tracker, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if call == s.nr.ctx || call == s.sctx {
@@ -173,7 +184,8 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 			return nil, err
 		}
 	}
-	if done != nil {
+	switch {
+	case done != nil:
 		// Counted now, before any node can settle it: settled never
 		// exceeds tracked. A refused item counts too: its done is called.
 		s.nr.spec.stats.tracked.Add(1)
@@ -182,13 +194,24 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}
-	} else if s.key != nil || headers != nil {
-		// Not tracked: the tracker only carries the key and headers.
-		tr = &tracker{key: key, trace: headers, quiet: true}
+	case at && s.led != nil:
+		// Tracked for the ledger alone, in emission order: quiet, as
+		// nobody waits for it, so it is handed over in batches.
+		tr = s.nr.rs.reg.root(s.nr.spec.name, nil, settledByLedger)
+		tr.key, tr.trace, tr.rej, tr.quiet = key, headers, newRejected(item), true
+		if s.handOffAfter > 0 {
+			tr.ho = newHandOff(item, s.handOffAfter)
+		}
+		tr.pos, tr.positioned, tr.led = pos, true, s.led
+		s.led.add(tr)
+	case at || s.key != nil || headers != nil:
+		// Not tracked: the tracker only carries the key, headers and
+		// position.
+		tr = &tracker{key: key, trace: headers, quiet: true, src: s.nr.spec.name, pos: pos, positioned: at}
 		tr.refs.Store(1)
 	}
 	if err := s.w.add(s.nr.ctx, call, envelope[T]{val: item, tr: tr}); err != nil {
-		if tr != nil && tr.quiet {
+		if tr != nil && tr.quiet && tr.led == nil {
 			tr = nil // nothing to report
 		}
 		return tr, err
@@ -266,13 +289,13 @@ func (s *sourceRunner[T]) setRunning(on bool) {
 type emitter[T any] sourceRunner[T]
 
 func (e *emitter[T]) Emit(ctx context.Context, item T) error {
-	_, err := (*sourceRunner[T])(e).push(ctx, item, nil)
+	_, err := (*sourceRunner[T])(e).push(ctx, item, nil, nil, false)
 	return err
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
 	s := (*sourceRunner[T])(e)
-	tr, err := s.push(ctx, item, done)
+	tr, err := s.push(ctx, item, done, nil, false)
 	if err != nil && done != nil {
 		// Outside the lock: done is the user's code.
 		if tr != nil {
@@ -285,8 +308,13 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 }
 
 func (e *emitter[T]) EmitAt(ctx context.Context, item T, pos []byte) error {
-	// Positions are not kept yet: see issue 29.
-	return e.Emit(ctx, item)
+	tr, err := (*sourceRunner[T])(e).push(ctx, item, nil, pos, true)
+	if tr != nil {
+		// Refused: its position holds the ledger back, as the items
+		// after it are not emitted either.
+		tr.fire(node.Failed)
+	}
+	return err
 }
 
 // hasOpen reports whether v has an Open; a node.Wrapper has one when

@@ -42,6 +42,13 @@ type tracker struct {
 	quiet bool
 	// trace is the item's trace headers (SourceTraceHeaders), root only.
 	trace map[string]string
+	// pos is the position of an item emitted with EmitAt, root only;
+	// positioned says it was. led is its source's ledger in a run with
+	// checkpoints, else nil; mark is its state there, guarded by led.mu.
+	pos        []byte
+	positioned bool
+	led        *ledger
+	mark       uint8
 }
 
 // links returns the trace headers of t's item: a root's, or for a group
@@ -188,6 +195,10 @@ func (t *tracker) fire(o node.Outcome) {
 			o = node.Rejected
 		}
 		t.reg.remove(t)
+		if t.led != nil {
+			t.led.settle(t, o)
+			return
+		}
 		if t.stats != nil {
 			t.stats.settled.Add(1)
 		}

@@ -1,0 +1,269 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/checkpoint"
+	"github.com/sluicehq/sluice/node"
+)
+
+// WithCheckpoint keeps, for every source that emits with EmitAt
+// (node.Emitter), the position up to which its items have settled, and
+// saves it in store under the pipeline's and the source's names: at most
+// every every, on the pipeline's clock, when it moved, and once more when
+// the run ends, however it ends (input exhausted, drained, failed or
+// cancelled). At the start of each run, a source that implements
+// [node.Resumable] is resumed from the position the store holds for it.
+//
+// A position is committed once its item and every item the source emitted
+// with EmitAt before it settled: delivered, filtered, skipped,
+// dead-lettered (the sink confirmed the write) or handed off, together
+// with everything derived from it (FlatMap parts, Batch members, Route
+// branches, items parked for a retry, Aggregate windows, Join pairs). An
+// item that ends Failed or Rejected holds the position back for the rest
+// of the run. Items emitted with Emit or EmitTracked do not take part.
+// See docs/checkpoints.md.
+//
+// A periodic Save that fails is tried again at the next tick; a final
+// Save that fails makes Run return an error naming the source. The final
+// Save runs after every item settled or failed, with a context that the
+// run's end does not cancel, bounded by [WithDrainTimeout] when one is
+// set. store must not be nil and every must be positive.
+func WithCheckpoint(store checkpoint.Store, every time.Duration) Option {
+	return func(c *config) {
+		c.checkpoint, c.checkpointEvery, c.checkpointSet = store, every, true
+	}
+}
+
+// checkCheckpoint checks WithCheckpoint's arguments.
+func checkCheckpoint(cfg config) []error {
+	if !cfg.checkpointSet {
+		return nil
+	}
+	var errs []error
+	if cfg.checkpoint == nil || isNil(cfg.checkpoint) {
+		errs = append(errs, errors.New("WithCheckpoint: the store is nil"))
+	}
+	if cfg.checkpointEvery <= 0 {
+		errs = append(errs, fmt.Errorf("WithCheckpoint(store, %v): the interval must be positive", cfg.checkpointEvery))
+	}
+	return errs
+}
+
+// A ledger follows the items one source emitted with EmitAt in a run
+// with checkpoints, in emission order, and the position they settled up
+// to. Each item is its root tracker, which settles it when it fires.
+//
+//	emitted:  p1  p2  p3  p4  p5
+//	settled:  ✓   ✓   ·   ✓   ·
+//	                  └ q starts here; committed = p2
+//
+// Once an item fails, nothing after it commits in this run: the ledger
+// keeps no item after it.
+type ledger struct {
+	src string
+
+	mu sync.Mutex
+	// q holds the items from the oldest unsettled one, in emission order.
+	q     []*tracker
+	stuck bool   // an item failed: q ends with it
+	pos   []byte // the committed position
+	seq   uint64 // how often pos moved
+	// saved is the seq of the last position saved; the saver's own.
+	saved uint64
+}
+
+// ledger marks of a tracker, guarded by the ledger's mu.
+const (
+	markPending = iota
+	markSettled
+	markFailed
+)
+
+// add appends t, a root tracker emitted just now; the source's mu is held,
+// so that the order is the emission order.
+func (l *ledger) add(t *tracker) {
+	l.mu.Lock()
+	if !l.stuck {
+		l.q = append(l.q, t)
+	}
+	l.mu.Unlock()
+}
+
+// settle records t's outcome and moves the committed position over every
+// settled item at the front.
+func (l *ledger) settle(t *tracker, o node.Outcome) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch o {
+	case node.Delivered, node.Filtered, node.Skipped, node.DeadLettered, node.HandedOff:
+		t.mark = markSettled
+	default:
+		t.mark = markFailed
+		if !l.stuck {
+			l.stuck = true
+			for i, u := range l.q {
+				if u == t {
+					clear(l.q[i+1:])
+					l.q = l.q[:i+1]
+					break
+				}
+			}
+		}
+	}
+	for len(l.q) > 0 && l.q[0].mark == markSettled {
+		l.pos = l.q[0].pos
+		l.seq++
+		l.q[0] = nil
+		l.q = l.q[1:]
+	}
+}
+
+// committed returns the committed position and how often it moved.
+func (l *ledger) committed() ([]byte, uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.pos, l.seq
+}
+
+// settledByLedger is the done of a root tracker that only a ledger
+// follows: firing it settles it in the ledger (see tracker.fire).
+func settledByLedger(node.Outcome) {}
+
+// origin returns the source and position of the one item t's item
+// derives from, when that item was emitted with EmitAt; a batch, window
+// or pair of several items has none.
+func (t *tracker) origin() (src string, pos []byte, ok bool) {
+	for t != nil {
+		if t.parents == nil {
+			return t.src, t.pos, t.positioned
+		}
+		if len(t.parents) != 1 {
+			break
+		}
+		t = t.parents[0]
+	}
+	return "", nil, false
+}
+
+// resumableOf returns v's Resume: v's own, else that of the node it wraps
+// (node.Wrapper, a few levels deep); nil when none has one.
+func resumableOf(v any) node.Resumable {
+	for range 8 {
+		if isNil(v) {
+			return nil
+		}
+		if r, ok := v.(node.Resumable); ok {
+			return r
+		}
+		w, ok := v.(node.Wrapper)
+		if !ok {
+			return nil
+		}
+		v = w.Unwrap()
+	}
+	return nil
+}
+
+// resume resumes every resumable source before any node starts: from the
+// position the store holds for it with checkpoints, else from the start.
+// A node restart within the run does not resume the source again: it
+// goes on from its own state.
+func (rs *runState) resume(ctx context.Context) error {
+	cfg := rs.p.cfg
+	for _, n := range rs.p.nodes {
+		if n.resume == nil {
+			continue
+		}
+		var pos []byte
+		if cfg.checkpoint != nil {
+			var err error
+			if perr := protect(func() { pos, err = cfg.checkpoint.Load(ctx, rs.p.name, n.name) }); perr != nil {
+				err = perr
+			}
+			if err != nil {
+				return &NodeError{Node: n.name, Err: fmt.Errorf("pipeline: checkpoint of source %q: Load: %w", n.name, err)}
+			}
+		}
+		var err error
+		if perr := protect(func() { err = n.resume(pos) }); perr != nil {
+			err = perr
+		}
+		if err != nil {
+			return &NodeError{Node: n.name, Err: fmt.Errorf("pipeline: source %q: Resume: %w", n.name, err)}
+		}
+	}
+	return nil
+}
+
+// startSaver starts the goroutine that saves the committed positions
+// every interval, on a crew of its own; the function returned stops it
+// and waits for it. Without checkpoints it does nothing.
+func (rs *runState) startSaver() (stop func()) {
+	if len(rs.ledgers) == 0 {
+		return func() {}
+	}
+	var c crew
+	done := make(chan struct{})
+	t := rs.p.cfg.clock.NewTicker(rs.p.cfg.checkpointEvery)
+	c.Go(func() error {
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return nil
+			case <-t.Chan():
+				// A failed Save is tried again at the next tick.
+				_ = rs.save(rs.ctx)
+			}
+		}
+	})
+	return func() {
+		close(done)
+		_ = c.Wait()
+	}
+}
+
+// finalSave saves the positions that moved since the last save once every
+// tracker fired, with a context the run's end does not cancel, bounded by
+// the drain timeout when there is one.
+func (rs *runState) finalSave(parent context.Context) error {
+	if len(rs.ledgers) == 0 {
+		return nil
+	}
+	ctx := context.WithoutCancel(parent)
+	if d := rs.p.cfg.drainTimeout; d > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = clockwork.WithTimeout(ctx, rs.p.cfg.clock, d)
+		defer cancel()
+	}
+	return rs.save(ctx)
+}
+
+// save saves the committed position of every source whose position moved
+// since its last save, and returns the failures, each naming its source.
+func (rs *runState) save(ctx context.Context) error {
+	var errs []error
+	for _, l := range rs.ledgers {
+		pos, seq := l.committed()
+		if seq == l.saved {
+			continue
+		}
+		var err error
+		if perr := protect(func() { err = rs.p.cfg.checkpoint.Save(ctx, rs.p.name, l.src, pos) }); perr != nil {
+			err = perr
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pipeline: checkpoint of source %q: %w", l.src, err))
+			continue
+		}
+		l.saved = seq
+	}
+	return errors.Join(errs...)
+}
