@@ -1,0 +1,264 @@
+package file
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"unicode/utf8"
+)
+
+// CSVOptions configure [CSV]. The zero value reads records separated by
+// commas, with no header, every record having as many fields as the
+// first, and quotes as RFC 4180 has them: encoding/csv's defaults.
+type CSVOptions struct {
+	// Header says the file's first record names the fields: it is not
+	// emitted, and each [Record] looks its fields up by those names. A
+	// resumed source reads it again before moving to its position.
+	Header bool
+	// Comma is the field separator; 0 means ','. It must be a valid rune
+	// other than '"', '\r', '\n' and the Unicode replacement character.
+	Comma rune
+	// LazyQuotes lets a quote appear in an unquoted field and a
+	// non-doubled quote in a quoted field (encoding/csv's LazyQuotes).
+	LazyQuotes bool
+	// FieldsPerRecord is the number of fields each record has: 0 (the
+	// zero value) takes the first record's (the header's, with Header),
+	// a positive number is that number, and a negative one lets records
+	// vary. A record with another number is a bad row.
+	FieldsPerRecord int
+	// TrimLeadingSpace ignores leading white space in a field.
+	TrimLeadingSpace bool
+}
+
+// A Record is one CSV record.
+type Record struct {
+	// Line is the line of the file the record starts on, 1 for the first.
+	Line int64 `json:"line"`
+	// Fields are the record's fields, in order.
+	Fields []string `json:"fields"`
+	// Header holds the header's names when CSVOptions.Header is set, nil
+	// otherwise. Every record of a run shares it: do not modify it.
+	Header []string `json:"header,omitempty"`
+
+	index map[string]int // name to field, shared; nil in a decoded Record
+}
+
+// Lookup returns the field that the header names name (the first, if
+// several columns have that name), and whether the record has it.
+func (r Record) Lookup(name string) (string, bool) {
+	i, ok := r.index[name]
+	if r.index == nil {
+		// A Record decoded from JSON (a dead letter's, say) has no
+		// index: look through the header.
+		i, ok = -1, false
+		for j, h := range r.Header {
+			if h == name {
+				i, ok = j, true
+				break
+			}
+		}
+	}
+	if !ok || i >= len(r.Fields) {
+		return "", false
+	}
+	return r.Fields[i], true
+}
+
+// Get returns the field that the header names name, or "" when the
+// record has none.
+func (r Record) Get(name string) string {
+	v, _ := r.Lookup(name)
+	return v
+}
+
+// csvFormat reads CSV records.
+type csvFormat struct{ opts CSVOptions }
+
+func (csvFormat) counter() counter { return countNonEmpty }
+
+func (f csvFormat) headerLines() int64 {
+	if f.opts.Header {
+		return 1
+	}
+	return 0
+}
+
+// newReader returns a CSV reader of r with the options, expecting fields
+// fields per record when the options leave it to the first record.
+func (f csvFormat) newReader(r io.Reader, fields int64) *csv.Reader {
+	cr := csv.NewReader(r)
+	if f.opts.Comma != 0 {
+		cr.Comma = f.opts.Comma
+	}
+	cr.LazyQuotes = f.opts.LazyQuotes
+	cr.TrimLeadingSpace = f.opts.TrimLeadingSpace
+	cr.FieldsPerRecord = f.opts.FieldsPerRecord
+	if cr.FieldsPerRecord == 0 {
+		cr.FieldsPerRecord = int(fields)
+	}
+	return cr
+}
+
+func (f csvFormat) rows(s *Source[Record], in *input) (rowReader[Record], error) {
+	if c := f.opts.Comma; c != 0 && (c == '"' || c == '\r' || c == '\n' || !utf8.ValidRune(c) || c == utf8.RuneError) {
+		return nil, fmt.Errorf("file: %s: CSVOptions.Comma %q is not a valid separator", s.path, c)
+	}
+	rec := &recorder{r: in.r, off: in.at.off}
+	c := &csvRows{path: s.path, rec: rec, base: in.at, at: in.at}
+	c.cr = f.newReader(bufio.NewReaderSize(rec, bufSize), in.at.fields)
+	if !f.opts.Header {
+		return c, nil
+	}
+	if in.at.line > 0 {
+		// Resumed past the header: read it from the file's start.
+		h, err := f.readHeader(s)
+		if err != nil {
+			return nil, err
+		}
+		c.setHeader(h)
+		return c, nil
+	}
+	// The header is the file's first record: a bad one fails the run,
+	// as nothing after it could be named.
+	r, err := c.read()
+	switch {
+	case errors.Is(err, io.EOF):
+		return c, nil // an empty file: no header, no records
+	case err != nil:
+		return nil, err
+	case r.bad != nil:
+		return nil, fmt.Errorf("file: header: %w", r.bad)
+	}
+	c.setHeader(r.item.Fields)
+	return c, nil
+}
+
+// readHeader reads the header of s's file: its first record.
+func (f csvFormat) readHeader(s *Source[Record]) ([]string, error) {
+	in, err := openInput(context.Background(), s.path, position{})
+	if err != nil {
+		return nil, err
+	}
+	defer in.close()
+	c := &csvRows{path: s.path, rec: &recorder{r: in.r, off: in.at.off}, base: in.at, at: in.at}
+	c.cr = f.newReader(bufio.NewReaderSize(c.rec, bufSize), 0)
+	r, err := c.read()
+	switch {
+	case errors.Is(err, io.EOF):
+		return nil, fmt.Errorf("%w: %s: the file has no header", ErrPosition, s.path)
+	case err != nil:
+		return nil, err
+	case r.bad != nil:
+		return nil, fmt.Errorf("file: header: %w", r.bad)
+	}
+	return r.item.Fields, nil
+}
+
+// csvRows reads the records of a CSV input. The recorder keeps the bytes
+// the CSV reader read, so that a bad row is dead-lettered as it stands in
+// the file, and the lines of each record are counted.
+type csvRows struct {
+	path   string
+	rec    *recorder
+	cr     *csv.Reader
+	base   position // where cr started
+	at     position // after the last record read
+	header []string
+	index  map[string]int
+}
+
+func (c *csvRows) setHeader(h []string) {
+	c.header, c.index = h, make(map[string]int, len(h))
+	for i, name := range h {
+		if _, dup := c.index[name]; !dup {
+			c.index[name] = i
+		}
+	}
+}
+
+func (c *csvRows) next() (row[Record], error) {
+	r, err := c.read()
+	if err == nil && r.bad == nil {
+		r.item.Header, r.item.index = c.header, c.index
+	}
+	return r, err
+}
+
+// read reads one record, good or bad.
+func (c *csvRows) read() (row[Record], error) {
+	fields, err := c.cr.Read()
+	if err != nil && !isParseError(err) {
+		if errors.Is(err, io.EOF) {
+			return row[Record]{}, io.EOF
+		}
+		return row[Record]{}, fmt.Errorf("file: read %s: %w", c.path, err)
+	}
+	end := c.base.off + c.cr.InputOffset()
+	raw := c.rec.take(end)
+	c.at.off = end
+	c.at.line += int64(bytes.Count(raw, []byte{'\n'}))
+	if len(raw) > 0 && raw[len(raw)-1] != '\n' {
+		c.at.line++ // the file's last line, without its end
+	}
+	if c.cr.FieldsPerRecord > 0 {
+		c.at.fields = int64(c.cr.FieldsPerRecord)
+	}
+	if err != nil {
+		pe := err.(*csv.ParseError)
+		e := pe.Err
+		if errors.Is(e, csv.ErrFieldCount) {
+			e = fmt.Errorf("%w: %d fields, want %d", csv.ErrFieldCount, len(fields), c.cr.FieldsPerRecord)
+		}
+		return row[Record]{raw: trimEnd(raw), end: c.at, bad: &RowError{
+			Path: c.path, Line: c.base.line + int64(pe.Line), Column: pe.Column, Err: e}}, nil
+	}
+	line, _ := c.cr.FieldPos(0)
+	return row[Record]{item: Record{Line: c.base.line + int64(line), Fields: fields}, end: c.at}, nil
+}
+
+// isParseError reports whether err is a *csv.ParseError: a bad row, not
+// a failed read. (It is one, not one wrapped: csv.Reader returns it so.)
+func isParseError(err error) bool {
+	_, ok := err.(*csv.ParseError)
+	return ok
+}
+
+// trimEnd returns raw as text without the end of its last line.
+func trimEnd(raw []byte) string {
+	raw = bytes.TrimSuffix(raw, []byte{'\n'})
+	return string(bytes.TrimSuffix(raw, []byte{'\r'}))
+}
+
+// A recorder keeps what is read through it, from the end of the last
+// record taken on, so that the bytes of each record can be taken.
+type recorder struct {
+	r    io.Reader
+	buf  []byte
+	from int   // buf[from:] is not taken yet
+	off  int64 // the input's offset at buf[from]
+}
+
+func (r *recorder) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	if r.from > 0 && r.from >= len(r.buf)/2 {
+		// Drop what was taken, in amortised constant time per byte.
+		r.buf = r.buf[:copy(r.buf, r.buf[r.from:])]
+		r.from = 0
+	}
+	r.buf = append(r.buf, p[:n]...)
+	return n, err
+}
+
+// take returns the bytes from the end of the last take to end, an offset
+// in the input: valid until the next Read.
+func (r *recorder) take(end int64) []byte {
+	n := int(end - r.off)
+	b := r.buf[r.from : r.from+n]
+	r.from += n
+	r.off = end
+	return b
+}

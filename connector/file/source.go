@@ -1,0 +1,191 @@
+package file
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
+	"github.com/sluicehq/sluice/node"
+)
+
+// A Source reads a file and emits its items with their positions: see
+// [Lines], [CSV] and [JSONL]. It implements node.Source, node.Opener,
+// node.Closer, node.Resumable, node.Sized and
+// deadletter.DeadLetterWriter. Run, Open, Close and Resume are called one
+// at a time, as the pipeline does; Size and BadRows may be called from any
+// goroutine.
+type Source[T any] struct {
+	path   string
+	format format[T]
+
+	at      position // where the next row starts
+	in      *input   // the open file, nil when closed
+	counted bool     // the size of this run was counted
+
+	letters broker.Letters
+	size    atomic.Int64
+	bad     atomic.Int64
+}
+
+// A format is how a source turns its file into items.
+type format[T any] interface {
+	// rows returns the reader of the items of in, from its position.
+	rows(s *Source[T], in *input) (rowReader[T], error)
+	// counter says which lines make an item, for Size.
+	counter() counter
+	// headerLines is the number of lines at the file's start that make
+	// no item, though the counter counts them: a CSV header.
+	headerLines() int64
+}
+
+// A rowReader reads items; io.EOF at the end.
+type rowReader[T any] interface {
+	next() (row[T], error)
+}
+
+// A row is an item read, with the position after it, or a bad row.
+type row[T any] struct {
+	item T
+	end  position
+	raw  string    // the bad row's text
+	bad  *RowError // nil for an item
+}
+
+func newSource[T any](path string, f format[T]) *Source[T] {
+	s := &Source[T]{path: path, format: f}
+	s.size.Store(-1)
+	return s
+}
+
+// Path returns the path of the source's file.
+func (s *Source[T]) Path() string { return s.path }
+
+// Resume makes the next run start after pos, a position the source gave
+// with an item (nil: at the start of the file). It checks the position's
+// bytes; Open checks that it fits the file.
+func (s *Source[T]) Resume(pos []byte) error {
+	p, err := decodePosition(pos)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrPosition, s.path, err)
+	}
+	s.closeInput()
+	s.at, s.counted = p, false
+	s.size.Store(-1)
+	return nil
+}
+
+// Open opens the file, moves to the position the run starts at (see
+// Resume; after a Run, where it stopped), and, at the first Open after
+// Resume, counts the items for Size. Errors name the file. Run opens the
+// file itself when Open was not called.
+func (s *Source[T]) Open(ctx context.Context) error {
+	s.closeInput()
+	in, err := openInput(ctx, s.path, s.at)
+	if err != nil {
+		return err
+	}
+	if !s.counted {
+		n, err := s.format.counter().count(ctx, in)
+		if err != nil {
+			in.close()
+			return err
+		}
+		if n > 0 && in.at.line == 0 {
+			n -= s.format.headerLines()
+		}
+		s.size.Store(n)
+		s.counted = true
+	}
+	s.in = in
+	return nil
+}
+
+// Run emits the items of the file from the source's position with their
+// positions, and dead-letters the bad rows (see the package
+// documentation). It returns nil at the end of the file, and closes it. A
+// Run after one that returned goes on after the last item emitted.
+func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
+	if s.in == nil {
+		if err := s.Open(ctx); err != nil {
+			return err
+		}
+	}
+	defer s.closeInput()
+	rows, err := s.format.rows(s, s.in)
+	if err != nil {
+		return err
+	}
+	var positions positionBlock
+	for n := 0; ; n++ {
+		if n%1024 == 0 {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+		}
+		r, err := rows.next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if r.bad != nil {
+			if err := s.deadLetter(ctx, r); err != nil {
+				return err
+			}
+		} else if err := out.EmitAt(ctx, r.item, positions.encode(r.end)); err != nil {
+			return err
+		}
+		s.at = r.end
+	}
+}
+
+// deadLetter writes bad row r to the pipeline's dead-letter sink, or
+// returns why it cannot.
+func (s *Source[T]) deadLetter(ctx context.Context, r row[T]) error {
+	sink, env := s.letters.Letter(r.raw, deadletter.TypeOf(r.raw), r.bad, "", time.Now())
+	if sink == nil {
+		return fmt.Errorf("%w (the pipeline has no dead-letter sink to take the row)", r.bad)
+	}
+	env.FirstFailure = env.LastFailure
+	env.Source, env.Position = env.OriginNode, r.end.encode()
+	if err := sink.Write(ctx, env); err != nil {
+		return fmt.Errorf("file: %s:%d: dead-letter the bad row: %w", s.path, r.bad.Line, err)
+	}
+	s.bad.Add(1)
+	return nil
+}
+
+// Close closes the file if it is open.
+func (s *Source[T]) Close(context.Context) error {
+	return s.closeInput()
+}
+
+func (s *Source[T]) closeInput() error {
+	if s.in == nil {
+		return nil
+	}
+	err := s.in.close()
+	s.in = nil
+	return err
+}
+
+// Size returns the number of items the run reads, counted at Open (see
+// the package documentation), or -1 when it is unknown: before Open, and
+// for a gzip file.
+func (s *Source[T]) Size() int64 { return s.size.Load() }
+
+// BadRows returns how many bad rows the source dead-lettered.
+func (s *Source[T]) BadRows() int64 { return s.bad.Load() }
+
+// UseDeadLetter is how the pipeline gives the source its dead-letter sink
+// (nil for none) and what it knows of the envelope, for bad rows
+// (deadletter.DeadLetterWriter).
+func (s *Source[T]) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
+	s.letters.Use(sink, base)
+}
