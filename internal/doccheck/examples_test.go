@@ -21,6 +21,7 @@ var notImported = []string{"bench", "cmd", "internal", "samples"}
 // go test: they need a broker, or a *testing.T (the conformance suites).
 // Their Examples are compiled, not run.
 var compiledOnly = []string{
+	"checkpoint/checkpointtest",
 	"connector/connectortest",
 	"connector/nats",
 	"connector/rabbitmq",
