@@ -53,10 +53,10 @@ type config struct {
 	checkpoint      string
 	checkpointEvery time.Duration
 	fresh           bool
-	metricsAddr string
-	seed        uint64
-	progress    time.Duration // 0: no progress display
-	tty         bool          // redraw the progress in place instead of printing lines
+	metricsAddr     string
+	seed            uint64
+	progress        time.Duration // 0: no progress display
+	tty             bool          // redraw the progress in place instead of printing lines
 }
 
 // main runs the job. The first Ctrl-C drains it: no more rows are read,
