@@ -28,7 +28,13 @@ import (
 	"github.com/sluicehq/sluice/observer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The crash test runs this binary again as the child it kills.
+	if os.Getenv(crashDirEnv) != "" {
+		os.Exit(crashChild())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // runOnFakeClock runs the job with cfg on a fake clock, moving it forward
 // a millisecond each time the job waits on it.
