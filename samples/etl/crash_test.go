@@ -38,21 +38,30 @@ const (
 	crashSeedEnv = "SLUICE_ETL_CRASH_SEED" // set to repeat a test's kill moments
 )
 
+// crashRows is the number of rows of the crash test's input: enough that
+// 20 kills leave rows for the last run.
+var crashRows = 40_000
+
+func init() {
+	if raceEnabled {
+		crashRows = 4_000
+	}
+}
+
 const (
-	crashRows  = 30_000                // rows of the input
 	crashBatch = 50                    // rows per SQLite transaction
 	crashEvery = 20 * time.Millisecond // the child's checkpoint interval
 )
 
 // crashRow returns row i (1-based) of the crash test's input: "i,value".
-// Every 50th row has a value that does not parse (the transform
-// dead-letters it), and every 97th is not CSV (the source dead-letters
+// Every 300th row has a value that does not parse (the transform
+// dead-letters it), and every 997th is not CSV (the source dead-letters
 // it); the rest are good rows.
 func crashRow(i int) (line string, good bool) {
 	switch {
-	case i%97 == 3:
+	case i%997 == 3:
 		return fmt.Sprintf("%d,x\"y", i), false // a bare quote
-	case i%50 == 7:
+	case i%300 == 7:
 		return fmt.Sprintf("%d,seven", i), false
 	}
 	return fmt.Sprintf("%d,%d", i, i*3), true
