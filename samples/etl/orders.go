@@ -102,12 +102,11 @@ func row(r *rand.Rand, i int) string {
 // A rowError is a malformed row; it is permanent: parsing again cannot fix
 // it.
 type rowError struct {
-	line            int64 // of the file, 1 for the header
 	row, field, why string
 }
 
 func (e *rowError) Error() string {
-	return fmt.Sprintf("malformed row %q (line %d): %s: %s", e.row, e.line, e.field, e.why)
+	return fmt.Sprintf("malformed row %q: %s: %s", e.row, e.field, e.why)
 }
 
 // parse turns a CSV record into an Order. Malformed rows fail
@@ -118,15 +117,15 @@ func parse(_ context.Context, rec file.Record) (Order, error) {
 	f := rec.Fields
 	line := strings.Join(f, ",")
 	if len(f) != 5 {
-		return Order{}, resilience.MarkPermanent(&rowError{rec.Line, line, "fields", fmt.Sprintf("want 5, got %d", len(f))})
+		return Order{}, resilience.MarkPermanent(&rowError{line, "fields", fmt.Sprintf("want 5, got %d", len(f))})
 	}
 	cents, err := parseCents(f[2])
 	if err != nil {
-		return Order{}, resilience.MarkPermanent(&rowError{rec.Line, line, "amount", err.Error()})
+		return Order{}, resilience.MarkPermanent(&rowError{line, "amount", err.Error()})
 	}
 	date, err := time.Parse(time.DateOnly, f[4])
 	if err != nil {
-		return Order{}, resilience.MarkPermanent(&rowError{rec.Line, line, "date", err.Error()})
+		return Order{}, resilience.MarkPermanent(&rowError{line, "date", err.Error()})
 	}
 	return Order{ID: f[0], Customer: f[1], Cents: cents, Currency: f[3], Date: date}, nil
 }
