@@ -41,10 +41,17 @@ type File struct {
 	writing chan struct{}
 
 	mu      sync.Mutex
-	pos     map[pair][]byte
+	pos     map[pair]kept
 	version uint64 // counts the changes of pos
 	written uint64 // the version the file holds
 	closed  bool
+}
+
+// kept is a position of a File, and the version of the File's positions
+// that first held it (0: the file read at open).
+type kept struct {
+	pos     []byte
+	version uint64
 }
 
 // The file's format: one JSON object, its positions sorted by pipeline
@@ -122,7 +129,7 @@ func OpenFile(path string) (*File, error) {
 	f := &File{
 		path: real, tmp: real + ".tmp", perm: DefaultFileMode, lock: lock,
 		writing: make(chan struct{}, 1),
-		pos:     make(map[pair][]byte),
+		pos:     make(map[pair]kept),
 	}
 	if err := f.open(); err != nil {
 		return nil, errors.Join(err, unlockFile(lock))
@@ -212,7 +219,7 @@ func (f *File) decode(data []byte) error {
 		if _, dup := f.pos[k]; dup {
 			return fmt.Errorf("position %d: pipeline %q, source %q is there twice", i+1, e.Pipeline, e.Source)
 		}
-		f.pos[k] = e.Position
+		f.pos[k] = kept{pos: e.Position}
 	}
 	return nil
 }
@@ -226,7 +233,7 @@ func (f *File) encode() []byte {
 	size := 64
 	for k, p := range f.pos {
 		keys = append(keys, k)
-		size += 64 + len(k.pipeline) + len(k.source) + base64.StdEncoding.EncodedLen(len(p))
+		size += 64 + len(k.pipeline) + len(k.source) + base64.StdEncoding.EncodedLen(len(p.pos))
 	}
 	slices.SortFunc(keys, func(a, b pair) int {
 		return cmp.Or(strings.Compare(a.pipeline, b.pipeline), strings.Compare(a.source, b.source))
@@ -242,7 +249,7 @@ func (f *File) encode() []byte {
 		b = append(b, ",\"source\":"...)
 		b = appendString(b, k.source)
 		b = append(b, ",\"position\":\""...)
-		b = base64.StdEncoding.AppendEncode(b, f.pos[k])
+		b = base64.StdEncoding.AppendEncode(b, f.pos[k].pos)
 		b = append(b, "\"}"...)
 	}
 	return append(b, "\n]}\n"...)
@@ -305,7 +312,7 @@ func (f *File) Load(ctx context.Context, pipeline, source string) ([]byte, error
 	if !ok {
 		return nil, nil
 	}
-	return clone(p), nil
+	return clone(p.pos), nil
 }
 
 // Save implements [Store.Save]. It returns once the file on the disk holds
@@ -324,11 +331,13 @@ func (f *File) Save(ctx context.Context, pipeline, source string, pos []byte) er
 		f.mu.Unlock()
 		return f.closedError("save")
 	}
-	if cur, ok := f.pos[k]; !ok || !bytes.Equal(cur, pos) {
-		f.pos[k] = clone(pos)
+	cur, ok := f.pos[k]
+	if !ok || !bytes.Equal(cur.pos, pos) {
 		f.version++
+		cur = kept{pos: clone(pos), version: f.version}
+		f.pos[k] = cur
 	}
-	need := f.version
+	need := cur.version // the file holds pos once it holds this version
 	done := f.written >= need
 	f.mu.Unlock()
 	if done {
