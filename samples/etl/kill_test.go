@@ -82,6 +82,9 @@ func TestDemoKilledAndRunAgain(t *testing.T) {
 	} {
 		assert.Equal(t, dump(t, filepath.Join(whole, "orders.db"), q), dump(t, filepath.Join(killed, "orders.db"), q), q)
 	}
+	// The runs after a kill appended to the file of the run they went on
+	// from: one file, no rotated one.
+	assert.NoFileExists(t, filepath.Join(killed, "dead-letters.jsonl.000001"))
 	want, wantN := letterSet(t, filepath.Join(whole, "dead-letters.jsonl"))
 	got, gotN := letterSet(t, filepath.Join(killed, "dead-letters.jsonl"))
 	assert.Equal(t, want, got, "the same dead letters")
