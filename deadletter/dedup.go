@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"unicode/utf8"
 )
 
 // A heldKey names the envelope of one item dead-lettered at one source
@@ -20,15 +21,17 @@ type heldKey [16]byte
 // the envelope has no position: such an envelope is never deduplicated.
 // The item is its encoding as it stands in the file; an item that could
 // not be encoded counts by its type, encoder error and text, which is all
-// the file keeps of it.
+// the file keeps of it. The strings count as the file holds them (see
+// jsonText), so that an envelope written and the one read back have one
+// key.
 func keyOf(pipeline, source string, position []byte, origin, itemType string, item []byte, itemError, itemText string) (heldKey, bool) {
 	if len(position) == 0 {
 		return heldKey{}, false
 	}
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	for _, field := range [][]byte{[]byte(pipeline), []byte(source), position, []byte(origin),
-		[]byte(itemType), item, []byte(itemError), []byte(itemText)} {
+	for _, field := range [][]byte{jsonText(pipeline), jsonText(source), position, jsonText(origin),
+		jsonText(itemType), item, jsonText(itemError), jsonText(itemText)} {
 		// Each field with its length, so that no two lists of fields hash
 		// the same bytes.
 		h.Write(n[:binary.PutUvarint(n[:], uint64(len(field)))])
@@ -37,6 +40,25 @@ func keyOf(pipeline, source string, position []byte, origin, itemType string, it
 	var key heldKey
 	copy(key[:], h.Sum(nil))
 	return key, true
+}
+
+// jsonText returns s as encoding/json writes it in a JSON string and reads
+// it back: each byte that is not part of valid UTF-8 becomes U+FFFD.
+func jsonText(s string) []byte {
+	if utf8.ValidString(s) {
+		return []byte(s)
+	}
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = utf8.AppendRune(b, utf8.RuneError)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return b
 }
 
 // envelopeKey is keyOf for an envelope read from a file.

@@ -76,8 +76,9 @@ type batch struct {
 // rotated from path and path itself, and keeps a key for each that has a
 // [Envelope.Position]: a hash of its Pipeline, Source, Position,
 // OriginNode and encoded item (ItemType, Item, and ItemError and ItemText
-// for an item that could not be encoded). [File.Write] writes no second
-// envelope with a key the files hold, so that the items a resumed run
+// for an item that could not be encoded), its strings as the file holds
+// them (a byte that is not valid UTF-8 as U+FFFD). [File.Write] writes no
+// second envelope with a key the files hold, so that the items a resumed run
 // replays after its last checkpoint, dead-lettered before the crash, are
 // not dead-lettered twice. An envelope without a position is always
 // written. A torn or corrupt line holds no key. The File keeps 16 bytes

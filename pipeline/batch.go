@@ -88,10 +88,10 @@ func (b *batcher[T]) emit(ctx context.Context) error {
 	return b.w.push(ctx, envelope[[]T]{val: vals, tr: tr})
 }
 
-// gather reads in until it ends, appending each envelope to *pending and
-// calling flush when size are held, when linger has passed on clock since
-// the first of them (0: never), and when the input ends. took is set once
-// anything was read.
+// gather reads in until it ends, appending its envelopes to *pending a run
+// at a time (never past size) and calling flush when size are held, when
+// linger has passed on clock since the first of them (0: never), and when
+// the input ends. took is set once anything was read.
 func gather[T any](ctx context.Context, in *reader[T], clock clockwork.Clock, linger time.Duration, size int, pending *[]envelope[T], took *bool, flush func(context.Context) error) error {
 	var timer clockwork.Timer
 	stopTimer := func() {
@@ -106,7 +106,7 @@ func gather[T any](ctx context.Context, in *reader[T], clock clockwork.Clock, li
 		if timer != nil {
 			expired = timer.Chan()
 		}
-		env, ok, timedOut, err := in.nextOr(ctx, expired)
+		run, ok, timedOut, err := in.nextRunOr(ctx, expired, size-len(*pending))
 		switch {
 		case err != nil:
 			return err
@@ -123,7 +123,7 @@ func gather[T any](ctx context.Context, in *reader[T], clock clockwork.Clock, li
 		if len(*pending) == 0 && linger > 0 {
 			timer = clock.NewTimer(linger)
 		}
-		*pending = append(*pending, env)
+		*pending = append(*pending, run...)
 		if len(*pending) >= size {
 			stopTimer()
 			if err := flush(ctx); err != nil {

@@ -28,6 +28,9 @@ type memStore struct {
 	loads   int
 	loadErr error
 	saveErr error
+	// failFirst fails that many Saves first; attempts counts every Save.
+	failFirst int
+	attempts  int
 }
 
 func newMemStore() *memStore { return &memStore{pos: map[string][]byte{}} }
@@ -45,8 +48,12 @@ func (m *memStore) Load(_ context.Context, pipe, src string) ([]byte, error) {
 func (m *memStore) Save(_ context.Context, pipe, src string, pos []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.attempts++
 	if m.saveErr != nil {
 		return m.saveErr
+	}
+	if m.attempts <= m.failFirst {
+		return errors.New("store busy")
 	}
 	m.pos[pipe+"/"+src] = append([]byte(nil), pos...)
 	m.saves = append(m.saves, src+"="+string(pos))
@@ -688,7 +695,7 @@ func TestCheckpointResume(t *testing.T) {
 type wrapped struct{ s *posSource }
 
 func (w wrapped) Run(ctx context.Context, emit node.Emitter[int]) error { return w.s.Run(ctx, emit) }
-func (w wrapped) Unwrap() any                                          { return w.s }
+func (w wrapped) Unwrap() any                                           { return w.s }
 
 // A Load or Resume error fails the run before any node starts, naming the
 // source.
@@ -756,4 +763,152 @@ func TestCheckpointIgnoresPlainEmit(t *testing.T) {
 	require.Error(t, err)
 	// Item 1 never settled, but it has no position: c is committed.
 	assert.Equal(t, []string{"src=c"}, store.saved())
+}
+
+// An item waiting in a Join's window holds its position, matched or not,
+// until its window ends.
+func TestCheckpointJoinHoldsBack(t *testing.T) {
+	t.Parallel()
+	for _, expire := range []bool{false, true} {
+		t.Run(strconv.FormatBool(expire), func(t *testing.T) {
+			t.Parallel()
+			store := newMemStore()
+			clock := clockwork.NewFakeClock()
+			b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithClock(clock))
+			right := node.SourceFunc[int](func(ctx context.Context, emit node.Emitter[int]) error {
+				if err := emit.EmitAt(ctx, 1, []byte("r1")); err != nil {
+					return err
+				}
+				<-ctx.Done()
+				return context.Cause(ctx)
+			})
+			g := &got{}
+			l := pipeline.Source(b, "l", &posSource{n: 3, hold: make(chan struct{})})
+			r := pipeline.Source(b, "r", right)
+			pairs := pipeline.Join(b, "join", l, r, func(v int) int { return v }, func(v int) int { return v }, time.Hour,
+				func(a, b int) int { return a + b })
+			pipeline.Sink(b, "sink", pairs, node.SinkFunc[int](func(_ context.Context, v int) error { g.add(v); return nil }))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := runAsync(ctx, build(t, b))
+			if !expire {
+				require.Error(t, cancelAfter(t, cancel, done, func() bool { return g.count() == 1 }))
+				// Every item still waits in the window: nothing commits,
+				// though the pair (1, 1) was written.
+				assert.Empty(t, store.saved())
+				return
+			}
+			waitFor(t, func() bool { return g.count() == 1 })
+			// The windows end an hour on: the unmatched items are
+			// filtered, the matched ones let go, and both sources commit.
+			waitFor(t, func() bool {
+				clock.Advance(time.Hour)
+				s := store.saved()
+				return slices.Contains(s, "l=3") && slices.Contains(s, "r=r1")
+			})
+			cancel()
+			require.Error(t, <-done)
+		})
+	}
+}
+
+// A MapBatch holds its items' positions until their slice was called and
+// each item settled; an item the call dead-lettered settles as well.
+func TestCheckpointMapBatch(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	dl := &slowLetters{}
+	b := newCkpt(store, pipeline.WithDeadLetter(dl),
+		pipeline.WithResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))
+	g := &got{}
+	src := pipeline.Source(b, "src", &posSource{n: 5, hold: make(chan struct{})})
+	out := pipeline.MapBatch(b, "call", src, 3, 0, func(_ context.Context, in []int) ([]int, []error) {
+		errs := make([]error, len(in))
+		for i, v := range in {
+			if v == 1 {
+				errs[i] = resilience.MarkPermanent(errors.New("bad 1"))
+			}
+		}
+		return in, errs
+	})
+	pipeline.Sink(b, "sink", out, node.SinkFunc[int](func(_ context.Context, v int) error { g.add(v); return nil }))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The slice 0, 1, 2 was called; 3 and 4 wait for a third item.
+	err := cancelAfter(t, cancel, runAsync(ctx, build(t, b)), func() bool { return g.count() == 2 && len(dl.written()) == 1 })
+	require.Error(t, err)
+	assert.Equal(t, []string{"src=3"}, store.saved())
+	assert.Equal(t, []byte("2"), dl.written()[0].Position)
+}
+
+// An item whose retry waits holds the position until the retry settles
+// it.
+func TestCheckpointRetryHoldsBack(t *testing.T) {
+	t.Parallel()
+	for _, m := range modes[1:2] { // per item: see TestCheckpointOutOfOrder
+		t.Run(m.name, func(t *testing.T) {
+			t.Parallel()
+			store := newMemStore()
+			clock := clockwork.NewFakeClock()
+			b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithClock(clock), pipeline.WithHandOverBatch(1),
+				pipeline.WithResilience(func(o *resilience.Options) {
+					o.ItemRetry.MaxRetries = 1
+					o.ItemRetry.Backoff = resilience.Constant(time.Minute)
+				}))
+			var mu sync.Mutex
+			calls := map[int]int{}
+			g := &got{}
+			hold := make(chan struct{})
+			src := pipeline.Source(b, "src", &posSource{n: 4, hold: hold})
+			out := pipeline.Map(b, "work", src, func(_ context.Context, v int) (int, error) {
+				mu.Lock()
+				calls[v]++
+				n := calls[v]
+				mu.Unlock()
+				if v == 1 && n == 1 {
+					return 0, errors.New("busy")
+				}
+				return v, nil
+			})
+			pipeline.Sink(b, "sink", out, node.SinkFunc[int](func(_ context.Context, v int) error { g.add(v); return nil }))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := runAsync(ctx, build(t, b))
+			// Item 1 waits a minute for its retry: the position stays
+			// before it.
+			require.Error(t, cancelAfter(t, cancel, done, func() bool {
+				mu.Lock()
+				defer mu.Unlock()
+				return g.count() == 1 && calls[1] == 1
+			}))
+			assert.Equal(t, []string{"src=1"}, store.saved())
+		})
+	}
+}
+
+// A periodic Save that fails is tried again at a later tick; the run does
+// not fail for it.
+func TestCheckpointPeriodicSaveErrorRetried(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	store.failFirst = 1
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Minute), pipeline.WithClock(clock))
+	hold := make(chan struct{})
+	g := &got{}
+	pipeline.Sink(b, "sink", pipeline.Source(b, "src", &posSource{n: 2, hold: hold}), node.SinkFunc[int](func(_ context.Context, v int) error { g.add(v); return nil }))
+	done := runAsync(context.Background(), build(t, b))
+	waitFor(t, func() bool { return g.count() == 2 })
+	waitFor(t, func() bool {
+		clock.Advance(time.Minute)
+		return len(store.saved()) == 1
+	})
+	store.mu.Lock()
+	attempts := store.attempts
+	store.mu.Unlock()
+	assert.Equal(t, 2, attempts)
+	close(hold)
+	require.NoError(t, <-done)
+	// Nothing moved since: no final Save.
+	assert.Equal(t, []string{"src=2"}, store.saved())
 }

@@ -260,6 +260,17 @@ func (m *batchMap[In, Out]) breakerResult(ctx context.Context, errs []error) res
 // the items after it are kept, with their results, for the restart.
 func (m *batchMap[In, Out]) settle(ctx context.Context, c *called[In, Out], j int) error {
 	for ; j < len(c.items); j++ {
+		if k := m.untracked(c, j); k > j {
+			// Untracked items that succeeded are handed on in one go.
+			n, err := m.w.pushVals(ctx, c.outs[j:k])
+			m.completed += int64(n)
+			if err != nil {
+				return err
+			}
+			if j = k; j == len(c.items) {
+				return nil
+			}
+		}
 		if c.refused || (c.errs != nil && c.errs[j] != nil) {
 			if err := m.alone(ctx, c, j, nil); err != nil {
 				return err
@@ -272,6 +283,20 @@ func (m *batchMap[In, Out]) settle(ctx context.Context, c *called[In, Out], j in
 		}
 	}
 	return nil
+}
+
+// untracked returns the end of the items of c from j on that succeeded
+// and that nobody tracks.
+func (m *batchMap[In, Out]) untracked(c *called[In, Out], j int) int {
+	if c.refused {
+		return j
+	}
+	for ; j < len(c.items); j++ {
+		if c.items[j].tr != nil || (c.errs != nil && c.errs[j] != nil) {
+			break
+		}
+	}
+	return j
 }
 
 // alone takes item j of c through layer 1 by itself. prior, when not nil,

@@ -202,7 +202,11 @@ func spread[In, Out any](n *spec, ungroup bool) deliverFunc[In, []Out, Out] {
 			}
 			return nil
 		}
-		if env.tr != nil && len(r) > 1 {
+		if env.tr == nil {
+			_, err := w.pushVals(ctx, r)
+			return err
+		}
+		if len(r) > 1 {
 			env.tr.add(len(r) - 1)
 		}
 		for _, v := range r {

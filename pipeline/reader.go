@@ -90,10 +90,8 @@ func (r *reader[T]) nextRun(ctx context.Context) ([]envelope[T], bool, error) {
 // nextOr is next that also returns, with timedOut set, when expired fires
 // before an item arrives. A nil expired never fires.
 func (r *reader[T]) nextOr(ctx context.Context, expired <-chan time.Time) (env envelope[T], ok, timedOut bool, err error) {
-	select {
-	case <-expired:
+	if fired(expired) {
 		return env, false, true, nil
-	default:
 	}
 	if r.i < len(r.cur) {
 		env, ok, err = r.next(ctx)
@@ -106,6 +104,42 @@ func (r *reader[T]) nextOr(ctx context.Context, expired <-chan time.Time) (env e
 	r.cur, r.i = items, 1
 	r.took(items[:1])
 	return items[0], true, false, nil
+}
+
+// nextRunOr is nextRun that hands out at most limit items (limit ≥ 1) and
+// also returns, with timedOut set, when expired fires before an item
+// arrives. A nil expired never fires.
+func (r *reader[T]) nextRunOr(ctx context.Context, expired <-chan time.Time, limit int) (items []envelope[T], ok, timedOut bool, err error) {
+	if fired(expired) {
+		return nil, false, true, nil
+	}
+	if r.i >= len(r.cur) {
+		items, ok, timedOut, err := r.more(ctx, expired)
+		if !ok {
+			return nil, false, timedOut, err
+		}
+		r.cur, r.i = items, 0
+	}
+	end := min(len(r.cur), r.i+limit)
+	items = r.cur[r.i:end]
+	r.i = end
+	r.took(items)
+	return items, true, false, nil
+}
+
+// fired reports whether expired has fired, without waiting; a nil expired
+// never fires. It looks only when there is a channel: a select on a nil
+// channel costs a call per item.
+func fired(expired <-chan time.Time) bool {
+	if expired == nil {
+		return false
+	}
+	select {
+	case <-expired:
+		return true
+	default:
+		return false
+	}
 }
 
 // more receives the next items once cur is used up: ok is false at the end

@@ -162,7 +162,7 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome), pos []byte, at bool) (tr *tracker, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if call == s.nr.ctx || call == s.sctx {
+	if call == s.sctx || call == s.nr.ctx { // the one Run got first: the usual case
 		call = nil // the node's own, or the one its Run got: watched anyway
 	}
 	if err := s.check(call); err != nil {
@@ -289,8 +289,34 @@ func (s *sourceRunner[T]) setRunning(on bool) {
 type emitter[T any] sourceRunner[T]
 
 func (e *emitter[T]) Emit(ctx context.Context, item T) error {
-	_, err := (*sourceRunner[T])(e).push(ctx, item, nil, nil, false)
+	s := (*sourceRunner[T])(e)
+	if s.w.max > 1 && s.gathered(ctx, item) {
+		// max is set once: with per-item hand-over, every push sends.
+		return nil
+	}
+	_, err := s.push(ctx, item, nil, nil, false)
 	return err
+}
+
+// gathered is push's common case, taken when all it does is add an
+// untracked item to the batch the writer gathers: Run is running, the
+// item needs no key and no headers, ctx is the one Run got (or the
+// node's), the batch has room (push sends it when full), the flusher, if
+// any, is already armed, and check would find nothing. Otherwise it
+// reports false and push does the whole work.
+func (s *sourceRunner[T]) gathered(ctx context.Context, item T) bool {
+	s.mu.Lock()
+	w := &s.w.buf
+	ok := s.running && s.key == nil && s.trace == nil &&
+		len(*w)+1 < s.w.max && (s.fl == nil || s.armed) &&
+		(ctx == s.sctx || ctx == s.nr.ctx) &&
+		(s.count&(stopEvery-1) != 0 || (s.nr.ctx.Err() == nil && !s.nr.rs.drains.on.Load()))
+	if ok {
+		*w = append(*w, envelope[T]{val: item})
+		s.count++
+	}
+	s.mu.Unlock()
+	return ok
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {

@@ -238,7 +238,10 @@ func (r *registry) root(src string, stats *counters, done func(node.Outcome)) *t
 func group[T any](items []envelope[T]) *tracker {
 	tracked := false
 	for _, it := range items {
-		tracked = tracked || it.tr != nil
+		if it.tr != nil {
+			tracked = true
+			break
+		}
 	}
 	if !tracked {
 		return nil

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"context"
+	"slices"
 	"sync/atomic"
 )
 
@@ -56,6 +57,30 @@ func (w *writer[T]) push(ctx context.Context, env envelope[T]) error {
 		return nil
 	}
 	return w.addSend(ctx, nil, env)
+}
+
+// pushVals is push of an untracked envelope for each of vals, in order:
+// it gathers as many as the batch has room for in one loop, and pushes
+// the one that fills it. It returns how many it took, all of them unless
+// ctx is done.
+func (w *writer[T]) pushVals(ctx context.Context, vals []T) (int, error) {
+	took := 0
+	for took < len(vals) {
+		k := min(len(vals)-took, max(w.max-1-len(w.buf), 0))
+		n := len(w.buf)
+		w.buf = slices.Grow(w.buf, k)[:n+k]
+		for i, v := range vals[took : took+k] {
+			w.buf[n+i] = envelope[T]{val: v}
+		}
+		if took += k; took == len(vals) {
+			break
+		}
+		if err := w.addSend(ctx, nil, envelope[T]{val: vals[took]}); err != nil {
+			return took, err
+		}
+		took++
+	}
+	return took, nil
 }
 
 // add is push for a source's Emit, whose call may end its wait. On error

@@ -13,7 +13,7 @@ import (
 
 // CSVOptions configure [CSV]. The zero value reads records separated by
 // commas, with no header, every record having as many fields as the
-// first, and quotes as RFC 4180 has them: encoding/csv's defaults.
+// first that parses, and quotes as RFC 4180 has them: encoding/csv's defaults.
 type CSVOptions struct {
 	// Header says the file's first record names the fields: it is not
 	// emitted, and each [Record] looks its fields up by those names. A
@@ -26,9 +26,9 @@ type CSVOptions struct {
 	// non-doubled quote in a quoted field (encoding/csv's LazyQuotes).
 	LazyQuotes bool
 	// FieldsPerRecord is the number of fields each record has: 0 (the
-	// zero value) takes the first record's (the header's, with Header),
-	// a positive number is that number, and a negative one lets records
-	// vary. A record with another number is a bad row.
+	// zero value) takes the first record's that parses (the header's,
+	// with Header), a positive number is that number, and a negative one
+	// lets records vary. A record with another number is a bad row.
 	FieldsPerRecord int
 	// TrimLeadingSpace ignores leading white space in a field.
 	TrimLeadingSpace bool
@@ -87,9 +87,11 @@ func (f csvFormat) headerLines() int64 {
 	return 0
 }
 
-// newReader returns a CSV reader of r with the options, expecting fields
-// fields per record when the options leave it to the first record.
-func (f csvFormat) newReader(r io.Reader, fields int64) *csv.Reader {
+// newReader returns a CSV reader of r with the options. When the options
+// leave the number of fields to the first record, the reader lets records
+// vary and csvRows checks them: encoding/csv would take the number from the
+// first record it reads, also one that does not parse.
+func (f csvFormat) newReader(r io.Reader) *csv.Reader {
 	cr := csv.NewReader(r)
 	if f.opts.Comma != 0 {
 		cr.Comma = f.opts.Comma
@@ -98,23 +100,32 @@ func (f csvFormat) newReader(r io.Reader, fields int64) *csv.Reader {
 	cr.TrimLeadingSpace = f.opts.TrimLeadingSpace
 	cr.FieldsPerRecord = f.opts.FieldsPerRecord
 	if cr.FieldsPerRecord == 0 {
-		cr.FieldsPerRecord = int(fields)
+		cr.FieldsPerRecord = -1
 	}
 	return cr
+}
+
+// newRows returns the reader of the records of in, from its position.
+func (f csvFormat) newRows(path string, in *input) *csvRows {
+	rec := &recorder{r: in.r, off: in.at.off}
+	c := &csvRows{path: path, rec: rec, base: in.at, at: in.at, firstFixes: f.opts.FieldsPerRecord == 0}
+	c.cr = f.newReader(bufio.NewReaderSize(rec, bufSize))
+	return c
 }
 
 func (f csvFormat) rows(s *Source[Record], in *input) (rowReader[Record], error) {
 	if c := f.opts.Comma; c != 0 && (c == '"' || c == '\r' || c == '\n' || !utf8.ValidRune(c) || c == utf8.RuneError) {
 		return nil, fmt.Errorf("file: %s: CSVOptions.Comma %q is not a valid separator", s.path, c)
 	}
-	rec := &recorder{r: in.r, off: in.at.off}
-	c := &csvRows{path: s.path, rec: rec, base: in.at, at: in.at}
-	c.cr = f.newReader(bufio.NewReaderSize(rec, bufSize), in.at.fields)
+	c := f.newRows(s.path, in)
 	if !f.opts.Header {
 		return c, nil
 	}
 	if in.at.line > 0 {
 		// Resumed past the header: read it from the file's start.
+		if !in.regular {
+			return nil, fmt.Errorf("%w: %s: a CSV source with a header resumes only in a regular file: the header of a pipe, read once, is behind the position", ErrPosition, s.path)
+		}
 		h, err := f.readHeader(s)
 		if err != nil {
 			return nil, err
@@ -144,8 +155,7 @@ func (f csvFormat) readHeader(s *Source[Record]) ([]string, error) {
 		return nil, err
 	}
 	defer in.close()
-	c := &csvRows{path: s.path, rec: &recorder{r: in.r, off: in.at.off}, base: in.at, at: in.at}
-	c.cr = f.newReader(bufio.NewReaderSize(c.rec, bufSize), 0)
+	c := f.newRows(s.path, in)
 	r, err := c.read()
 	switch {
 	case errors.Is(err, io.EOF):
@@ -169,6 +179,10 @@ type csvRows struct {
 	at     position // after the last record read
 	header []string
 	index  map[string]int
+	// firstFixes says the first record that parses fixes the number of
+	// fields of the rest (CSVOptions.FieldsPerRecord 0); at.fields holds
+	// it once it is known.
+	firstFixes bool
 }
 
 func (c *csvRows) setHeader(h []string) {
@@ -195,7 +209,7 @@ func (c *csvRows) read() (row[Record], error) {
 		if errors.Is(err, io.EOF) {
 			return row[Record]{}, io.EOF
 		}
-		return row[Record]{}, fmt.Errorf("file: read %s: %w", c.path, err)
+		return row[Record]{}, readError(c.path, err)
 	}
 	end := c.base.off + c.cr.InputOffset()
 	raw := c.rec.take(end)
@@ -204,19 +218,26 @@ func (c *csvRows) read() (row[Record], error) {
 	if len(raw) > 0 && raw[len(raw)-1] != '\n' {
 		c.at.line++ // the file's last line, without its end
 	}
-	if c.cr.FieldsPerRecord > 0 {
-		c.at.fields = int64(c.cr.FieldsPerRecord)
-	}
 	if err != nil {
 		pe := err.(*csv.ParseError)
 		e := pe.Err
 		if errors.Is(e, csv.ErrFieldCount) {
-			e = fmt.Errorf("%w: %d fields, want %d", csv.ErrFieldCount, len(fields), c.cr.FieldsPerRecord)
+			e = fieldCountError(len(fields), c.cr.FieldsPerRecord)
 		}
-		return row[Record]{raw: trimEnd(raw), end: c.at, bad: &RowError{
+		return row[Record]{raw: rowText(raw), end: c.at, bad: &RowError{
 			Path: c.path, Line: c.base.line + int64(pe.Line), Column: pe.Column, Err: e}}, nil
 	}
 	line, _ := c.cr.FieldPos(0)
+	if c.firstFixes {
+		switch want := c.at.fields; {
+		case want == 0:
+			c.at.fields = int64(len(fields))
+		case int64(len(fields)) != want:
+			// As encoding/csv reports it: at the record's first line.
+			return row[Record]{raw: rowText(raw), end: c.at, bad: &RowError{
+				Path: c.path, Line: c.base.line + int64(line), Column: 1, Err: fieldCountError(len(fields), int(want))}}, nil
+		}
+	}
 	return row[Record]{item: Record{Line: c.base.line + int64(line), Fields: fields}, end: c.at}, nil
 }
 
@@ -227,10 +248,14 @@ func isParseError(err error) bool {
 	return ok
 }
 
-// trimEnd returns raw as text without the end of its last line.
-func trimEnd(raw []byte) string {
+func fieldCountError(got, want int) error {
+	return fmt.Errorf("%w: %d fields, want %d", csv.ErrFieldCount, got, want)
+}
+
+// rowText returns a copy of raw without the end of its last line.
+func rowText(raw []byte) []byte {
 	raw = bytes.TrimSuffix(raw, []byte{'\n'})
-	return string(bytes.TrimSuffix(raw, []byte{'\r'}))
+	return bytes.Clone(bytes.TrimSuffix(raw, []byte{'\r'}))
 }
 
 // A recorder keeps what is read through it, from the end of the last

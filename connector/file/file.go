@@ -30,7 +30,9 @@
 // type) is a permanent error of that row, not of the run. The source
 // dead-letters it itself, through the pipeline's dead-letter sink
 // (pipeline.WithDeadLetter), before it reads the next row: the envelope's
-// Item is the row's text as in the file (a string), its Err a [*RowError]
+// Item is the row as in the file without its line end, a string when it is
+// valid UTF-8 and a []byte otherwise (a JSON string holds only UTF-8), its
+// Err a [*RowError]
 // naming the file, line and column, and its Source and Position the source
 // and the position after the row. A pipeline without a dead-letter sink
 // fails the run with the RowError instead: nothing is dropped unseen. A
@@ -45,13 +47,23 @@
 //
 // # Size
 //
-// A source is a node.Sized: at Open it counts the lines of a plain file
+// A source is a node.Sized: at Open it counts the lines of a regular file
 // from its position to the end (for CSV, the lines that are not empty,
 // less the header; for JSONL, those that are not blank), which takes about
 // as long as reading the file once. For [Lines] and [JSONL] that is the
 // number of items the run reads; a CSV record with line breaks in quoted
 // fields counts once per line. Bad rows are counted but not emitted. The
-// size of a gzip file is unknown (-1).
+// size of a gzip file is unknown (-1), and so is that of a file that is not
+// regular.
+//
+// # Pipes
+//
+// A path that is not a regular file, such as a named pipe or /dev/stdin,
+// is read as a stream: a resumed source reads forward to its position,
+// and a CSV source with a header, which it reads again from the start,
+// does not resume in one ([ErrPosition]).
+// Opening a named pipe waits for a writer, and a read for the writer to
+// write: the context of Open and Run ends either wait.
 package file
 
 // Lines returns a source that emits each line of the file at path, without

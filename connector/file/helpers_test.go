@@ -84,3 +84,19 @@ func deadletterMemory(src deadletter.DeadLetterWriter) *deadletter.Memory {
 	src.UseDeadLetter(dlq, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
 	return dlq
 }
+
+// emitFunc is an emitter that calls itself with each item.
+type emitFunc[T any] func(item T)
+
+func (f emitFunc[T]) Emit(context.Context, T) error {
+	return errors.New("Emit: the source must use EmitAt")
+}
+
+func (f emitFunc[T]) EmitTracked(context.Context, T, func(node.Outcome)) error {
+	return errors.New("EmitTracked: the source must use EmitAt")
+}
+
+func (f emitFunc[T]) EmitAt(_ context.Context, item T, _ []byte) error {
+	f(item)
+	return nil
+}

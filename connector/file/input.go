@@ -8,7 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"sync"
+	"time"
 )
 
 // bufSize is the read buffer of an input, and the chunk of the line count.
@@ -28,66 +31,152 @@ type input struct {
 	r    *bufio.Reader
 	at   position // where r starts: after a BOM when the position was the start
 	gzip bool
+	// regular says f is a regular file, not a named pipe or a device
+	// (/dev/stdin): one that can seek and be counted.
+	regular bool
 }
 
 // openInput opens the file at path and moves to p. A file that starts with
 // the gzip magic bytes is decompressed, and reading moves forward to p's
-// offset. Errors name the path.
+// offset. Errors name the path. For a pipe, ctx ends the waits for its
+// writer.
 func openInput(ctx context.Context, path string, p position) (_ *input, err error) {
-	f, err := os.Open(path)
+	f, err := openFile(ctx, path)
 	if err != nil {
 		return nil, fmt.Errorf("file: %w", err)
 	}
 	in := &input{f: f, at: p}
-	defer func() {
-		if err != nil {
-			_ = in.close()
-		}
-	}()
-	br := bufio.NewReaderSize(f, bufSize)
-	magic, err := br.Peek(len(gzipMagic))
-	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, fmt.Errorf("file: read %s: %w", path, err)
+	if fi, err := f.Stat(); err == nil {
+		in.regular = fi.Mode().IsRegular()
 	}
-	if bytes.Equal(magic, gzipMagic) {
+	defer in.watch(ctx)()
+	if err := in.move(ctx, path, p); err != nil {
+		_ = in.close()
+		return nil, stopped(ctx, err)
+	}
+	return in, nil
+}
+
+// move sets in's reader at position p of the file at path.
+func (in *input) move(ctx context.Context, path string, p position) error {
+	br := bufio.NewReaderSize(in.f, bufSize)
+	// Byte by byte, so that a pipe whose writer wrote less than the magic
+	// bytes, and waits, is read as soon as its first byte differs.
+	if isGzip, err := startsWith(br, gzipMagic); err != nil {
+		return readError(path, err)
+	} else if isGzip {
 		in.gzip = true
 		if in.gz, err = gzip.NewReader(br); err != nil {
-			return nil, fmt.Errorf("file: %s: gzip: %w", path, err)
+			return fmt.Errorf("file: %s: gzip: %w", path, err)
 		}
 		in.r = bufio.NewReaderSize(in.gz, bufSize)
 		// A gzip stream cannot seek: read forward to the byte before
 		// the offset, which must end a line.
 		if p.off > 0 {
 			if _, err := discard(ctx, in.r, p.off-1); err != nil {
-				return nil, positionError(path, p, err)
+				if errors.Is(err, io.ErrUnexpectedEOF) {
+					err = errTruncated
+				}
+				return positionError(path, p, err)
 			}
 		}
 	} else {
 		in.r = br
-		if p.off > 0 {
-			if _, err := f.Seek(p.off-1, io.SeekStart); err != nil {
-				return nil, fmt.Errorf("file: seek %s: %w", path, err)
+		switch {
+		case p.off == 0:
+		case in.regular:
+			if _, err := in.f.Seek(p.off-1, io.SeekStart); err != nil {
+				return fmt.Errorf("file: seek %s: %w", path, err)
 			}
-			br.Reset(f)
+			br.Reset(in.f)
+		default:
+			// A pipe cannot seek either.
+			if _, err := discard(ctx, in.r, p.off-1); err != nil {
+				return positionError(path, p, err)
+			}
 		}
 	}
 	if p.off > 0 {
 		if err := endsLine(in.r); err != nil {
-			return nil, positionError(path, p, err)
+			return positionError(path, p, err)
 		}
-		return in, nil
+		return nil
 	}
-	if head, _ := in.r.Peek(len(bom)); bytes.Equal(head, bom) {
+	hasBOM, err := startsWith(in.r, bom)
+	if err != nil {
+		return readError(path, err)
+	}
+	if hasBOM {
 		_, _ = in.r.Discard(len(bom))
 		in.at.off = int64(len(bom))
 	}
-	return in, nil
+	return nil
+}
+
+// startsWith reports whether r's next bytes are prefix, reading no more of
+// r than it needs to tell: an input shorter than prefix does not start
+// with it.
+func startsWith(r *bufio.Reader, prefix []byte) (bool, error) {
+	for n := 1; n <= len(prefix); n++ {
+		b, err := r.Peek(n)
+		if errors.Is(err, io.EOF) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if b[n-1] != prefix[n-1] {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// watch makes ctx end a read of in that waits for a pipe's writer, until
+// the function it returns is called, which leaves in's reads without a
+// deadline. A regular file's reads do not wait.
+func (in *input) watch(ctx context.Context) (stop func()) {
+	if in.regular {
+		return func() {}
+	}
+	f := in.f
+	var (
+		mu      sync.Mutex
+		stopped bool
+	)
+	after := context.AfterFunc(ctx, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			_ = f.SetReadDeadline(time.Unix(1, 0))
+		}
+	})
+	return func() {
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+		if !after() {
+			_ = f.SetReadDeadline(time.Time{})
+		}
+	}
+}
+
+// stopped returns ctx's error for err when err is the end of a read that
+// ctx ended (see watch).
+func stopped(ctx context.Context, err error) error {
+	if err != nil && ctx.Err() != nil && errors.Is(err, os.ErrDeadlineExceeded) {
+		return ctx.Err()
+	}
+	return err
 }
 
 // errPastEnd and errMidLine say why a position does not fit.
 var (
 	errPastEnd = errors.New("past the end of the file")
 	errMidLine = errors.New("not at the end of a line")
+	// errTruncated is a gzip stream that ends without its trailer before
+	// the position.
+	errTruncated = errors.New("past the end of the gzip stream, which is truncated")
 )
 
 // endsLine reads the byte before the position, which must end a line, or
@@ -117,7 +206,7 @@ func positionError(path string, p position, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if errors.Is(err, errPastEnd) || errors.Is(err, errMidLine) {
+	if errors.Is(err, errPastEnd) || errors.Is(err, errMidLine) || errors.Is(err, errTruncated) {
 		return fmt.Errorf("%w: %s: %v is %v", ErrPosition, path, p, err)
 	}
 	return fmt.Errorf("file: %s: move to %v: %w", path, p, err)
@@ -161,10 +250,11 @@ const (
 
 // count returns how many lines of in's file after its position c counts,
 // or -1 for a gzip file, whose lines are known only once it is
-// decompressed. It reads the rest of the file (a plain one) with ReadAt, leaving the
-// read offset alone.
+// decompressed, and for a file that is not regular (a named pipe), which
+// can be read only once. It reads the rest of the file (a regular one)
+// with ReadAt, leaving the read offset alone.
 func (c counter) count(ctx context.Context, in *input) (int64, error) {
-	if in.gzip {
+	if in.gzip || !in.regular {
 		return -1, nil
 	}
 	buf := make([]byte, 256<<10)
@@ -196,7 +286,7 @@ func (c counter) count(ctx context.Context, in *input) (int64, error) {
 			break
 		}
 		if err != nil {
-			return 0, fmt.Errorf("file: read %s: %w", in.f.Name(), err)
+			return 0, readError(in.f.Name(), err)
 		}
 	}
 	if c.counts(line, false) {
@@ -237,4 +327,14 @@ func (c counter) counts(l lineSeen, ended bool) bool {
 	default:
 		return l.nonBlank
 	}
+}
+
+// readError is the error of a read of the file at path: an *fs.PathError
+// names the path already.
+func readError(path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("file: %w", err)
+	}
+	return fmt.Errorf("file: read %s: %w", path, err)
 }

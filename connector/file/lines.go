@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 )
 
@@ -32,7 +31,7 @@ func (l *lineReader) next() (line []byte, num int64, err error) {
 		line = l.buf
 	}
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, 0, fmt.Errorf("file: read %s: %w", l.path, err)
+		return nil, 0, readError(l.path, err)
 	}
 	if len(line) == 0 {
 		return nil, 0, io.EOF
@@ -87,7 +86,7 @@ func (j *jsonRows[T]) next() (row[T], error) {
 		}
 		var v T
 		if err := json.Unmarshal(line, &v); err != nil {
-			return row[T]{raw: string(line), end: j.at, bad: &RowError{
+			return row[T]{raw: bytes.Clone(line), end: j.at, bad: &RowError{
 				Path: j.path, Line: num, Column: jsonColumn(err), Err: err}}, nil
 		}
 		return row[T]{item: v, end: j.at}, nil

@@ -56,8 +56,7 @@ func TestACSVSourceInAPipeline(t *testing.T) {
 	assert.Equal(t, "read", envs[0].Source)
 	assert.Contains(t, envs[0].ErrText, "orders.csv:9:1: wrong number of fields")
 
-	// A second run reads the file again from its start: the pipeline
-	// calls Resume(nil) before each run when it keeps no checkpoint.
+	// A second run, resumed at the start, reads the file again.
 	require.NoError(t, src.Resume(nil))
 	_, err = p.Run(context.Background())
 	require.NoError(t, err)

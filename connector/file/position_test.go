@@ -133,3 +133,25 @@ func TestSeveralGzipStreamsInARowAreReadAsOne(t *testing.T) {
 	rest := runFrom(t, src, all.pos[1])
 	assert.Equal(t, []string{"c"}, rest.items, "a resume reads across the streams")
 }
+
+// A gzip file cut short before a saved position says so, not that the
+// position is past the end of the file.
+func TestAPositionPastWhereATruncatedGzipFileIsCutSaysSo(t *testing.T) {
+	t.Parallel()
+	var b strings.Builder
+	for i := range 5000 {
+		b.WriteString(strings.Repeat(string(rune('a'+i%26)), i%97) + "\n")
+	}
+	full := write(t, "full.txt.gz", b.String(), true)
+	all := runFrom(t, file.Lines(full), nil)
+	data, err := os.ReadFile(full)
+	require.NoError(t, err)
+	cut := write(t, "cut.txt.gz", "", false)
+	require.NoError(t, os.WriteFile(cut, data[:len(data)/2], 0o600))
+	src := file.Lines(cut)
+	require.NoError(t, src.Resume(all.pos[len(all.pos)-1]))
+	err = src.Open(context.Background())
+	require.ErrorIs(t, err, file.ErrPosition)
+	assert.Contains(t, err.Error(), cut)
+	assert.Contains(t, err.Error(), "truncated")
+}

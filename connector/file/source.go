@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/broker"
@@ -52,7 +53,7 @@ type rowReader[T any] interface {
 type row[T any] struct {
 	item T
 	end  position
-	raw  string    // the bad row's text
+	raw  []byte    // the bad row's bytes, without its line end
 	bad  *RowError // nil for an item
 }
 
@@ -81,8 +82,9 @@ func (s *Source[T]) Resume(pos []byte) error {
 
 // Open opens the file, moves to the position the run starts at (see
 // Resume; after a Run, where it stopped), and, at the first Open after
-// Resume, counts the items for Size. Errors name the file. Run opens the
-// file itself when Open was not called.
+// Resume, counts the items for Size. Errors name the file. Opening a named
+// pipe waits for a writer, until ctx ends. Run opens the file itself when
+// Open was not called.
 func (s *Source[T]) Open(ctx context.Context) error {
 	s.closeInput()
 	in, err := openInput(ctx, s.path, s.at)
@@ -116,9 +118,10 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		}
 	}
 	defer s.closeInput()
+	defer s.in.watch(ctx)()
 	rows, err := s.format.rows(s, s.in)
 	if err != nil {
-		return err
+		return stopped(ctx, err)
 	}
 	var positions positionBlock
 	for n := 0; ; n++ {
@@ -132,7 +135,7 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 			return nil
 		}
 		if err != nil {
-			return err
+			return stopped(ctx, err)
 		}
 		if r.bad != nil {
 			if err := s.deadLetter(ctx, r); err != nil {
@@ -148,7 +151,16 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 // deadLetter writes bad row r to the pipeline's dead-letter sink, or
 // returns why it cannot.
 func (s *Source[T]) deadLetter(ctx context.Context, r row[T]) error {
-	sink, env := s.letters.Letter(r.raw, deadletter.TypeOf(r.raw), r.bad, "", time.Now())
+	// The row as it stands in the file: a string, which the dead-letter
+	// file shows as text, when it is UTF-8; its bytes otherwise, as JSON
+	// strings hold only UTF-8 text.
+	var item any = r.raw
+	if utf8.Valid(r.raw) {
+		item = string(r.raw)
+	}
+	// The engine gives a DeadLetterWriter no clock: the time is the
+	// wall clock's.
+	sink, env := s.letters.Letter(item, deadletter.TypeOf(item), r.bad, "", time.Now())
 	if sink == nil {
 		return fmt.Errorf("%w (the pipeline has no dead-letter sink to take the row)", r.bad)
 	}
@@ -176,8 +188,8 @@ func (s *Source[T]) closeInput() error {
 }
 
 // Size returns the number of items the run reads, counted at Open (see
-// the package documentation), or -1 when it is unknown: before Open, and
-// for a gzip file.
+// the package documentation), or -1 when it is unknown: before Open, for
+// a gzip file, and for one that is not regular (a named pipe).
 func (s *Source[T]) Size() int64 { return s.size.Load() }
 
 // BadRows returns how many bad rows the source dead-lettered.
