@@ -18,7 +18,13 @@ import (
 // of the checkpoint is the difference. Each op is one whole run into a new
 // database.
 //
-//	go test -run='^$' -bench=Demo -benchtime=1x -count=6 ./samples/etl/ | tee demo.out
+// Run each in a process of its own, alternately (a process's first run
+// pays for its warm-up), and compare with benchstat:
+//
+//	go test -c -o demo.test ./samples/etl/
+//	for i in $(seq 10); do for impl in no-checkpoint checkpoint-1s; do
+//		./demo.test -test.run='^$' -test.bench="Demo/impl=$impl\$" -test.benchtime=1x
+//	done; done | tee demo.out
 //	go run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da -col /impl demo.out
 func BenchmarkDemo(b *testing.B) {
 	input := filepath.Join(b.TempDir(), "orders.csv")
