@@ -303,19 +303,29 @@ func (r *retrySignal) OnRetry(e observer.RetryEvent) { r.ch <- e }
 // (MaxParked(1)), waits for room first and parks its 9 s after that: its
 // retry starts 18 s after its first failure.
 func TestParkFullParkingStartsNoRetryPastMaxElapsed(t *testing.T) {
-	t.Skip("not fixed yet: with the parking full, a retry starts after MaxElapsed")
 	for _, max := range []int{2, 1} {
 		t.Run(fmt.Sprintf("MaxParked(%d)", max), func(t *testing.T) {
 			clock := clockwork.NewFakeClock()
 			start := clock.Now()
 			var mu sync.Mutex
 			calls := map[int][]time.Duration{}
+			// Both first calls are made before either fails, so that
+			// both items are on a worker when they choose their wait.
+			both := make(chan struct{})
 			f := fnProc(func(ctx context.Context, x int) (int, error) {
 				mu.Lock()
 				calls[x] = append(calls[x], clock.Since(start))
 				n := len(calls[x])
+				if n == 1 && len(calls) == 2 {
+					close(both)
+				}
 				mu.Unlock()
 				if n == 1 {
+					select {
+					case <-both:
+					case <-ctx.Done():
+						return 0, ctx.Err()
+					}
 					return 0, resilience.RetryAfter(errors.New("busy"), 9*time.Second)
 				}
 				return x, nil
@@ -340,6 +350,11 @@ func TestParkFullParkingStartsNoRetryPastMaxElapsed(t *testing.T) {
 				case <-time.After(time.Minute):
 					t.Fatal("no retry event")
 				}
+			}
+			// The events come before the items park: wait for the timers
+			// of the items that fit.
+			if err := clock.BlockUntilContext(t.Context(), max); err != nil {
+				t.Fatal(err)
 			}
 			if _, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second); err != nil {
 				t.Fatal(err)
@@ -378,4 +393,122 @@ func TestParkMaxParkedOnNodeThatNeverParksIsRefused(t *testing.T) {
 			t.Fatalf("Build error %v; want one naming batch and MaxParked", err)
 		}
 	})
+}
+
+// A parked item whose retry, once it can start, would start past
+// MaxElapsed is not called again: it ends with Limit LimitElapsed. Item 1
+// fails at 0 s (MaxElapsed 10 s) and again at 2 s, asking 3 s; item 0,
+// failing at 2 s and asking 10 s, took the only parking place
+// (MaxParked(1)), so room comes at 12 s, past item 1's 10 s.
+func TestParkedItemPastMaxElapsedOnceResumedIsNotCalled(t *testing.T) {
+	for _, v := range []struct {
+		name string
+		opts []pipeline.NodeOption
+	}{
+		{"unordered", []pipeline.NodeOption{pipeline.Parallel(2), pipeline.Unordered(), pipeline.MaxParked(1)}},
+		{"ordered", []pipeline.NodeOption{pipeline.Parallel(2), pipeline.MaxParked(1)}},
+		{"keyed", []pipeline.NodeOption{pipeline.Keyed(2, func(x int) int { return x }), pipeline.MaxParked(1)}},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			clock := clockwork.NewFakeClock()
+			start := clock.Now()
+			go0, go1 := make(chan struct{}), make(chan struct{})
+			first, second := make(chan struct{}), make(chan struct{}) // item 0's first call, item 1's second began
+			var mu sync.Mutex
+			calls := map[int][]time.Duration{}
+			f := fnProc(func(ctx context.Context, x int) (int, error) {
+				mu.Lock()
+				calls[x] = append(calls[x], clock.Since(start))
+				n := len(calls[x])
+				mu.Unlock()
+				wait := func(ch chan struct{}) error {
+					select {
+					case <-ch:
+						return nil
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+				}
+				switch {
+				case x == 0 && n == 1:
+					close(first)
+					if err := wait(go0); err != nil {
+						return 0, err
+					}
+					return 0, resilience.RetryAfter(errors.New("busy"), 10*time.Second)
+				case x == 1 && n == 1:
+					// Item 0 is on its worker before item 1 fills the
+					// parking, which stops intake.
+					if err := wait(first); err != nil {
+						return 0, err
+					}
+					return 0, resilience.RetryAfter(errors.New("busy"), 2*time.Second)
+				case x == 1 && n == 2:
+					close(second)
+					if err := wait(go1); err != nil {
+						return 0, err
+					}
+					return 0, resilience.RetryAfter(errors.New("busy"), 3*time.Second)
+				}
+				return x, nil
+			})
+			obs := &retrySignal{ch: make(chan observer.RetryEvent, 10)}
+			dlq := deadletter.NewMemory(10)
+			b := pipeline.New("park", pipeline.WithClock(clock), pipeline.WithObserver(obs), pipeline.WithDeadLetter(dlq),
+				pipeline.WithResilience(func(o *resilience.Options) {
+					o.ItemRetry.MaxRetries = 5
+					o.ItemRetry.Backoff = resilience.Constant(time.Second)
+					o.ItemRetry.MaxElapsed = 10 * time.Second
+					o.OnItemFailure = resilience.DeadLetter
+				}))
+			src := pipelinetest.NewTrackedSource(0, 1)
+			out := pipeline.Transform[int, int](b, "call", pipeline.Source[int](b, "src", src), f, v.opts...)
+			col := &pipelinetest.Collector[int]{}
+			pipeline.Sink(b, "sink", out, col)
+			run := pipelinetest.Start(t.Context(), build(t, b))
+			// Item 1 parks for 2 s while item 0's first call holds a worker.
+			await(t, first, "item 0's first call")
+			if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(2 * time.Second)
+			await(t, second, "item 1's second call")
+			close(go0)
+			// Item 0 parks until 12 s.
+			if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+				t.Fatal(err)
+			}
+			close(go1)
+			// Item 1's second retry was decided at 2 s; it waits for room.
+			for decided := false; !decided; {
+				select {
+				case e := <-obs.ch:
+					decided = e.Attempt == 2
+				case <-time.After(time.Minute):
+					t.Fatal("no retry event for item 1's second failure")
+				}
+			}
+			clock.Advance(10 * time.Second)
+			if _, err := run.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			c0, c1 := slices.Clone(calls[0]), slices.Clone(calls[1])
+			mu.Unlock()
+			if !slices.Equal(c1, []time.Duration{0, 2 * time.Second}) {
+				t.Fatalf("item 1: calls at %v, want [0s 2s]: none past MaxElapsed", c1)
+			}
+			if !slices.Equal(c0, []time.Duration{0, 12 * time.Second}) {
+				t.Fatalf("item 0: calls at %v, want [0s 12s]", c0)
+			}
+			envs := dlq.Envelopes()
+			var ex *resilience.RetryExhaustedError
+			if len(envs) != 1 || envs[0].Item != 1 || !errors.As(envs[0].Err, &ex) || ex.Limit != resilience.LimitElapsed || ex.Attempts != 2 {
+				t.Fatalf("dead letters %+v; want item 1's, exhausted by MaxElapsed after 2 calls", envs)
+			}
+			if got := col.Items(); !slices.Equal(got, []int{0}) {
+				t.Fatalf("delivered %v, want [0]", got)
+			}
+		})
+	}
 }

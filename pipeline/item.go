@@ -43,7 +43,14 @@ type retryState struct {
 	fl             failure
 	calls, retry   int
 	pause, started time.Time
-	wait           time.Duration // the wait that parked it
+	// until is when the wait that parked the item ends: when the retry
+	// was decided, plus the wait. An item that first waits for room in a
+	// full parking parks only for what is left of it.
+	until time.Time
+	// late is how late the item's timer fired: on the real clock a
+	// runtime timer's own delay, which a wait in place has too and
+	// which MaxElapsed does not count (see itemRetryFrom).
+	late time.Duration
 	// failedAt, when set, is when the call whose error itemRetry is given
 	// as first failed (a MapBatch batch call): the wait after it counts
 	// from then. probe says that call was a half-open breaker's probe.
@@ -225,6 +232,14 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 	if from != nil {
 		fl, calls, retry, pause, started = from.fl, from.calls, from.retry, from.pause, from.started
 		failedAt, firstProbe = from.failedAt, from.probe
+		if o.MaxElapsed > 0 && !from.until.IsZero() && ctx.Err() == nil &&
+			nr.rs.p.cfg.clock.Since(started)-from.late > o.MaxElapsed {
+			// The item waited parked, and its retry comes later than its
+			// wait: the parking was full, or no worker was free when the
+			// wait ended. No retry starts past MaxElapsed all the same.
+			fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, fl.err, resilience.LimitElapsed, keyOf(in, tr))
+			return zero, fl.out()
+		}
 	} else if prior != nil {
 		fl = *prior
 	} else if r := tr.resume(n.name); r.Retry > 0 {
@@ -306,13 +321,19 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			nr.record(&fl, ctx, perr, calls, 0)
 			return zero, fl.out()
 		}
+		// now is when the wait is decided, read only when needed: a
+		// parked item's wait ends at now+d however long it then waits
+		// for room (see parking.park).
+		var now time.Time
+		if !at.IsZero() || o.MaxElapsed > 0 || (parks && d > 0) {
+			now = nr.rs.p.cfg.clock.Now()
+		}
 		if !at.IsZero() {
 			// The wait started when the call failed.
-			d = max(0, d-nr.rs.p.cfg.clock.Since(at))
+			d = max(0, d-now.Sub(at))
 		}
 		if o.MaxElapsed > 0 {
 			// No retry starts past MaxElapsed from the first failure.
-			now := nr.rs.p.cfg.clock.Now()
 			if started.IsZero() {
 				started = now
 			}
@@ -356,7 +377,7 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 				return zero, fl.out()
 			}
 			fl.calls = calls
-			st := &retryState{fl: fl, calls: calls, retry: retry, pause: pause, started: started, wait: d}
+			st := &retryState{fl: fl, calls: calls, retry: retry, pause: pause, started: started, until: now.Add(d)}
 			return zero, &failure{park: st}
 		}
 		if d > 0 {

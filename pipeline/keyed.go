@@ -526,7 +526,7 @@ func (kw *keyedWorker[In, R, Out]) handle(ctx, gctx context.Context, j job[In], 
 		kw.cur[kw.i] = kjob[In]{}
 		kw.cur = kw.cur[:kw.i]
 		kj.st = st
-		if err := kw.k.parked.park(gctx, kj, st.wait); err != nil {
+		if err := kw.k.parked.park(gctx, kj, st.until, &st.late); err != nil {
 			p.unpark(gctx, []job[In]{kj.job})
 			return err
 		}

@@ -18,10 +18,12 @@ const defaultMaxParked = 1024
 // parked item costs one timer of the pipeline's clock and its retry state,
 // no goroutine. When n items are parked, a Parallel node takes no new
 // input, and an item about to park waits for room on its worker, until
-// one of them wakes: backpressure, nothing is dropped. The default, 1024,
-// covers a tenth of the items failing with a 500 ms wait at 20,000 items
-// a second, and keeps a node's parked items to a few hundred kilobytes.
-// n must be at least 1.
+// one of them wakes: backpressure, nothing is dropped. That wait counts
+// in the item's own wait, and a retry that could start only past the
+// node's MaxElapsed is not made (see resilience.ItemRetryOptions). The
+// default, 1024, covers a tenth of the items failing with a 500 ms wait
+// at 20,000 items a second, and keeps a node's parked items to a few
+// hundred kilobytes. n must be at least 1.
 //
 // Only a node whose calls need not run in input order parks: Keyed (the
 // waiting item's key stays blocked, other keys flow), Parallel (ordered:
@@ -97,6 +99,8 @@ type parking[T any] struct {
 type parkedItem[T any] struct {
 	v     T
 	timer clockwork.Timer
+	due   time.Time      // when timer is due
+	late  *time.Duration // when not nil, gets how late timer fired
 }
 
 func newParking[T any](clock clockwork.Clock, max int, wake func(T)) *parking[T] {
@@ -121,9 +125,12 @@ func (pk *parking[T]) full() <-chan struct{} {
 	return pk.room
 }
 
-// park parks v for d, once there is room, and takes a hold for it. It
-// returns ctx's cause when ctx ends first, or when the body ended.
-func (pk *parking[T]) park(ctx context.Context, v T, d time.Duration) error {
+// park parks v until until, once there is room, and takes a hold for it:
+// a wait for room counts in the item's wait, and v wakes at once when
+// room came only after until. When v wakes, late, if not nil, gets how
+// late its timer fired. park returns ctx's cause when ctx ends first, or
+// when the body ended.
+func (pk *parking[T]) park(ctx context.Context, v T, until time.Time, late *time.Duration) error {
 	pk.mu.Lock()
 	for len(pk.parked) >= pk.max && !pk.closed {
 		room := pk.room
@@ -139,7 +146,9 @@ func (pk *parking[T]) park(ctx context.Context, v T, d time.Duration) error {
 	if pk.closed || ctx.Err() != nil {
 		return context.Cause(ctx)
 	}
-	it := &parkedItem[T]{v: v}
+	now := pk.clock.Now()
+	d := max(0, until.Sub(now))
+	it := &parkedItem[T]{v: v, due: now.Add(d), late: late}
 	pk.parked[it] = struct{}{}
 	pk.nParked.Add(1)
 	pk.holds.Add(1)
@@ -159,6 +168,9 @@ func (pk *parking[T]) woke(it *parkedItem[T]) {
 	}
 	delete(pk.parked, it)
 	pk.nParked.Add(-1)
+	if it.late != nil {
+		*it.late = max(0, pk.clock.Since(it.due))
+	}
 	close(pk.room)
 	pk.room = make(chan struct{})
 	if pk.wake != nil {
@@ -259,7 +271,7 @@ func (pk *parking[T]) close() []T {
 // park parks j on pk for its wait. When the body ends first, j is
 // recorded as an item whose wait the end cut short (see unpark).
 func (p *proc[In, R, Out]) park(ctx context.Context, pk *parking[job[In]], j job[In]) error {
-	err := pk.park(ctx, j, j.st.wait)
+	err := pk.park(ctx, j, j.st.until, &j.st.late)
 	if err != nil {
 		p.unpark(ctx, []job[In]{j})
 	}

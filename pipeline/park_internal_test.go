@@ -9,7 +9,8 @@ import (
 
 // A full parking says so until one of its items wakes, and an item about
 // to park waits for that room: the intake of a Parallel node waits on
-// the same signal.
+// the same signal. The wait for room counts in the item's wait: one
+// whose wait ended meanwhile wakes as soon as it parks.
 func TestParkingFullUntilAnItemWakes(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -19,7 +20,7 @@ func TestParkingFullUntilAnItemWakes(t *testing.T) {
 		t.Fatal("an empty parking says it is full")
 	}
 	for i, d := range []time.Duration{time.Hour, 2 * time.Hour} {
-		if err := pk.park(ctx, i, d); err != nil {
+		if err := pk.park(ctx, i, clock.Now().Add(d), nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -28,7 +29,9 @@ func TestParkingFullUntilAnItemWakes(t *testing.T) {
 		t.Fatal("a parking with MaxParked items says it has room")
 	}
 	third := make(chan error, 1)
-	go func() { third <- pk.park(ctx, 2, time.Hour) }()
+	until := clock.Now().Add(30 * time.Minute)
+	late := time.Duration(-1)
+	go func() { third <- pk.park(ctx, 2, until, &late) }()
 	select {
 	case <-room:
 		t.Fatal("room before any item woke")
@@ -51,7 +54,26 @@ func TestParkingFullUntilAnItemWakes(t *testing.T) {
 	if v, ok := pk.take(); !ok || v != 0 {
 		t.Fatalf("took %v, %v; want the item that woke, 0", v, ok)
 	}
-	if left := pk.close(); len(left) != 2 {
-		t.Fatalf("close returned %v; want the two items still parked", left)
+	// The third item's wait ended while it waited for room: it wakes
+	// with the clock standing still, its timer not late.
+	for {
+		v, ok := pk.take()
+		if ok {
+			if v != 2 {
+				t.Fatalf("took %v; want the third item, 2", v)
+			}
+			break
+		}
+		select {
+		case <-pk.signal:
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	if late != 0 {
+		t.Fatalf("the third item's timer fired %v late on a clock standing still", late)
+	}
+	if left := pk.close(); len(left) != 1 || left[0] != 1 {
+		t.Fatalf("close returned %v; want the item still parked, 1", left)
 	}
 }
