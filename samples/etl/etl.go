@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/sluicehq/sluice/checkpoint"
+	"github.com/sluicehq/sluice/connector/file"
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
@@ -25,23 +26,38 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-// build returns the job's pipeline and what it loads into.
-func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.Observer) (*pipeline.Pipeline, *store, *totalsStore, error) {
+// pipelineName names the job's pipeline, in its metrics, dead letters and
+// checkpoint.
+const pipelineName = "orders-etl"
+
+// build returns the job's pipeline, what it loads into and its source.
+// cp, when not nil, keeps the source's position every cfg.checkpointEvery.
+func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.Observer, cp checkpoint.Store) (*pipeline.Pipeline, *store, *file.Source[file.Record], error) {
 	rates := newRateService(clock, cfg.seed, cfg.latency, cfg.failRate, cfg.outageAfter, cfg.outage)
 	st := &store{path: cfg.db}
-	tot := &totalsStore{store: store{path: cfg.db}}
 
-	b := pipeline.New("orders-etl",
+	opts := []pipeline.Option{
 		pipeline.WithClock(clock),
 		pipeline.WithRand(rand.New(rand.NewPCG(cfg.seed, 7))),
 		pipeline.WithObserver(obs),
 		pipeline.WithDeadLetter(dlq),
 		// Whatever fails for good is dead-lettered, never lost and never
 		// stopping the job.
-		pipeline.WithResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))
+		pipeline.WithResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }),
+	}
+	if cp != nil {
+		// The position up to which every row reached its outcome (loaded
+		// or dead-lettered), saved every second, at the end of the input
+		// and when the run stops: a run after a crash resumes there.
+		opts = append(opts, pipeline.WithCheckpoint(cp, cfg.checkpointEvery))
+	}
+	b := pipeline.New(pipelineName, opts...)
 
-	lines := pipeline.Source(b, "read", generate(cfg.rows, cfg.seed))
-	orders := pipeline.Transform(b, "parse", lines, node.TransformFunc[string, Order](parse))
+	// Any number of fields: a row with a field too few is parse's to
+	// dead-letter, with the reason the other malformed rows get.
+	src := file.CSV(cfg.input, file.CSVOptions{Header: true, FieldsPerRecord: -1})
+	rows := pipeline.Source(b, "read", src)
+	orders := pipeline.Transform(b, "parse", rows, node.TransformFunc[file.Record, Order](parse))
 	priced := pipeline.Transform(b, "enrich", orders, node.TransformFunc[Order, Order](rates.enrich),
 		// Order does not matter to a database, and ordered output would hold
 		// every result back behind each item that waits for a retry.
@@ -66,19 +82,15 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 		o.OnItemFailure = resilience.Fail
 		o.NodeRestart.MaxRestarts = 2
 	}))
-	// The valid orders also go to a window per customer that spans the
-	// whole run: each is handed on, marked partial, when the input ends,
-	// and the customers' totals are loaded in batches.
-	totals := pipeline.Aggregate(b, "totals", valid, func(o Order) string { return o.Customer },
-		pipeline.CountWindow(math.MaxInt), func() total { return total{} },
-		func(t total, o Order) total { return total{t.Orders + 1, t.EURCents + o.EURCents} })
-	pipeline.Sink(b, "load-totals", pipeline.Batch(b, "batch-totals", totals, 500, 250*time.Millisecond), tot,
-		pipeline.NodeResilience(func(o *resilience.Options) {
-			o.OnItemFailure = resilience.Fail
-			o.NodeRestart.MaxRestarts = 2
-		}))
+	// The customers' totals are not summed in the pipeline: a window per
+	// customer that spans the whole run would hold every row's position
+	// back until the input ends (an open window has not settled its
+	// rows), so no checkpoint could be saved before the end; and after a
+	// resume it would count only the rows read since. They are computed
+	// from the orders table when the run ends instead (sumTotals), which
+	// is right however many runs loaded the rows.
 	p, err := b.Build()
-	return p, st, tot, err
+	return p, st, src, err
 }
 
 // runETL runs the job once and returns its summary. Once drain is closed
@@ -86,29 +98,52 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 // reach its outcome; a run that fails or is cancelled still returns the
 // summary of what it did, with the error.
 func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.Writer, drain <-chan struct{}) (summary, error) {
+	cfg.defaults()
 	if err := os.MkdirAll(filepath.Dir(cfg.db), 0o755); err != nil {
 		return summary{}, err
 	}
 	if err := os.MkdirAll(filepath.Dir(cfg.dlq), 0o755); err != nil {
 		return summary{}, err
 	}
-	dlq, err := deadletter.OpenFile(cfg.dlq)
+	if cfg.generated {
+		wrote, err := writeOrders(cfg.input, cfg.rows, cfg.seed)
+		if err != nil {
+			return summary{}, err
+		}
+		if wrote {
+			fmt.Fprintf(progress, "etl: wrote %d orders (seed %d) to %s\n", cfg.rows, cfg.seed, cfg.input)
+		}
+	}
+	cp, at, err := openCheckpoint(ctx, cfg)
 	if err != nil {
 		return summary{}, err
 	}
-	// Each run's dead letters get a file of their own, so that the file
-	// and the summary agree; earlier runs' are rotated to FILE.000001, ...
-	if err := dlq.Rotate(); err != nil {
-		return summary{}, errors.Join(err, dlq.Close())
+	fmt.Fprintf(progress, "etl: %s\n", at)
+	dlq, err := deadletter.OpenFile(cfg.dlq)
+	if err != nil {
+		return summary{}, errors.Join(err, cp.close())
+	}
+	// A run that starts over (-fresh) gets a dead-letter file of its own;
+	// earlier runs' are rotated to FILE.000001, ... A resumed run appends
+	// to the file of the run it goes on from: the file then holds the dead
+	// letters of the whole input once, as the file sink writes no second
+	// envelope for a row that the resumed run reads again. That holds
+	// across rotated files too: a run that starts over writes no envelope
+	// for a row an earlier run's file holds already (the summary counts
+	// them).
+	if at.over {
+		if err := dlq.Rotate(); err != nil {
+			return summary{}, errors.Join(err, dlq.Close(), cp.close())
+		}
 	}
 	obs := &tracker{reasons: map[reason]int{}}
 	m, err := startMetrics(cfg.metricsAddr, progress)
 	if err != nil {
-		return summary{}, errors.Join(err, dlq.Close())
+		return summary{}, errors.Join(err, dlq.Close(), cp.close())
 	}
-	p, st, tot, err := build(cfg, clock, dlq, observer.Multi(obs, m.observer()))
+	p, st, src, err := build(cfg, clock, dlq, observer.Multi(obs, m.observer()), cp.store())
 	if err != nil {
-		return summary{}, errors.Join(err, m.stop(), dlq.Close())
+		return summary{}, errors.Join(err, m.stop(), dlq.Close(), cp.close())
 	}
 
 	start := clock.Now()
@@ -118,16 +153,23 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	res, runErr := p.Run(ctx)
 	stopDrain()
 	stopProgress()
-	err = errors.Join(runErr, dlq.Close(), m.stop(), writeGraph(graphPath(cfg), p))
-	// Count with a context of its own: after a cancelled run, what the
-	// table holds is still worth saying.
-	inTable, cerr := count(context.WithoutCancel(ctx), cfg.db)
+	err = errors.Join(runErr, dlq.Close(), cp.close(), m.stop(), writeGraph(graphPath(cfg), p))
+	letters := dlq.Stats()
+	// With a context of its own: after a cancelled run, what the tables
+	// hold is still worth saying, and the totals still follow the orders.
+	wctx := context.WithoutCancel(ctx)
+	totals, terr := sumTotals(wctx, cfg.db)
+	if terr != nil {
+		err = errors.Join(err, fmt.Errorf("etl: customer totals: %w", terr))
+	}
+	inTable, cerr := count(wctx, cfg.db)
 	if cerr != nil {
 		err = errors.Join(err, fmt.Errorf("etl: count rows: %w", cerr))
 	}
 	return summary{
-		cfg: cfg, res: res, elapsed: clock.Since(start),
-		changed: st.changed.Load(), inTable: inTable, totals: tot,
+		cfg: cfg, res: res, at: at, elapsed: clock.Since(start),
+		badRows: src.BadRows(), letters: letters,
+		changed: st.changed.Load(), inTable: inTable, totals: totals,
 		reasons: obs.snapshot(), outages: obs.breakerOutages(),
 		drained: drained.Load(), stopped: runErr,
 	}, err

@@ -22,12 +22,19 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/graphdoc"
 	"github.com/sluicehq/sluice/observer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The crash test runs this binary again as the child it kills.
+	if os.Getenv(crashDirEnv) != "" {
+		os.Exit(crashChild())
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // runOnFakeClock runs the job with cfg on a fake clock, moving it forward
 // a millisecond each time the job waits on it.
@@ -49,6 +56,15 @@ func runOnFakeClockWith(t *testing.T, cfg config, w io.Writer, paused func(), dr
 		err error
 	}
 	done := make(chan result, 1)
+	// The job waits on the clock when something besides the clock's
+	// standing tickers (the checkpoint's, the progress display's) does.
+	waiters := 1
+	if cfg.checkpointEvery > 0 {
+		waiters++
+	}
+	if cfg.progress > 0 {
+		waiters++
+	}
 	go func() {
 		s, err := runETL(ctx, cfg, clock, w, drain)
 		done <- result{s, err}
@@ -69,7 +85,7 @@ func runOnFakeClockWith(t *testing.T, cfg config, w io.Writer, paused func(), dr
 			case <-wctx.Done():
 			}
 		}()
-		if clock.BlockUntilContext(wctx, 1) == nil {
+		if clock.BlockUntilContext(wctx, waiters) == nil {
 			if paused != nil {
 				paused()
 				paused = nil
@@ -85,11 +101,12 @@ func testConfig(t *testing.T) config {
 	// The outage is long in fake time: the clock moves whenever any part of
 	// the job waits on it, so a short outage may see only a few calls, too
 	// few to trip the breaker.
-	return config{
+	cfg := config{
 		rows: 3000, failRate: 0.1, outage: 5 * time.Second, outageAfter: 50 * time.Millisecond,
-		latency: time.Millisecond, workers: 8, seed: 42,
+		latency: time.Millisecond, workers: 8, seed: 42, checkpointEvery: time.Second,
 		db: filepath.Join(dir, "orders.db"), dlq: filepath.Join(dir, "dead-letters.jsonl"),
 	}
+	return cfg // runETL sets the input and checkpoint files beside the database
 }
 
 func TestETLEndToEnd(t *testing.T) {
@@ -140,50 +157,68 @@ func TestETLEndToEnd(t *testing.T) {
 		}
 	}
 
-	// The per-customer window totals agree with the orders loaded, customer
-	// by customer.
+	// The customers' totals agree with the orders loaded, customer by
+	// customer.
 	assertTotalsMatchOrders(t, cfg.db)
-	customers, top := s.totals.largest()
-	assert.Equal(t, s.node("totals").Out, customers, "one total per customer")
+	assert.Positive(t, s.totals.customers)
 
 	// The summary says all of it.
 	var out bytes.Buffer
 	s.print(&out)
 	text := out.String()
 	assert.Contains(t, text, "Sluice ETL demo: 3000 rows")
+	assert.Contains(t, text, "starting at the first row of 3000 (no checkpoint yet)")
+	assert.Regexp(t, regexp.MustCompile(`read\s+3000\s+rows read: 1 to 3000 of 3000`), text)
 	assert.Regexp(t, regexp.MustCompile(`dead-lettered\s+`+strconv.FormatInt(s.deadLettered(), 10)), text)
 	assert.Contains(t, text, "go run ./cmd/sluice dlq stats "+cfg.dlq)
 	assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(`breaker\s+1\s+outage: the enrich breaker opened %d times \(%d failed probes?\), closed;`, o.opened, o.failedProbes)), text)
-	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(customers, 10)+`\s+customers' order counts and euro totals, in customer_totals \(largest: `+top.Key+`, `), text)
+	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(s.totals.customers, 10)+`\s+customers' order counts and euro totals in customer_totals, summed from the orders table \(largest: `+s.totals.top+`, `), text)
 
-	// A second run on the same database loads nothing twice: it changes
-	// only orders the first run could not load because the service was
-	// unavailable (under OpenPause an outage holds the job back, so there
-	// are few or none).
+	// A second run reads nothing: the checkpoint holds the end of the
+	// file. It says so, and leaves the tables as they were.
 	again := runOnFakeClock(t, cfg)
+	assert.Zero(t, again.read())
+	assert.Zero(t, again.changed)
+	assert.Equal(t, s.inTable, again.inTable)
+	assert.Equal(t, s.totals, again.totals, "summing the totals again changes nothing")
+	out.Reset()
+	again.print(&out)
+	assert.Contains(t, out.String(), "nothing to read: earlier runs read all 3000 rows (-fresh starts over)")
+
+	// -fresh starts over and loads nothing twice: it changes only orders
+	// the first run could not load because the service was unavailable
+	// (under OpenPause an outage holds the job back, so there are few or
+	// none).
+	cfg.fresh = true
+	fresh := runOnFakeClock(t, cfg)
+	assert.Equal(t, int64(cfg.rows), fresh.read())
+	assert.Contains(t, fresh.at.String(), "starting at the first row of 3000 (-fresh)")
 	unavailable := int64(total)
 	for _, n := range dataFailures(byWhy) {
 		unavailable -= int64(n)
 	}
-	assert.LessOrEqual(t, again.changed, unavailable)
-	assert.Equal(t, s.inTable+again.changed, again.inTable)
-	assert.Equal(t, seededFailures, dataFailures(again.byWhy()), "the same rows fail for the same reasons")
+	assert.LessOrEqual(t, fresh.changed, unavailable)
+	assert.Equal(t, s.inTable+fresh.changed, fresh.inTable)
+	assert.Equal(t, seededFailures, dataFailures(fresh.byWhy()), "the same rows fail for the same reasons")
 
-	// The file holds the second run's letters only, as its summary says;
-	// the first run's were rotated away, and ReadAll reads both.
+	// The first run's letters were rotated away, and the file holds what
+	// the fresh run wrote: no second envelope for a row the rotated file
+	// holds already.
+	assert.Equal(t, fresh.deadLettered(), fresh.letters.Writes+fresh.letters.Duplicates)
+	assert.GreaterOrEqual(t, fresh.letters.Duplicates, int64(len(seededFailures)), "the rows that fail for their content are there already")
 	n := 0
 	for env, err := range deadletter.ReadFile(cfg.dlq) {
 		require.NoError(t, err)
-		assert.Equal(t, again.res.RunID, env.RunID)
+		assert.Equal(t, fresh.res.RunID, env.RunID)
 		n++
 	}
-	assert.Equal(t, int(again.deadLettered()), n)
+	assert.Equal(t, int(fresh.letters.Writes), n)
 	all := 0
 	for _, err := range deadletter.ReadAll(cfg.dlq) {
 		require.NoError(t, err)
 		all++
 	}
-	assert.Equal(t, int(s.deadLettered()+again.deadLettered()), all)
+	assert.Equal(t, int(s.deadLettered()+fresh.letters.Writes), all)
 }
 
 // assertTotalsMatchOrders checks that customer_totals holds, for every
@@ -240,7 +275,7 @@ func TestFlags(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
 	assert.Equal(t, 0, run(t.Context(), []string{"-help"}, &bytes.Buffer{}, &stderr, nil))
-	for _, flag := range []string{"-rows", "-fail-rate", "-outage", "-db", "-dlq", "-metrics-addr", "-seed"} {
+	for _, flag := range []string{"-rows", "-fail-rate", "-outage", "-db", "-dlq", "-metrics-addr", "-seed", "-input", "-checkpoint-every", "-fresh"} {
 		assert.Contains(t, stderr.String(), flag)
 	}
 	stderr.Reset()
@@ -270,8 +305,10 @@ func TestDemoCommand(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	require.NoError(t, cmd.Run(), stderr.String())
 	assert.Contains(t, stdout.String(), "Sluice ETL demo: 100000 rows")
+	assert.Contains(t, stdout.String(), "starting at the first row of 100000 (no checkpoint yet)")
 	assert.Contains(t, stdout.String(), "Inspect the dead letters")
-	for _, f := range []string{"sluice-demo/orders.db", "sluice-demo/dead-letters.jsonl", "sluice-demo/pipeline.mmd"} {
+	for _, f := range []string{"sluice-demo/orders.db", "sluice-demo/dead-letters.jsonl", "sluice-demo/pipeline.mmd",
+		"sluice-demo/orders-100000-seed1.csv", "sluice-demo/checkpoint.json"} {
 		_, err := os.Stat(filepath.Join(dir, f))
 		assert.NoError(t, err, f)
 	}
@@ -315,7 +352,7 @@ func TestMetricsWhileRunning(t *testing.T) {
 	}, nil)
 	assert.Contains(t, scraped, `sluice_items_in_total{node="parse",pipeline="orders-etl"}`)
 	assert.Contains(t, scraped, `sluice_circuit_state{node="enrich",pipeline="orders-etl"}`)
-	assert.True(t, strings.HasPrefix(out.String(), "metrics on http://127.0.0.1:"))
+	assert.Regexp(t, `(?m)^metrics on http://127\.0\.0\.1:`, out.String())
 }
 
 // byWhy returns the run's dead letters by reason, over every node.
@@ -332,19 +369,41 @@ func (s summary) byWhy() map[string]int {
 func TestDrainStopsReadingAndSettlesWhatWasRead(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
-	cfg.rows = 50_000
+	cfg.rows = 10_000
 	drain := make(chan struct{})
 	out := &lockedBuffer{}
 	s := runOnFakeClockWith(t, cfg, out, func() { close(drain) }, drain)
-	read := s.node("read").Out
+	read := s.read()
 	assert.True(t, s.drained)
 	assert.NoError(t, s.stopped)
 	assert.Less(t, read, int64(cfg.rows), "it stopped reading")
+	t.Logf("drained after row %d", read)
 	assert.Equal(t, read, s.node("validate").Out+s.deadLettered(), "every row read was loaded or dead-lettered")
 	assert.Equal(t, s.node("validate").Out, s.inTable, "and the table holds the loaded ones")
 	var buf bytes.Buffer
 	s.print(&buf)
-	assert.Contains(t, buf.String(), fmt.Sprintf("drained: it stopped reading after %d of 50000 rows", read))
+	assert.Contains(t, buf.String(), fmt.Sprintf("drained: it stopped reading after row %d of 10000", read))
+
+	// The drain saved the position of the last row read, as every row
+	// read reached its outcome: the next run resumes right after it, and
+	// reads each row once over the two runs.
+	rest := runOnFakeClock(t, cfg)
+	assert.Equal(t, startPoint{after: read, of: 10000, why: "checkpoint " + filepath.Join(filepath.Dir(cfg.db), "checkpoint.json")}, rest.at)
+	assert.Equal(t, int64(cfg.rows)-read, rest.read())
+	assert.Equal(t, rest.node("validate").Out, rest.changed, "no row of the first run loaded again")
+	assert.Equal(t, s.inTable+rest.changed, rest.inTable)
+	assert.Zero(t, rest.letters.Duplicates, "no row of the first run dead-lettered again")
+	assertTotalsMatchOrders(t, cfg.db)
+	n := 0
+	for _, err := range deadletter.ReadAll(cfg.dlq) {
+		require.NoError(t, err)
+		n++
+	}
+	assert.Equal(t, int(s.deadLettered()+rest.deadLettered()), n, "one file set, each dead letter once")
+	buf.Reset()
+	rest.print(&buf)
+	assert.Contains(t, buf.String(), fmt.Sprintf("resumed after row %d of 10000 (checkpoint ", read))
+	assert.Contains(t, buf.String(), fmt.Sprintf("rows read: %d to 10000 of 10000", read+1))
 }
 
 // The job writes its pipeline's graph, with the run's counts, beside the
@@ -372,7 +431,7 @@ func TestGraphFileBesideTheDatabase(t *testing.T) {
 	assert.Contains(t, labels["load"], fmt.Sprintf("\nin %d · out %d", s.node("load").In, s.node("load").Out))
 	assert.Contains(t, string(raw), "    %% counts of run "+s.res.RunID+"\n")
 	assert.Len(t, f.Edges, len(s.res.Nodes)-1, "a tree: every node but the source has one input")
-	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n6_totals", Label: "64 · broadcast"})
+	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n4_batch", Label: "64"})
 }
 
 // docs/graph.md embeds the demo's graph, as make demo builds it with its
@@ -380,7 +439,7 @@ func TestGraphFileBesideTheDatabase(t *testing.T) {
 func TestDocGraph(t *testing.T) {
 	cfg, err := parseFlags(nil, io.Discard)
 	require.NoError(t, err)
-	p, _, _, err := build(cfg, clockwork.NewFakeClock(), deadletter.NewMemory(1), observer.Nop{})
+	p, _, _, err := build(cfg, clockwork.NewFakeClock(), deadletter.NewMemory(1), observer.Nop{}, checkpoint.NewMemory())
 	require.NoError(t, err)
 	graphdoc.Embedded(t, filepath.Join("..", "..", "docs", "graph.md"), "samples/etl", p.Graph().Mermaid())
 }

@@ -1,18 +1,24 @@
 // Command etl is Sluice's demo: an ETL job on embedded defaults, with no
-// server to install. It generates an orders data set (with some malformed
-// rows) from a fixed seed, parses each row, converts its amount to euro
-// through a simulated exchange-rate service that is slow, fails now and then
-// and goes down for a few seconds, checks business rules, and loads the
-// orders into a SQLite file in batches with upserts, with each customer's
-// order count and euro total, summed by a window per customer, in a table
-// beside them. What fails for good lands in a dead-letter file next to the
-// database, and the pipeline's graph with the run's counts in
-// pipeline.mmd (Mermaid), next to it too.
+// server to install. It writes an orders data set (with some malformed
+// rows) from a fixed seed to a CSV file, once, and reads it with
+// file.CSV; it parses each row, converts its amount to euro through a
+// simulated exchange-rate service that is slow, fails now and then and
+// goes down for a few seconds, checks business rules, and loads the
+// orders into a SQLite file in batches with upserts. When the run ends it
+// computes each customer's order count and euro total from the orders
+// table into a table beside it. What fails for good lands in a
+// dead-letter file next to the database, and the pipeline's graph with the
+// run's counts in pipeline.mmd (Mermaid), next to it too.
+//
+// The job keeps a checkpoint beside the database: the position in the
+// file up to which every row reached its outcome, saved every second.
+// Kill it (even with kill -9) and run it again: it resumes after the last
+// position saved, and ends with the same tables and dead letters as a run
+// that was never interrupted. A run after one that finished reads nothing;
+// -fresh starts over at the first row.
 //
 //	go run ./samples/etl            # what make demo runs
 //	go run ./samples/etl -help
-//
-// Run it twice: the second run loads nothing twice.
 package main
 
 import (
@@ -38,10 +44,19 @@ type config struct {
 	latency     time.Duration
 	workers     int
 	db, dlq     string
-	metricsAddr string
-	seed        uint64
-	progress    time.Duration // 0: no progress display
-	tty         bool          // redraw the progress in place instead of printing lines
+	// input is the orders file; generated says it is the default one,
+	// written from rows and seed when missing.
+	input     string
+	generated bool
+	// checkpoint is the checkpoint file, saved every checkpointEvery (0:
+	// no checkpoint); fresh removes it first.
+	checkpoint      string
+	checkpointEvery time.Duration
+	fresh           bool
+	metricsAddr     string
+	seed            uint64
+	progress        time.Duration // 0: no progress display
+	tty             bool          // redraw the progress in place instead of printing lines
 }
 
 // main runs the job. The first Ctrl-C drains it: no more rows are read,
@@ -92,6 +107,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs := flag.NewFlagSet("etl", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.rows, "rows", 100_000, "how many order rows to generate")
+	fs.StringVar(&cfg.input, "input", "", "orders CSV file to read (default: orders-ROWS-seedSEED.csv next to the database, written from -rows and -seed when missing)")
+	fs.DurationVar(&cfg.checkpointEvery, "checkpoint-every", time.Second, "how often to save the position read up to in checkpoint.json next to the database (0: no checkpoint: each run reads every row)")
+	fs.BoolVar(&cfg.fresh, "fresh", false, "start over at the first row: remove the checkpoint and rotate the dead letters")
 	fs.Float64Var(&cfg.failRate, "fail-rate", 0.05, "share of exchange-rate calls that fail with HTTP 503 (transient)")
 	fs.DurationVar(&cfg.outage, "outage", 3*time.Second, "how long the exchange-rate service is down (0: no outage)")
 	fs.DurationVar(&cfg.outageAfter, "outage-after", time.Second, "when the outage starts, from the start of the run")
@@ -105,11 +123,13 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), `Usage: etl [flags]
 
-Sluice's demo ETL job: generate orders, parse, convert to euro through a flaky
-exchange-rate service (item retries with jittered backoff, a circuit breaker
-that pauses through its outage), validate, and load into SQLite with upserts.
-Rows that fail for good go to a dead-letter file; inspect it with
-go run ./cmd/sluice dlq stats FILE.
+Sluice's demo ETL job: read orders from a CSV file (generated once), parse,
+convert to euro through a flaky exchange-rate service (item retries with
+jittered backoff, a circuit breaker that pauses through its outage),
+validate, and load into SQLite with upserts. Rows that fail for good go to
+a dead-letter file; inspect it with go run ./cmd/sluice dlq stats FILE.
+A checkpoint next to the database lets a run that was killed or stopped
+resume where it stopped; -fresh starts over.
 
 Flags:
 `)
@@ -128,15 +148,29 @@ Flags:
 		return cfg, fmt.Errorf("-workers %d: must be at least 1", cfg.workers)
 	case cfg.failRate < 0 || cfg.failRate > 1:
 		return cfg, fmt.Errorf("-fail-rate %g: must be in [0, 1]", cfg.failRate)
-	case cfg.outage < 0 || cfg.outageAfter < 0 || cfg.latency < 0 || cfg.progress < 0:
+	case cfg.outage < 0 || cfg.outageAfter < 0 || cfg.latency < 0 || cfg.progress < 0 || cfg.checkpointEvery < 0:
 		return cfg, errors.New("durations must not be negative")
 	case cfg.db == "":
 		return cfg, errors.New("-db: a database file is needed")
 	}
-	if cfg.dlq == "" {
-		cfg.dlq = filepath.Join(filepath.Dir(cfg.db), "dead-letters.jsonl")
-	}
+	cfg.defaults()
 	return cfg, nil
+}
+
+// defaults fills in the files that the flags leave to their defaults,
+// next to the database.
+func (cfg *config) defaults() {
+	dir := filepath.Dir(cfg.db)
+	if cfg.dlq == "" {
+		cfg.dlq = filepath.Join(dir, "dead-letters.jsonl")
+	}
+	if cfg.input == "" {
+		cfg.input = filepath.Join(dir, fmt.Sprintf("orders-%d-seed%d.csv", cfg.rows, cfg.seed))
+		cfg.generated = true
+	}
+	if cfg.checkpoint == "" {
+		cfg.checkpoint = filepath.Join(dir, "checkpoint.json")
+	}
 }
 
 func isTerminal(w io.Writer) bool {

@@ -1,15 +1,19 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/connector/file"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -32,33 +36,43 @@ type Order struct {
 // CorrelationID names the order in its dead-letter envelope.
 func (o Order) CorrelationID() string { return o.ID }
 
-// generate returns a source of rows CSV lines (id,customer,amount,currency,
-// date), drawn from seed. About 0.5 % of the rows are malformed and about
-// 0.5 % break a business rule, so that every kind of failure shows. It
-// knows how many rows it emits (node.Sized): the progress display shows
-// an ETA.
-func generate(rows int, seed uint64) node.Source[string] {
-	return generator{rows, seed}
-}
+// header is the first line of the orders file: the names of its fields.
+const header = "id,customer,amount,currency,date"
 
-type generator struct {
-	rows int
-	seed uint64
-}
-
-func (g generator) Run(ctx context.Context, out node.Emitter[string]) error {
-	r := rand.New(rand.NewPCG(g.seed, g.seed^0x5eed))
-	for i := range g.rows {
-		if err := out.Emit(ctx, row(r, i)); err != nil {
-			return err
-		}
+// writeOrders writes the data set of rows orders drawn from seed to path
+// as CSV (id,customer,amount,currency,date, after a header line), unless
+// the file is there already: the file is the job's input, read again by
+// every run, and its name says its rows and seed. About 0.5 % of the
+// rows are malformed and about 0.5 % break a business rule, so that every
+// kind of failure shows. The file appears whole or not at all: it is
+// written beside path and renamed.
+func writeOrders(path string, rows int, seed uint64) (written bool, err error) {
+	if _, err := os.Stat(path); err == nil {
+		return false, nil
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return false, err
 	}
-	return nil
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
+	if err != nil {
+		return false, err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	w := bufio.NewWriter(tmp)
+	w.WriteString(header + "\n")
+	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
+	for i := range rows {
+		w.WriteString(row(r, i))
+		w.WriteByte('\n')
+	}
+	err = errors.Join(w.Flush(), tmp.Sync(), tmp.Close())
+	if err == nil {
+		err = os.Rename(tmp.Name(), path)
+	}
+	if err != nil {
+		return false, fmt.Errorf("etl: write the orders to %s: %w", path, err)
+	}
+	return true, nil
 }
-
-func (g generator) Size() int64 { return int64(g.rows) }
-
-var _ node.Sized = generator{}
 
 func row(r *rand.Rand, i int) string {
 	id := fmt.Sprintf("ord-%07d", i)
@@ -95,10 +109,13 @@ func (e *rowError) Error() string {
 	return fmt.Sprintf("malformed row %q: %s: %s", e.row, e.field, e.why)
 }
 
-// parse turns a CSV line into an Order. Malformed rows fail permanently, so
-// that they are dead-lettered at once.
-func parse(_ context.Context, line string) (Order, error) {
-	f := strings.Split(line, ",")
+// parse turns a CSV record into an Order. Malformed rows fail
+// permanently, so that they are dead-lettered at once. The source reads
+// records of any number of fields, so that a row with a field too few or
+// too many is this step's to name, with the rest of its problems.
+func parse(_ context.Context, rec file.Record) (Order, error) {
+	f := rec.Fields
+	line := strings.Join(f, ",")
 	if len(f) != 5 {
 		return Order{}, resilience.MarkPermanent(&rowError{line, "fields", fmt.Sprintf("want 5, got %d", len(f))})
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/observer/progress"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
@@ -19,10 +20,13 @@ import (
 type summary struct {
 	cfg     config
 	res     pipeline.Result
+	at      startPoint // where the run started reading
 	elapsed time.Duration
+	badRows int64 // rows the source could not read as CSV, dead-lettered by it
+	letters deadletter.FileStats
 	changed int64 // rows inserted or changed by this run
 	inTable int64
-	totals  *totalsStore
+	totals  totals // as the run left customer_totals
 	reasons []reasonCount
 	outages []outage // of the enrich breaker, in order
 	drained bool     // the run was drained: it stopped reading, and settled what it read
@@ -35,8 +39,12 @@ func (s summary) node(name string) pipeline.NodeStats {
 	return n
 }
 
+// read returns the rows the run read: emitted, or dead-lettered by the
+// source when they were not CSV.
+func (s summary) read() int64 { return s.node("read").Out + s.badRows }
+
 func (s summary) deadLettered() int64 {
-	var n int64
+	n := s.badRows
 	for _, r := range s.res.Nodes {
 		n += r.DeadLettered
 	}
@@ -52,32 +60,38 @@ func (s summary) retries(k resilience.RetryKind) int64 {
 }
 
 func (s summary) print(w io.Writer) {
-	read := s.node("read").Out
+	read := s.read()
 	rate := 0.0
 	if s.elapsed > 0 {
 		rate = float64(read) / s.elapsed.Seconds()
 	}
 	fmt.Fprintf(w, "\nSluice ETL demo: %d rows in %s (%s rows/s), run %s\n", read, s.elapsed.Round(10*time.Millisecond), human(rate), s.res.RunID)
+	fmt.Fprintf(w, "  %s\n", s.at)
+	upTo := s.at.after + read
 	switch {
 	case s.stopped != nil:
-		fmt.Fprintf(w, "  stopped before the end (%v): the counts are partial, and the rows in flight go again next run\n", s.stopped)
+		fmt.Fprintf(w, "  stopped before the end (%v): the counts are partial; the next run resumes after the last row\n  the checkpoint holds, and reads again the rows that had not reached their outcome\n", s.stopped)
 	case s.drained:
-		fmt.Fprintf(w, "  drained: it stopped reading after %d of %d rows, and every row it read reached its outcome\n", read, s.cfg.rows)
+		fmt.Fprintf(w, "  drained: it stopped reading after row %d of %s, and every row it read reached its outcome;\n  run again to go on from there\n", upTo, rowsOf(s.at.of))
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "  read\t%d\trows generated\n", read)
-	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.node("validate").Out)
-	fmt.Fprintf(tw, "  changed\t%d\trows this run inserted or changed (%d in the table; run again: 0)\n", s.changed, s.inTable)
-	if s.totals != nil {
-		n, top := s.totals.largest()
-		line := "customers' order counts and euro totals, in customer_totals"
-		if n > 0 {
-			line += fmt.Sprintf(" (largest: %s, %d orders, %s EUR)", top.Key, top.Value.Orders, euros(top.Value.EURCents))
-		}
-		fmt.Fprintf(tw, "  totals\t%d\t%s\n", n, line)
+	what := "rows read"
+	if read > 0 && s.at.of >= 0 {
+		what = fmt.Sprintf("rows read: %d to %d of %d", s.at.after+1, upTo, s.at.of)
 	}
+	fmt.Fprintf(tw, "  read\t%d\t%s\n", read, what)
+	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.node("validate").Out)
+	fmt.Fprintf(tw, "  changed\t%d\trows this run inserted or changed (%d in the table)\n", s.changed, s.inTable)
+	line := "customers' order counts and euro totals in customer_totals, summed from the orders table"
+	if s.totals.customers > 0 {
+		line += fmt.Sprintf(" (largest: %s, %d orders, %s EUR)", s.totals.top, s.totals.topTotal.Orders, euros(s.totals.topTotal.EURCents))
+	}
+	fmt.Fprintf(tw, "  totals\t%d\t%s\n", s.totals.customers, line)
 	fmt.Fprintf(tw, "  dead-lettered\t%d\t\n", s.deadLettered())
+	if s.badRows > 0 {
+		fmt.Fprintf(tw, "  \t%d\t  not CSV (read)\n", s.badRows)
+	}
 	for _, r := range s.reasons {
 		fmt.Fprintf(tw, "  \t%d\t  %s (%s)\n", r.n, r.why, r.node)
 	}
@@ -85,7 +99,15 @@ func (s summary) print(w io.Writer) {
 		s.retries(resilience.ItemRetry), s.retries(resilience.NodeRestart), s.retries(resilience.NodeRetry))
 	s.printOutages(tw)
 	tw.Flush()
-	fmt.Fprintf(w, "\nOutputs\n  database      %s\n  dead letters  %s (this run's; earlier runs' are in %s.000001, ...)\n", s.cfg.db, s.cfg.dlq, filepath.Base(s.cfg.dlq))
+	fmt.Fprintf(w, "\nOutputs\n  orders        %s (the input)\n  database      %s\n", s.cfg.input, s.cfg.db)
+	fmt.Fprintf(w, "  dead letters  %s (%d written by this run", s.cfg.dlq, s.letters.Writes)
+	if s.letters.Duplicates > 0 {
+		fmt.Fprintf(w, "; %d more the files held already, from a run before", s.letters.Duplicates)
+	}
+	fmt.Fprintf(w, ")\n                the file holds the letters since the last run that started over; earlier ones' are in %s.000001, ...\n", filepath.Base(s.cfg.dlq))
+	if s.cfg.checkpointEvery > 0 {
+		fmt.Fprintf(w, "  checkpoint    %s (where the next run resumes; -fresh starts over)\n", s.cfg.checkpoint)
+	}
 	fmt.Fprintf(w, "  graph         %s (the pipeline as a Mermaid flowchart, with this run's counts)\n", graphPath(s.cfg))
 	fmt.Fprintf(w, "\nInspect the dead letters:\n  go run ./cmd/sluice dlq stats %s\n  go run ./cmd/sluice dlq ls %s\n", s.cfg.dlq, s.cfg.dlq)
 }

@@ -24,7 +24,12 @@ func TestProgressOnNonTerminal(t *testing.T) {
 	s := runOnFakeClockWith(t, cfg, &out, nil, nil)
 	assert.NotContains(t, out.String(), "\x1b", "no terminal codes")
 
+	// The progress lines follow the lines that say which file the job
+	// wrote and where it starts.
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	require.GreaterOrEqual(t, len(lines), 2)
+	assert.Equal(t, "etl: starting at the first row of 1000 (no checkpoint yet)", lines[1])
+	lines = lines[2:]
 	require.GreaterOrEqual(t, len(lines), 2, "the outage makes the run last seconds")
 	line := regexp.MustCompile(`^[\dms.]+  read \d+/1000 \([\d.kM]+/s, avg [\d.kM]+/s\)  validate \d+ \([\d.kM]+/s, avg [\d.kM]+/s\)`)
 	for _, l := range lines {

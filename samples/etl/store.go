@@ -4,10 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync"
 	"sync/atomic"
-
-	"github.com/sluicehq/sluice/pipeline"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
 )
@@ -46,10 +43,10 @@ WHERE (customer, cents, currency, eur_cents, day) IS NOT
 
 // Open opens the database file and creates the table if needed.
 func (s *store) Open(ctx context.Context) error {
-	// busy_timeout first: the pragmas run in order, and the two sinks (the
-	// orders and the totals) open the same file at once, so switching a new
-	// file to WAL must already wait for the other instead of failing with
-	// SQLITE_BUSY.
+	// busy_timeout first: the pragmas run in order, and another
+	// connection may hold the file (the totals are summed in one of their
+	// own), so switching a new file to WAL must already wait for it
+	// instead of failing with SQLITE_BUSY.
 	db, err := sql.Open("sqlite", "file:"+s.path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
 	if err != nil {
 		return fmt.Errorf("etl: open %s: %w", s.path, err)
@@ -109,60 +106,57 @@ func (s *store) Write(ctx context.Context, batch []Order) (err error) {
 	return nil
 }
 
-// A total is one customer's orders in a run, as the totals window sums
-// them.
+// A total is one customer's orders: how many, and their sum in euro
+// cents.
 type total struct {
 	Orders   int64
 	EURCents int64
 }
 
-// A totalsStore writes the customers' totals into the customer_totals
-// table, replacing what an earlier run wrote for the same customer, and
-// keeps the largest for the summary.
-type totalsStore struct {
-	store
-	mu      sync.Mutex
-	written int64
-	top     pipeline.Window[string, total]
+// totals are the customers' totals as the run left them: how many
+// customers, and the largest.
+type totals struct {
+	customers int64
+	top       string // the customer with the largest euro total
+	topTotal  total
 }
 
-// Write upserts one batch of customers' totals in one transaction.
-func (s *totalsStore) Write(ctx context.Context, batch []pipeline.Window[string, total]) (err error) {
+// sumTotals computes each customer's order count and euro total from the
+// orders table into customer_totals, in one transaction that replaces the
+// table's rows. It reads the table as it is, whatever runs loaded it, so
+// that the totals are right after a resume as after one whole run, and a
+// second call changes nothing.
+func sumTotals(ctx context.Context, path string) (totals, error) {
+	s := &store{path: path}
+	if err := s.Open(ctx); err != nil {
+		return totals{}, err
+	}
+	defer s.Close(ctx)
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("etl: begin: %w", err)
+		return totals{}, err
 	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	for _, w := range batch {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO customer_totals (customer, orders, eur_cents) VALUES (?, ?, ?)
-ON CONFLICT (customer) DO UPDATE SET orders = excluded.orders, eur_cents = excluded.eur_cents`,
-			w.Key, w.Value.Orders, w.Value.EURCents); err != nil {
-			return fmt.Errorf("etl: upsert the total of %s: %w", w.Key, err)
-		}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, `DELETE FROM customer_totals`); err != nil {
+		return totals{}, err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO customer_totals (customer, orders, eur_cents)
+SELECT customer, count(*), sum(eur_cents) FROM orders GROUP BY customer`); err != nil {
+		return totals{}, err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("etl: commit: %w", err)
+		return totals{}, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.written += int64(len(batch))
-	for _, w := range batch {
-		if w.Value.EURCents > s.top.Value.EURCents || (w.Value.EURCents == s.top.Value.EURCents && w.Key < s.top.Key) {
-			s.top = w
-		}
+	var t totals
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM customer_totals`).Scan(&t.customers); err != nil {
+		return totals{}, err
 	}
-	return nil
-}
-
-// largest returns how many totals were written and the largest.
-func (s *totalsStore) largest() (int64, pipeline.Window[string, total]) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.written, s.top
+	if t.customers == 0 {
+		return t, nil
+	}
+	err = s.db.QueryRowContext(ctx, `SELECT customer, orders, eur_cents FROM customer_totals ORDER BY eur_cents DESC, customer LIMIT 1`).
+		Scan(&t.top, &t.topTotal.Orders, &t.topTotal.EURCents)
+	return t, err
 }
 
 // count returns the number of rows in the table.
