@@ -49,10 +49,13 @@ type Emitter[T any] interface {
 }
 
 // Resumable is implemented by a source that can continue from a position
-// it gave with [Emitter.EmitAt]. The pipeline calls Resume before each run
-// of the source, with the last position its checkpoint store saved for it,
-// or nil to start at the beginning; the next Run emits the items after
-// pos. An error fails the run before any node starts.
+// it gave with [Emitter.EmitAt]. The pipeline calls Resume once at the
+// start of each of its runs, before any node starts, with the last
+// position its checkpoint store saved for the source, or nil to start at
+// the beginning; the next Run emits the items after pos. A node restart
+// or retry of the source within that run calls Run again without Resume:
+// the source goes on from its own state, after the last item it emitted.
+// An error fails the run before any node starts.
 type Resumable interface {
 	Resume(pos []byte) error
 }

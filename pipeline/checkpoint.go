@@ -7,8 +7,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/node"
 )
@@ -33,8 +31,12 @@ import (
 // A periodic Save that fails is tried again at the next tick; a final
 // Save that fails makes Run return an error naming the source. The final
 // Save runs after every item settled or failed, with a context that the
-// run's end does not cancel, bounded by [WithDrainTimeout] when one is
-// set. store must not be nil and every must be positive.
+// run's end does not cancel; it ends when the caller cancels Run's
+// context during it, when [WithDrainTimeout] passes, or, when the caller
+// had cancelled already, after one interval. A sink that buffers
+// ([node.Flusher]) holds every position back until its Flush: with one,
+// positions are saved only at the end of a run that succeeded. store must
+// not be nil and every must be positive.
 func WithCheckpoint(store checkpoint.Store, every time.Duration) Option {
 	return func(c *config) {
 		c.checkpoint, c.checkpointEvery, c.checkpointSet = store, every, true
@@ -202,46 +204,73 @@ func (rs *runState) resume(ctx context.Context) error {
 	return nil
 }
 
+// flushHolds reports whether a sink of the pipeline buffers
+// (node.Flusher): it holds every position back until its Flush, which
+// runs only when the run succeeds, so no periodic save is made and the
+// final one only after a run that succeeded.
+func (rs *runState) flushHolds() bool {
+	for _, n := range rs.p.nodes {
+		if n.flushes {
+			return true
+		}
+	}
+	return false
+}
+
 // startSaver starts the goroutine that saves the committed positions
-// every interval, on a crew of its own; the function returned stops it
-// and waits for it. Without checkpoints it does nothing.
+// every interval, on a crew of its own; the function returned stops it,
+// cancelling a Save under way (the final save follows), and waits for it.
+// Without checkpoints, or with a sink that buffers, it does nothing.
 func (rs *runState) startSaver() (stop func()) {
-	if len(rs.ledgers) == 0 {
+	if len(rs.ledgers) == 0 || rs.flushHolds() {
 		return func() {}
 	}
 	var c crew
-	done := make(chan struct{})
+	ctx, cancel := context.WithCancel(rs.ctx)
 	t := rs.p.cfg.clock.NewTicker(rs.p.cfg.checkpointEvery)
 	c.Go(func() error {
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
+			case <-ctx.Done():
 				return nil
 			case <-t.Chan():
 				// A failed Save is tried again at the next tick.
-				_ = rs.save(rs.ctx)
+				_ = rs.save(ctx)
 			}
 		}
 	})
 	return func() {
-		close(done)
+		cancel()
 		_ = c.Wait()
 	}
 }
 
 // finalSave saves the positions that moved since the last save once every
-// tracker fired, with a context the run's end does not cancel, bounded by
-// the drain timeout when there is one.
-func (rs *runState) finalSave(parent context.Context) error {
-	if len(rs.ledgers) == 0 {
+// tracker fired. Its context is not cancelled by the run's end: a run
+// that failed, drained or was cancelled still saves what settled. It ends
+// when the caller's context ends during the save, when the drain timeout
+// passes (if one is set), and, when the caller's context had already ended
+// as the save began, once one checkpoint interval passed, so that a store
+// that hangs cannot keep Run from returning. With a sink that buffers,
+// only a run that succeeded (its Flush returned nil) saves.
+func (rs *runState) finalSave(parent context.Context, succeeded bool) error {
+	if len(rs.ledgers) == 0 || (!succeeded && rs.flushHolds()) {
 		return nil
 	}
-	ctx := context.WithoutCancel(parent)
+	clock := rs.p.cfg.clock
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
+	defer cancel(nil)
+	if parent.Err() == nil {
+		stop := context.AfterFunc(parent, func() { cancel(context.Cause(parent)) })
+		defer stop()
+	} else {
+		grace := clock.AfterFunc(rs.p.cfg.checkpointEvery, func() { cancel(context.Cause(parent)) })
+		defer grace.Stop()
+	}
 	if d := rs.p.cfg.drainTimeout; d > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = clockwork.WithTimeout(ctx, rs.p.cfg.clock, d)
-		defer cancel()
+		t := clock.AfterFunc(d, func() { cancel(ErrDrainTimeout) })
+		defer t.Stop()
 	}
 	return rs.save(ctx)
 }

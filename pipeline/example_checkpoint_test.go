@@ -51,8 +51,10 @@ func (r *rows) Resume(pos []byte) error {
 }
 
 func (r *rows) Run(ctx context.Context, emit node.Emitter[string]) error {
-	for i := r.next; i < len(r.rows); i++ {
-		if err := emit.EmitAt(ctx, r.rows[i], []byte(strconv.Itoa(i+1))); err != nil {
+	// next moves as items go out: a node restart calls Run again,
+	// without Resume, and goes on after the last item emitted.
+	for ; r.next < len(r.rows); r.next++ {
+		if err := emit.EmitAt(ctx, r.rows[r.next], []byte(strconv.Itoa(r.next+1))); err != nil {
 			return err
 		}
 	}

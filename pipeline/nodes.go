@@ -68,6 +68,9 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...NodeOption) {
 	n := b.add(name, KindSink, opts, in.s)
 	takeBatches[T](n)
+	if _, ok := s.(node.Flusher); ok && !isNil(s) {
+		n.flushes = true
+	}
 	n.validate = withKeyed[T](n, notNil(isNil(s), "sink is nil"))
 	n.newEdge = edgeOf[T]
 	n.newRunner = func(nr *nodeRun) runner {

@@ -98,6 +98,10 @@ type spec struct {
 	// resume is a source's node.Resumable, called before each run; nil
 	// without.
 	resume func(pos []byte) error
+	// flushes marks a sink that buffers (node.Flusher): what it wrote is
+	// safe only once its Flush, at the end of a run that succeeds,
+	// returned nil, so it holds checkpoint positions back until then.
+	flushes bool
 	// tagging marks a Join's tagging transforms, whose function never
 	// fails: Graph shows no layer on them.
 	tagging bool

@@ -134,7 +134,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	unsettled := rs.reg.failAll()
 	// Every item settled or failed: the positions are final.
 	stopSaver()
-	saveErr := rs.finalSave(parent)
+	saveErr := rs.finalSave(parent, !failed.Load() && context.Cause(ctx) == nil)
 	for _, nr := range nodes {
 		if nr.closeLater {
 			if err := nr.close(); err != nil {
