@@ -49,11 +49,13 @@ type Envelope struct {
 	// its source gave it; empty when it has neither.
 	CorrelationID string `json:"correlation_id,omitempty"`
 	// Source is the source node the item, or the item it derives from,
-	// was emitted by with a position (node.Emitter's EmitAt), and Position
-	// is that position; both are empty otherwise. A resumed run replays
-	// the items after its last checkpoint, and the file sink writes no
-	// second envelope for one it already holds (see OpenFile).
-	Source   string `json:"source,omitempty"`
+	// was emitted by with a position (node.Emitter's EmitAt); empty
+	// otherwise.
+	Source string `json:"source,omitempty"`
+	// Position is the position that item was emitted at; empty otherwise.
+	// A resumed run replays the items after its last checkpoint, and the
+	// file sink writes no second envelope for one it already holds (see
+	// OpenFile).
 	Position []byte `json:"position,omitempty"`
 
 	Attempts int `json:"attempts"` // calls made
