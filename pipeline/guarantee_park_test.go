@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -31,10 +30,16 @@ func (f fnProc) Process(ctx context.Context, x int) (int, error) { return f(ctx,
 
 var errParkPoison = errors.New("poison")
 
-// An item whose wait ended, and that waits for a worker (Keyed: on the
-// node's ready queue) when the node fails, is replayed with its calls so
-// far: its dead letter counts every call. resilience-layers.md: "a node restart replays parked
-// items from its replay window with their calls so far".
+// An item whose wait ended, and that waits for a worker when the node
+// fails, is replayed with its calls so far: its dead letter counts every
+// call. Keyed: the node's only worker is in item 1's call. Parallel: one
+// worker is in item 1's call, the other in item 2's, which lasts until the
+// node fails. resilience-layers.md: "a node restart replays parked items
+// from its replay window with their calls so far".
+//
+// The test moves the clock itself: the calls it waits for wait on
+// channels, not on the clock, so that no wait ends before the test says
+// so.
 func TestParkWokenItemKeepsItsCallsAcrossRestart(t *testing.T) {
 	for _, v := range []struct {
 		name string
@@ -44,13 +49,12 @@ func TestParkWokenItemKeepsItsCallsAcrossRestart(t *testing.T) {
 		{"keyed", []pipeline.NodeOption{pipeline.Keyed(1, func(x int) int { return x })}},
 	} {
 		t.Run(v.name, func(t *testing.T) {
-			if v.name == "parallel" {
-				t.Skip("hangs about once in 50 runs in BlockUntilContext (item 1's call); left for a follow-up")
-			}
 			clock := clockwork.NewFakeClock()
 			dlq := deadletter.NewMemory(10)
 			var mu sync.Mutex
 			calls := map[int]int{}
+			parallel := v.name == "parallel"
+			inCall1, inCall2, release := make(chan struct{}), make(chan struct{}), make(chan struct{})
 			f := fnProc(func(ctx context.Context, x int) (int, error) {
 				mu.Lock()
 				calls[x]++
@@ -62,30 +66,18 @@ func TestParkWokenItemKeepsItsCallsAcrossRestart(t *testing.T) {
 				case x == 0:
 					return 0, errParkPoison
 				case x == 1 && n == 1:
-					// Item 0 parked: its wait ends while this call holds
-					// the (Keyed: only) worker; then the node fails.
-					if err := clock.BlockUntilContext(ctx, 1); err != nil {
-						return 0, err
-					}
-					base := runtime.NumGoroutine()
-					clock.Advance(time.Hour)
-					for i := 0; i < 1_000_000 && runtime.NumGoroutine() > base; i++ {
-						runtime.Gosched() // the timer's callback runs on a goroutine of its own
-					}
-					if v.name == "parallel" {
-						// The other worker may take the woken item: let it
-						// be called before the node fails, as Keyed cannot.
-						for i := 0; i < 1_000_000; i++ {
-							mu.Lock()
-							c := calls[0]
-							mu.Unlock()
-							if c == 2 {
-								break
-							}
-							runtime.Gosched()
-						}
+					close(inCall1)
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return 0, ctx.Err()
 					}
 					return 0, errRestartMe
+				case x == 2 && n == 1 && parallel:
+					// Holds the other worker until the node fails.
+					close(inCall2)
+					<-ctx.Done()
+					return 0, ctx.Err()
 				}
 				return x, nil
 			})
@@ -99,10 +91,22 @@ func TestParkWokenItemKeepsItsCallsAcrossRestart(t *testing.T) {
 					o.OnItemFailure = resilience.DeadLetter
 					o.FailureRules = []resilience.FailureRule{{Match: func(err error) bool { return errors.Is(err, errRestartMe) }, Action: resilience.Fail}}
 				}))
-			src := pipelinetest.NewTrackedSource(0, 1)
+			src := pipelinetest.NewTrackedSource(0, 1, 2)
 			out := pipeline.Transform[int, int](b, "call", pipeline.Source[int](b, "src", src), f, v.opts...)
 			pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
-			if _, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, pipelinetest.Start(t.Context(), build(t, b)), time.Second); err != nil {
+			run := pipelinetest.Start(t.Context(), build(t, b))
+			// Item 0 parked for its hour; every worker is in a call.
+			await(t, inCall1, "item 1's call")
+			if parallel {
+				await(t, inCall2, "item 2's call")
+			}
+			if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+				t.Fatal(err)
+			}
+			clock.Advance(time.Hour)
+			// Item 0 woke, and no worker is free: item 1 fails the node.
+			close(release)
+			if _, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second); err != nil {
 				t.Fatal(err)
 			}
 			envs := dlq.Envelopes()
@@ -110,13 +114,28 @@ func TestParkWokenItemKeepsItsCallsAcrossRestart(t *testing.T) {
 				t.Fatalf("%d dead letters, want 1", len(envs))
 			}
 			mu.Lock()
-			c0 := calls[0]
+			c0, c1, c2 := calls[0], calls[1], calls[2]
 			mu.Unlock()
 			if envs[0].Attempts != c0 || len(envs[0].History) != c0 {
 				t.Fatalf("dead letter of item 0: %d attempts, %d history entries; item 0 was called %d times", envs[0].Attempts, len(envs[0].History), c0)
 			}
+			// The call that the replay made after the restart.
+			if c0 != 2 || envs[0].History[1].Layer != resilience.NodeRestart {
+				t.Fatalf("item 0: %d calls, history %+v; want its first call, then the replay's", c0, envs[0].History)
+			}
+			// Item 2 is called in the replay only (Keyed), or in each body.
+			if want := 1 + btoi(parallel); c1 != 2 || c2 != want {
+				t.Fatalf("items 1 and 2 called %d and %d times, want 2 and %d", c1, c2, want)
+			}
 		})
 	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // With MaxParked(1) and many workers, every item waiting once: the run
