@@ -185,10 +185,11 @@ func TestETLEndToEnd(t *testing.T) {
 	again.print(&out)
 	assert.Contains(t, out.String(), "nothing to read: earlier runs read all 3000 rows (-fresh starts over)")
 
-	// -fresh starts over and loads nothing twice: it changes only orders
-	// the first run could not load because the service was unavailable
-	// (under OpenPause an outage holds the job back, so there are few or
-	// none).
+	// -fresh starts over: it clears the tables and loads every valid row
+	// again, so the table holds what this run loaded, as a first run's
+	// does: the first run's orders, and any it could not load because the
+	// service was unavailable (under OpenPause an outage holds the job
+	// back, so there are few or none).
 	cfg.fresh = true
 	fresh := runOnFakeClock(t, cfg)
 	assert.Equal(t, int64(cfg.rows), fresh.read())
@@ -197,8 +198,10 @@ func TestETLEndToEnd(t *testing.T) {
 	for _, n := range dataFailures(byWhy) {
 		unavailable -= int64(n)
 	}
-	assert.LessOrEqual(t, fresh.changed, unavailable)
-	assert.Equal(t, s.inTable+fresh.changed, fresh.inTable)
+	assert.Equal(t, fresh.changed, fresh.inTable, "the cleared table gets every row again")
+	assert.Equal(t, fresh.node("validate").Out, fresh.inTable)
+	assert.GreaterOrEqual(t, fresh.inTable, s.inTable)
+	assert.LessOrEqual(t, fresh.inTable-s.inTable, unavailable)
 	assert.Equal(t, seededFailures, dataFailures(fresh.byWhy()), "the same rows fail for the same reasons")
 
 	// The first run's letters were rotated away, and the file holds what

@@ -108,7 +108,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	fs.IntVar(&cfg.rows, "rows", 100_000, "how many order rows to generate")
 	fs.StringVar(&cfg.input, "input", "", "orders CSV file to read (default: orders-ROWS-seedSEED.csv next to the database, written from -rows and -seed when missing)")
-	fs.DurationVar(&cfg.checkpointEvery, "checkpoint-every", time.Second, "how often to save the position read up to in checkpoint.json next to the database (0: no checkpoint: each run reads every row)")
+	fs.DurationVar(&cfg.checkpointEvery, "checkpoint-every", time.Second, "how often to save the position read up to in checkpoint.json next to the database (0: no checkpoint: each run clears the tables and reads every row)")
 	fs.BoolVar(&cfg.fresh, "fresh", false, "start over at the first row: remove the checkpoint and rotate the dead letters")
 	fs.Float64Var(&cfg.failRate, "fail-rate", 0.05, "share of exchange-rate calls that fail with HTTP 503 (transient)")
 	fs.DurationVar(&cfg.outage, "outage", 3*time.Second, "how long the exchange-rate service is down (0: no outage)")

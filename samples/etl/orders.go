@@ -52,6 +52,9 @@ func writeOrders(path string, rows int, seed uint64) (written bool, err error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return false, err
 	}
+	if err := removeStaleTemps(path); err != nil {
+		return false, err
+	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".*.tmp")
 	if err != nil {
 		return false, err
@@ -72,6 +75,30 @@ func writeOrders(path string, rows int, seed uint64) (written bool, err error) {
 		return false, fmt.Errorf("etl: write the orders to %s: %w", path, err)
 	}
 	return true, nil
+}
+
+// removeStaleTemps removes the temporary files that writes of path killed
+// before their rename left beside it (PATH.NNN.tmp, as os.CreateTemp names
+// them): they are never read, and each holds up to a whole data set.
+func removeStaleTemps(path string) error {
+	dir, base := filepath.Dir(path), filepath.Base(path)+"."
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("etl: remove stale temporary files: %w", err)
+	}
+	for _, e := range entries {
+		mid, ok := strings.CutPrefix(e.Name(), base)
+		if !ok {
+			continue
+		}
+		if mid, ok = strings.CutSuffix(mid, ".tmp"); !ok || mid == "" || strings.Trim(mid, "0123456789") != "" || !e.Type().IsRegular() {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("etl: remove a stale temporary file: %w", err)
+		}
+	}
+	return nil
 }
 
 func row(r *rand.Rand, i int) string {

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/connector/file"
@@ -16,6 +19,12 @@ import (
 // the orders file its position belongs to, beside the position of the
 // source "read": a position in one file means nothing in another.
 const inputKey = "read:input"
+
+// inputIDKey is the name under which the checkpoint file keeps what
+// identifies the content of the orders file its position belongs to (see
+// inputID): a file edited in place keeps its path, but a byte offset in
+// it may then fall at another row, or in the middle of one.
+const inputIDKey = "read:input-id"
 
 // A startPoint says where a run starts reading its orders file.
 type startPoint struct {
@@ -66,9 +75,13 @@ func (c *checkpointFile) close() error {
 	return c.f.Close()
 }
 
-// openCheckpoint opens the checkpoint file (removed first with -fresh)
-// and says where the run starts: after the position it holds, or at the
-// first row when it holds none, or one of another orders file.
+// openCheckpoint opens the checkpoint file and says where the run starts:
+// after the position it holds, or at the first row when it holds none,
+// one of another orders file, or one of this file before its content
+// changed. A run that starts over clears the tables first (clearTables),
+// and only then forgets the checkpoint (-fresh removes it), so that a run
+// killed in between starts over again rather than going on with the
+// earlier input's orders.
 func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoint, error) {
 	total, err := rowsAfter(ctx, cfg.input, nil)
 	if err != nil {
@@ -77,14 +90,13 @@ func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoin
 	at := startPoint{of: total, fresh: true, over: true}
 	if cfg.checkpointEvery == 0 {
 		at.why = "no checkpoint: -checkpoint-every 0"
-		return nil, at, nil
-	}
-	if cfg.fresh {
-		if err := os.Remove(cfg.checkpoint); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, at, fmt.Errorf("etl: -fresh: %w", err)
-		}
+		return nil, at, clearTables(ctx, cfg.db)
 	}
 	input, err := filepath.Abs(cfg.input)
+	if err != nil {
+		return nil, at, err
+	}
+	id, err := inputID(cfg.input)
 	if err != nil {
 		return nil, at, err
 	}
@@ -101,27 +113,30 @@ func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoin
 	if err != nil {
 		return nil, at, errors.Join(err, c.close())
 	}
+	was, err := f.Load(ctx, pipelineName, inputIDKey)
+	if err != nil {
+		return nil, at, errors.Join(err, c.close())
+	}
 	switch {
 	case cfg.fresh:
 		at.why = "-fresh"
-	case pos == nil && (of == nil || string(of) == input):
-		// The first run, or one killed before its first save: it goes on
-		// with the dead letters of the killed one.
-		at.why, at.over = "no checkpoint yet", false
+	case pos == nil && of == nil:
+		// No checkpoint file, or an empty one: the first run.
+		at.why = "no checkpoint yet"
 	case string(of) != input:
-		// The position is of another file: start this one over, and forget
-		// it, so that the pipeline does not resume there.
 		at.why = fmt.Sprintf("the checkpoint was of %s", of)
-		if err := c.close(); err != nil {
-			return nil, at, err
-		}
-		if err := os.Remove(cfg.checkpoint); err != nil {
-			return nil, at, err
-		}
-		if f, err = checkpoint.OpenFile(cfg.checkpoint); err != nil {
-			return nil, at, fmt.Errorf("etl: %w", err)
-		}
-		c = &checkpointFile{f}
+	case string(was) != id:
+		// Edited in place (or replaced): the position may no longer be at
+		// the start of the row after the last one read, and the rows
+		// before it may not be those loaded. Reading the file again from
+		// its first row into cleared tables loses no row of it.
+		at.why = fmt.Sprintf("%s changed since the checkpoint was saved", cfg.input)
+	case pos == nil:
+		// A run killed before its first save of this same file: it goes
+		// on with the tables and dead letters of the killed one, reading
+		// every row again.
+		at.why, at.over = "no checkpoint yet", false
+		return c, at, nil
 	default:
 		left, err := rowsAfter(ctx, cfg.input, pos)
 		if err != nil {
@@ -133,10 +148,52 @@ func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoin
 		}
 		return c, at, nil
 	}
+	// Starting over: clear the tables, then forget the position, so that
+	// the pipeline does not resume there, and keep which file, with which
+	// content, the positions saved from now on belong to.
+	if err := clearTables(ctx, cfg.db); err != nil {
+		return nil, at, errors.Join(err, c.close())
+	}
+	if pos != nil || of != nil {
+		if err := c.close(); err != nil {
+			return nil, at, err
+		}
+		if err := os.Remove(cfg.checkpoint); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, at, fmt.Errorf("etl: start over: %w", err)
+		}
+		if f, err = checkpoint.OpenFile(cfg.checkpoint); err != nil {
+			return nil, at, fmt.Errorf("etl: %w", err)
+		}
+		c = &checkpointFile{f}
+	}
 	if err := f.Save(ctx, pipelineName, inputKey, []byte(input)); err != nil {
 		return nil, at, errors.Join(err, c.close())
 	}
+	if err := f.Save(ctx, pipelineName, inputIDKey, []byte(id)); err != nil {
+		return nil, at, errors.Join(err, c.close())
+	}
 	return c, at, nil
+}
+
+// inputID identifies the content of the orders file at path: its size,
+// modification time and SHA-256. Hashing reads the whole file once per
+// run, as counting its rows does already; the modification time alone
+// could miss an edit that keeps the size within the clock's resolution.
+func inputID(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("etl: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return "", fmt.Errorf("etl: %w", err)
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("etl: read %s: %w", path, err)
+	}
+	return fmt.Sprintf("size %d, modified %s, sha256 %x", st.Size(), st.ModTime().UTC().Format(time.RFC3339Nano), h.Sum(nil)), nil
 }
 
 // rowsAfter returns how many rows of the orders file at path follow pos

@@ -159,6 +159,33 @@ SELECT customer, count(*), sum(eur_cents) FROM orders GROUP BY customer`); err !
 	return t, err
 }
 
+// clearTables empties the orders and customer_totals tables of the
+// database at path (creating them if needed) in one transaction: a run
+// that starts over, on another input or the same one, ends with the tables
+// a run of its input alone leaves, not with an earlier input's orders
+// that the upserts would never remove.
+func clearTables(ctx context.Context, path string) error {
+	s := &store{path: path}
+	if err := s.Open(ctx); err != nil {
+		return err
+	}
+	defer s.Close(ctx)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("etl: clear the tables of %s: %w", path, err)
+	}
+	defer tx.Rollback()
+	for _, table := range []string{"orders", "customer_totals"} {
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table); err != nil {
+			return fmt.Errorf("etl: clear %s in %s: %w", table, path, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("etl: clear the tables of %s: %w", path, err)
+	}
+	return nil
+}
+
 // count returns the number of rows in the table.
 func count(ctx context.Context, path string) (int64, error) {
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
