@@ -237,6 +237,7 @@ func (s *Source) recount(ctx context.Context, d *delivery) settlement {
 			s.keepFailures(d, failures)
 			return nak
 		}
+		s.forget(d)
 		return term
 	}
 	if err := s.publishCopy(ctx, d); err != nil {
@@ -247,12 +248,19 @@ func (s *Source) recount(ctx context.Context, d *delivery) settlement {
 	if _, ok := s.stories.LoadAndDelete(d.seq); ok {
 		s.nStories.Add(-1)
 	}
+	s.forget(d)
+	return ack
+}
+
+// forget records that d's message is done with for good, replaced by its
+// copy or dead-lettered as poison: a late delivery of it is settled
+// without being emitted or dead-lettered again (see Source.replaced).
+func (s *Source) forget(d *delivery) {
 	if s.nReplaced.Add(1) > maxReplaced {
 		s.replaced.Clear()
 		s.nReplaced.Store(1)
 	}
 	s.replaced.Store(d.streamSeq, struct{}{})
-	return ack
 }
 
 // publishCopy publishes the copy of d and waits for the stream's PubAck,

@@ -135,6 +135,7 @@ func (s *Source) poison(ctx context.Context, d *delivery, msg Message) error {
 		return fmt.Errorf("nats: dead-letter poison message %s: %w", d.id, err)
 	}
 	s.poisoned.Add(1)
+	s.forget(d)
 	d.sess.settle(settle{d: d, how: term})
 	return nil
 }

@@ -89,9 +89,11 @@ type Source struct {
 	crash       *crashledger.Ledger
 	crashOpened time.Time
 	// replaced holds the stream sequences of the messages this source
-	// replaced by a counted copy and acked (see recount), at most
-	// maxReplaced: the server can deliver such a message once more
-	// (seen on 2.9.10), and it must not fail a run again.
+	// replaced by a counted copy and acked, or dead-lettered as poison and
+	// terminated (see recount, poison), at most maxReplaced: the server
+	// can deliver such a message once more (seen on 2.9.10, and when the
+	// ack is lost as a loaded process closes its connection), and it must
+	// not fail a run, or be dead-lettered, again.
 	replaced  sync.Map // uint64 -> struct{}
 	nReplaced atomic.Int64
 }
@@ -285,7 +287,8 @@ func (s *Source) emit(ctx context.Context, d *delivery, out node.Emitter[Message
 		return nil
 	}
 	if _, ok := s.replaced.Load(d.streamSeq); ok {
-		// Replaced by its copy and acked already: a late duplicate.
+		// Replaced by its copy, or dead-lettered, already: a late
+		// duplicate.
 		if d.settled.CompareAndSwap(false, true) {
 			d.sess.settle(settle{d: d, how: ack})
 		}
