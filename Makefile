@@ -12,10 +12,14 @@ ALL       = github.com/sluicehq/sluice/...
 
 all: lint test
 
-## test: vet, then every test of every module with the race detector.
+## test: vet, then every test of every module with the race detector. Four
+## test binaries run at once (go's default is one per core): the broker and
+## crash tests spend most of their time waiting on a server or a child
+## process, and would otherwise keep a core idle.
+TESTP ?= 4
 test:
 	$(GO) vet $(ALL)
-	$(GO) test -race -count=1 $(ALL)
+	$(GO) test -race -count=1 -p $(TESTP) $(ALL)
 
 ## demo: the ETL job on embedded defaults (SQLite and a dead-letter file in ./sluice-demo).
 demo:
