@@ -6,7 +6,7 @@ import "time"
 // so that a test can point a helper at a missing service whatever the
 // tests before it (or an earlier run under -count) found.
 func ForgetProbes() {
-	rabbit, postgres, redisServer, natsServer = &probe{}, &probe{}, &probe{}, &probe{}
+	rabbit, postgres, redisServer, natsServer, mariaDB = &probe{}, &probe{}, &probe{}, &probe{}, &probe{}
 }
 
 // The probes, for tests that point them at a server of their own.
@@ -15,6 +15,9 @@ var (
 	ProbePostgres = probePostgres
 	ProbeRedis    = probeRedis
 	ProbeNATS     = probeNATS
+	ProbeMariaDB  = probeMariaDB
+	MySQLAddr     = mysqlAddr
+	RedactDSN     = redactDSN
 )
 
 // SetProbeTimeout sets the deadline of every probe until the test ends, so

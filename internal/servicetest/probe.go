@@ -308,3 +308,69 @@ func pgError(body []byte) string {
 	}
 	return fmt.Sprintf("%s %s: %s", fields['S'], fields['C'], fields['M'])
 }
+
+// probeMariaDB reads the greeting that a MySQL-protocol server (MariaDB,
+// MySQL) sends first on a new connection: protocol version 10 and the
+// server's version. An error packet in its place (too many connections, a
+// host not allowed) says why the server will not talk. dsn is in
+// go-sql-driver/mysql's form, user[:password]@tcp(host:port)/database; the
+// probe does not log in.
+func probeMariaDB(dsn string) error {
+	addr, err := mysqlAddr(dsn)
+	if err != nil {
+		return err
+	}
+	s, err := dial(addr)
+	if err != nil {
+		return err
+	}
+	defer s.close()
+	var head [4]byte
+	if err := s.readFull(head[:]); err != nil {
+		return err
+	}
+	n := int(head[0]) | int(head[1])<<8 | int(head[2])<<16
+	if n < 1 || n > maxAnswer {
+		return fmt.Errorf("not a MySQL-protocol server: it greeted with %s", quote(head[:]))
+	}
+	body := make([]byte, n)
+	if err := s.readFull(body); err != nil {
+		return err
+	}
+	switch body[0] {
+	case 10:
+		return nil
+	case 0xff:
+		msg := body[1:]
+		if len(msg) >= 2 {
+			msg = msg[2:] // the error code
+		}
+		return fmt.Errorf("the server refused the connection: %s", strings.TrimPrefix(string(msg), "#"))
+	default:
+		return fmt.Errorf("not a MySQL-protocol server: its greeting is protocol %d, not 10", body[0])
+	}
+}
+
+// mysqlAddr is the host:port of a DSN in go-sql-driver/mysql's form; a DSN
+// without an address means the driver's default, 127.0.0.1:3306.
+func mysqlAddr(dsn string) (string, error) {
+	at := strings.LastIndex(dsn, "@")
+	rest := dsn[at+1:]
+	slash := strings.Index(rest, "/")
+	if slash < 0 {
+		return "", errors.New("not a MySQL DSN: no /database part")
+	}
+	netAddr := rest[:slash]
+	switch {
+	case netAddr == "":
+		return "127.0.0.1:3306", nil
+	case strings.HasPrefix(netAddr, "tcp(") && strings.HasSuffix(netAddr, ")"):
+		addr := netAddr[len("tcp(") : len(netAddr)-1]
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return addr + ":3306", nil
+		}
+		return addr, nil
+	default:
+		return "", fmt.Errorf("not a TCP MySQL DSN: the probe reads tcp(host:port), not %q", netAddr)
+	}
+}

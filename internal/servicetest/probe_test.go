@@ -26,6 +26,7 @@ var probes = []struct {
 	{"PostgreSQL with SSLRequest", servicetest.ProbePostgres, func(a string) string { return "postgres://postgres@" + a + "/test" }},
 	{"Redis", servicetest.ProbeRedis, func(a string) string { return a }},
 	{"NATS", servicetest.ProbeNATS, func(a string) string { return "nats://" + a }},
+	{"MariaDB", servicetest.ProbeMariaDB, func(a string) string { return "root@tcp(" + a + ")/test" }},
 }
 
 // fakeServer accepts connections on a local port and hands each to serve;
@@ -169,4 +170,44 @@ func TestProbesFindTheRealServices(t *testing.T) {
 		u := service(t, servicetest.NATS)
 		require.NoError(t, servicetest.ProbeNATS(u))
 	})
+	t.Run("MariaDB", func(t *testing.T) {
+		dsn := service(t, servicetest.MariaDB)
+		require.NoError(t, servicetest.ProbeMariaDB(dsn))
+	})
+}
+
+// TestMariaDBRefusal: a server whose greeting is an error packet (here
+// "Too many connections") is reported with the server's message.
+func TestMariaDBRefusal(t *testing.T) {
+	servicetest.SetProbeTimeout(t.Cleanup, time.Second)
+	addr := fakeServer(t, func(c net.Conn) {
+		msg := "\xff\x10\x04Too many connections"
+		c.Write([]byte{byte(len(msg)), 0, 0, 0})
+		c.Write([]byte(msg))
+		io.Copy(io.Discard, c)
+	})
+	err := servicetest.ProbeMariaDB("root@tcp(" + addr + ")/test")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "refused the connection: Too many connections")
+}
+
+// TestMySQLAddr reads the address of the DSN forms the tests may be given.
+func TestMySQLAddr(t *testing.T) {
+	for dsn, want := range map[string]string{
+		"root@tcp(127.0.0.1:3306)/test":            "127.0.0.1:3306",
+		"app:p@ss@tcp(db.example:3307)/x?tls=true": "db.example:3307",
+		"root@tcp(db)/test":                        "db:3306",
+		"root@/test":                               "127.0.0.1:3306",
+		"/test":                                    "127.0.0.1:3306",
+	} {
+		got, err := servicetest.MySQLAddr(dsn)
+		require.NoError(t, err, dsn)
+		assert.Equal(t, want, got, dsn)
+	}
+	for _, dsn := range []string{"root@unix(/run/mysqld.sock)/test", "no database"} {
+		_, err := servicetest.MySQLAddr(dsn)
+		assert.Error(t, err, dsn)
+	}
+	assert.Equal(t, "app:xxxxx@tcp(h:1)/d", servicetest.RedactDSN("app:secret@tcp(h:1)/d"))
+	assert.Equal(t, "root@tcp(h:1)/d", servicetest.RedactDSN("root@tcp(h:1)/d"))
 }

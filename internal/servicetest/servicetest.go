@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -58,7 +59,7 @@ func (p *probe) find(env, def string, check func(string) error) (string, error) 
 }
 
 // The probes of the services, replaced by the package's tests.
-var rabbit, postgres, redisServer, natsServer = &probe{}, &probe{}, &probe{}, &probe{}
+var rabbit, postgres, redisServer, natsServer, mariaDB = &probe{}, &probe{}, &probe{}, &probe{}, &probe{}
 
 // RabbitMQ returns the URL of a RabbitMQ broker that accepted an AMQP
 // 0-9-1 login (the URL's user, password and virtual host). When none answers it skips t, or fails it when
@@ -154,6 +155,43 @@ func NATS(t testing.TB) string {
 			redact(u), err, NATSEnv, RequireEnv))
 	}
 	return u
+}
+
+// MariaDBEnv is the variable that overrides the data source name of the
+// MariaDB (or MySQL) server.
+const MariaDBEnv = "SLUICE_MARIADB_DSN"
+
+// DefaultMariaDBDSN is the server the tests use when MariaDBEnv is not set:
+// a local server whose root user has no password, with a database named
+// test, in go-sql-driver/mysql's form.
+const DefaultMariaDBDSN = "root@tcp(127.0.0.1:3306)/test"
+
+// MariaDB returns the data source name, in go-sql-driver/mysql's form, of
+// a MariaDB or MySQL server that sent its protocol greeting (the probe does
+// not log in). When none does it skips t, or fails it when
+// SLUICE_REQUIRE_SERVICES=1. The server is probed once per test binary;
+// the DSN is SLUICE_MARIADB_DSN, or [DefaultMariaDBDSN]. Tests share the
+// database: each should use tables of its own and drop them.
+func MariaDB(t testing.TB) string {
+	t.Helper()
+	dsn, err := mariaDB.find(MariaDBEnv, DefaultMariaDBDSN, probeMariaDB)
+	if err != nil {
+		missing(t, fmt.Sprintf("MariaDB not reachable at %s (%v); set %s or start one; CI sets %s=1 to make this a failure",
+			redactDSN(dsn), err, MariaDBEnv, RequireEnv))
+	}
+	return dsn
+}
+
+// redactDSN hides the password of a DSN in go-sql-driver/mysql's form.
+func redactDSN(dsn string) string {
+	at := strings.LastIndex(dsn, "@")
+	if at < 0 {
+		return dsn
+	}
+	if user, _, ok := strings.Cut(dsn[:at], ":"); ok {
+		return user + ":xxxxx" + dsn[at:]
+	}
+	return dsn
 }
 
 // redact hides the password of u, so that a skip message can be logged.
