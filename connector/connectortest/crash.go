@@ -52,7 +52,7 @@ const (
 // consumer's process when they are stored (one calls os.Exit, one panics
 // in a goroutine of its own, one has the process killed with SIGKILL),
 // spread among them, with a prefetch of 16 and
-// MaxDeliveries 3, and runs a consumer process with a crash ledger again
+// MaxDeliveries 1, and runs a consumer process with a crash ledger again
 // after each crash until every message was stored or dead-lettered. Every
 // good message is stored (by an idempotent store, in a file), none is
 // dead-lettered, each crashing message is dead-lettered once with "crashed
