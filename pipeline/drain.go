@@ -62,6 +62,15 @@ func (nr *nodeRun) drainedSource() bool {
 // items soon after; a broker source stops consuming, and the messages it
 // held but had not emitted go back to the queue when it closes.
 //
+// An item parked on a Parallel node (its retry waits, see [MaxParked])
+// does not hold the drain when its source's broker can take it back
+// ([deadletter.HandOffSource]): it goes back at once, whatever is left of
+// its wait, as a hand-off of HandOffAfter goes, and ends HandedOff; so
+// does an item that parks while the run drains. Other parked items finish
+// their waits: those of a Keyed node (its key's later items would be
+// written first), those whose source takes no hand-off, and those whose
+// broker refuses it.
+//
 // With [WithDrainTimeout], a drain that takes longer cancels the run, and
 // the calls of user code still running with it. Drain
 // reports whether a run was there to drain; it is safe to call more than

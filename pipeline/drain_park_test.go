@@ -378,39 +378,72 @@ func TestDrainRacingTheEndOfAWaitSettlesEachItemOnce(t *testing.T) {
 	}
 }
 
-// A Keyed node hands nothing back on a drain: its key's later items would
-// be written before the parked one. The parked item finishes its wait
-// here, and its key's items leave in order.
-func TestDrainKeyedParkedItemFinishesInOrder(t *testing.T) {
+// A drain hands back nothing that cannot go back, and waits for it: a
+// Keyed node's parked item (its key's later items would be written
+// first; they leave in order), a default single worker's wait in place,
+// and a parked item that is one of two broadcast parts.
+func TestDrainWaitsForWhatCannotGoBack(t *testing.T) {
 	t.Parallel()
-	clock := clockwork.NewFakeClock()
-	br := newSimBroker(2*time.Hour, seq(1, 9)...)
-	f := &scripted{script: map[int][]error{1: {wait(time.Hour), nil}}}
-	col := &pipelinetest.Collector[delivery]{}
-	// Items 4 and 7 wait behind item 1 for their first calls.
-	cc := counted(f, 7)
-	p := drainParkPipeline(clock, &pipelinetest.Recorder{}, br, cc, col,
-		pipeline.Keyed(4, func(d delivery) int { return d.id % 3 }))
-	run := pipelinetest.Start(t.Context(), p)
-	await(t, cc.reached, "the first calls of the items not behind item 1")
-	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
-	require.True(t, p.Drain())
-	start := clock.Now()
-	res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Hour)
-	require.NoError(t, err)
-	assert.Equal(t, time.Hour, clock.Since(start), "the drain waited for the parked item")
-	br.mu.Lock()
-	assert.Empty(t, br.handOffs)
-	assert.Equal(t, []node.Outcome{node.Delivered}, br.outcomes[1])
-	br.mu.Unlock()
-	assert.Zero(t, nodeOf(t, res, "call").HandedOff)
-	var key1 []int
-	for _, id := range idsOf(col.Items()) {
-		if id%3 == 1 {
-			key1 = append(key1, id)
-		}
+	for _, v := range []struct {
+		name    string
+		opts    []pipeline.NodeOption
+		waiting int // the item that waits an hour
+		first   int // first calls before the drain: every item was emitted
+	}{
+		// Items 4 and 7 wait behind item 1 for their first calls.
+		{"keyed", []pipeline.NodeOption{pipeline.Keyed(4, func(d delivery) int { return d.id % 3 })}, 1, 7},
+		{"single worker", nil, 9, 9},
+		{"broadcast", []pipeline.NodeOption{pipeline.Parallel(4)}, 1, 9},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			clock := clockwork.NewFakeClock()
+			br := newSimBroker(2*time.Hour, seq(1, 9)...)
+			f := &scripted{script: map[int][]error{v.waiting: {wait(time.Hour), nil}}}
+			cc := counted(f, v.first)
+			col := &pipelinetest.Collector[delivery]{}
+			b := pipeline.New("drain-park", pipeline.WithClock(clock),
+				pipeline.WithResilience(func(o *resilience.Options) {
+					o.ItemRetry.MaxRetries = 5
+					o.ItemRetry.Backoff = resilience.Exponential(time.Second)
+				}))
+			src := pipeline.Source[delivery](b, "src", br)
+			out := pipeline.Transform(b, "call", src, node.Transform[delivery, delivery](cc), v.opts...)
+			pipeline.Sink(b, "sink", out, col)
+			if v.name == "broadcast" {
+				pipeline.Sink(b, "other", src, &pipelinetest.Collector[delivery]{})
+			}
+			p := build(t, b)
+			run := pipelinetest.Start(t.Context(), p)
+			await(t, cc.reached, "the first calls before the drain")
+			require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+			require.True(t, p.Drain())
+			start := clock.Now()
+			res, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Hour)
+			require.NoError(t, err)
+			assert.Equal(t, time.Hour, clock.Since(start), "the drain waited for the item")
+			br.mu.Lock()
+			assert.Empty(t, br.handOffs)
+			for id := 1; id <= 9; id++ {
+				assert.Equal(t, []node.Outcome{node.Delivered}, br.outcomes[id], "item %d", id)
+			}
+			br.mu.Unlock()
+			assert.Zero(t, nodeOf(t, res, "call").HandedOff)
+			assert.Equal(t, 2, f.calls[v.waiting])
+			got := idsOf(col.Items())
+			if v.name != "keyed" {
+				assert.Equal(t, seq(1, 9), got, "in input order")
+				return
+			}
+			var key1 []int
+			for _, id := range got {
+				if id%3 == 1 {
+					key1 = append(key1, id)
+				}
+			}
+			assert.Equal(t, []int{1, 4, 7}, key1, "the key's items in order")
+		})
 	}
-	assert.Equal(t, []int{1, 4, 7}, key1)
 }
 
 // When the broker refuses to take a parked item back, a drain with a
