@@ -16,7 +16,9 @@ import (
 // wait: when a node's item retry would wait at least HandOffAfter before
 // its next call, the engine does not hold a worker for the wait; it hands
 // the item back to the source's broker (see [HandOffItem]), which delivers
-// it again after the wait. Shorter waits stay in process. HandOffAfter
+// it again after the wait. Shorter waits stay in process, except that a
+// pipeline that drains hands back, whatever is left of its wait, an item
+// parked on a Parallel node (see pipeline.Pipeline.Drain). HandOffAfter
 // returns 0 when the source takes over no wait.
 //
 // RabbitMQ's source offers this with its retry topology's HandOffAfter.
@@ -66,7 +68,8 @@ type HandOff struct {
 	// the one that would have waited.
 	Retry int
 	// Delay is the wait the node's backoff (or the error's Retry-After)
-	// chose before that retry.
+	// chose before that retry; for an item parked when its pipeline
+	// drained, what was left of it.
 	Delay time.Duration
 	// Since is when the item's retries at the node started, on the
 	// pipeline's clock: the item retry's MaxElapsed counts from there, in

@@ -163,10 +163,11 @@ const (
 	// towards a poison message's limit).
 	Rejected
 	// HandedOff: a node's item retry would have waited longer than the
-	// source's hand-off threshold, and the source's broker took the item
-	// over: it holds the item for the wait and delivers it again, and the
-	// next delivery continues the retries (see deadletter.HandOffItem). For
-	// the source it means: done here, settle the delivery.
+	// source's hand-off threshold, or was parked when the pipeline
+	// drained, and the source's broker took the item over: it holds the
+	// item for the wait and delivers it again, and the next delivery
+	// continues the retries (see deadletter.HandOffItem). For the source
+	// it means: done here, settle the delivery.
 	HandedOff
 )
 

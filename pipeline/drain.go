@@ -39,6 +39,9 @@ type drainState struct {
 	ch      chan struct{} // closed by the drain
 	mu      sync.Mutex
 	cancels []context.CancelCauseFunc // of the sources' Run contexts
+	// recalls run when the run drains: each hands a node's parked items
+	// back to their broker (see parking.recall).
+	recalls map[*func()]struct{}
 	timer   clockwork.Timer
 	stopped bool // the run ended: a drain arms no timer
 }
@@ -58,6 +61,15 @@ func (nr *nodeRun) drainedSource() bool {
 // context is cancelled with [ErrDrained] as its cause, and Emit refuses new
 // items soon after; a broker source stops consuming, and the messages it
 // held but had not emitted go back to the queue when it closes.
+//
+// An item parked on a Parallel node (its retry waits, see [MaxParked])
+// does not hold the drain when its source's broker can take it back
+// ([deadletter.HandOffSource]): it goes back at once, whatever is left of
+// its wait, as a hand-off of HandOffAfter goes, and ends HandedOff; so
+// does an item that parks while the run drains. Other parked items finish
+// their waits: those of a Keyed node (its key's later items would be
+// written first), those whose source takes no hand-off, and those whose
+// broker refuses it.
 //
 // With [WithDrainTimeout], a drain that takes longer cancels the run, and
 // the calls of user code still running with it. Drain
@@ -83,6 +95,9 @@ func (rs *runState) drain() {
 	for _, cancel := range d.cancels {
 		cancel(ErrDrained)
 	}
+	for f := range d.recalls {
+		(*f)()
+	}
 	if t := rs.p.cfg.drainTimeout; t > 0 {
 		d.timer = rs.p.cfg.clock.AfterFunc(t, func() {
 			// The drain had its time: calls still running end too.
@@ -104,6 +119,26 @@ func (rs *runState) sourceContext(ctx context.Context) (context.Context, context
 	d.cancels = append(d.cancels, cancel)
 	d.mu.Unlock()
 	return sctx, func() { cancel(nil) }
+}
+
+// onDrain runs f when the run drains, at once when it drains already; f
+// must not wait. forget forgets f, once the body it serves ended.
+func (rs *runState) onDrain(f func()) (forget func()) {
+	d := &rs.drains
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.on.Load() {
+		f()
+	}
+	if d.recalls == nil {
+		d.recalls = make(map[*func()]struct{})
+	}
+	d.recalls[&f] = struct{}{}
+	return func() {
+		d.mu.Lock()
+		delete(d.recalls, &f)
+		d.mu.Unlock()
+	}
 }
 
 // stopDrain stops the drain's timer at the end of the run.

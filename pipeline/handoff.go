@@ -63,7 +63,17 @@ func (t *tracker) resume(node string) deadletter.Resume {
 // broadcast or a FlatMap could not be delivered again alone, and another
 // part may already be written).
 func (t *tracker) handOffFor(d time.Duration) *handOffState {
-	if t == nil || t.ho == nil || t.ho.after <= 0 || d < t.ho.after || t.done == nil || t.ho.split.Load() || t.refs.Load() != 1 {
+	if h := t.handOffAny(); h != nil && d >= h.after {
+		return h
+	}
+	return nil
+}
+
+// handOffAny returns the hand-off state of t when its item can be handed
+// off for a wait of any length, as a drain hands back parked items: see
+// handOffFor, without the threshold.
+func (t *tracker) handOffAny() *handOffState {
+	if t == nil || t.ho == nil || t.ho.after <= 0 || t.done == nil || t.ho.split.Load() || t.refs.Load() != 1 {
 		return nil
 	}
 	return t.ho

@@ -27,6 +27,8 @@ type simBroker struct {
 	after    time.Duration
 	handable bool // HandOff succeeds
 	ids      []int
+	// refusals, when not nil, gets the id of each hand-off refused.
+	refusals chan int
 
 	mu       sync.Mutex
 	queue    chan delivery
@@ -46,6 +48,9 @@ type delivery struct {
 
 func (d delivery) HandOff(_ context.Context, h deadletter.HandOff) error {
 	if !d.b.handable {
+		if d.b.refusals != nil {
+			d.b.refusals <- d.id
+		}
 		return errors.New("broker refuses the hand-off")
 	}
 	d.b.mu.Lock()
@@ -83,6 +88,12 @@ func (b *simBroker) Run(ctx context.Context, out node.Emitter[delivery]) error {
 		case d, ok := <-b.queue:
 			if !ok {
 				return nil
+			}
+			if ctx.Err() != nil {
+				// A consumer that stops delivers no more: the delivery
+				// stays on the broker.
+				b.queue <- d
+				return context.Cause(ctx)
 			}
 			if d.node != "" {
 				b.mu.Lock()

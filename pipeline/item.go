@@ -59,6 +59,10 @@ type retryState struct {
 	// slot is where an ordered node's collector waits for the item's
 	// result; nil on other nodes.
 	slot *parkSlot
+	// recalled says a drain took the item out of its wait, for its
+	// source's broker to take it back (see parking.recall); kept says the
+	// broker refused it, and the item waits its wait here.
+	recalled, kept bool
 }
 
 // again returns what a replay of the item after a node restart starts
@@ -240,6 +244,22 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, fl.err, resilience.LimitElapsed, keyOf(in, tr))
 			return zero, fl.out()
 		}
+		if from.recalled {
+			from.recalled = false
+			if rest := from.until.Sub(nr.rs.p.cfg.clock.Now()); rest > 0 {
+				// The run drains: the broker takes the rest of the wait
+				// over, as it takes a wait of HandOffAfter.
+				if nr.handBack(ctx, in, tr, &fl, retry, rest, started) {
+					n.stats.retry(resilience.ItemRetry)
+					fl.handedOff = true
+					return zero, fl.out()
+				}
+				// It waits here, as a hand-off the broker refuses does.
+				from.kept = true
+				return zero, &failure{park: from}
+			}
+			// Its wait ended meanwhile: it is retried here.
+		}
 		if !from.until.IsZero() {
 			// The retry the item parked for is made now.
 			n.stats.retry(resilience.ItemRetry)
@@ -401,6 +421,21 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			}
 		}
 	}
+}
+
+// handBack hands a parked item that a drain recalled to its source's
+// broker for the rest of its wait; it reports whether the broker took it.
+// The retry was announced (OnRetry) when the item parked; the story is
+// that of a hand-off of HandOffAfter.
+func (nr *nodeRun) handBack(ctx context.Context, in any, tr *tracker, fl *failure, retry int, rest time.Duration, since time.Time) bool {
+	h := tr.handOffAny()
+	if h == nil || ctx.Err() != nil {
+		return false
+	}
+	if since.IsZero() {
+		since = nr.rs.p.cfg.clock.Now()
+	}
+	return nr.handOff(ctx, h, in, tr, fl, retry, rest, since)
 }
 
 // try makes one call of f under the node's breaker, if it has one, and

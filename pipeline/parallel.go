@@ -115,9 +115,23 @@ func give[T any](free chan []T, c []T) {
 	}
 }
 
-// parking returns a new parking for a body of the node.
-func (p *proc[In, R, Out]) parking() *parking[job[In]] {
-	return newParking[job[In]](p.nr.rs.p.cfg.clock, p.nr.spec.cfg.maxParkedOr(), nil)
+// parking returns a new parking for a body of the node, which a drain of
+// the run recalls (see goesBack); forget ends that once the body ended.
+func (p *proc[In, R, Out]) parking() (pk *parking[job[In]], forget func()) {
+	pk = newParking[job[In]](p.nr.rs.p.cfg.clock, p.nr.spec.cfg.maxParkedOr(), nil)
+	return pk, p.nr.rs.onDrain(func() { pk.recall(goesBack[In]) })
+}
+
+// goesBack says whether a drain takes the parked item j out of its wait,
+// for a worker to hand it back to its source's broker: its source takes
+// hand-offs, and its broker has not refused this one. A Keyed node's
+// parked items stay: its key's later items would be written first.
+func goesBack[In any](j job[In]) bool {
+	if j.st == nil || j.st.kept || j.env.tr.handOffAny() == nil {
+		return false
+	}
+	j.st.recalled, j.st.late = true, 0
+	return true
 }
 
 // next returns a parallel worker's next work: a woken parked item
@@ -194,7 +208,8 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 	resDepth := max(depth, winSize/n+2)
 	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
-	pk := p.parking()
+	pk, forget := p.parking()
+	defer forget()
 	jobs := make([]chan []job[In], n)
 	jobFree := make([]chan []job[In], n)
 	results := make([]chan []result[In, R], n)
@@ -378,7 +393,8 @@ func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 	n := p.nr.spec.cfg.parallel
 	g, gctx := newCrew(ctx)
 	defer p.nr.group(gctx)()
-	pk := p.parking()
+	pk, forget := p.parking()
+	defer forget()
 	jobs := make(chan []job[In], max(p.buffer()/maxChunk, n*minDepth))
 	free := make(chan []job[In], cap(jobs)+n)
 	g.Go(func() error { return p.deal(gctx, []chan []job[In]{jobs}, []chan []job[In]{free}, pk, nil) })

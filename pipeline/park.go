@@ -94,6 +94,9 @@ type parking[T any] struct {
 	room     chan struct{} // closed and replaced when a parked item wakes
 	finished chan struct{}
 	closed   bool
+	// back, once the run drains, takes back a parked item for its source's
+	// broker: it reports whether the item leaves its wait now (see recall).
+	back func(T) bool
 }
 
 type parkedItem[T any] struct {
@@ -129,9 +132,18 @@ func (pk *parking[T]) full() <-chan struct{} {
 // a wait for room counts in the item's wait, and v wakes at once when
 // room came only after until. When v wakes, late, if not nil, gets how
 // late its timer fired. park returns ctx's cause when ctx ends first, or
-// when the body ended.
+// when the body ended. Once the run drains (see recall), an item that
+// goes back to its broker does not wait: it joins the woken items at once.
 func (pk *parking[T]) park(ctx context.Context, v T, until time.Time, late *time.Duration) error {
 	pk.mu.Lock()
+	if pk.back != nil && !pk.closed && ctx.Err() == nil && pk.back(v) {
+		// The run drains, and v goes back to its broker: a worker hands
+		// it back at once, instead of waiting.
+		pk.holds.Add(1)
+		pk.queue(v)
+		pk.mu.Unlock()
+		return nil
+	}
 	for len(pk.parked) >= pk.max && !pk.closed {
 		room := pk.room
 		pk.mu.Unlock()
@@ -166,25 +178,59 @@ func (pk *parking[T]) woke(it *parkedItem[T]) {
 		pk.mu.Unlock()
 		return
 	}
-	delete(pk.parked, it)
-	pk.nParked.Add(-1)
 	if it.late != nil {
 		*it.late = max(0, pk.clock.Since(it.due))
 	}
+	pk.leaves(it)
+	pk.mu.Unlock()
+}
+
+// leaves moves it from the parked items to wake or the queue of woken
+// items; mu is held.
+func (pk *parking[T]) leaves(it *parkedItem[T]) {
+	delete(pk.parked, it)
+	pk.nParked.Add(-1)
 	close(pk.room)
 	pk.room = make(chan struct{})
+	pk.queue(it.v)
+}
+
+// queue gives v to wake, else to the queue of woken items; mu is held.
+func (pk *parking[T]) queue(v T) {
 	if pk.wake != nil {
 		// Under mu, as close takes it: the item is either handed to wake
 		// before the body's end collects what wake fed, or left to close.
 		// wake must not wait.
-		pk.wake(it.v)
-		pk.mu.Unlock()
+		pk.wake(v)
 		return
 	}
-	pk.woken = append(pk.woken, it.v)
+	pk.woken = append(pk.woken, v)
 	pk.nWoken.Add(1)
 	pk.poke()
-	pk.mu.Unlock()
+}
+
+// recall is what a drain does to the parking: every parked item that back
+// takes back leaves its wait now, for a worker to hand it to its source's
+// broker, and so does every item parked from then on that back takes.
+// back runs with mu held, so it must not wait. An item that already woke,
+// or one that back does not take, finishes its wait here; so does a
+// recalled item whose wait ended before a worker took it (see
+// itemRetryFrom).
+func (pk *parking[T]) recall(back func(T) bool) {
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	if pk.closed {
+		return
+	}
+	pk.back = back
+	for it := range pk.parked {
+		if back(it.v) {
+			// A timer that fired meanwhile waits for mu, and then finds
+			// the item gone.
+			it.timer.Stop()
+			pk.leaves(it)
+		}
+	}
 }
 
 // poke leaves a token in signal; mu is held.

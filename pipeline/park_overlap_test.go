@@ -139,3 +139,49 @@ func TestOrderedWindowIsBounded(t *testing.T) {
 		t.Fatalf("output not in input order: %v", got[:min(len(got), 20)])
 	}
 }
+
+// An ordered Parallel node reads up to its reorder window exactly, not
+// fewer: with items handed over one at a time (chunks of one item), while
+// item 0 waits, exactly window-1 later items are called, and the next only
+// once item 0's result was handed on. The window is 4 × MaxParked, or the
+// workers' queues (n × max(buffer/(16n), 4) chunks of up to 16 items) when
+// those hold more.
+func TestOrderedWindowFillsExactly(t *testing.T) {
+	t.Parallel()
+	for _, v := range []struct {
+		name   string
+		opts   []pipeline.NodeOption
+		window int
+	}{
+		{"4×MaxParked(64)", []pipeline.NodeOption{pipeline.Parallel(2), pipeline.MaxParked(64), pipeline.Buffer(64)}, 4 * 64},
+		{"4×MaxParked(100)", []pipeline.NodeOption{pipeline.Parallel(4), pipeline.MaxParked(100)}, 4 * 100},
+		{"queues over 4×MaxParked(10)", []pipeline.NodeOption{pipeline.Parallel(2), pipeline.MaxParked(10), pipeline.Buffer(64)}, 2 * 4 * 16},
+	} {
+		t.Run(v.name, func(t *testing.T) {
+			t.Parallel()
+			n := 3 * v.window
+			clock := clockwork.NewFakeClock()
+			f := &firstCalls{at: v.window - 1, reached: make(chan struct{})}
+			w := &waiter{waits: map[int]time.Duration{0: time.Hour}, before: f.before}
+			c := newCounter(n)
+			b := parkPipeline(clock, w, c, pipelinetest.NewSliceSource(ints(n)...), v.opts, pipeline.WithHandOverBatch(1))
+			run := pipelinetest.Start(t.Context(), build(t, b))
+			await(t, f.reached, "the calls that fill the window")
+			if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.items(); len(got) != 0 {
+				t.Fatalf("%d items were delivered before the parked first one", len(got))
+			}
+			if _, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Hour); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.count(); got != v.window-1 {
+				t.Fatalf("%d items were called while item 0 waited; the window of %d holds it and %d more", got, v.window, v.window-1)
+			}
+			if got := c.items(); !slices.Equal(got, ints(n)) {
+				t.Fatalf("output not in input order: %v", got[:min(len(got), 20)])
+			}
+		})
+	}
+}
