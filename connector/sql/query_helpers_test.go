@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	sluicesql "github.com/sluicehq/sluice/connector/sql"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 )
@@ -84,9 +85,9 @@ func readAll[T any](t *testing.T, src *sluicesql.Source[T], opts ...pipeline.Opt
 
 // ids returns the ids of orders.
 func ids(orders []order) []int64 {
-	out := make([]int64, len(orders))
-	for i, o := range orders {
-		out[i] = o.ID
+	var out []int64
+	for _, o := range orders {
+		out = append(out, o.ID)
 	}
 	return out
 }
@@ -98,4 +99,39 @@ func seq(from, to int64) []int64 {
 		out = append(out, i)
 	}
 	return out
+}
+
+// An emitter collects what a source emits when a test runs it alone,
+// with the positions.
+type emitter[T any] struct {
+	items     []T
+	positions [][]byte
+	// fail, when set, is returned by EmitAt for the item at that index.
+	fail func(i int) error
+}
+
+func (e *emitter[T]) Emit(ctx context.Context, item T) error { return e.EmitAt(ctx, item, nil) }
+
+func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
+	err := e.EmitAt(ctx, item, nil)
+	if err != nil {
+		done(node.Failed)
+	} else {
+		done(node.Delivered)
+	}
+	return err
+}
+
+func (e *emitter[T]) EmitAt(ctx context.Context, item T, pos []byte) error {
+	if e.fail != nil {
+		if err := e.fail(len(e.items)); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	e.items = append(e.items, item)
+	e.positions = append(e.positions, pos)
+	return nil
 }
