@@ -5,6 +5,7 @@ import (
 	stdsql "database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -116,7 +117,7 @@ func (s *Source[T]) Open(ctx context.Context) error {
 			return err
 		}
 		s.scan = sc
-		s.q = buildSQL(s.d, s.opts, sc.columns())
+		s.q = buildSQL(s.d, s.opts, sc)
 	}
 	if !s.counted && s.opts.Follow <= 0 {
 		var n int64
@@ -209,9 +210,20 @@ func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 		return 0, s.pageError(ctx, err)
 	}
 	nOrder := len(s.q.order)
-	nItem := len(cols) - nOrder
+	nItem := len(cols) - len(s.q.extra)
 	if nItem < 0 {
 		return 0, fmt.Errorf("sql: %s: the query returned %d columns, fewer than it orders by", s.name(), len(cols))
+	}
+	// keySrc[i] is the column the i-th value of a row's key comes from:
+	// one of the item's, read back from the item, or one the statement
+	// selects again at the end for the key.
+	keySrc := make([]int, nOrder)
+	for i, c := range s.q.order {
+		if j := slices.Index(s.q.extra, c); j >= 0 {
+			keySrc[i] = nItem + j
+		} else if keySrc[i] = slices.Index(cols[:nItem], c); keySrc[i] < 0 {
+			return 0, fmt.Errorf("sql: %s: the key column %q is not among the columns the query returned", s.name(), c)
+		}
 	}
 	types, err := rows.ColumnTypes()
 	if err != nil {
@@ -229,27 +241,45 @@ func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 		pg.dst = make([]any, len(cols))
 	}
 	dst := pg.dst[:len(cols)]
+	// The keys of a page share one slice: the source keeps the last
+	// one, and with it the page's keys, until the next page.
+	var keys []any
 	for rows.Next() {
-		var item T
-		key := make(position, nOrder)
-		s.scan.dests(&item, dst)
-		for i := range key {
-			dst[nItem+i] = &key[i]
+		if len(keys) < nOrder {
+			keys = make([]any, nOrder*min(s.opts.PageSize, 256))
+		}
+		key := position(keys[:nOrder:nOrder])
+		keys = keys[nOrder:]
+		// The item is scanned in its place in the page, which is
+		// reused: clear made it zero, and EmitAt copies it.
+		var zero T
+		pg.items = append(pg.items, zero)
+		item := &pg.items[len(pg.items)-1]
+		s.scan.dests(item, dst)
+		for i, c := range keySrc {
+			if c >= nItem {
+				dst[c] = &key[i]
+			}
 		}
 		if err := rows.Scan(dst...); err != nil {
-			return 0, s.scanError(rows, cols, nItem, dst, pg.last(s.after), err)
+			pg.items = pg.items[:len(pg.items)-1]
+			return 0, s.scanError(rows, cols, keySrc, dst, pg.last(s.after), err)
 		}
-		s.scan.done(&item)
-		for i, v := range key {
-			if b, ok := v.([]byte); ok && text[nItem+i] {
-				key[i] = string(b)
+		s.scan.done(item)
+		for i, c := range keySrc {
+			v := key[i]
+			if c < nItem {
+				v = s.scan.value(item, c)
 			}
+			if b, ok := v.([]byte); ok && text[c] {
+				v = string(b)
+			}
+			key[i] = v
 		}
 		pos, err := s.encode(pg, key)
 		if err != nil {
 			return 0, err
 		}
-		pg.items = append(pg.items, item)
 		pg.keys = append(pg.keys, key)
 		pg.pos = append(pg.pos, pos)
 	}
@@ -301,6 +331,7 @@ func (s *Source[T]) keyText(p position) string {
 type querySQL struct {
 	d          Dialect
 	order      []string
+	extra      []string // the key columns selected again, after the item's
 	whereArgs  []any
 	first      string // the first page
 	next       string // a page after a position
@@ -339,12 +370,12 @@ func (q *querySQL) args(after position) []any {
 	return args
 }
 
-// buildSQL writes the statements of a query; cols are the item's
-// columns when opts.Columns is empty (nil: every one).
-func buildSQL(d Dialect, opts QueryOptions, cols []string) *querySQL {
+// buildSQL writes the statements of a query whose items sc scans.
+func buildSQL[T any](d Dialect, opts QueryOptions, sc scanner[T]) *querySQL {
 	q := &querySQL{d: d, order: opts.order(), whereArgs: opts.Args}
-	if len(opts.Columns) > 0 {
-		cols = opts.Columns
+	cols := opts.Columns
+	if len(cols) == 0 {
+		cols = sc.columns()
 	}
 	var sel strings.Builder
 	if cols == nil {
@@ -356,9 +387,14 @@ func buildSQL(d Dialect, opts QueryOptions, cols []string) *querySQL {
 		}
 		sel.WriteString(d.ident(c))
 	}
-	// The ordering columns come again at the end, where the source reads
-	// the position from, whatever the item does with them.
+	// A key column that the item does not hold, or holds in a type a
+	// position does not, is selected again at the end, where the source
+	// reads the key from.
 	for _, c := range q.order {
+		if (cols == nil || slices.Contains(cols, c)) && sc.keyable(c) {
+			continue
+		}
+		q.extra = append(q.extra, c)
 		sel.WriteString(", " + d.ident(c))
 	}
 	from := d.ident(opts.Table)

@@ -44,8 +44,9 @@ func (e *ScanError) Is(target error) bool { return target == ErrScan }
 
 // scanError finds which column of the current row failed to scan into
 // dst with err, by scanning each alone, and returns the error naming it
-// and the row. prev is the key of the row before.
-func (s *Source[T]) scanError(rows *stdsql.Rows, cols []string, nItem int, dst []any, prev position, err error) error {
+// and the row: keySrc says which columns hold the key. prev is the key of
+// the row before.
+func (s *Source[T]) scanError(rows *stdsql.Rows, cols []string, keySrc []int, dst []any, prev position, err error) error {
 	holders := make([]any, len(dst))
 	sink := make([]any, len(dst))
 	for i := range sink {
@@ -53,7 +54,14 @@ func (s *Source[T]) scanError(rows *stdsql.Rows, cols []string, nItem int, dst [
 	}
 	row := "after " + s.keyText(prev)
 	if rows.Scan(sink...) == nil {
-		row = s.keyText(position(holders[nItem:]))
+		key := make(position, len(keySrc))
+		for i, c := range keySrc {
+			key[i] = holders[c]
+			if b, ok := key[i].([]byte); ok {
+				key[i] = string(b)
+			}
+		}
+		row = s.keyText(key)
 	}
 	e := &ScanError{Source: s.name(), Row: row, Err: err}
 	for i := range dst {

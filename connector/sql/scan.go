@@ -1,9 +1,12 @@
 package sql
 
 import (
+	"bytes"
 	"fmt"
 	"reflect"
 	"strings"
+	"time"
+	"unsafe"
 )
 
 // A scanner reads the columns of a row into an item: a struct by its
@@ -22,6 +25,12 @@ type scanner[T any] interface {
 	dests(item *T, dst []any)
 	// done finishes item once its row was scanned.
 	done(item *T)
+	// keyable reports whether value can give the column's value, when
+	// the column is one of the item's.
+	keyable(col string) bool
+	// value returns the value of the i-th column bound, of a scanned
+	// item, as a position holds it.
+	value(item *T, i int) any
 }
 
 // newScanner returns the scanner of T, or why T cannot be scanned into.
@@ -47,7 +56,7 @@ func newScanner[T any]() (scanner[T], error) {
 type structScanner[T any] struct {
 	fields map[string][]int // field index by column name
 	order  []string         // column names in field order
-	bound  [][]int          // field index of each column of the query
+	bound  []boundField     // the field of each column of the query
 }
 
 // collect adds the fields of struct t, whose index within the item is
@@ -82,15 +91,16 @@ func (s *structScanner[T]) collect(t reflect.Type, prefix []int) {
 func (s *structScanner[T]) columns() []string { return s.order }
 
 func (s *structScanner[T]) bind(cols []string) error {
-	s.bound = make([][]int, len(cols))
+	s.bound = make([]boundField, len(cols))
 	var missing []string
+	t := reflect.TypeFor[T]()
 	for i, c := range cols {
 		idx, ok := s.fields[c]
 		if !ok {
 			missing = append(missing, fmt.Sprintf("%q", c))
 			continue
 		}
-		s.bound[i] = idx
+		s.bound[i] = newBoundField(t, idx)
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("%s has no field for column %s (a field takes the column its db tag names)",
@@ -100,17 +110,115 @@ func (s *structScanner[T]) bind(cols []string) error {
 }
 
 func (s *structScanner[T]) dests(item *T, dst []any) {
-	v := reflect.ValueOf(item).Elem()
-	for i, idx := range s.bound {
-		if len(idx) == 1 {
-			dst[i] = v.Field(idx[0]).Addr().Interface()
-		} else {
-			dst[i] = v.FieldByIndex(idx).Addr().Interface()
-		}
+	base := unsafe.Pointer(item)
+	for i, f := range s.bound {
+		dst[i] = f.addr(unsafe.Add(base, f.offset))
 	}
 }
 
 func (s *structScanner[T]) done(*T) {}
+
+// keyable reports whether col's field has a type whose value a position
+// holds as it is (an integer, a string, []byte, time.Time, a bool, a
+// float).
+func (s *structScanner[T]) keyable(col string) bool {
+	idx, ok := s.fields[col]
+	if !ok {
+		return false
+	}
+	t := reflect.TypeFor[T]().FieldByIndex(idx).Type
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64,
+		reflect.String, reflect.Bool, reflect.Float32, reflect.Float64:
+		return t.PkgPath() == "" // a named type may have a Value method
+	case reflect.Slice:
+		return t == reflect.TypeFor[[]byte]()
+	case reflect.Struct:
+		return t == reflect.TypeFor[time.Time]()
+	}
+	return false
+}
+
+func (s *structScanner[T]) value(item *T, i int) any {
+	f := s.bound[i]
+	p := unsafe.Add(unsafe.Pointer(item), f.offset)
+	if f.read != nil {
+		return f.read(p)
+	}
+	v := reflect.NewAt(f.typ, p).Elem()
+	switch v.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return v.Int()
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return v.Uint()
+	case reflect.Bool:
+		return v.Bool()
+	case reflect.Float32, reflect.Float64:
+		return v.Float()
+	case reflect.Slice:
+		return bytes.Clone(v.Bytes())
+	}
+	return v.Interface()
+}
+
+// A boundField is where a column goes in a struct item: at offset from
+// the item's address, a field of type typ. addr returns a pointer to it
+// for rows.Scan, and read (nil for the less common types) its value as
+// a position holds it: both without reflection for the common types,
+// which saves a tenth of a read's time.
+type boundField struct {
+	offset uintptr
+	typ    reflect.Type
+	addr   func(unsafe.Pointer) any
+	read   func(unsafe.Pointer) any
+}
+
+// newBoundField returns the field of struct t at index, which holds no
+// pointer to a struct on its way: collect descends only into embedded
+// structs held by value.
+func newBoundField(t reflect.Type, index []int) boundField {
+	var off uintptr
+	for _, x := range index {
+		f := t.Field(x)
+		off += f.Offset
+		t = f.Type
+	}
+	b := boundField{offset: off, typ: t}
+	switch t {
+	case reflect.TypeFor[int64]():
+		b.addr = func(p unsafe.Pointer) any { return (*int64)(p) }
+		b.read = func(p unsafe.Pointer) any { return *(*int64)(p) }
+	case reflect.TypeFor[int]():
+		b.addr = func(p unsafe.Pointer) any { return (*int)(p) }
+		b.read = func(p unsafe.Pointer) any { return int64(*(*int)(p)) }
+	case reflect.TypeFor[int32]():
+		b.addr = func(p unsafe.Pointer) any { return (*int32)(p) }
+		b.read = func(p unsafe.Pointer) any { return int64(*(*int32)(p)) }
+	case reflect.TypeFor[string]():
+		b.addr = func(p unsafe.Pointer) any { return (*string)(p) }
+		b.read = func(p unsafe.Pointer) any { return *(*string)(p) }
+	case reflect.TypeFor[[]byte]():
+		b.addr = func(p unsafe.Pointer) any { return (*[]byte)(p) }
+		b.read = func(p unsafe.Pointer) any { return bytes.Clone(*(*[]byte)(p)) }
+	case reflect.TypeFor[time.Time]():
+		b.addr = func(p unsafe.Pointer) any { return (*time.Time)(p) }
+		b.read = func(p unsafe.Pointer) any { return *(*time.Time)(p) }
+	case reflect.TypeFor[float64]():
+		b.addr = func(p unsafe.Pointer) any { return (*float64)(p) }
+	case reflect.TypeFor[bool]():
+		b.addr = func(p unsafe.Pointer) any { return (*bool)(p) }
+	case reflect.TypeFor[*int64]():
+		b.addr = func(p unsafe.Pointer) any { return (**int64)(p) }
+	case reflect.TypeFor[*string]():
+		b.addr = func(p unsafe.Pointer) any { return (**string)(p) }
+	case reflect.TypeFor[*time.Time]():
+		b.addr = func(p unsafe.Pointer) any { return (**time.Time)(p) }
+	default:
+		b.addr = func(p unsafe.Pointer) any { return reflect.NewAt(t, p).Interface() }
+	}
+	return b
+}
 
 // setText does nothing: database/sql converts into the fields.
 func (s *structScanner[T]) setText([]bool) {}
@@ -134,6 +242,12 @@ func (s *mapScanner) bind(cols []string) error {
 
 // setText says which of the columns hold text.
 func (s *mapScanner) setText(text []bool) { s.text = text }
+
+// keyable is true: the map holds every column read, as the driver gave
+// it.
+func (s *mapScanner) keyable(string) bool { return true }
+
+func (s *mapScanner) value(_ *map[string]any, i int) any { return s.values[i] }
 
 func (s *mapScanner) dests(_ *map[string]any, dst []any) {
 	for i := range s.values {
