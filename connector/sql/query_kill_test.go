@@ -28,7 +28,9 @@ import (
 // checkpoint file through this variable.
 const killChildEnv = "SLUICE_SQL_KILL_CHILD"
 
-const killRows = 2500
+// killRows is the size of the table the child copies; the race
+// detector's child is slower.
+var killRows = map[bool]int{false: 2500, true: 1200}[raceEnabled]
 
 // TestQueryKillChild is the child's body: it copies the orders of
 // $SLUICE_SQL_KILL_CHILD/db into the copied table, with an upsert that
