@@ -52,7 +52,8 @@ func TestQueryOpenChecksOptionsAndItemType(t *testing.T) {
 	assert.EqualError(t, err, "sql: Query: the item type int is neither a struct nor map[string]any")
 
 	type hidden struct {
-		a int //nolint:unused // unexported: takes no column
+		//lint:ignore U1000 unexported: takes no column
+		a int
 		B int `db:"-"`
 	}
 	err = sluicesql.Query[hidden](db, sluicesql.SQLite, sluicesql.QueryOptions{Table: "t", Key: []string{"id"}}).Open(ctx)

@@ -181,7 +181,8 @@ func TestQueryWhereAndFrom(t *testing.T) {
 	type named struct {
 		ID   int64
 		Name string
-		skip int //nolint:unused // unexported: takes no column
+		//lint:ignore U1000 unexported: takes no column
+		skip int
 	}
 	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
 		table := tableName(t, db, d)
