@@ -3,6 +3,7 @@ package sql
 import (
 	"context"
 	stdsql "database/sql"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -148,9 +149,14 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		}
 		for i := range pg.items {
 			if err := out.EmitAt(ctx, pg.items[i], pg.pos[i]); err != nil {
+				if i > 0 {
+					s.after = pg.key(s, i-1)
+				}
 				return err
 			}
-			s.after = pg.keys[i]
+		}
+		if n > 0 {
+			s.after = pg.key(s, n-1)
 		}
 		if n == s.opts.PageSize {
 			continue
@@ -181,25 +187,53 @@ func (s *Source[T]) name() string {
 // A page is the rows of one page, read before any is emitted.
 type page[T any] struct {
 	items []T
-	keys  []position
 	pos   [][]byte
-	dst   []any // scan destinations, reused
-	block []byte
+	// extras holds, row after row, the values of the key columns that
+	// the statement selects again after the item's (querySQL.extra).
+	extras []any
+	dst    []any // scan destinations, reused
+	block  []byte
+	// keySrc[i] is the column of the i-th value of the key: one of the
+	// item's (below nItem), or an extra one.
+	keySrc []int
+	nItem  int
+	text   []bool // the column holds text
+}
+
+// key returns the key of row i of the page: the source keeps only the
+// last emitted row's, so it is made only then.
+func (pg *page[T]) key(s *Source[T], i int) position {
+	nExtra := len(s.q.extra)
+	key := make(position, len(pg.keySrc))
+	for j, c := range pg.keySrc {
+		var v any
+		if c < pg.nItem {
+			v = s.scan.value(&pg.items[i], c)
+		} else {
+			v = pg.extras[i*nExtra+c-pg.nItem]
+		}
+		if b, ok := v.([]byte); ok && pg.text[c] {
+			v = string(b)
+		}
+		key[j] = v
+	}
+	return key
 }
 
 // last returns the key of the page's last row, or after when it has none.
-func (pg *page[T]) last(after position) position {
-	if len(pg.keys) == 0 {
+func (pg *page[T]) last(s *Source[T], after position) position {
+	if len(pg.items) == 0 {
 		return after
 	}
-	return pg.keys[len(pg.keys)-1]
+	return pg.key(s, len(pg.items)-1)
 }
 
 // readPage reads the page after s.after into pg and returns its number of
 // rows.
 func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 	clear(pg.items)
-	pg.items, pg.keys, pg.pos = pg.items[:0], pg.keys[:0], pg.pos[:0]
+	clear(pg.extras)
+	pg.items, pg.pos, pg.extras = pg.items[:0], pg.pos[:0], pg.extras[:0]
 	rows, err := s.db.QueryContext(ctx, s.q.page(s.after), s.q.args(s.after)...)
 	if err != nil {
 		return 0, s.pageError(ctx, err)
@@ -209,7 +243,6 @@ func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 	if err != nil {
 		return 0, s.pageError(ctx, err)
 	}
-	nOrder := len(s.q.order)
 	nItem := len(cols) - len(s.q.extra)
 	if nItem < 0 {
 		return 0, fmt.Errorf("sql: %s: the query returned %d columns, fewer than it orders by", s.name(), len(cols))
@@ -217,70 +250,56 @@ func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 	// keySrc[i] is the column the i-th value of a row's key comes from:
 	// one of the item's, read back from the item, or one the statement
 	// selects again at the end for the key.
-	keySrc := make([]int, nOrder)
-	for i, c := range s.q.order {
+	pg.nItem, pg.keySrc = nItem, pg.keySrc[:0]
+	for _, c := range s.q.order {
+		src := slices.Index(cols[:nItem], c)
 		if j := slices.Index(s.q.extra, c); j >= 0 {
-			keySrc[i] = nItem + j
-		} else if keySrc[i] = slices.Index(cols[:nItem], c); keySrc[i] < 0 {
+			src = nItem + j
+		} else if src < 0 {
 			return 0, fmt.Errorf("sql: %s: the key column %q is not among the columns the query returned", s.name(), c)
 		}
+		pg.keySrc = append(pg.keySrc, src)
 	}
 	types, err := rows.ColumnTypes()
 	if err != nil {
 		return 0, s.pageError(ctx, err)
 	}
-	text := make([]bool, len(types))
-	for i, t := range types {
-		text[i] = isText(t.DatabaseTypeName())
+	pg.text = pg.text[:0]
+	for _, t := range types {
+		pg.text = append(pg.text, isText(t.DatabaseTypeName()))
 	}
 	if err := s.scan.bind(cols[:nItem]); err != nil {
 		return 0, fmt.Errorf("sql: %s: %w", s.name(), err)
 	}
-	s.scan.setText(text[:nItem])
+	s.scan.setText(pg.text[:nItem])
 	if cap(pg.dst) < len(cols) {
 		pg.dst = make([]any, len(cols))
 	}
 	dst := pg.dst[:len(cols)]
-	// The keys of a page share one slice: the source keeps the last
-	// one, and with it the page's keys, until the next page.
-	var keys []any
+	nExtra := len(cols) - nItem
 	for rows.Next() {
-		if len(keys) < nOrder {
-			keys = make([]any, nOrder*min(s.opts.PageSize, 256))
-		}
-		key := position(keys[:nOrder:nOrder])
-		keys = keys[nOrder:]
 		// The item is scanned in its place in the page, which is
 		// reused: clear made it zero, and EmitAt copies it.
 		var zero T
 		pg.items = append(pg.items, zero)
 		item := &pg.items[len(pg.items)-1]
 		s.scan.dests(item, dst)
-		for i, c := range keySrc {
-			if c >= nItem {
-				dst[c] = &key[i]
+		if nExtra > 0 {
+			base := len(pg.extras)
+			pg.extras = append(pg.extras, make([]any, nExtra)...)
+			for j := range nExtra {
+				dst[nItem+j] = &pg.extras[base+j]
 			}
 		}
 		if err := rows.Scan(dst...); err != nil {
 			pg.items = pg.items[:len(pg.items)-1]
-			return 0, s.scanError(rows, cols, keySrc, dst, pg.last(s.after), err)
+			return 0, s.scanError(rows, cols, pg.keySrc, dst, pg.last(s, s.after), err)
 		}
 		s.scan.done(item)
-		for i, c := range keySrc {
-			v := key[i]
-			if c < nItem {
-				v = s.scan.value(item, c)
-			}
-			if b, ok := v.([]byte); ok && text[c] {
-				v = string(b)
-			}
-			key[i] = v
-		}
-		pos, err := s.encode(pg, key)
+		pos, err := s.encode(pg, len(pg.items)-1)
 		if err != nil {
 			return 0, err
 		}
-		pg.keys = append(pg.keys, key)
 		pg.pos = append(pg.pos, pos)
 	}
 	if err := rows.Err(); err != nil {
@@ -289,17 +308,39 @@ func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 	return len(pg.items), nil
 }
 
-// encode returns the bytes of key, cut from pg's block to save an
-// allocation per row: the bytes of a position handed out are never
-// written again, as the pipeline keeps them.
-func (s *Source[T]) encode(pg *page[T], key position) ([]byte, error) {
+// encode returns the position of row i of the page, cut from pg's block
+// to save an allocation per row: the bytes of a position handed out are
+// never written again, as the pipeline keeps them. A key value in one of
+// the item's fields is written from the field, without boxing it.
+func (s *Source[T]) encode(pg *page[T], i int) ([]byte, error) {
 	if cap(pg.block)-len(pg.block) < 64 {
 		pg.block = make([]byte, 0, 4096)
 	}
 	start := len(pg.block)
-	b, bad, err := key.appendTo(pg.block)
-	if err != nil {
-		return nil, &ScanError{Source: s.name(), Row: "after " + s.keyText(pg.last(s.after)), Column: s.q.order[bad], Err: err}
+	b := append(pg.block, positionVersion)
+	b = binary.AppendUvarint(b, uint64(len(pg.keySrc)))
+	nExtra := len(s.q.extra)
+	for j, c := range pg.keySrc {
+		if c < pg.nItem {
+			if out, ok := s.scan.appendKey(b, &pg.items[i], c, pg.text[c]); ok {
+				b = out
+				continue
+			}
+		}
+		var v any
+		if c < pg.nItem {
+			v = s.scan.value(&pg.items[i], c)
+		} else {
+			v = pg.extras[i*nExtra+c-pg.nItem]
+		}
+		if raw, ok := v.([]byte); ok && pg.text[c] {
+			v = string(raw)
+		}
+		out, err := appendValue(b, v)
+		if err != nil {
+			return nil, &ScanError{Source: s.name(), Row: "after " + s.keyText(pg.last(s, s.after)), Column: s.q.order[j], Err: err}
+		}
+		b = out
 	}
 	pg.block = b
 	return b[start:len(b):len(b)], nil

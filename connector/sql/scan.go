@@ -2,6 +2,7 @@ package sql
 
 import (
 	"bytes"
+	"encoding/binary"
 	"fmt"
 	"reflect"
 	"strings"
@@ -31,6 +32,10 @@ type scanner[T any] interface {
 	// value returns the value of the i-th column bound, of a scanned
 	// item, as a position holds it.
 	value(item *T, i int) any
+	// appendKey appends the position encoding of the i-th column bound,
+	// of a scanned item, to b, when it can without boxing it; text says
+	// the column holds text. ok is false when it cannot: use value.
+	appendKey(b []byte, item *T, i int, text bool) (out []byte, ok bool)
 }
 
 // newScanner returns the scanner of T, or why T cannot be scanned into.
@@ -162,6 +167,28 @@ func (s *structScanner[T]) value(item *T, i int) any {
 	return v.Interface()
 }
 
+func (s *structScanner[T]) appendKey(b []byte, item *T, i int, text bool) ([]byte, bool) {
+	f := s.bound[i]
+	p := unsafe.Add(unsafe.Pointer(item), f.offset)
+	switch f.typ {
+	case reflect.TypeFor[int64]():
+		return binary.AppendVarint(append(b, posInt), *(*int64)(p)), true
+	case reflect.TypeFor[int]():
+		return binary.AppendVarint(append(b, posInt), int64(*(*int)(p))), true
+	case reflect.TypeFor[string]():
+		v := *(*string)(p)
+		return append(binary.AppendUvarint(append(b, posString), uint64(len(v))), v...), true
+	case reflect.TypeFor[[]byte]():
+		v := *(*[]byte)(p)
+		typ := byte(posBytes)
+		if text {
+			typ = posString
+		}
+		return append(binary.AppendUvarint(append(b, typ), uint64(len(v))), v...), true
+	}
+	return b, false
+}
+
 // A boundField is where a column goes in a struct item: at offset from
 // the item's address, a field of type typ. addr returns a pointer to it
 // for rows.Scan, and read (nil for the less common types) its value as
@@ -247,7 +274,11 @@ func (s *mapScanner) setText(text []bool) { s.text = text }
 // it.
 func (s *mapScanner) keyable(string) bool { return true }
 
-func (s *mapScanner) value(_ *map[string]any, i int) any { return s.values[i] }
+func (s *mapScanner) value(item *map[string]any, i int) any { return (*item)[s.cols[i]] }
+
+func (s *mapScanner) appendKey(b []byte, _ *map[string]any, _ int, _ bool) ([]byte, bool) {
+	return b, false
+}
 
 func (s *mapScanner) dests(_ *map[string]any, dst []any) {
 	for i := range s.values {
