@@ -44,8 +44,8 @@ type Source[T any] struct {
 //
 //	SELECT columns FROM table WHERE (k1, k2) > (?, ?) ORDER BY k1, k2 LIMIT n
 //
-// never with OFFSET, so that each page costs the same however deep in the
-// table it starts. Each row is emitted with node.Emitter's EmitAt, at its
+// never with OFFSET (see the package documentation; MySQL gets the
+// condition written out). Each row is emitted with node.Emitter's EmitAt, at its
 // key, so that with pipeline.WithCheckpoint a run that was stopped or
 // crashed resumes after the last row that settled. A page that fails
 // (a lost connection, a deadlock) fails Run; when the pipeline's node
