@@ -55,7 +55,8 @@ type Source[T any] struct {
 // T is a struct or map[string]any. A struct's field takes the column its
 // db tag names (`db:"name"`), or without a tag the column of its name in
 // lower case; `db:"-"` and unexported fields take none, and the fields of
-// an embedded struct without a tag count as T's own. A column that may be
+// an embedded struct without a tag count as T's own (those of an embedded
+// pointer are not read). A column that may be
 // NULL needs a field that takes NULL (a pointer, or sql.NullString and
 // its kind): a NULL in another fails the run with a [*ScanError] naming
 // the column. A map holds every column read by its name, as the driver

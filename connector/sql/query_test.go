@@ -201,3 +201,34 @@ func TestQueryWhereAndFrom(t *testing.T) {
 		assert.Equal(t, int64(9), src.Size())
 	})
 }
+
+// Fields take columns by tag, or by their lower-cased name; an embedded
+// struct's fields are the item's own; db:"-", unexported fields and
+// embedded pointers take none.
+func TestQueryStructFields(t *testing.T) {
+	type Named struct {
+		Name string // the column "name"
+	}
+	type Extra struct{ Ignored int }
+	type item struct {
+		Named
+		*Extra
+		ID    int64   `db:"id"`
+		Count *int64  `db:"qty"`
+		Note  *string `db:"-"`
+		//lint:ignore U1000 unexported: takes no column
+		note string
+	}
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := tableName(t, db, d)
+		createOrders(t, db, d, table, 3)
+		got := readAll(t, sluicesql.Query[item](db, d, sluicesql.QueryOptions{Table: table, Key: []string{"id"}, PageSize: 2}))
+		require.Len(t, got, 3)
+		assert.Equal(t, "order-2", got[1].Name)
+		assert.Equal(t, int64(2), got[1].ID)
+		require.NotNil(t, got[1].Count)
+		assert.Equal(t, int64(2), *got[1].Count)
+		assert.Nil(t, got[1].Note)
+		assert.Nil(t, got[1].Extra)
+	})
+}

@@ -79,6 +79,9 @@ func (s *structScanner[T]) collect(t reflect.Type, prefix []int) {
 			s.collect(f.Type, index)
 			continue
 		}
+		if f.Anonymous && !hasTag && f.Type.Kind() == reflect.Pointer {
+			continue // an embedded pointer would have to be allocated: not read
+		}
 		if !f.IsExported() {
 			continue
 		}
