@@ -50,3 +50,41 @@ func (d Dialect) ident(name string) string {
 	}
 	return strings.Join(parts, ".")
 }
+
+// keyAfter returns the condition that a row's key, the columns cols, is
+// past a position: placeholders are numbered from first, and args says
+// which value of the position each one takes.
+//
+// SQLite and PostgreSQL compare row values, (k1, k2) > (?, ?), and use
+// an index on the key for it. MySQL (MariaDB) gets the same condition
+// expanded, k1 >= ? AND (k1 > ? OR k2 > ?), which its optimizer reads
+// as a range of the index, where it reads the row-value form as a scan.
+func (d Dialect) keyAfter(cols []string, first int) (cond string, args []int) {
+	n := first
+	ph := func(i int) string {
+		args = append(args, i)
+		n++
+		return d.placeholder(n - 1)
+	}
+	if len(cols) == 1 {
+		return d.ident(cols[0]) + " > " + ph(0), args
+	}
+	if d.name != "mysql" {
+		var l, r []string
+		for i, c := range cols {
+			l = append(l, d.ident(c))
+			r = append(r, ph(i))
+		}
+		return "(" + strings.Join(l, ", ") + ") > (" + strings.Join(r, ", ") + ")", args
+	}
+	// k1 >= a AND (k1 > a OR (k2 >= b AND (k2 > b OR k3 > c)))
+	var b strings.Builder
+	last := len(cols) - 1
+	for i, c := range cols[:last] {
+		id := d.ident(c)
+		b.WriteString(id + " >= " + ph(i) + " AND (" + id + " > " + ph(i) + " OR ")
+	}
+	b.WriteString(d.ident(cols[last]) + " > " + ph(last))
+	b.WriteString(strings.Repeat(")", last))
+	return "(" + b.String() + ")", args
+}

@@ -4,10 +4,65 @@
 // [Upsert] writes batches with the database's upsert and isolates a bad
 // row, and [Outbox] reads an outbox table and removes each row once its
 // item settled. The program opens the *sql.DB with the driver of its
-// choice and names the database's [Dialect].
+// choice and names the database's [Dialect]; the package imports no
+// driver.
 //
 // The package's name is that of database/sql's; a program that uses both
 // imports this one under another name:
 //
 //	import sluicesql "github.com/sluicehq/sluice/connector/sql"
+//
+// # Reading a table
+//
+// [Query] reads in pages by keyset: each page is
+//
+//	SELECT ... FROM t WHERE (k1, k2) > (?, ?) ORDER BY k1, k2 LIMIT n
+//
+// after the key of the last row read, never with OFFSET, which would make
+// the database read and drop every row before the page, and would shift
+// the pages when a row before them is inserted or deleted. (MySQL and MariaDB get the condition written out as k1
+// >= ? AND (k1 > ? OR k2 > ?): MariaDB 10.11 scans the whole index for
+// the row-value form, and reads a range of it for this one.) The key must
+// be unique and NOT NULL, and an index should serve its order.
+//
+// Each row is emitted with its key as its position (node.Emitter's
+// EmitAt): the bytes are the package's own encoding of the key's values
+// (integers, floats, strings, []byte, times, booleans), opaque to the
+// caller. With pipeline.WithCheckpoint, a run that failed, was stopped or
+// was killed resumes after the last row whose item settled; the rows
+// after it are read again, so the sink should be idempotent (an upsert).
+//
+// A page is read whole before its rows are emitted: the source holds no
+// connection, and no read transaction, while the pipeline applies
+// backpressure, and its memory is one page of items however large the
+// table. A page that fails fails the source's Run; a node restart or
+// retry of the source runs it again from the row after the last one it
+// emitted.
+//
+// # Following a table
+//
+// With QueryOptions.Follow, the source does not end after the last row:
+// every Follow, on QueryOptions.Clock, it reads the rows past the last key,
+// until the run drains (pipeline.Pipeline.Drain, which ends it cleanly) or
+// its context ends. This is change capture without a replication slot,
+// and it sees what such a poll can see:
+//
+//   - By key, it sees inserted rows whose key is past the last one read:
+//     an increasing key (an identity column, a time-ordered ID). It never
+//     sees an update, nor a row inserted with a smaller key.
+//   - With QueryOptions.Watermark (a column such as updated_at that every
+//     write sets), rows are read in the order of (watermark, key), so an
+//     updated row is read again, once its new watermark is past the last
+//     one read; a row updated twice between two polls is read once, as it
+//     stands.
+//   - Neither sees a deleted row: mark rows deleted instead (a deleted_at
+//     column that the watermark follows).
+//   - A transaction that commits after a poll, with a key or a watermark
+//     older than a row that poll read (its value was taken when it began,
+//     say), is never read: the poll has moved past it. Have the database
+//     set the watermark at commit, or read with a Where that leaves out
+//     the last seconds (updated_at < now() - interval '5 seconds'), longer
+//     than your transactions last.
+//   - Times compare as the database stores them: keep a time watermark in
+//     UTC, and in SQLite as the driver writes it, or as an integer.
 package sql

@@ -53,6 +53,19 @@ func ListImports(ctx context.Context, dir string, patterns ...string) (Imports, 
 	for name, paths := range seen {
 		if len(paths) == 1 {
 			imp[name] = paths[0]
+			continue
+		}
+		// A name that the standard library and the module share means
+		// the standard library's package, as goimports reads it:
+		// connector/sql is sql too, and pages import it by another name.
+		var std []string
+		for _, p := range paths {
+			if !strings.Contains(strings.SplitN(p, "/", 2)[0], ".") {
+				std = append(std, p)
+			}
+		}
+		if len(std) == 1 {
+			imp[name] = std[0]
 		}
 	}
 	return imp, nil

@@ -114,6 +114,7 @@ func TestWriteAndVet(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "github.com/sluicehq/sluice/pipeline", imports["pipeline"])
 	assert.Equal(t, "context", imports["context"])
+	assert.Equal(t, "database/sql", imports["sql"], "the standard library's, not connector/sql")
 	assert.NotContains(t, imports, "rand", "math/rand or crypto/rand: a prelude must say")
 	assert.NotContains(t, imports, "servicetest", "internal packages are not the users'")
 
