@@ -36,12 +36,13 @@ type OutboxError struct {
 	// Op is the step that failed: "read", "delete" or "mark".
 	Op string
 	// After is, for a read, the key after which the page started
-	// (math.MinInt64 for the start of the table).
+	// (math.MinInt64 for the start of the table); 0 for the other steps.
 	After int64
 	// Err is the database's error.
 	Err error
 }
 
+// Error says which step failed on which table, and why.
 func (e *OutboxError) Error() string {
 	if e.Op == "read" && e.After != math.MinInt64 {
 		return fmt.Sprintf("sql: outbox %s: read after key %d: %v", e.Table, e.After, e.Err)
@@ -567,7 +568,7 @@ func (o *Outbox[T]) deleteSettled(ctx context.Context) error {
 		}
 		q.WriteByte(')')
 		if _, err := o.db.ExecContext(ctx, q.String(), args...); err != nil {
-			return &OutboxError{Table: o.opts.Table, Op: op, After: math.MinInt64, Err: err}
+			return &OutboxError{Table: o.opts.Table, Op: op, Err: err}
 		}
 		o.mu.Lock()
 		// Only this goroutine, or Close after it ended, takes keys from

@@ -185,3 +185,110 @@ func TestOutboxCloseLeaves(t *testing.T) {
 	assert.Equal(t, want, outboxIDs(again.items), "the next run emits the rows again")
 	assert.Empty(t, outboxKeys(t, db, table, ""))
 }
+
+// TestOutboxOutcomes settles one row with each outcome: Delivered,
+// Filtered, Skipped and DeadLettered rows are deleted; Failed, Rejected
+// and HandedOff rows stay, and the next Run emits them again.
+func TestOutboxOutcomes(t *testing.T) {
+	outcomes := []node.Outcome{node.Delivered, node.Filtered, node.Skipped, node.DeadLettered, node.Failed, node.Rejected, node.HandedOff}
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := outboxTable(t, db, d)
+		all := outboxInsert(t, db, d, table, "order.created", len(outcomes))
+		clock := clockwork.NewFakeClock()
+		src := newOutbox(t, db, d, table, clock)
+		e := &trackEmitter{t: t, dones: make(chan func(node.Outcome), 100)}
+		ctx, cancel := context.WithCancel(outboxContext(t))
+		ran := runOutbox(ctx, src, e)
+		for _, o := range outcomes {
+			(<-e.dones)(o)
+		}
+		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the outbox polls")
+		cancel()
+		require.ErrorIs(t, <-ran, context.Canceled)
+		require.NoError(t, src.Close(context.Background()))
+		left := all[4:]
+		assert.Equal(t, left, outboxKeys(t, db, table, ""), "failed, rejected and handed-off rows stay")
+
+		// The same outbox, run again (the pipeline's next run).
+		ctx, cancel = context.WithCancel(outboxContext(t))
+		ran = runOutbox(ctx, src, e)
+		for range left {
+			(<-e.dones)(node.Delivered)
+		}
+		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the outbox polls")
+		cancel()
+		require.ErrorIs(t, <-ran, context.Canceled)
+		require.NoError(t, src.Close(context.Background()))
+		assert.Equal(t, append(all[:len(all):len(all)], left...), outboxIDs(e.items))
+		assert.Empty(t, outboxKeys(t, db, table, ""))
+	})
+}
+
+// outboxInsertAt adds a row with key k, as a transaction that took its
+// key before others and committed after them would.
+func outboxInsertAt(t *testing.T, db *sql.DB, d sluicesql.Dialect, table string, k int64) {
+	t.Helper()
+	_, err := db.Exec("INSERT INTO "+table+" (id, topic, payload) VALUES ("+outboxPH(d, 1)+", 'late', 'committed late')", k)
+	require.NoError(t, err)
+}
+
+// TestOutboxLateCommit shows a row whose key is below one already read
+// is emitted at the next poll.
+func TestOutboxLateCommit(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := outboxTable(t, db, d)
+		outboxInsertAt(t, db, d, table, 10)
+		outboxInsertAt(t, db, d, table, 11)
+		clock := clockwork.NewFakeClock()
+		r := startOutbox(t, outboxContext(t), clock, newOutbox(t, db, d, table, clock), nil)
+		first := r.receive(t, 2)
+		r.waitPoll(t)
+		outboxInsertAt(t, db, d, table, 5)
+		clock.Advance(outboxPoll)
+		late := r.receive(t, 1)
+		r.waitPoll(t)
+		assert.Empty(t, r.drain(t))
+		assert.Equal(t, []int64{10, 11, 5}, outboxIDs(append(first, late...)))
+		assert.Empty(t, outboxKeys(t, db, table, ""))
+	})
+}
+
+// TestOutboxLateCommitUnderLoad shows the same while the table never
+// drains: once PollInterval passed, the outbox reads from the start again
+// after a full page.
+func TestOutboxLateCommitUnderLoad(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := outboxTable(t, db, d)
+		for k := int64(1001); k <= 1030; k++ {
+			outboxInsertAt(t, db, d, table, k)
+		}
+		clock := clockwork.NewFakeClock()
+		src := newOutbox(t, db, d, table, clock, func(o *sluicesql.OutboxOptions) { o.PageSize = 10 })
+		e := &trackEmitter{t: t, dones: make(chan func(node.Outcome))}
+		ctx, cancel := context.WithCancel(outboxContext(t))
+		ran := runOutbox(ctx, src, e)
+		for range 9 {
+			(<-e.dones)(node.Delivered)
+		}
+		// Run is emitting the last row of the first page.
+		outboxInsertAt(t, db, d, table, 500)
+		clock.Advance(outboxPoll)
+		for range 22 {
+			(<-e.dones)(node.Delivered)
+		}
+		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the outbox polls")
+		cancel()
+		require.ErrorIs(t, <-ran, context.Canceled)
+		require.NoError(t, src.Close(context.Background()))
+		want := []int64{}
+		for k := int64(1001); k <= 1010; k++ {
+			want = append(want, k)
+		}
+		want = append(want, 500)
+		for k := int64(1011); k <= 1030; k++ {
+			want = append(want, k)
+		}
+		assert.Equal(t, want, outboxIDs(e.items))
+		assert.Empty(t, outboxKeys(t, db, table, ""))
+	})
+}
