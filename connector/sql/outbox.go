@@ -167,9 +167,10 @@ func (o *OutboxOptions) validate() error {
 // and not yet deleted, are never emitted twice in a run, however often
 // the source is restarted.
 //
-// One Outbox reads one table: two readers of a table, in one process or
-// two, emit each row twice (no row is lost, but none is shared out).
-// Scale out behind the outbox, with a broker, not with more readers.
+// One Outbox reads one table: it takes no row locks, so two readers of a
+// table, in one process or two, may both emit a row (no row is lost, but
+// rows go out twice). Scale out behind the outbox, with a broker, not
+// with more readers.
 type Outbox[T any] struct {
 	db       *stdsql.DB
 	dialect  Dialect
