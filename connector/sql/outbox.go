@@ -304,6 +304,10 @@ func throughPointer(t reflect.Type, index []int) bool {
 // without emitting again the rows in flight. A row that does not scan into
 // T (a NULL in a field that cannot hold one, say) fails Run with a
 // permanent error naming the column: the row stays in the table.
+//
+// Run starts the goroutine that deletes settled rows, which Close ends: a
+// pipeline calls Close at the end of its run; a program that calls Run
+// itself calls Close after it, once every item's done ran.
 func (o *Outbox[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 	o.startDeleter()
 	after := int64(math.MinInt64)

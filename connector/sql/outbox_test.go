@@ -305,3 +305,51 @@ func TestNewOutboxRefuses(t *testing.T) {
 	_, err = sluicesql.NewOutbox[struct{ *inner }](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"})
 	assert.ErrorContains(t, err, "embedded pointer")
 }
+
+// TestOutboxConcurrentWriter inserts rows, one transaction each, while
+// the outbox reads, settles and deletes, polling as fast as the clock is
+// moved: every row reaches the sink once.
+func TestOutboxConcurrentWriter(t *testing.T) {
+	const n = 200
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := outboxTable(t, db, d)
+		clock := clockwork.NewFakeClock()
+		ctx := outboxContext(t)
+		r := startOutbox(t, ctx, clock, newOutbox(t, db, d, table, clock, func(o *sluicesql.OutboxOptions) { o.PageSize = 7; o.DeleteBatch = 5 }), nil)
+
+		wrote := make(chan error, 1)
+		go func() {
+			q := "INSERT INTO " + table + " (topic, payload) VALUES ('concurrent', " + outboxPH(d, 1) + ")"
+			for i := range n {
+				if _, err := db.Exec(q, fmt.Sprint("row ", i)); err != nil {
+					wrote <- err
+					return
+				}
+			}
+			wrote <- nil
+		}()
+		tick, stop := context.WithCancel(ctx)
+		ticked := make(chan struct{})
+		go func() {
+			defer close(ticked)
+			for clock.BlockUntilContext(tick, 1) == nil {
+				clock.Advance(outboxPoll)
+			}
+		}()
+		got := r.receive(t, n)
+		require.NoError(t, <-wrote)
+		stop()
+		<-ticked
+		r.waitPoll(t)
+		assert.Empty(t, r.drain(t), "no row emitted twice")
+		seen := map[int64]bool{}
+		payloads := map[string]bool{}
+		for _, e := range got {
+			assert.False(t, seen[e.ID], "row %d emitted twice", e.ID)
+			seen[e.ID] = true
+			payloads[e.Payload] = true
+		}
+		assert.Len(t, payloads, n, "every row once")
+		assert.Empty(t, outboxKeys(t, db, table, ""))
+	})
+}
