@@ -353,3 +353,51 @@ func TestOutboxConcurrentWriter(t *testing.T) {
 		assert.Empty(t, outboxKeys(t, db, table, ""))
 	})
 }
+
+// TestOutboxKeyOption reads a table whose key is not "id", with an item
+// that leaves the key out and a nullable column in a pointer field.
+func TestOutboxKeyOption(t *testing.T) {
+	type note struct {
+		Body *string `db:"body"`
+	}
+	ddl := map[string]string{
+		"sqlite":   "CREATE TABLE %s (seq INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NULL)",
+		"postgres": "CREATE TABLE %s (seq BIGSERIAL PRIMARY KEY, body TEXT NULL)",
+		"mysql":    "CREATE TABLE %s (seq BIGINT AUTO_INCREMENT PRIMARY KEY, body TEXT NULL)",
+	}
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := tableName(t, db, d)
+		_, err := db.Exec(fmt.Sprintf(ddl[d.String()], table))
+		require.NoError(t, err)
+		_, err = db.Exec("INSERT INTO " + table + " (body) VALUES ('first'), (NULL), ('third')")
+		require.NoError(t, err)
+		clock := clockwork.NewFakeClock()
+		src, err := sluicesql.NewOutbox[note](db, d, sluicesql.OutboxOptions{Table: table, Key: "seq", PageSize: 2, Clock: clock})
+		require.NoError(t, err)
+		got := make(chan note, 10)
+		b := pipeline.New("outbox", pipeline.WithClock(clock))
+		pipeline.Sink(b, "store", pipeline.Source(b, "outbox", node.Source[note](src)),
+			node.SinkFunc[note](func(_ context.Context, n note) error { got <- n; return nil }))
+		p, err := b.Build()
+		require.NoError(t, err)
+		ctx := outboxContext(t)
+		done := make(chan error, 1)
+		go func() { _, err := p.Run(ctx); done <- err }()
+		require.NoError(t, clock.BlockUntilContext(ctx, 1))
+		p.Drain()
+		require.NoError(t, <-done)
+		close(got)
+		var bodies []string
+		for n := range got {
+			if n.Body == nil {
+				bodies = append(bodies, "<nil>")
+			} else {
+				bodies = append(bodies, *n.Body)
+			}
+		}
+		assert.Equal(t, []string{"first", "<nil>", "third"}, bodies)
+		var left int
+		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+table).Scan(&left))
+		assert.Zero(t, left)
+	})
+}
