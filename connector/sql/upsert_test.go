@@ -347,5 +347,3 @@ func TestUpserterWrite(t *testing.T) {
 		assert.Len(t, rows(t, db, table), 4, "ids 1 to 4: id 2 stayed as the first Write left it")
 	})
 }
-
-
