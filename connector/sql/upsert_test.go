@@ -347,3 +347,60 @@ func TestUpserterWrite(t *testing.T) {
 		assert.Len(t, rows(t, db, table), 4, "ids 1 to 4: id 2 stayed as the first Write left it")
 	})
 }
+
+// A contact is the row of the NOT NULL and UNIQUE tests.
+type contact struct {
+	ID    int64   `db:"id,key"`
+	Email *string `db:"email"`
+}
+
+// A NOT NULL and a UNIQUE violation are dead-lettered alone, each naming
+// the column or the constraint, with the database's code. The UNIQUE one
+// is an update of id 3 to the email of id 1: an insert of a new id with a
+// taken email would, on MySQL, update the row that holds the email, as
+// MySQL's upsert matches on any unique index.
+func TestUpsertNamesNotNullAndUnique(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := tableName(t, db, d)
+		_, err := db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, email VARCHAR(100) NOT NULL, CONSTRAINT " + table + "_uq UNIQUE (email))")
+		require.NoError(t, err)
+		items := []contact{{1, str("a@x")}, {2, nil}, {3, str("c@x")}, {3, str("a@x")}, {5, str("e@x")}}
+		dlq := deadletter.NewMemory(10)
+		b := pipeline.New("upsert-contacts", pipeline.WithDeadLetter(dlq), pipeline.WithResilience(func(o *resilience.Options) {
+			o.OnItemFailure = resilience.DeadLetter
+		}))
+		sluicesql.Upsert(b, "store", pipeline.Source(b, "read", pipelinetest.NewSliceSource(items...)), db, d, sluicesql.UpsertOptions{Table: table})
+		p, err := b.Build()
+		require.NoError(t, err)
+		_, err = p.Run(t.Context())
+		require.NoError(t, err)
+
+		var n int
+		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+table).Scan(&n))
+		assert.Equal(t, 3, n)
+		envs := dlq.Envelopes()
+		require.Len(t, envs, 2)
+		var null, unique *sluicesql.RowError
+		require.ErrorAs(t, envs[0].Err, &null)
+		require.ErrorAs(t, envs[1].Err, &unique)
+		assert.Equal(t, items[1], envs[0].Item)
+		assert.Equal(t, items[3], envs[1].Item)
+		switch d {
+		case sluicesql.Postgres:
+			assert.Equal(t, "23502", null.Code)
+			assert.Equal(t, "email", null.Column)
+			assert.Equal(t, "23505", unique.Code)
+			assert.Equal(t, table+"_uq", unique.Constraint)
+		case sluicesql.MySQL:
+			assert.Equal(t, "1048", null.Code)
+			assert.Equal(t, "email", null.Column)
+			assert.Equal(t, "1062", unique.Code)
+			assert.Equal(t, table+"_uq", unique.Constraint)
+		default:
+			assert.Equal(t, "SQLITE_CONSTRAINT_NOTNULL", null.Code)
+			assert.Equal(t, "email", null.Column)
+			assert.Equal(t, "SQLITE_CONSTRAINT_UNIQUE", unique.Code)
+			assert.Equal(t, "email", unique.Column)
+		}
+	})
+}
