@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -402,5 +403,27 @@ func TestUpsertNamesNotNullAndUnique(t *testing.T) {
 			assert.Equal(t, "SQLITE_CONSTRAINT_UNIQUE", unique.Code)
 			assert.Equal(t, "email", unique.Column)
 		}
+	})
+}
+
+// Write is safe for concurrent use: four goroutines writing rows of their
+// own, in batches of their own sizes, write every row once.
+func TestUpserterWriteConcurrently(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := productTable(t, db, d)
+		u, err := sluicesql.NewUpserter[product](db, d, sluicesql.UpsertOptions{Table: table, MaxParams: 30})
+		require.NoError(t, err)
+		items := products(400)
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				mine := items[w*100 : (w+1)*100]
+				for start := 0; start < len(mine); start += 7 + w {
+					assert.Nil(t, u.Write(t.Context(), mine[start:min(start+7+w, len(mine))]))
+				}
+			})
+		}
+		wg.Wait()
+		assert.Equal(t, items, rows(t, db, table))
 	})
 }
