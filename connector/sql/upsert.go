@@ -83,6 +83,8 @@ type RowError struct {
 	Err error
 }
 
+// Error names the table, the constraint, the column and the code, when
+// known, then gives the driver's message.
 func (e *RowError) Error() string {
 	var b strings.Builder
 	b.WriteString("sql: upsert into ")
