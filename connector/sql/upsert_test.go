@@ -301,6 +301,7 @@ func TestNewUpserterRefusesOptions(t *testing.T) {
 	type hidden struct {
 		a int
 	}
+	_ = hidden{a: 1}
 	_, err := sluicesql.NewUpserter[noKey](nil, sluicesql.Dialect{}, sluicesql.UpsertOptions{BatchSize: -1, MaxParams: -2, Linger: -1})
 	require.ErrorIs(t, err, sluicesql.ErrUpsertOptions)
 	for _, want := range []string{"db is nil", "zero Dialect", "Table is empty", "BatchSize -1", "MaxParams -2", "Linger -1ns", "no conflict key"} {
