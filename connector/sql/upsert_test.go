@@ -7,7 +7,9 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -427,4 +429,46 @@ func TestUpserterWriteConcurrently(t *testing.T) {
 		wg.Wait()
 		assert.Equal(t, items, rows(t, db, table))
 	})
+}
+
+// With Linger, a part batch of an input that does not end is written once
+// the linger passes on the pipeline's clock.
+func TestUpsertLingerWritesAPartBatch(t *testing.T) {
+	db := openSQLite(t)
+	table := productTable(t, db, sluicesql.SQLite)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	items := products(3)
+	settled := make(chan node.Outcome, len(items))
+	src := node.SourceFunc[product](func(ctx context.Context, out node.Emitter[product]) error {
+		for _, p := range items {
+			if err := out.EmitTracked(ctx, p, func(o node.Outcome) { settled <- o }); err != nil {
+				return err
+			}
+		}
+		<-ctx.Done() // a source that follows a table: no end
+		return ctx.Err()
+	})
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("upsert-linger", pipeline.WithClock(clock))
+	sluicesql.Upsert(b, "store", pipeline.Source(b, "read", src), db, sluicesql.SQLite,
+		sluicesql.UpsertOptions{Table: table, BatchSize: 100, Linger: time.Second})
+	p, err := b.Build()
+	require.NoError(t, err)
+	run := pipelinetest.Start(ctx, p)
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the part batch's linger waits")
+	assert.Empty(t, rows(t, db, table), "nothing written before the linger")
+	clock.Advance(time.Second)
+	for range items {
+		select {
+		case o := <-settled:
+			assert.Equal(t, node.Delivered, o)
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		}
+	}
+	assert.Equal(t, items, rows(t, db, table))
+	cancel()
+	_, err = run.Wait()
+	require.ErrorIs(t, err, context.Canceled)
 }
