@@ -55,16 +55,27 @@ var ErrBatchResults = errors.New("pipeline: MapBatch function returned the wrong
 func MapBatch[In, Out any](b *Builder, name string, in Stream[In], size int, linger time.Duration, f func(context.Context, []In) ([]Out, []error), opts ...NodeOption) Stream[Out] {
 	s := b.add(name, KindTransform, opts, in.s)
 	passBatches[In, Out](s)
-	s.validate = func() []error {
+	s.validate = batchChecks(s, "MapBatch", f == nil, size, linger)
+	s.newEdge = edgeOf[In]
+	s.newRunner = func(nr *nodeRun) runner {
+		return newBatchMap(nr, f, size, linger, newWriter(outEdges[Out](nr), nr.spec))
+	}
+	return Stream[Out]{b.output(s)}
+}
+
+// batchChecks returns the Build checks of a node that calls a function
+// (what) on slices: MapBatch or ForEachBatch.
+func batchChecks(s *spec, what string, fnil bool, size int, linger time.Duration) func() []error {
+	return func() []error {
 		var errs []error
-		if f == nil {
-			errs = append(errs, errors.New("MapBatch function is nil"))
+		if fnil {
+			errs = append(errs, fmt.Errorf("%s function is nil", what))
 		}
 		if size < 1 {
-			errs = append(errs, fmt.Errorf("MapBatch size %d: must be at least 1", size))
+			errs = append(errs, fmt.Errorf("%s size %d: must be at least 1", what, size))
 		}
 		if linger < 0 {
-			errs = append(errs, fmt.Errorf("MapBatch linger %s: must not be negative", linger))
+			errs = append(errs, fmt.Errorf("%s linger %s: must not be negative", what, linger))
 		}
 		c := s.cfg
 		for _, o := range []struct {
@@ -79,32 +90,33 @@ func MapBatch[In, Out any](b *Builder, name string, in Stream[In], size int, lin
 			{c.maxParkedSet, fmt.Sprintf("MaxParked(%d)", c.maxParked)},
 		} {
 			if o.set {
-				errs = append(errs, fmt.Errorf("%s: MapBatch calls one slice at a time and takes only Buffer and NodeResilience", o.name))
+				errs = append(errs, fmt.Errorf("%s: %s calls one slice at a time and takes only Buffer and NodeResilience", o.name, what))
 			}
 		}
 		return errs
 	}
-	s.newEdge = edgeOf[In]
-	s.newRunner = func(nr *nodeRun) runner {
-		n := nr.spec
-		m := &batchMap[In, Out]{
-			nr: nr, f: f, size: size, linger: linger,
-			in: newReader(nr.rs.edges[n.id].(edge[In]), n), w: newWriter(outEdges[Out](nr), n),
-		}
-		m.in.idle = m.w.flush
-		m.one = func(ctx context.Context, v In) (Out, error) {
-			outs, errs := m.callOne(ctx, v)
-			return outs[0], errs[0]
-		}
-		if d := n.res.ItemRetry.AttemptTimeout; d > 0 {
-			m.one = withAttemptTimeout(m.one, d, nr.rs.p.cfg.clock)
-		}
-		if n.res.RetryBudget != nil {
-			m.calls = &n.stats.calls
-		}
-		return m
+}
+
+// newBatchMap returns the runner of a node that calls f on slices of up
+// to size items and hands each item's result to w.
+func newBatchMap[In, Out any](nr *nodeRun, f func(context.Context, []In) ([]Out, []error), size int, linger time.Duration, w *writer[Out]) *batchMap[In, Out] {
+	n := nr.spec
+	m := &batchMap[In, Out]{
+		nr: nr, f: f, size: size, linger: linger,
+		in: newReader(nr.rs.edges[n.id].(edge[In]), n), w: w,
 	}
-	return Stream[Out]{b.output(s)}
+	m.in.idle = m.w.flush
+	m.one = func(ctx context.Context, v In) (Out, error) {
+		outs, errs := m.callOne(ctx, v)
+		return outs[0], errs[0]
+	}
+	if d := n.res.ItemRetry.AttemptTimeout; d > 0 {
+		m.one = withAttemptTimeout(m.one, d, nr.rs.p.cfg.clock)
+	}
+	if n.res.RetryBudget != nil {
+		m.calls = &n.stats.calls
+	}
+	return m
 }
 
 // A batchMap is the runtime of a MapBatch node: it gathers items like a

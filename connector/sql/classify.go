@@ -1,0 +1,269 @@
+package sql
+
+import (
+	"database/sql/driver"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// Classifier returns a [resilience.Classifier] that knows the errors of
+// dialect d's databases, for a node that writes with database/sql:
+//
+//   - transient: a deadlock (PostgreSQL 40P01, MySQL 1213), a
+//     serialization failure (40001), a lock wait timeout (MySQL 1205,
+//     PostgreSQL 55P03), SQLite's SQLITE_BUSY and SQLITE_LOCKED, a lost or
+//     refused connection (SQLSTATE class 08, MySQL 1040, 1053, 1927, 2006,
+//     2013, PostgreSQL 53300, 57P01 to 57P03, [driver.ErrBadConn]);
+//   - permanent: a constraint violation (SQLSTATE class 23: unique 23505,
+//     not null 23502, foreign key 23503, check 23514; MySQL 1062, 1048,
+//     1451, 1452, 3819, MariaDB 4025; SQLITE_CONSTRAINT and its extended
+//     codes) and bad data (SQLSTATE class 22, MySQL 1264, 1292, 1366, 1406;
+//     SQLITE_MISMATCH, SQLITE_TOOBIG, SQLITE_RANGE).
+//
+// Other errors are left to the default rules (see [resilience.Classifier]),
+// as are the pipeline's own cancellation and its marks. The codes are read
+// without importing a driver: from an error's SQLState() string or Code()
+// int method, else from the fields of the drivers' error types
+// (pgconn.PgError, lib/pq's Error, mysql.MySQLError, mattn's sqlite3.Error)
+// by their names. The errors of [Upsert] are already marked by these rules,
+// so that a pipeline needs no classifier of its own for them.
+func Classifier(d Dialect) resilience.Classifier {
+	return resilience.Classifier{}.
+		Transient(func(err error) bool { return inspect(d, err).class == classTransient }).
+		Permanent(func(err error) bool { return inspect(d, err).class == classPermanent })
+}
+
+// An errClass is what an error's code says of another attempt.
+type errClass int
+
+const (
+	classUnknown errClass = iota
+	classTransient
+	classPermanent
+)
+
+// A dbError is what a driver's error says: its code in the database's own
+// words and the constraint, table and column it names, when it does.
+type dbError struct {
+	code       string
+	constraint string
+	table      string
+	column     string
+	class      errClass
+}
+
+// inspectTree returns what the first driver error in err's tree says.
+func inspectTree(d Dialect, err error) dbError {
+	for err != nil {
+		if e := inspect(d, err); e.code != "" || e.class != classUnknown {
+			return e
+		}
+		switch x := err.(type) {
+		case interface{ Unwrap() error }:
+			err = x.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, inner := range x.Unwrap() {
+				if e := inspectTree(d, inner); e.code != "" || e.class != classUnknown {
+					return e
+				}
+			}
+			return dbError{}
+		default:
+			return dbError{}
+		}
+	}
+	return dbError{}
+}
+
+// inspect reads err itself, not the errors it wraps.
+func inspect(d Dialect, err error) dbError {
+	if err == driver.ErrBadConn {
+		return dbError{class: classTransient}
+	}
+	switch d.name {
+	case Postgres.name:
+		return inspectPostgres(err)
+	case MySQL.name:
+		return inspectMySQL(err)
+	case SQLite.name:
+		return inspectSQLite(err)
+	}
+	return dbError{}
+}
+
+func inspectPostgres(err error) dbError {
+	var e dbError
+	if s, ok := err.(interface{ SQLState() string }); ok {
+		e.code = s.SQLState()
+	} else {
+		e.code = stringField(err, "Code")
+	}
+	if len(e.code) != 5 {
+		return dbError{}
+	}
+	e.constraint = firstField(err, "ConstraintName", "Constraint")
+	e.table = firstField(err, "TableName", "Table")
+	e.column = firstField(err, "ColumnName", "Column")
+	switch {
+	case e.code == "40001", e.code == "40P01", e.code == "55P03", e.code == "53300",
+		e.code == "57P01", e.code == "57P02", e.code == "57P03", strings.HasPrefix(e.code, "08"):
+		e.class = classTransient
+	case strings.HasPrefix(e.code, "23"), strings.HasPrefix(e.code, "22"):
+		e.class = classPermanent
+	}
+	return e
+}
+
+var (
+	mysqlTransient = []int{1040, 1053, 1205, 1213, 1927, 2006, 2013}
+	mysqlPermanent = []int{1048, 1062, 1264, 1292, 1366, 1406, 1451, 1452, 3819, 4025}
+	// Constraint names in MySQL's and MariaDB's messages: "CONSTRAINT
+	// `c` failed", "Check constraint 'c' is violated", "... CONSTRAINT `c`
+	// FOREIGN KEY", "Duplicate entry 'x' for key 'c'".
+	mysqlConstraint = regexp.MustCompile("(?:CONSTRAINT [`'\"]|[Cc]onstraint '|for key '(?:[^']*\\.)?)([^`'\"]+)")
+	mysqlColumn     = regexp.MustCompile("Column '([^']+)'|column '([^']+)'")
+)
+
+func inspectMySQL(err error) dbError {
+	v := structOf(err)
+	if !v.IsValid() {
+		return dbError{}
+	}
+	num := v.FieldByName("Number")
+	if !num.IsValid() || !num.CanUint() {
+		return dbError{}
+	}
+	n := int(num.Uint())
+	e := dbError{code: strconv.Itoa(n)}
+	msg := stringField(err, "Message")
+	if m := mysqlConstraint.FindStringSubmatch(msg); m != nil {
+		e.constraint = m[1]
+	}
+	if m := mysqlColumn.FindStringSubmatch(msg); m != nil {
+		e.column = m[1] + m[2]
+	}
+	var state string
+	if s := v.FieldByName("SQLState"); s.IsValid() && s.Kind() == reflect.Array && s.Len() == 5 {
+		b := make([]byte, 5)
+		for i := range b {
+			b[i] = byte(s.Index(i).Uint())
+		}
+		state = string(b)
+	}
+	switch {
+	case slices.Contains(mysqlTransient, n), state == "40001", strings.HasPrefix(state, "08"):
+		e.class = classTransient
+	case slices.Contains(mysqlPermanent, n), strings.HasPrefix(state, "23"), strings.HasPrefix(state, "22"):
+		e.class = classPermanent
+	}
+	return e
+}
+
+// SQLite's result codes (https://sqlite.org/rescode.html): the primary
+// code is the low byte of an extended code.
+const (
+	sqliteBusy       = 5
+	sqliteLocked     = 6
+	sqliteTooBig     = 18
+	sqliteConstraint = 19
+	sqliteMismatch   = 20
+	sqliteRange      = 25
+)
+
+var (
+	sqliteNames = map[int]string{
+		5: "SQLITE_BUSY", 261: "SQLITE_BUSY_RECOVERY", 517: "SQLITE_BUSY_SNAPSHOT", 773: "SQLITE_BUSY_TIMEOUT",
+		6: "SQLITE_LOCKED", 262: "SQLITE_LOCKED_SHAREDCACHE", 518: "SQLITE_LOCKED_VTAB",
+		18: "SQLITE_TOOBIG", 19: "SQLITE_CONSTRAINT", 20: "SQLITE_MISMATCH", 25: "SQLITE_RANGE",
+		275: "SQLITE_CONSTRAINT_CHECK", 531: "SQLITE_CONSTRAINT_COMMITHOOK", 787: "SQLITE_CONSTRAINT_FOREIGNKEY",
+		1043: "SQLITE_CONSTRAINT_FUNCTION", 1299: "SQLITE_CONSTRAINT_NOTNULL", 1555: "SQLITE_CONSTRAINT_PRIMARYKEY",
+		1811: "SQLITE_CONSTRAINT_TRIGGER", 2067: "SQLITE_CONSTRAINT_UNIQUE", 2323: "SQLITE_CONSTRAINT_VTAB",
+		2579: "SQLITE_CONSTRAINT_ROWID", 2835: "SQLITE_CONSTRAINT_PINNED", 3091: "SQLITE_CONSTRAINT_DATATYPE",
+	}
+	// "CHECK constraint failed: c", "NOT NULL constraint failed: t.col",
+	// "UNIQUE constraint failed: t.a, t.b".
+	sqliteCheck  = regexp.MustCompile(`CHECK constraint failed: ([^\s()]+)`)
+	sqliteColumn = regexp.MustCompile(`(?:NOT NULL|UNIQUE) constraint failed: ([^\s(]+(?:, [^\s(]+)*)`)
+)
+
+func inspectSQLite(err error) dbError {
+	code, ok := -1, false
+	if c, is := err.(interface{ Code() int }); is {
+		code, ok = c.Code(), true
+	} else if v := structOf(err); v.IsValid() {
+		// mattn/go-sqlite3's Error: ExtendedCode, else Code.
+		for _, name := range []string{"ExtendedCode", "Code"} {
+			if f := v.FieldByName(name); f.IsValid() && f.CanInt() && f.Int() != 0 {
+				code, ok = int(f.Int()), true
+				break
+			}
+		}
+	}
+	if !ok || code <= 0 {
+		return dbError{}
+	}
+	e := dbError{code: sqliteNames[code]}
+	if e.code == "" {
+		e.code = strconv.Itoa(code)
+	}
+	msg := err.Error()
+	if m := sqliteCheck.FindStringSubmatch(msg); m != nil {
+		e.constraint = m[1]
+	}
+	if m := sqliteColumn.FindStringSubmatch(msg); m != nil {
+		e.column = m[1]
+		if t, c, ok := strings.Cut(m[1], "."); ok && !strings.Contains(m[1], ",") {
+			e.table, e.column = t, c
+		}
+	}
+	switch code & 0xff {
+	case sqliteBusy, sqliteLocked:
+		e.class = classTransient
+	case sqliteConstraint, sqliteMismatch, sqliteTooBig, sqliteRange:
+		e.class = classPermanent
+	}
+	return e
+}
+
+// structOf returns the struct err is or points to, or the zero Value.
+func structOf(err error) reflect.Value {
+	v := reflect.ValueOf(err)
+	if v.Kind() == reflect.Pointer {
+		if v.IsNil() {
+			return reflect.Value{}
+		}
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return reflect.Value{}
+	}
+	return v
+}
+
+// stringField returns err's field of that name when it is a string (or of
+// a string type), else "".
+func stringField(err error, name string) string {
+	v := structOf(err)
+	if !v.IsValid() {
+		return ""
+	}
+	f := v.FieldByName(name)
+	if !f.IsValid() || f.Kind() != reflect.String {
+		return ""
+	}
+	return f.String()
+}
+
+func firstField(err error, names ...string) string {
+	for _, n := range names {
+		if s := stringField(err, n); s != "" {
+			return s
+		}
+	}
+	return ""
+}

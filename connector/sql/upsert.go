@@ -1,0 +1,401 @@
+package sql
+
+import (
+	"context"
+	stdsql "database/sql"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// DefaultBatchSize is the rows an [Upsert] writes in one transaction when
+// [UpsertOptions].BatchSize is 0.
+const DefaultBatchSize = 500
+
+// UpsertOptions say where and how an [Upsert] writes.
+type UpsertOptions struct {
+	// Table is the table written, quoted as the dialect quotes names; a
+	// name with a dot is schema.table. Required.
+	Table string
+	// Key names the columns of the conflict key: a row whose key is in
+	// the table already updates the other columns. Empty: the columns
+	// whose fields are tagged with the option key, db:"id,key". PostgreSQL
+	// and SQLite need a unique index or primary key on exactly these
+	// columns; MySQL matches on any unique index of the table and leaves
+	// these columns out of the update.
+	Key []string
+	// BatchSize is the most rows written in one transaction; 0 means
+	// [DefaultBatchSize].
+	BatchSize int
+	// Linger is how long a part batch waits for more rows, on the
+	// pipeline's clock, from its first row. 0 waits for a full batch or
+	// the end of the input: set it when the input does not end, as from a
+	// source that follows a table.
+	Linger time.Duration
+	// MaxParams is the most placeholders in one statement; a batch is
+	// written in as many statements as it needs, in its one transaction.
+	// 0 means the dialect's limit: 32766 for SQLite (set 999 for a
+	// SQLite older than 3.32), 65535 for PostgreSQL and MySQL.
+	MaxParams int
+}
+
+// ErrUpsertOptions is matched by the error of [NewUpserter] for options
+// that cannot work, and is the text of [Upsert]'s panic.
+var ErrUpsertOptions = errors.New("sql: invalid upsert options")
+
+// ErrCommitUnknown is matched by the error of rows whose transaction's
+// COMMIT failed: the database may have written them or not. An upsert
+// written twice leaves the same row, so such an error is transient and
+// the rows are written again.
+var ErrCommitUnknown = errors.New("sql: commit outcome unknown")
+
+// ErrWrite is matched by every [*RowError].
+var ErrWrite = errors.New("sql: row not written")
+
+// A RowError is the error of one row that an [Upsert] did not write:
+// what the database said, with the constraint, column and code it named.
+// It matches [ErrWrite]. A transient one (see [Classifier]) is wrapped by
+// [resilience.MarkTransient].
+type RowError struct {
+	// Table is the table written, as UpsertOptions named it.
+	Table string
+	// Constraint is the constraint the row violated, when the database
+	// named one (PostgreSQL and MySQL name every constraint; SQLite
+	// names CHECK constraints only).
+	Constraint string
+	// Column is the column the database named, such as a NOT NULL
+	// column, when it named one (for SQLite's UNIQUE, the columns).
+	Column string
+	// Code is the database's code for the error: PostgreSQL's SQLSTATE
+	// ("23514"), MySQL's error number ("1062"), SQLite's extended result
+	// code by its name ("SQLITE_CONSTRAINT_CHECK"); empty when the error
+	// came from elsewhere, such as the connection.
+	Code string
+	// Err is the driver's error (with ErrCommitUnknown when the COMMIT
+	// failed).
+	Err error
+}
+
+// Error names the table, the constraint, the column and the code, when
+// known, then gives the driver's message.
+func (e *RowError) Error() string {
+	var b strings.Builder
+	b.WriteString("sql: upsert into ")
+	b.WriteString(e.Table)
+	if e.Constraint != "" {
+		fmt.Fprintf(&b, ": constraint %q", e.Constraint)
+	}
+	if e.Column != "" {
+		fmt.Fprintf(&b, ": column %q", e.Column)
+	}
+	if e.Code != "" {
+		fmt.Fprintf(&b, " (code %s)", e.Code)
+	}
+	b.WriteString(": ")
+	b.WriteString(e.Err.Error())
+	return b.String()
+}
+
+// Unwrap returns the driver's error.
+func (e *RowError) Unwrap() error { return e.Err }
+
+// Is reports whether target is ErrWrite.
+func (e *RowError) Is(target error) bool { return target == ErrWrite }
+
+// An Upserter writes items of the struct type T to a table with the
+// dialect's upsert. Its Write is the function of a
+// [pipeline.ForEachBatch] or [pipeline.MapBatch]; [Upsert] adds that sink
+// in one call. It is safe for concurrent use.
+type Upserter[T any] struct {
+	db       *stdsql.DB
+	d        Dialect
+	table    string
+	cols     *upsertColumns
+	batch    int
+	perStmt  int // rows in one statement, at most
+	classify resilience.Classifier
+
+	mu    sync.Mutex
+	stmts map[int]string // statement text by its rows
+}
+
+// NewUpserter returns an Upserter of T's columns (see [Query] for how
+// fields map to columns) into o.Table of db, or an error matching
+// [ErrUpsertOptions] that names every problem of the options.
+func NewUpserter[T any](db *stdsql.DB, d Dialect, o UpsertOptions) (*Upserter[T], error) {
+	var problems []string
+	if db == nil {
+		problems = append(problems, "db is nil")
+	}
+	if d.name == "" {
+		problems = append(problems, "the dialect is the zero Dialect: use SQLite, Postgres or MySQL")
+	}
+	if o.Table == "" {
+		problems = append(problems, "Table is empty")
+	}
+	if o.BatchSize < 0 {
+		problems = append(problems, fmt.Sprintf("BatchSize %d is negative", o.BatchSize))
+	}
+	if o.Linger < 0 {
+		problems = append(problems, fmt.Sprintf("Linger %s is negative", o.Linger))
+	}
+	if o.MaxParams < 0 {
+		problems = append(problems, fmt.Sprintf("MaxParams %d is negative", o.MaxParams))
+	}
+	cols, err := columnsOf(reflect.TypeFor[T]())
+	if err != nil {
+		problems = append(problems, err.Error())
+	}
+	u := &Upserter[T]{db: db, d: d, table: o.Table, cols: cols, batch: o.BatchSize, classify: Classifier(d), stmts: map[int]string{}}
+	if u.batch == 0 {
+		u.batch = DefaultBatchSize
+	}
+	if cols != nil {
+		if len(o.Key) > 0 {
+			cols.keys = slices.Clone(o.Key)
+		}
+		if len(cols.keys) == 0 {
+			problems = append(problems, fmt.Sprintf("no conflict key: set Key or tag the key fields of %s, db:\"id,key\"", reflect.TypeFor[T]()))
+		}
+		for _, k := range cols.keys {
+			if !slices.Contains(cols.names, k) {
+				problems = append(problems, fmt.Sprintf("Key column %q is not a column of %s (its columns: %s)", k, reflect.TypeFor[T](), strings.Join(cols.names, ", ")))
+			}
+		}
+		limit := o.MaxParams
+		if limit == 0 {
+			limit = maxParams(d)
+		}
+		if u.perStmt = limit / len(cols.names); u.perStmt < 1 {
+			problems = append(problems, fmt.Sprintf("MaxParams %d is less than the %d columns of one row", limit, len(cols.names)))
+		}
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("%w: %s", ErrUpsertOptions, strings.Join(problems, "; "))
+	}
+	return u, nil
+}
+
+// maxParams is the most placeholders one statement of dialect d takes.
+func maxParams(d Dialect) int {
+	if d.name == SQLite.name {
+		return 32766
+	}
+	return 65535
+}
+
+// Upsert adds a sink named name that writes the items of in to a table
+// with the dialect's upsert, in batches of o.BatchSize rows, one
+// transaction per batch, and returns nothing: the stream ends there. It is
+// [pipeline.ForEachBatch] with the Write of [NewUpserter]; opts are the
+// node's options (Buffer, NodeResilience).
+//
+// A batch that the database refuses for a row (a constraint, bad data) is
+// split in halves, each written in its own transaction, until the row is
+// alone: every other row is written, and the row fails alone with its
+// [*RowError], permanent, which the node's OnItemFailure handles (with
+// resilience.DeadLetter, a dead letter naming the constraint). A batch
+// that fails for a transient reason (a deadlock, a lost connection) is not
+// split: each of its rows is retried alone by layer 1.
+//
+// Upsert panics, naming every problem, when the options cannot work (see
+// NewUpserter): a mistake in the program, which its first test finds.
+func Upsert[T any](b *pipeline.Builder, name string, in pipeline.Stream[T], db *stdsql.DB, d Dialect, o UpsertOptions, opts ...pipeline.NodeOption) {
+	u, err := NewUpserter[T](db, d, o)
+	if err != nil {
+		panic(fmt.Sprintf("sluice: sql.Upsert %q: %v", name, err))
+	}
+	pipeline.ForEachBatch(b, name, in, u.batch, o.Linger, u.Write, opts...)
+}
+
+// BatchSize returns the rows the Upserter writes in one transaction, the
+// size of slice Write is meant for.
+func (u *Upserter[T]) BatchSize() int { return u.batch }
+
+// Write upserts items in one transaction (in one statement without a
+// transaction when one statement holds them all) and returns nil when
+// every row was written, else one error per item, nil for each row
+// written.
+//
+// When the database refuses the batch for a reason the [Classifier] does
+// not call transient, Write splits it in halves and writes each in a
+// transaction of its own, down to single rows: the row that fails alone
+// gets its [*RowError], and every other row is written. When the reason
+// is transient, every row gets the error, marked transient, so that it is
+// retried. When the COMMIT itself fails, the rows may or may not be
+// written: every row gets an error matching [ErrCommitUnknown], marked
+// transient; writing them again is safe, since an upsert is idempotent.
+// Once ctx is done, the rows not written get ctx's error.
+func (u *Upserter[T]) Write(ctx context.Context, items []T) []error {
+	if len(items) == 0 {
+		return nil
+	}
+	errs := make([]error, len(items))
+	if !u.write(ctx, items, errs) {
+		return nil
+	}
+	return errs
+}
+
+// write upserts items, splitting them on a row's error, and reports
+// whether any failed, setting its error in errs.
+func (u *Upserter[T]) write(ctx context.Context, items []T, errs []error) (failed bool) {
+	raw, atCommit := u.exec(ctx, items)
+	if raw == nil {
+		return false
+	}
+	if ctx.Err() != nil {
+		// The run stops: no split, no verdict.
+		for i := range errs {
+			errs[i] = context.Cause(ctx)
+		}
+		return true
+	}
+	e := inspectTree(u.d, raw)
+	re := &RowError{Table: u.table, Constraint: e.constraint, Column: e.column, Code: e.code, Err: raw}
+	var err error = re
+	switch {
+	case atCommit:
+		re.Err = fmt.Errorf("%w: %w", ErrCommitUnknown, raw)
+		err = resilience.MarkTransient(re)
+	case u.classify.IsTransient(raw):
+		err = resilience.MarkTransient(re)
+	case len(items) > 1:
+		mid := len(items) / 2
+		a := u.write(ctx, items[:mid], errs[:mid])
+		b := u.write(ctx, items[mid:], errs[mid:])
+		return a || b
+	}
+	for i := range errs {
+		errs[i] = err
+	}
+	return true
+}
+
+// exec writes items in one transaction, or in one statement alone when
+// it holds them all. atCommit says the error came from the COMMIT.
+func (u *Upserter[T]) exec(ctx context.Context, items []T) (err error, atCommit bool) {
+	if len(items) <= u.perStmt {
+		_, err := u.db.ExecContext(ctx, u.statement(len(items)), u.args(nil, items)...)
+		return err, false
+	}
+	tx, err := u.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err, false
+	}
+	var args []any
+	for start := 0; start < len(items); start += u.perStmt {
+		chunk := items[start:min(start+u.perStmt, len(items))]
+		args = u.args(args[:0], chunk)
+		if _, err := tx.ExecContext(ctx, u.statement(len(chunk)), args...); err != nil {
+			_ = tx.Rollback() // the statement's error is the one to report
+			return err, false
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return err, true
+	}
+	return nil, false
+}
+
+// args appends the values of items' columns to args, row by row.
+func (u *Upserter[T]) args(args []any, items []T) []any {
+	args = slices.Grow(args, len(items)*len(u.cols.names))
+	for i := range items {
+		args = u.cols.appendArgs(args, reflect.ValueOf(&items[i]).Elem())
+	}
+	return args
+}
+
+// statement returns the upsert of rows rows, made once per row count.
+func (u *Upserter[T]) statement(rows int) string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if s, ok := u.stmts[rows]; ok {
+		return s
+	}
+	s := upsertSQL(u.d, u.table, u.cols.names, u.cols.keys, rows)
+	u.stmts[rows] = s
+	return s
+}
+
+// upsertSQL is the dialect's multi-row upsert of rows rows of cols into
+// table, whose conflict key is keys:
+//
+//	PostgreSQL, SQLite: INSERT ... ON CONFLICT (keys) DO UPDATE SET c = excluded.c
+//	MySQL, MariaDB:     INSERT ... ON DUPLICATE KEY UPDATE c = VALUES(c)
+//
+// MySQL's VALUES() is deprecated from 8.0.20 in favour of a row alias,
+// which MariaDB does not take; both still take VALUES().
+func upsertSQL(d Dialect, table string, cols, keys []string, rows int) string {
+	var b strings.Builder
+	b.WriteString("INSERT INTO ")
+	b.WriteString(d.ident(table))
+	b.WriteString(" (")
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(d.ident(c))
+	}
+	b.WriteString(") VALUES ")
+	n := 0
+	for r := range rows {
+		if r > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteByte('(')
+		for i := range cols {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			n++
+			b.WriteString(d.placeholder(n))
+		}
+		b.WriteByte(')')
+	}
+	var update []string
+	for _, c := range cols {
+		if slices.Contains(keys, c) {
+			continue
+		}
+		q := d.ident(c)
+		if d.name == MySQL.name {
+			update = append(update, q+" = VALUES("+q+")")
+		} else {
+			update = append(update, q+" = excluded."+q)
+		}
+	}
+	if d.name == MySQL.name {
+		b.WriteString(" ON DUPLICATE KEY UPDATE ")
+		if len(update) == 0 {
+			// Every column is the key: nothing to update, but the
+			// statement needs an assignment.
+			q := d.ident(keys[0])
+			update = append(update, q+" = "+q)
+		}
+		b.WriteString(strings.Join(update, ", "))
+		return b.String()
+	}
+	b.WriteString(" ON CONFLICT (")
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(d.ident(k))
+	}
+	if len(update) == 0 {
+		b.WriteString(") DO NOTHING")
+		return b.String()
+	}
+	b.WriteString(") DO UPDATE SET ")
+	b.WriteString(strings.Join(update, ", "))
+	return b.String()
+}
