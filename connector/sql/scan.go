@@ -48,52 +48,22 @@ func newScanner[T any]() (scanner[T], error) {
 		return nil, fmt.Errorf("the item type %s is neither a struct nor map[string]any", t)
 	}
 	s := &structScanner[T]{fields: map[string][]int{}}
-	s.collect(t, nil)
+	for _, f := range structFields(t) {
+		s.fields[f.column] = f.index
+		s.order = append(s.order, f.column)
+	}
 	if len(s.order) == 0 {
 		return nil, fmt.Errorf("the item type %s has no field to read a column into (exported, without db:\"-\")", t)
 	}
 	return s, nil
 }
 
-// A structScanner reads columns into the fields of a struct: a field
-// takes the column its db tag names, or, without a tag, the column named
-// as the field in lower case; db:"-" and unexported fields take none.
+// A structScanner reads columns into the fields of a struct, by the rules
+// of structFields.
 type structScanner[T any] struct {
 	fields map[string][]int // field index by column name
 	order  []string         // column names in field order
 	bound  []boundField     // the field of each column of the query
-}
-
-// collect adds the fields of struct t, whose index within the item is
-// prefix: those of an embedded struct without a tag are the item's own.
-func (s *structScanner[T]) collect(t reflect.Type, prefix []int) {
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, hasTag := f.Tag.Lookup("db")
-		name, _, _ := strings.Cut(tag, ",")
-		if name == "-" {
-			continue
-		}
-		index := append(append([]int{}, prefix...), i)
-		if f.Anonymous && !hasTag && f.Type.Kind() == reflect.Struct {
-			s.collect(f.Type, index)
-			continue
-		}
-		if f.Anonymous && !hasTag && f.Type.Kind() == reflect.Pointer {
-			continue // an embedded pointer would have to be allocated: not read
-		}
-		if !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = strings.ToLower(f.Name)
-		}
-		if _, dup := s.fields[name]; dup {
-			continue // the shallower field wins, as Go's own selectors
-		}
-		s.fields[name] = index
-		s.order = append(s.order, name)
-	}
 }
 
 func (s *structScanner[T]) columns() []string { return s.order }
@@ -205,7 +175,7 @@ type boundField struct {
 }
 
 // newBoundField returns the field of struct t at index, which holds no
-// pointer to a struct on its way: collect descends only into embedded
+// pointer to a struct on its way: structFields descends only into embedded
 // structs held by value.
 func newBoundField(t reflect.Type, index []int) boundField {
 	var off uintptr
