@@ -65,4 +65,35 @@
 //     than your transactions last.
 //   - Times compare as the database stores them: keep a time watermark in
 //     UTC, and in SQLite as the driver writes it, or as an integer.
+//
+// # Writing
+//
+// [Upsert] ends a stream with a sink that writes its items in batches,
+// one transaction per batch, with the dialect's upsert (ON CONFLICT ... DO
+// UPDATE on SQLite and PostgreSQL, ON DUPLICATE KEY UPDATE on MySQL), so
+// that an item written twice leaves one row. A batch that the database
+// refuses for one row is split until that row is alone: every other row
+// is written, and the row fails alone with a [*RowError] naming the
+// constraint and the database's code. [Classifier] tells a dialect's
+// transient errors (deadlocks, serialization failures, lock timeouts)
+// from permanent ones (constraint violations, bad data). A COMMIT that
+// fails leaves its rows' fate unknown: they are written again, never
+// dead-lettered for it ([ErrCommitUnknown]).
+//
+// # Outbox
+//
+// An outbox source reads a table that a service fills in the same
+// transactions as its own changes, in key order, and deletes (or marks)
+// each row once its item settled, so that what the service committed is
+// published at least once.
+//
+// # Columns
+//
+// Query, Upsert and the outbox read a struct by the same rules: a field
+// takes the column its db tag names, or, without a tag, the column named
+// as the field in lower case; db:"-" and unexported fields take none; the
+// fields of an embedded struct held by value and without a tag are the
+// item's own, and an embedded pointer without a tag takes no column. When
+// two fields name one column, the shallower one takes it. The tag option
+// key (db:"id,key") names Upsert's conflict key.
 package sql
