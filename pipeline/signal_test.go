@@ -359,6 +359,23 @@ func TestRunUntilSignalReturnsRunsOwnEnd(t *testing.T) {
 	_, err = pipeline.RunUntilSignal(ctx, p, syscall.SIGUSR2)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.NotErrorIs(t, err, pipeline.ErrInterrupted)
+
+	// A pipeline already running is not run again.
+	b = pipeline.New("busy")
+	started, release := make(chan struct{}), make(chan struct{})
+	pipeline.ForEach(b, "sink", pipeline.Source(b, "source", pipelinetest.NewSliceSource(1)), func(context.Context, int) error {
+		close(started)
+		<-release
+		return nil
+	})
+	busy := build(t, b)
+	run := pipelinetest.Start(t.Context(), busy)
+	<-started
+	_, err = pipeline.RunUntilSignal(t.Context(), busy, syscall.SIGUSR2)
+	require.ErrorIs(t, err, pipeline.ErrRunning)
+	close(release)
+	_, err = run.Wait()
+	require.NoError(t, err)
 }
 
 // The errors say what happened, and match what the doc says.

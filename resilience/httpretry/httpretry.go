@@ -92,7 +92,10 @@ type StatusError struct {
 // Error names the request, the status and, when there is one, the start
 // of the body.
 func (e *StatusError) Error() string {
-	msg := fmt.Sprintf("httpretry: %s %s: %s", e.Method, e.URL, e.Status)
+	msg := "httpretry: " + e.Status
+	if e.Method != "" || e.URL != "" {
+		msg = fmt.Sprintf("httpretry: %s %s: %s", e.Method, e.URL, e.Status)
+	}
 	if e.Body == "" {
 		return msg
 	}

@@ -306,6 +306,7 @@ func TestNoBody(t *testing.T) {
 	_, err = httpretry.Check(&http.Response{StatusCode: 404}, nil)
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, "404 Not Found", se.Status)
+	assert.Equal(t, "httpretry: 404 Not Found", err.Error())
 	assert.False(t, resilience.IsTransient(err))
 
 	_, err = httpretry.Check(nil, nil)
