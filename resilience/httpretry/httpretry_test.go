@@ -432,6 +432,18 @@ func TestNetworkErrors(t *testing.T) {
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.True(t, resilience.IsTransient(err), "a deadline of the caller's own")
 	})
+	t.Run("no such host", func(t *testing.T) {
+		t.Parallel()
+		// The resolver's answer, without asking one: a test must not
+		// depend on the machine's DNS.
+		client := &http.Client{Transport: &http.Transport{DialContext: func(context.Context, string, string) (net.Conn, error) {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Err: "no such host", Name: "rates.invalid", IsNotFound: true}}
+		}}}
+		_, err := get(t, client, "http://rates.invalid/")
+		var dns *net.DNSError
+		require.ErrorAs(t, err, &dns)
+		assert.True(t, resilience.IsTransient(err), "%v", err)
+	})
 	t.Run("bad scheme", func(t *testing.T) {
 		t.Parallel()
 		_, err := get(t, http.DefaultClient, "gopher://example.com/")
