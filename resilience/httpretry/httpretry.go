@@ -25,8 +25,8 @@
 //     resilience.TransientAs(c, func(e *httpretry.StatusError) bool { return e.Code == 404 }).
 //
 // An error of the call itself (no response) is transient when the
-// network failed: a [net.Error] (refused, dropped, timed out, no such
-// host), or a connection that ended early ([io.EOF],
+// network failed: a [net.Error] (a refused connection, a timeout, no
+// such host), or a connection that the server dropped ([io.EOF],
 // [io.ErrUnexpectedEOF]). A cancelled context stays what it is: permanent,
 // never retried, and not the item's fault (see [resilience.IsBlameless]).
 // Other errors (a bad URL, a certificate that does not verify) are left

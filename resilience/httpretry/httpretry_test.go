@@ -2,8 +2,10 @@ package httpretry_test
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"io"
+	"log"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -443,6 +445,17 @@ func TestNetworkErrors(t *testing.T) {
 		var dns *net.DNSError
 		require.ErrorAs(t, err, &dns)
 		assert.True(t, resilience.IsTransient(err), "%v", err)
+	})
+	t.Run("certificate", func(t *testing.T) {
+		t.Parallel()
+		srv := httptest.NewUnstartedServer(http.NotFoundHandler())
+		srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshake's failure is expected
+		srv.StartTLS()
+		defer srv.Close()
+		_, err := get(t, http.DefaultClient, srv.URL) // a client that does not trust the test certificate
+		var unknown x509.UnknownAuthorityError
+		require.ErrorAs(t, err, &unknown)
+		assert.False(t, resilience.IsTransient(err), "no retry makes a certificate trusted: %v", err)
 	})
 	t.Run("bad scheme", func(t *testing.T) {
 		t.Parallel()
