@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/require"
@@ -161,6 +162,11 @@ func signalChild(mode string) int {
 		return childFailed
 	}
 	_, err = pipeline.RunUntilSignal(context.Background(), p, signals...)
+	// RunUntilSignal leaves no goroutine behind, whatever stopped it.
+	if leak := goleak.Find(); leak != nil {
+		fmt.Println("result: leaked:", leak)
+		return childFailed
+	}
 	var se *pipeline.SignalError
 	errors.As(err, &se)
 	switch {
