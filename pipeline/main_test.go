@@ -2,6 +2,7 @@ package pipeline_test
 
 import (
 	"context"
+	"os"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -11,7 +12,13 @@ import (
 	"github.com/sluicehq/sluice/pipeline"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// The signal tests run this binary again as the child they signal.
+	if code, ok := signalChildIfAsked(); ok {
+		os.Exit(code)
+	}
+	goleak.VerifyTestMain(m)
+}
 
 // modes are the ways stages hand items over; behaviour must be the same in
 // each. The small-batch mode crosses batch edges often.

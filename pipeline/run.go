@@ -79,6 +79,9 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	p.current.Store(rs)
 	defer rs.ended.Store(true)
 	defer rs.stopDrain()
+	// A signal that RunUntilSignal received before the run was published
+	// drains it now, before any source starts.
+	attachDrainRequest(parent, rs)
 
 	rs.edges = make([]any, len(p.nodes))
 	for _, n := range p.nodes {

@@ -12,7 +12,6 @@ import (
 	"slices"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -33,7 +32,7 @@ const pipelineName = "orders-etl"
 // build returns the job's pipeline, what it loads into and its source.
 // cp, when not nil, keeps the source's position every cfg.checkpointEvery.
 func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.Observer, cp checkpoint.Store) (*pipeline.Pipeline, *store, *file.Source[file.Record], error) {
-	rates := newRateService(clock, cfg.seed, cfg.latency, cfg.failRate, cfg.outageAfter, cfg.outage)
+	rates := newRateClient(newRateService(clock, cfg.seed, cfg.latency, cfg.failRate, cfg.outageAfter, cfg.outage))
 	st := &store{path: cfg.db}
 
 	opts := []pipeline.Option{
@@ -93,11 +92,16 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 	return p, st, src, err
 }
 
-// runETL runs the job once and returns its summary. Once drain is closed
-// (nil: never), the job stops reading rows and lets every row already read
-// reach its outcome; a run that fails or is cancelled still returns the
-// summary of what it did, with the error.
-func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.Writer, drain <-chan struct{}) (summary, error) {
+// A runner runs the job's pipeline: pipeline.RunUntilSignal in the
+// command, so that the first Ctrl-C drains the job and a second cancels
+// it; in tests, one that drains on cue. nil runs it with p.Run.
+type runner func(ctx context.Context, p *pipeline.Pipeline) (pipeline.Result, error)
+
+// runETL runs the job once, with run, and returns its summary. A drained
+// job stopped reading rows and let every row already read reach its
+// outcome; a run that fails or is cancelled still returns the summary of
+// what it did, with the error.
+func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.Writer, run runner) (summary, error) {
 	cfg.defaults()
 	if err := os.MkdirAll(filepath.Dir(cfg.db), 0o755); err != nil {
 		return summary{}, err
@@ -148,11 +152,15 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 
 	start := clock.Now()
 	stopProgress := showProgress(p, clock, cfg, progress)
-	var drained atomic.Bool
-	stopDrain := watchDrain(p, drain, &drained)
-	res, runErr := p.Run(ctx)
-	stopDrain()
+	if run == nil {
+		run = func(ctx context.Context, p *pipeline.Pipeline) (pipeline.Result, error) { return p.Run(ctx) }
+	}
+	res, runErr := run(ctx, p)
 	stopProgress()
+	drained := p.Stats().Draining
+	if errors.Is(runErr, pipeline.ErrDrained) {
+		runErr = nil // a signal drained the job, and every row read reached its outcome
+	}
 	err = errors.Join(runErr, dlq.Close(), cp.close(), m.stop(), writeGraph(graphPath(cfg), p))
 	letters := dlq.Stats()
 	// With a context of its own: after a cancelled run, what the tables
@@ -171,7 +179,7 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 		badRows: src.BadRows(), letters: letters,
 		changed: st.changed.Load(), inTable: inTable, totals: totals,
 		reasons: obs.snapshot(), outages: obs.breakerOutages(),
-		drained: drained.Load(), stopped: runErr,
+		drained: drained, stopped: runErr,
 	}, err
 }
 
@@ -188,36 +196,6 @@ func writeGraph(path string, p *pipeline.Pipeline) error {
 		return fmt.Errorf("etl: write the pipeline's graph: %w", err)
 	}
 	return nil
-}
-
-// watchDrain drains p once drain is closed, and sets drained. A drain
-// asked for before the run started waits for it. It returns a function
-// that stops watching.
-func watchDrain(p *pipeline.Pipeline, drain <-chan struct{}, drained *atomic.Bool) (stop func()) {
-	done := make(chan struct{})
-	ended := make(chan struct{})
-	go func() {
-		defer close(ended)
-		select {
-		case <-drain:
-		case <-done:
-			return
-		}
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for !p.Drain() {
-			select {
-			case <-tick.C:
-			case <-done:
-				return
-			}
-		}
-		drained.Store(true)
-	}()
-	return func() {
-		close(done)
-		<-ended
-	}
 }
 
 // A reason groups dead letters: the node where they failed and why.

@@ -26,6 +26,7 @@ import (
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/graphdoc"
 	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/pipeline"
 )
 
 func TestMain(m *testing.M) {
@@ -41,6 +42,41 @@ func TestMain(m *testing.M) {
 func runOnFakeClock(t *testing.T, cfg config) summary {
 	t.Helper()
 	return runOnFakeClockWith(t, cfg, &bytes.Buffer{}, nil, nil)
+}
+
+// drainOn returns a runner that drains the run once drain is closed, as
+// the command's first Ctrl-C does (nil: a runner that never drains). A
+// drain asked for before the run started waits for it.
+func drainOn(drain <-chan struct{}) runner {
+	if drain == nil {
+		return nil
+	}
+	return func(ctx context.Context, p *pipeline.Pipeline) (pipeline.Result, error) {
+		done := make(chan struct{})
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			select {
+			case <-drain:
+			case <-done:
+				return
+			}
+			tick := time.NewTicker(10 * time.Millisecond)
+			defer tick.Stop()
+			for !p.Drain() {
+				select {
+				case <-tick.C:
+				case <-done:
+					return
+				}
+			}
+		}()
+		defer func() {
+			close(done)
+			<-ended
+		}()
+		return p.Run(ctx)
+	}
 }
 
 // runOnFakeClockWith is runOnFakeClock writing progress to w, calling
@@ -66,7 +102,7 @@ func runOnFakeClockWith(t *testing.T, cfg config, w io.Writer, paused func(), dr
 		waiters++
 	}
 	go func() {
-		s, err := runETL(ctx, cfg, clock, w, drain)
+		s, err := runETL(ctx, cfg, clock, w, drainOn(drain))
 		done <- result{s, err}
 	}()
 	for {
@@ -277,15 +313,15 @@ func dataFailures(byWhy map[string]int) map[string]int {
 func TestFlags(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
-	assert.Equal(t, 0, run(t.Context(), []string{"-help"}, &bytes.Buffer{}, &stderr, nil))
+	assert.Equal(t, 0, run(t.Context(), []string{"-help"}, &bytes.Buffer{}, &stderr))
 	for _, flag := range []string{"-rows", "-fail-rate", "-outage", "-db", "-dlq", "-metrics-addr", "-seed", "-input", "-checkpoint-every", "-fresh"} {
 		assert.Contains(t, stderr.String(), flag)
 	}
 	stderr.Reset()
-	assert.Equal(t, 2, run(t.Context(), []string{"-fail-rate", "2"}, &bytes.Buffer{}, &stderr, nil))
+	assert.Equal(t, 2, run(t.Context(), []string{"-fail-rate", "2"}, &bytes.Buffer{}, &stderr))
 	assert.Contains(t, stderr.String(), "-fail-rate 2: must be in [0, 1]")
 	stderr.Reset()
-	assert.Equal(t, 2, run(t.Context(), []string{"extra"}, &bytes.Buffer{}, &stderr, nil))
+	assert.Equal(t, 2, run(t.Context(), []string{"extra"}, &bytes.Buffer{}, &stderr))
 	assert.Contains(t, stderr.String(), `unexpected argument "extra"`)
 }
 

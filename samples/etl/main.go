@@ -2,8 +2,9 @@
 // server to install. It writes an orders data set (with some malformed
 // rows) from a fixed seed to a CSV file, once, and reads it with
 // file.CSV; it parses each row, converts its amount to euro through a
-// simulated exchange-rate service that is slow, fails now and then and
-// goes down for a few seconds, checks business rules, and loads the
+// simulated exchange-rate HTTP API (answered in-process, read with
+// resilience/httpretry) that is slow, fails now and then and goes down
+// for a few seconds, checks business rules, and loads the
 // orders into a SQLite file in batches with upserts. When the run ends it
 // computes each customer's order count and euro total from the orders
 // table into a table beside it. What fails for good lands in a
@@ -28,11 +29,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"time"
 
 	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/pipeline"
 )
 
 // config is what the flags set.
@@ -59,29 +61,18 @@ type config struct {
 	tty             bool          // redraw the progress in place instead of printing lines
 }
 
-// main runs the job. The first Ctrl-C drains it: no more rows are read,
-// and every row read reaches its outcome; a second Ctrl-C cancels it at
-// once. Either way a partial summary is printed.
+// main runs the job. The first Ctrl-C (or SIGTERM) drains it: no more
+// rows are read, and every row read reaches its outcome; a second one
+// cancels it at once (see pipeline.RunUntilSignal). Either way a partial
+// summary is printed.
 func main() {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	interrupts := make(chan os.Signal, 2)
-	signal.Notify(interrupts, os.Interrupt)
-	drain := make(chan struct{})
-	go func() {
-		<-interrupts
-		fmt.Fprintln(os.Stderr, "\netl: draining: the rows read finish; Ctrl-C again to stop at once")
-		close(drain)
-		<-interrupts
-		fmt.Fprintln(os.Stderr, "\netl: stopping")
-		cancel()
-	}()
-	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr, drain))
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
 
 // run runs the command with args and returns its exit status: 0 when the
-// job ran (dead letters included), 1 when it failed, 2 for bad flags.
-func run(ctx context.Context, args []string, stdout, stderr io.Writer, drain <-chan struct{}) int {
+// job ran (dead letters included) or was drained, 1 when it failed or was
+// cancelled, 2 for bad flags.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg, err := parseFlags(args, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
@@ -91,7 +82,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, drain <-c
 		return 2
 	}
 	cfg.tty = isTerminal(stdout)
-	sum, err := runETL(ctx, cfg, clockwork.NewRealClock(), stdout, drain)
+	untilSignal := func(ctx context.Context, p *pipeline.Pipeline) (pipeline.Result, error) {
+		fmt.Fprintln(stdout, "etl: running: Ctrl-C drains the job (every row read reaches its outcome); Ctrl-C again stops it at once")
+		return pipeline.RunUntilSignal(ctx, p) // os.Interrupt and SIGTERM
+	}
+	sum, err := runETL(ctx, cfg, clockwork.NewRealClock(), stdout, untilSignal)
 	if sum.res.RunID != "" {
 		sum.print(stdout)
 	}

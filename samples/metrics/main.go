@@ -49,9 +49,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return
 		}
@@ -149,15 +147,20 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	})
 	fmt.Fprintf(stdout, "metrics: serving http://%s/metrics\n", ln.Addr())
 
-	res, err := p.Run(runCtx)
+	// The first Ctrl-C (or SIGTERM) drains the run: the orders read are
+	// enriched and stored; a second one cancels it at once.
+	res, err := pipeline.RunUntilSignal(runCtx, p)
 	stopProgress()
-	if ctx.Err() != nil {
+	if errors.Is(err, pipeline.ErrDrained) || ctx.Err() != nil {
 		err = nil // interrupted: the normal end of an endless run
 	}
 	fmt.Fprintf(stdout, "metrics: run finished: %s\n%s", errText(err), res)
 	if err == nil && s.hold && runCtx.Err() == nil {
 		fmt.Fprintln(stdout, "metrics: holding; interrupt to exit")
-		<-runCtx.Done()
+		// The run is over: the signal only ends the serving.
+		hold, stop := signal.NotifyContext(runCtx, os.Interrupt, syscall.SIGTERM)
+		<-hold.Done()
+		stop()
 	}
 	shutdown, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer done()

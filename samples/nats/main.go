@@ -27,9 +27,10 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"time"
+
+	"github.com/sluicehq/sluice/pipeline"
 )
 
 // config is what the flags set.
@@ -69,10 +70,14 @@ func main() {
 		os.Exit(2)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+	// Each of the sample's two runs (publish, then consume) stops on
+	// Ctrl-C with pipeline.RunUntilSignal: the first drains it, so that
+	// what was taken in reaches its outcome; a second cancels it.
 	var s summary
-	s, err = run(ctx, cfg)
+	s, err = run(context.Background(), cfg)
+	if errors.Is(err, pipeline.ErrInterrupted) && s.published > 0 {
+		s.print(cfg.reportWriter) // what it consumed before the signal
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nats:", err)
 		os.Exit(1)

@@ -128,7 +128,7 @@ func publish(ctx context.Context, cfg config, subject string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	_, err = p.Run(ctx)
+	_, err = pipeline.RunUntilSignal(ctx, p)
 	return int(pub.Duplicates()), err
 }
 
@@ -198,7 +198,7 @@ func consume(ctx context.Context, cfg config, src *nats.Source, s *summary) (pip
 	if err != nil {
 		return pipeline.Result{}, err
 	}
-	return p.Run(ctx)
+	return pipeline.RunUntilSignal(ctx, p)
 }
 
 // deleteStream deletes the stream, and with it its consumer.

@@ -120,7 +120,7 @@ func publish(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.Run(ctx)
+	_, err = pipeline.RunUntilSignal(ctx, p)
 	return err
 }
 
@@ -200,7 +200,7 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 	if err != nil {
 		return pipeline.Result{}, err
 	}
-	return p.Run(ctx)
+	return pipeline.RunUntilSignal(ctx, p)
 }
 
 // errThrottled is the rate limit the handler simulates.

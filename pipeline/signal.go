@@ -1,0 +1,200 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+)
+
+// ErrInterrupted is matched by every [*SignalError] with [errors.Is]: a
+// signal stopped the run that [RunUntilSignal] ran.
+var ErrInterrupted = errors.New("pipeline: interrupted by a signal")
+
+// A SignalError is what [RunUntilSignal] returns when a signal stopped the
+// run. It matches [ErrInterrupted]; it also matches [ErrDrained] when the
+// drain ended cleanly (Err is nil), and unwraps to Err otherwise, so that
+// errors.Is(err, [ErrDrainTimeout]) or errors.Is(err, context.Canceled)
+// tell a drain that ran out of time and a second signal apart.
+type SignalError struct {
+	// Signal is the first signal received: the one that drained the run.
+	Signal os.Signal
+	// Cancelled says that a second signal cancelled the run before its
+	// drain ended.
+	Cancelled bool
+	// Err is what Run returned: nil when the drain ended with every item
+	// taken in settled; [ErrDrainTimeout] when the drain ran out of time;
+	// context.Canceled after a second signal; or a failure of the run's
+	// own (a *NodeError) that the drain did not hide.
+	Err error
+}
+
+// Error says what the signals did, and how the run ended.
+func (e *SignalError) Error() string {
+	switch {
+	case e.Cancelled:
+		return fmt.Sprintf("pipeline: drained on %v, cancelled on a second signal: %v", e.Signal, e.Err)
+	case e.Err != nil:
+		return fmt.Sprintf("pipeline: drained on %v: %v", e.Signal, e.Err)
+	}
+	return fmt.Sprintf("pipeline: drained on %v: every item taken in reached its outcome", e.Signal)
+}
+
+// Is reports whether target is [ErrInterrupted], or [ErrDrained] for a
+// drain that ended cleanly.
+func (e *SignalError) Is(target error) bool {
+	return target == ErrInterrupted || (target == ErrDrained && e.Err == nil && !e.Cancelled)
+}
+
+// Unwrap returns what Run returned.
+func (e *SignalError) Unwrap() error { return e.Err }
+
+// RunUntilSignal runs p as [Pipeline.Run] does, and stops it gently on a
+// signal: the first signal drains the run (see [Pipeline.Drain]: the
+// sources stop, every item already taken in reaches its outcome, within
+// the pipeline's [WithDrainTimeout] when it has one), and a second signal
+// cancels it at once. With no signals given it listens for os.Interrupt
+// (Ctrl-C) and syscall.SIGTERM (what a service manager or Kubernetes
+// sends).
+//
+// It returns Run's Result, with Run's error while no signal came. Once a
+// signal drained the run, the error is a [*SignalError]:
+// errors.Is(err, [ErrDrained]) when the drain ended cleanly (Run itself
+// would have returned nil), errors.Is(err, context.Canceled) after a
+// second signal, errors.Is(err, [ErrDrainTimeout]) when the drain ran out
+// of time; errors.Is(err, [ErrInterrupted]) in all three. A signal that
+// came when every node had finished changes nothing: the run's own result
+// is returned.
+//
+// A signal that arrives before the run started (while it loads its
+// checkpoint, say) drains it as soon as it starts. The signals are the
+// program's again once RunUntilSignal returns ([signal.Stop]); it leaves
+// no goroutine behind.
+func RunUntilSignal(ctx context.Context, p *Pipeline, signals ...os.Signal) (Result, error) {
+	if len(signals) == 0 {
+		signals = []os.Signal{os.Interrupt, syscall.SIGTERM}
+	}
+	// Two slots: a second signal sent right after the first is not lost
+	// while the watcher is busy draining.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, signals...)
+	defer signal.Stop(sigs)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	req := &drainRequest{p: p, asked: make(chan struct{})}
+	ctx = context.WithValue(ctx, drainRequestKey{}, req)
+
+	done := make(chan struct{})
+	watched := make(chan struct{})
+	var (
+		first     os.Signal // written by the watcher, read after watched is closed
+		cancelled bool
+	)
+	go func() {
+		defer close(watched)
+		for n := 0; ; n++ {
+			select {
+			case s := <-sigs:
+				if n == 0 {
+					first = s
+					req.ask()
+					continue
+				}
+				cancelled = true
+				cancel()
+				return
+			case <-done:
+				return
+			}
+		}
+	}()
+	res, err := p.Run(ctx)
+	close(done)
+	<-watched
+
+	drained := req.drained()
+	switch {
+	case first == nil || (!drained && !cancelled):
+		// No signal, or one that came when there was nothing left to
+		// drain: the run's own ending.
+		return res, err
+	case err == nil && !drained:
+		// The second signal came after the last node finished: the
+		// run succeeded.
+		return res, nil
+	}
+	return res, &SignalError{Signal: first, Cancelled: cancelled && err != nil, Err: err}
+}
+
+// drainRequestKey is the key of the *drainRequest in the context that
+// RunUntilSignal gives Run.
+type drainRequestKey struct{}
+
+// A drainRequest carries a drain asked for by a signal to the run it is
+// for, which may not have started yet when the signal comes: the run
+// attaches itself as soon as it is published (see Pipeline.run), and is
+// drained then if the signal came first.
+type drainRequest struct {
+	p     *Pipeline
+	asked chan struct{} // closed by ask
+	mu    sync.Mutex
+	rs    *runState // the run, once attached
+	did   bool      // a drain reached a live run
+}
+
+// ask drains the run, now or once it is attached.
+func (r *drainRequest) ask() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	select {
+	case <-r.asked:
+		return
+	default:
+	}
+	close(r.asked)
+	if r.rs != nil {
+		r.drainLocked()
+	}
+}
+
+// attach is called by rs's Run once rs is published, before any node
+// starts.
+func (r *drainRequest) attach(rs *runState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.rs = rs
+	select {
+	case <-r.asked:
+		r.drainLocked()
+	default:
+	}
+}
+
+func (r *drainRequest) drainLocked() {
+	if r.rs.ended.Load() {
+		return // every node finished: nothing is left to drain
+	}
+	r.rs.drain()
+	r.did = true
+}
+
+// drained reports whether the request drained a live run.
+func (r *drainRequest) drained() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.did
+}
+
+// attachDrainRequest attaches rs to the drain request that ctx (Run's
+// context) carries for rs's pipeline, if any: a request carried along
+// for another pipeline (one run from inside a node's call) is not this
+// run's.
+func attachDrainRequest(ctx context.Context, rs *runState) {
+	if r, ok := ctx.Value(drainRequestKey{}).(*drainRequest); ok && r.p == rs.p {
+		r.attach(rs)
+	}
+}
