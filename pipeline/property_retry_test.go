@@ -59,7 +59,7 @@ func (f *flaky2) Process(ctx context.Context, x int) (int, error) {
 	return x, nil
 }
 
-// 100 000 items through a node whose calls time out, ask for Retry-After
+// 25 000 items through a node whose calls time out, ask for Retry-After
 // delays or fail, under an attempt timeout, an elapsed cap and a shared
 // retry budget, on a fake clock: every item ends exactly once, delivered
 // or dead-lettered; the budget's ratio holds. With one worker, fake time
@@ -78,7 +78,7 @@ func TestPropertyRetryPolicies(t *testing.T) {
 
 func propertyRetryPolicies(t *testing.T, par int) {
 	const (
-		n          = 100_000
+		n          = 25_000
 		ratio      = 0.2
 		maxElapsed = 10 * time.Second
 		timeout    = 2 * time.Second

@@ -81,7 +81,7 @@ func TestSingleWorkerRestartsResumeWhereTheyFailed(t *testing.T) {
 			for _, m := range modes {
 				t.Run(fmt.Sprintf("%s/%s/%s", kind, br, m.name), func(t *testing.T) {
 					t.Parallel()
-					for it := range 15 {
+					for it := range 6 {
 						rng := rand.New(rand.NewPCG(uint64(it), 77))
 						s := &script{fails: map[int]int{}, panic: map[int]bool{}, calls: map[int]int{}}
 						retries := rng.IntN(3)

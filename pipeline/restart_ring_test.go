@@ -26,7 +26,7 @@ func TestParallelRestartWindowGrowsAndWraps(t *testing.T) {
 		for _, m := range modes {
 			t.Run(fmt.Sprintf("unordered=%t/%s", unordered, m.name), func(t *testing.T) {
 				t.Parallel()
-				for it := range 8 {
+				for it := range 4 {
 					rng := rand.New(rand.NewPCG(uint64(it), 5))
 					s := &script{fails: map[int]int{}, panic: map[int]bool{}, calls: map[int]int{}}
 					skip := map[int]bool{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"strings"
 	"sync"
@@ -25,7 +26,24 @@ func TestMain(m *testing.M) {
 	// The consumer process of the conformance suite's SIGKILL case is this
 	// binary.
 	connectortest.ChildMain(childConformance())
+	raiseParallel(testParallel)
 	goleak.VerifyTestMain(m)
+}
+
+// testParallel is how many tests run at once unless -test.parallel says
+// otherwise: the tests spend their time waiting on the server (AckWait,
+// BackOff, PullWait), not on the CPU, so the default of one per core
+// would leave the machine idle for most of the package's run.
+const testParallel = 8
+
+// raiseParallel raises -test.parallel to n, unless the command line set it.
+func raiseParallel(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		_ = flag.Set("test.parallel", fmt.Sprint(n))
+	}
 }
 
 // testTimeout guards every wait of a test against the server: each test
