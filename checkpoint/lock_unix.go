@@ -28,8 +28,14 @@ func lockFile(path string) (*os.File, error) {
 	return f, nil
 }
 
-// unlockFile drops the lock, by closing the file.
-func unlockFile(f *os.File) error { return f.Close() }
+// unlockFile drops the lock, then closes the file. Closing alone is not
+// enough: a child process forked at that moment (os/exec forks, then
+// closes the file when it runs its program) shares the open file and its
+// lock, which would outlive the Close until the child's exec.
+func unlockFile(f *os.File) error {
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
+	return f.Close()
+}
 
 // syncDir syncs dir, so that a file renamed into it keeps its name after
 // a crash of the system.

@@ -28,6 +28,10 @@ func lockFile(path string) (*os.File, error) {
 }
 
 func unlockFile(f *os.File) error {
-	// Closing the file drops the lock.
+	// Unlock before closing: a child process forked at that moment (os/exec
+	// forks, then closes the file when it runs its program) shares the
+	// open file and its lock, which would outlive the Close until the
+	// child's exec.
+	_ = syscall.Flock(int(f.Fd()), syscall.LOCK_UN)
 	return f.Close()
 }
