@@ -136,15 +136,20 @@ func (pk *parking[T]) full() <-chan struct{} {
 // goes back to its broker does not wait: it joins the woken items at once.
 func (pk *parking[T]) park(ctx context.Context, v T, until time.Time, late *time.Duration) error {
 	pk.mu.Lock()
-	if pk.back != nil && !pk.closed && ctx.Err() == nil && pk.back(v) {
-		// The run drains, and v goes back to its broker: a worker hands
-		// it back at once, instead of waiting.
-		pk.holds.Add(1)
-		pk.queue(v)
-		pk.mu.Unlock()
-		return nil
-	}
-	for len(pk.parked) >= pk.max && !pk.closed {
+	for {
+		if pk.back != nil && !pk.closed && ctx.Err() == nil && pk.back(v) {
+			// The run drains, and v goes back to its broker: a worker
+			// hands it back at once, instead of waiting. Looked at again
+			// after each wait for room, since a drain that starts
+			// meanwhile makes the room (it recalls the parked items).
+			pk.holds.Add(1)
+			pk.queue(v)
+			pk.mu.Unlock()
+			return nil
+		}
+		if len(pk.parked) < pk.max || pk.closed {
+			break
+		}
 		room := pk.room
 		pk.mu.Unlock()
 		select {
