@@ -6,6 +6,7 @@ require (
 	github.com/sluicehq/sluice v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/connector/nats v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/connector/rabbitmq v0.0.0-00010101000000-000000000000
+	github.com/sluicehq/sluice/connector/sql v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/observer/progress v0.0.0-00010101000000-000000000000
 	github.com/sluicehq/sluice/observer/prometheus v0.0.0-00010101000000-000000000000
 )
@@ -53,6 +54,7 @@ replace (
 	github.com/sluicehq/sluice/connector/connectortest => ../connector/connectortest
 	github.com/sluicehq/sluice/connector/nats => ../connector/nats
 	github.com/sluicehq/sluice/connector/rabbitmq => ../connector/rabbitmq
+	github.com/sluicehq/sluice/connector/sql => ../connector/sql
 	github.com/sluicehq/sluice/observer/otel => ../observer/otel
 	github.com/sluicehq/sluice/observer/progress => ../observer/progress
 	github.com/sluicehq/sluice/observer/prometheus => ../observer/prometheus

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicehq/sluice/pipeline"
@@ -44,6 +45,14 @@ type UpsertOptions struct {
 	// 0 means the dialect's limit: 32766 for SQLite (set 999 for a
 	// SQLite older than 3.32), 65535 for PostgreSQL and MySQL.
 	MaxParams int
+	// SkipUnchanged updates a row whose key is in the table only when
+	// one of its other columns differs (PostgreSQL: IS DISTINCT FROM,
+	// SQLite: IS NOT, so that NULL equals NULL); a row that is already
+	// there as written is left alone, and [Upserter.RowsAffected] counts
+	// only the rows inserted or changed. MySQL leaves such a row alone
+	// whatever this says. On PostgreSQL every column written needs an
+	// equality operator (json, xml and point have none).
+	SkipUnchanged bool
 }
 
 // ErrUpsertOptions is matched by the error of [NewUpserter] for options
@@ -121,6 +130,8 @@ type Upserter[T any] struct {
 	batch    int
 	perStmt  int // rows in one statement, at most
 	classify resilience.Classifier
+	skip     bool // UpsertOptions.SkipUnchanged
+	affected atomic.Int64
 
 	mu    sync.Mutex
 	stmts map[int]string // statement text by its rows
@@ -153,7 +164,7 @@ func NewUpserter[T any](db *stdsql.DB, d Dialect, o UpsertOptions) (*Upserter[T]
 	if err != nil {
 		problems = append(problems, err.Error())
 	}
-	u := &Upserter[T]{db: db, d: d, table: o.Table, cols: cols, batch: o.BatchSize, classify: Classifier(d), stmts: map[int]string{}}
+	u := &Upserter[T]{db: db, d: d, table: o.Table, cols: cols, batch: o.BatchSize, classify: Classifier(d), skip: o.SkipUnchanged, stmts: map[int]string{}}
 	if u.batch == 0 {
 		u.batch = DefaultBatchSize
 	}
@@ -219,6 +230,23 @@ func Upsert[T any](b *pipeline.Builder, name string, in pipeline.Stream[T], db *
 // size of slice Write is meant for.
 func (u *Upserter[T]) BatchSize() int { return u.batch }
 
+// RowsAffected returns the rows that the Upserter's statements affected,
+// as the database counts them, over the transactions that committed
+// (a batch that failed, and one whose COMMIT failed, add nothing):
+//
+//   - PostgreSQL and SQLite: one for each row inserted and each row
+//     updated. With SkipUnchanged, a row already there as written is not
+//     updated: the count is of the rows inserted or changed.
+//   - MySQL and MariaDB: their affected rows (without the client flag
+//     CLIENT_FOUND_ROWS, go-sql-driver/mysql's default): one for a row
+//     inserted, two for a row changed, none for a row already there as
+//     written, with or without SkipUnchanged. A multi-row statement gives
+//     only the sum, so rows inserted and rows changed cannot be told apart.
+//
+// A row written twice, in two batches or twice in one, counts each time
+// the database wrote it.
+func (u *Upserter[T]) RowsAffected() int64 { return u.affected.Load() }
+
 // Write upserts items in one transaction (in one statement without a
 // transaction when one statement holds them all) and returns nil when
 // every row was written, else one error per item, nil for each row
@@ -283,7 +311,10 @@ func (u *Upserter[T]) write(ctx context.Context, items []T, errs []error) (faile
 // it holds them all. atCommit says the error came from the COMMIT.
 func (u *Upserter[T]) exec(ctx context.Context, items []T) (err error, atCommit bool) {
 	if len(items) <= u.perStmt {
-		_, err := u.db.ExecContext(ctx, u.statement(len(items)), u.args(nil, items)...)
+		res, err := u.db.ExecContext(ctx, u.statement(len(items)), u.args(nil, items)...)
+		if err == nil {
+			u.affected.Add(rowsAffected(res))
+		}
 		return err, false
 	}
 	tx, err := u.db.BeginTx(ctx, nil)
@@ -291,18 +322,32 @@ func (u *Upserter[T]) exec(ctx context.Context, items []T) (err error, atCommit 
 		return err, false
 	}
 	var args []any
+	var affected int64
 	for start := 0; start < len(items); start += u.perStmt {
 		chunk := items[start:min(start+u.perStmt, len(items))]
 		args = u.args(args[:0], chunk)
-		if _, err := tx.ExecContext(ctx, u.statement(len(chunk)), args...); err != nil {
+		res, err := tx.ExecContext(ctx, u.statement(len(chunk)), args...)
+		if err != nil {
 			_ = tx.Rollback() // the statement's error is the one to report
 			return err, false
 		}
+		affected += rowsAffected(res)
 	}
 	if err := tx.Commit(); err != nil {
 		return err, true
 	}
+	u.affected.Add(affected)
 	return nil, false
+}
+
+// rowsAffected is res's count of rows affected; 0 from a driver that
+// cannot say.
+func rowsAffected(res stdsql.Result) int64 {
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // args appends the values of items' columns to args, row by row.
@@ -321,7 +366,7 @@ func (u *Upserter[T]) statement(rows int) string {
 	if s, ok := u.stmts[rows]; ok {
 		return s
 	}
-	s := upsertSQL(u.d, u.table, u.cols.names, u.cols.keys, rows)
+	s := upsertSQL(u.d, u.table, u.cols.names, u.cols.keys, rows, u.skip)
 	u.stmts[rows] = s
 	return s
 }
@@ -332,9 +377,14 @@ func (u *Upserter[T]) statement(rows int) string {
 //	PostgreSQL, SQLite: INSERT ... ON CONFLICT (keys) DO UPDATE SET c = excluded.c
 //	MySQL, MariaDB:     INSERT ... ON DUPLICATE KEY UPDATE c = VALUES(c)
 //
+// With skip, PostgreSQL's and SQLite's update has a WHERE that leaves a
+// row alone unless a column differs: WHERE (c, ...) IS DISTINCT FROM
+// (excluded.c, ...), IS NOT on SQLite. MySQL never writes a row whose
+// values do not change.
+//
 // MySQL's VALUES() is deprecated from 8.0.20 in favour of a row alias,
 // which MariaDB does not take; both still take VALUES().
-func upsertSQL(d Dialect, table string, cols, keys []string, rows int) string {
+func upsertSQL(d Dialect, table string, cols, keys []string, rows int, skip bool) string {
 	var b strings.Builder
 	b.WriteString("INSERT INTO ")
 	b.WriteString(d.ident(table))
@@ -397,5 +447,19 @@ func upsertSQL(d Dialect, table string, cols, keys []string, rows int) string {
 	}
 	b.WriteString(") DO UPDATE SET ")
 	b.WriteString(strings.Join(update, ", "))
+	if skip {
+		var old, now []string
+		for _, c := range cols {
+			if !slices.Contains(keys, c) {
+				old = append(old, d.ident(table)+"."+d.ident(c))
+				now = append(now, "excluded."+d.ident(c))
+			}
+		}
+		differ := " IS DISTINCT FROM "
+		if d.name == SQLite.name {
+			differ = " IS NOT "
+		}
+		b.WriteString(" WHERE (" + strings.Join(old, ", ") + ")" + differ + "(" + strings.Join(now, ", ") + ")")
+	}
 	return b.String()
 }

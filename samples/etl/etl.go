@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/connector/file"
+	sluicesql "github.com/sluicehq/sluice/connector/sql"
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
@@ -74,10 +75,17 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 			o.CircuitBreaker.MaxPause = 30 * time.Second
 		}))
 	valid := pipeline.Transform(b, "validate", priced, node.TransformFunc[Order, Order](validate))
-	batches := pipeline.Batch(b, "batch", valid, 500, 250*time.Millisecond)
-	pipeline.Sink[[]Order](b, "load", batches, st, pipeline.NodeResilience(func(o *resilience.Options) {
-		// A locked database file is worth a retry; a batch that cannot load
-		// fails the job rather than dead-lettering 500 orders at once.
+	// connector/sql's upsert, in batches of 500 rows (a part batch waits
+	// 250 ms for more), one transaction per batch: sluicesql.Upsert, built
+	// by hand from the store's Upserter so that the summary can say how
+	// many rows the run inserted or changed. Each order is settled, and
+	// its position may be saved, only once its batch committed.
+	pipeline.ForEachBatch(b, "load", valid, sluicesql.DefaultBatchSize, 250*time.Millisecond, st.Write, pipeline.NodeResilience(func(o *resilience.Options) {
+		// A locked database file is worth a retry. A row the database
+		// refuses is split out of its batch and fails alone, and it
+		// fails the job, naming the constraint: validate lets no such
+		// row through, so one is a bug, not bad input, and a database
+		// that refuses every row (a full disk) would dead-letter them all.
 		o.OnItemFailure = resilience.Fail
 		o.NodeRestart.MaxRestarts = 2
 	}))
@@ -149,6 +157,9 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	if err != nil {
 		return summary{}, errors.Join(err, m.stop(), dlq.Close(), cp.close())
 	}
+	if err := st.Open(ctx); err != nil {
+		return summary{}, errors.Join(err, m.stop(), dlq.Close(), cp.close())
+	}
 
 	start := clock.Now()
 	stopProgress := showProgress(p, clock, cfg, progress)
@@ -163,6 +174,9 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	}
 	err = errors.Join(runErr, dlq.Close(), cp.close(), m.stop(), writeGraph(graphPath(cfg), p))
 	letters := dlq.Stats()
+	// The loader's connection closes once the run ended, before the
+	// totals are summed from the table in a connection of their own.
+	err = errors.Join(err, st.Close(ctx))
 	// With a context of its own: after a cancelled run, what the tables
 	// hold is still worth saying, and the totals still follow the orders.
 	wctx := context.WithoutCancel(ctx)
@@ -177,7 +191,7 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	return summary{
 		cfg: cfg, res: res, at: at, elapsed: clock.Since(start),
 		badRows: src.BadRows(), letters: letters,
-		changed: st.changed.Load(), inTable: inTable, totals: totals,
+		changed: st.changed(), inTable: inTable, totals: totals,
 		reasons: obs.snapshot(), outages: obs.breakerOutages(),
 		drained: drained, stopped: runErr,
 	}, err

@@ -470,7 +470,7 @@ func TestGraphFileBesideTheDatabase(t *testing.T) {
 	assert.Contains(t, labels["load"], fmt.Sprintf("\nin %d · out %d", s.node("load").In, s.node("load").Out))
 	assert.Contains(t, string(raw), "    %% counts of run "+s.res.RunID+"\n")
 	assert.Len(t, f.Edges, len(s.res.Nodes)-1, "a tree: every node but the source has one input")
-	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n4_batch", Label: "64"})
+	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n4_load", Label: "64"})
 }
 
 // docs/graph.md embeds the demo's graph, as make demo builds it with its

@@ -4,18 +4,32 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"sync/atomic"
+	"time"
 
 	_ "modernc.org/sqlite" // the pure-Go SQLite driver, registered as "sqlite"
+
+	sluicesql "github.com/sluicehq/sluice/connector/sql"
 )
 
-// A store loads batches of orders into a SQLite file with upserts, so that
-// a second run, or a re-drive of dead letters, loads nothing twice: a row
-// that is already there with the same values is left alone.
+// A store loads orders into a SQLite file with connector/sql's upserts,
+// so that a second run, or a re-drive of dead letters, loads nothing
+// twice: a row that is already there with the same values is left alone
+// (SkipUnchanged), and the Upserter counts the rows inserted or changed.
 type store struct {
-	path    string
-	db      *sql.DB
-	changed atomic.Int64 // rows inserted or changed by this run
+	path string
+	db   *sql.DB
+	up   *sluicesql.Upserter[orderRow]
+}
+
+// An orderRow is an order as the orders table holds it: the day as text,
+// 2006-01-02.
+type orderRow struct {
+	ID       string `db:"id,key"`
+	Customer string `db:"customer"`
+	Cents    int64  `db:"cents"`
+	Currency string `db:"currency"`
+	EURCents int64  `db:"eur_cents"`
+	Day      string `db:"day"`
 }
 
 const schema = `
@@ -33,15 +47,7 @@ CREATE TABLE IF NOT EXISTS customer_totals (
 	eur_cents INTEGER NOT NULL
 )`
 
-const upsert = `
-INSERT INTO orders (id, customer, cents, currency, eur_cents, day) VALUES (?, ?, ?, ?, ?, ?)
-ON CONFLICT (id) DO UPDATE SET
-	customer = excluded.customer, cents = excluded.cents, currency = excluded.currency,
-	eur_cents = excluded.eur_cents, day = excluded.day
-WHERE (customer, cents, currency, eur_cents, day) IS NOT
-	(excluded.customer, excluded.cents, excluded.currency, excluded.eur_cents, excluded.day)`
-
-// Open opens the database file and creates the table if needed.
+// Open opens the database file and creates the tables if needed.
 func (s *store) Open(ctx context.Context) error {
 	// busy_timeout first: the pragmas run in order, and another
 	// connection may hold the file (the totals are summed in one of their
@@ -56,7 +62,12 @@ func (s *store) Open(ctx context.Context) error {
 		db.Close()
 		return fmt.Errorf("etl: create table in %s: %w", s.path, err)
 	}
-	s.db = db
+	up, err := sluicesql.NewUpserter[orderRow](db, sluicesql.SQLite, sluicesql.UpsertOptions{Table: "orders", SkipUnchanged: true})
+	if err != nil {
+		db.Close()
+		return fmt.Errorf("etl: %w", err)
+	}
+	s.db, s.up = db, up
 	return nil
 }
 
@@ -70,40 +81,24 @@ func (s *store) Close(context.Context) error {
 	return err
 }
 
-// Write loads one batch in one transaction. A failure rolls the whole batch
-// back, so that a retry of the batch cannot half-load it.
-func (s *store) Write(ctx context.Context, batch []Order) (err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return fmt.Errorf("etl: begin: %w", err)
+// Write upserts a batch of orders, one transaction per batch, and returns
+// one error per order as [sluicesql.Upserter.Write] does: nil for each
+// row written. A batch the database refuses for a row is split until the
+// row is alone, so every other row is written.
+func (s *store) Write(ctx context.Context, batch []Order) []error {
+	rows := make([]orderRow, len(batch))
+	for i, o := range batch {
+		rows[i] = orderRow{ID: o.ID, Customer: o.Customer, Cents: o.Cents, Currency: o.Currency, EURCents: o.EURCents, Day: o.Date.Format(time.DateOnly)}
 	}
-	defer func() {
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	stmt, err := tx.PrepareContext(ctx, upsert)
-	if err != nil {
-		return fmt.Errorf("etl: prepare: %w", err)
+	return s.up.Write(ctx, rows)
+}
+
+// changed returns the rows this store's writes inserted or changed.
+func (s *store) changed() int64 {
+	if s.up == nil {
+		return 0
 	}
-	defer stmt.Close()
-	var changed int64
-	for _, o := range batch {
-		res, err := stmt.ExecContext(ctx, o.ID, o.Customer, o.Cents, o.Currency, o.EURCents, o.Date.Format("2006-01-02"))
-		if err != nil {
-			return fmt.Errorf("etl: upsert order %s: %w", o.ID, err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return fmt.Errorf("etl: upsert order %s: %w", o.ID, err)
-		}
-		changed += n
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("etl: commit: %w", err)
-	}
-	s.changed.Add(changed)
-	return nil
+	return s.up.RowsAffected()
 }
 
 // A total is one customer's orders: how many, and their sum in euro
