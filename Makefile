@@ -40,7 +40,8 @@ docs:
 	UPDATE_DOCS=1 $(GO) test -p 1 -count=1 -run '^TestDocGraph$$' ./samples/...
 
 ## bench: every benchmark beside its hand-written baseline, summarised by benchstat;
-## the connectors beside their brokers' clients (skipped without the brokers).
+## the connectors beside their brokers' clients (skipped without the brokers), and
+## connector/sql beside hand-written database/sql loops on SQLite.
 BENCHSTAT = golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
 bench:
 	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=1000000x -count=6 ./bench/ | tee bench.out
@@ -49,6 +50,7 @@ bench:
 	$(GO) test -c -o bench.connectors.test ./bench/connectors/
 	for i in 1 2 3 4 5 6; do ./bench.connectors.test -test.run='^$$' -test.bench=. -test.benchtime=10000x; done | tee -a bench.out
 	rm -f bench.connectors.test
+	$(GO) test -run='^$$' -bench=. -benchmem -benchtime=3x -count=6 ./connector/sql/ | tee -a bench.out
 	$(GO) run $(BENCHSTAT) -table .name -col /impl bench.out
 
 ## compare: Sluice beside other Go libraries on the same workload (its own
