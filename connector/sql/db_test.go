@@ -56,14 +56,21 @@ func openPostgres(t *testing.T) *sql.DB {
 	return db
 }
 
-func openMariaDB(t *testing.T) *sql.DB {
+// mariaDBDSN is the data source name of the tests' MariaDB server, with
+// parseTime=true.
+func mariaDBDSN(t *testing.T) string {
 	t.Helper()
 	dsn := servicetest.MariaDB(t)
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"
 	}
-	db, err := sql.Open("mysql", dsn+sep+"parseTime=true")
+	return dsn + sep + "parseTime=true"
+}
+
+func openMariaDB(t *testing.T) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", mariaDBDSN(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { db.Close() })
 	require.NoError(t, db.Ping())
