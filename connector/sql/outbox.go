@@ -447,6 +447,16 @@ func (o *OutboxSource[T]) Close(ctx context.Context) error {
 		d.cancel()
 	}
 	o.takeErr()
+	// The rows whose items failed in this run are forgotten: the next
+	// run emits them at once. (A node restart calls Run again without
+	// Close, and waits for them as the run did.)
+	o.mu.Lock()
+	for k, e := range o.rows {
+		if e.state == rowFailed {
+			delete(o.rows, k)
+		}
+	}
+	o.mu.Unlock()
 	if o.q == nil {
 		return nil // never opened: nothing to delete
 	}

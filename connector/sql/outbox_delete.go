@@ -23,8 +23,7 @@ func (o *OutboxSource[T]) takeErr() error {
 // startDeleter starts the goroutine that deletes settled rows, unless it
 // runs, and wakes it: a Run after a failed delete tries again. A delete
 // that failed before, or that started before and fails later, is not this
-// Run's failure. The rows whose items failed in an earlier Run are
-// forgotten: this Run emits them at once.
+// Run's failure.
 func (o *OutboxSource[T]) startDeleter() {
 	o.mu.Lock()
 	o.runs++
@@ -32,11 +31,6 @@ func (o *OutboxSource[T]) startDeleter() {
 	select {
 	case <-o.failed:
 	default:
-	}
-	for k, e := range o.rows {
-		if e.state == rowFailed {
-			delete(o.rows, k)
-		}
 	}
 	o.mu.Unlock()
 	select {

@@ -70,12 +70,14 @@ func TestReviewOutboxAmbiguousDeleteKeyReuse(t *testing.T) {
 		db := openSQLite(t)
 		_, err := db.Exec(ddl)
 		require.NoError(t, err)
-		err = sluicesql.Outbox[outboxEvent](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"}).Open(context.Background())
-		require.ErrorIs(t, err, sluicesql.ErrOutboxOptions, ddl)
-		var oe *sluicesql.OutboxOptionError
-		require.ErrorAs(t, err, &oe)
-		assert.Equal(t, "Key", oe.Field)
-		assert.ErrorContains(t, err, "AUTOINCREMENT")
+		for _, table := range []string{"outbox", "main.outbox"} {
+			err = sluicesql.Outbox[outboxEvent](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: table}).Open(context.Background())
+			require.ErrorIs(t, err, sluicesql.ErrOutboxOptions, ddl)
+			var oe *sluicesql.OutboxOptionError
+			require.ErrorAs(t, err, &oe)
+			assert.Equal(t, "Key", oe.Field)
+			assert.ErrorContains(t, err, "AUTOINCREMENT")
+		}
 	}
 	for _, ddl := range []string{
 		`CREATE TABLE outbox (id BIGINT PRIMARY KEY, topic TEXT NOT NULL, payload TEXT NOT NULL)`, // not a rowid alias
