@@ -176,3 +176,49 @@ func TestOutboxFailedWaits(t *testing.T) {
 	assert.Equal(t, append(all[:3:3], all[1]), outboxIDs(e.items))
 	assert.Empty(t, outboxKeys(t, db, table, ""))
 }
+
+// TestOutboxFailedWaitsAcrossRestart ends a Run (as a node restart
+// does, without Close) just after an item failed: the next Run waits
+// PollInterval before it emits the row again, and emits the row in flight
+// not at all; after Close, a Run emits a failed row at once.
+func TestOutboxFailedWaitsAcrossRestart(t *testing.T) {
+	db := openSQLite(t)
+	d := sluicesql.SQLite
+	table := outboxTable(t, db, d)
+	all := outboxInsert(t, db, d, table, "order.created", 3)
+	clock := clockwork.NewFakeClock()
+	src := newOutbox(t, db, d, table, clock)
+	e := &trackEmitter{t: t, dones: make(chan func(node.Outcome), 100)}
+	ctx, cancel := context.WithCancel(outboxContext(t))
+	ran := runOutbox(ctx, src, e)
+	dones := []func(node.Outcome){<-e.dones, <-e.dones, <-e.dones}
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the outbox polls")
+	dones[0](node.Failed)
+	cancel()
+	require.ErrorIs(t, <-ran, context.Canceled)
+
+	ctx, cancel = context.WithCancel(outboxContext(t))
+	ran = runOutbox(ctx, src, e)
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the restarted outbox polls")
+	assert.Empty(t, e.dones, "nothing emitted again at once")
+	clock.Advance(outboxPoll)
+	(<-e.dones)(node.Failed) // fails again
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the outbox polls")
+	cancel()
+	require.ErrorIs(t, <-ran, context.Canceled)
+	dones[1](node.Delivered)
+	dones[2](node.Delivered)
+	require.NoError(t, src.Close(context.Background()))
+
+	// The pipeline's next run: Close forgot the failed row.
+	ctx, cancel = context.WithCancel(outboxContext(t))
+	defer cancel()
+	ran = runOutbox(ctx, src, e)
+	(<-e.dones)(node.Delivered)
+	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the outbox polls")
+	cancel()
+	require.ErrorIs(t, <-ran, context.Canceled)
+	require.NoError(t, src.Close(context.Background()))
+	assert.Equal(t, []int64{all[0], all[1], all[2], all[0], all[0]}, outboxIDs(e.items))
+	assert.Empty(t, outboxKeys(t, db, table, ""))
+}

@@ -506,3 +506,29 @@ func TestOutboxKeyOption(t *testing.T) {
 		assert.Zero(t, left)
 	})
 }
+
+// TestOutboxBadRowLetterRefused gives the pipeline a dead-letter sink
+// that takes one letter: the first bad row is dead-lettered and deleted,
+// the second, refused, fails the run and stays, with the rows behind it.
+func TestOutboxBadRowLetterRefused(t *testing.T) {
+	type strict struct {
+		ID   int64     `db:"id"`
+		Sent time.Time `db:"published_at"`
+	}
+	db := openSQLite(t)
+	d := sluicesql.SQLite
+	table := outboxTable(t, db, d)
+	bad := outboxInsert(t, db, d, table, "order.created", 3)
+	letters := deadletter.NewMemory(1)
+	b := pipeline.New("outbox", pipeline.WithDeadLetter(letters))
+	src := sluicesql.Outbox[strict](db, d, sluicesql.OutboxOptions{Table: table, Clock: clockwork.NewFakeClock()})
+	pipeline.Sink(b, "store", pipeline.Source(b, "outbox", node.Source[strict](src)),
+		node.SinkFunc[strict](func(context.Context, strict) error { return nil }))
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(outboxContext(t))
+	require.ErrorIs(t, err, deadletter.ErrFull)
+	assert.ErrorContains(t, err, fmt.Sprintf("dead-letter the row with key %d", bad[1]))
+	require.Len(t, letters.Envelopes(), 1)
+	assert.Equal(t, bad[1:], outboxKeys(t, db, table, ""), "the letter written was deleted; the refused one stays")
+}
