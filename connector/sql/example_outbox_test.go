@@ -21,20 +21,25 @@ type message struct {
 	Payload string `db:"payload"`
 }
 
-// An Outbox publishes the rows a service committed to its outbox table,
-// and deletes each once its item was delivered. This pipeline drains once
-// it published the three rows; a service's runs until it is stopped,
-// polling for new rows.
+// An outbox source publishes the rows a service committed to its outbox
+// table, and deletes each once its item was delivered. This pipeline
+// drains once it published the three rows; a service's runs until it is
+// stopped, polling for new rows.
 func ExampleOutbox() {
 	dir, _ := os.MkdirTemp("", "outbox")
 	defer os.RemoveAll(dir)
-	db, err := sql.Open("sqlite", filepath.Join(dir, "shop.db"))
+	// WAL and a busy timeout: the outbox reads pages on one connection
+	// while it deletes on another, which SQLite's default journal would
+	// refuse at once with "database is locked" (SQLITE_BUSY).
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "shop.db")+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		panic(err)
 	}
 	defer db.Close()
 
 	// The service writes its order and the message in one transaction.
+	// AUTOINCREMENT: SQLite never gives a key twice (Open refuses a table
+	// without it).
 	_, err = db.Exec(`CREATE TABLE outbox (
 		id INTEGER PRIMARY KEY AUTOINCREMENT,
 		topic TEXT NOT NULL,
@@ -51,10 +56,7 @@ func ExampleOutbox() {
 		}
 	}
 
-	src, err := sluicesql.NewOutbox[message](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"})
-	if err != nil {
-		panic(err)
-	}
+	src := sluicesql.Outbox[message](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"})
 	var p *pipeline.Pipeline
 	published := 0
 	b := pipeline.New("publish")

@@ -12,177 +12,32 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jonboulle/clockwork"
-
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
 )
 
-// ErrOutbox is the sentinel of the errors of an [Outbox]: a read of the
-// table or a delete (or mark) of its rows that failed. errors.As finds
-// the [*OutboxError] with the table and the step.
-var ErrOutbox = errors.New("sql: outbox")
+// outboxRetries is how many times the outbox tries again a read or a
+// delete that failed, before it reports the failure: waits of a quarter,
+// a half and a whole PollInterval between the tries.
+const outboxRetries = 3
 
-// ErrOutboxOptions is the sentinel of an [OutboxOptions] that
-// [NewOutbox] refuses: the error names each field that is wrong.
-var ErrOutboxOptions = errors.New("sql: outbox options")
+// An OutboxSource is the source that [Outbox] returns. It implements
+// node.Source, node.Opener, node.Closer and deadletter.DeadLetterWriter.
+// Run, Open and Close are called one at a time, as the pipeline does.
+type OutboxSource[T any] struct {
+	db   *stdsql.DB
+	d    Dialect
+	opts OutboxOptions
 
-// An OutboxError is a step of an [Outbox] that failed: Op is "read",
-// "delete" or "mark". It matches [ErrOutbox] with errors.Is and unwraps
-// to the database's error.
-type OutboxError struct {
-	// Table is the outbox table.
-	Table string
-	// Op is the step that failed: "read", "delete" or "mark".
-	Op string
-	// After is, for a read, the key after which the page started
-	// (math.MinInt64 for the start of the table); 0 for the other steps.
-	After int64
-	// Err is the database's error.
-	Err error
-}
-
-// Error says which step failed on which table, and why.
-func (e *OutboxError) Error() string {
-	if e.Op == "read" && e.After != math.MinInt64 {
-		return fmt.Sprintf("sql: outbox %s: read after key %d: %v", e.Table, e.After, e.Err)
-	}
-	return fmt.Sprintf("sql: outbox %s: %s: %v", e.Table, e.Op, e.Err)
-}
-
-// Is reports whether target is [ErrOutbox].
-func (e *OutboxError) Is(target error) bool { return target == ErrOutbox }
-
-// Unwrap returns the database's error.
-func (e *OutboxError) Unwrap() error { return e.Err }
-
-// OutboxOptions configure an [Outbox]. Only Table is required.
-type OutboxOptions struct {
-	// Table is the outbox table, as schema.table or table.
-	Table string
-	// Key is the column of the table's increasing integer key (a
-	// BIGSERIAL, an AUTO_INCREMENT, an INTEGER PRIMARY KEY
-	// AUTOINCREMENT); rows are read in its order. The default is "id".
-	Key string
-	// MarkColumn, when set, makes the outbox mark a settled row instead
-	// of deleting it: it sets this nullable timestamp column to
-	// CURRENT_TIMESTAMP, and reads only the rows where it is NULL.
-	MarkColumn string
-	// PageSize is the number of rows one read asks for; the default is
-	// 100.
-	PageSize int
-	// PollInterval is how long the outbox waits, on Clock, after a read
-	// found the table drained, before it reads again; the default is one
-	// second.
-	PollInterval time.Duration
-	// MaxInFlight bounds the rows emitted and not yet deleted (or
-	// marked): at the bound, the outbox waits for rows to settle before
-	// it emits more. The default is 1000.
-	MaxInFlight int
-	// DeleteBatch is the most keys one DELETE (or UPDATE) names; the
-	// default is 100.
-	DeleteBatch int
-	// Clock is what the poll waits on: give the pipeline's
-	// (pipeline.WithClock), so that a test's fake clock drives both. The
-	// default is the real clock.
-	Clock clockwork.Clock
-}
-
-func (o *OutboxOptions) defaults() {
-	if o.Key == "" {
-		o.Key = "id"
-	}
-	if o.PageSize == 0 {
-		o.PageSize = 100
-	}
-	if o.PollInterval == 0 {
-		o.PollInterval = time.Second
-	}
-	if o.MaxInFlight == 0 {
-		o.MaxInFlight = 1000
-	}
-	if o.DeleteBatch == 0 {
-		o.DeleteBatch = 100
-	}
-	if o.Clock == nil {
-		o.Clock = clockwork.NewRealClock()
-	}
-}
-
-func (o *OutboxOptions) validate() error {
-	var errs []error
-	bad := func(field, why string) {
-		errs = append(errs, fmt.Errorf("%w: %s %s", ErrOutboxOptions, field, why))
-	}
-	if o.Table == "" {
-		bad("Table", "is empty")
-	}
-	if o.PageSize < 0 {
-		bad("PageSize", "is negative")
-	}
-	if o.PollInterval < 0 {
-		bad("PollInterval", "is negative")
-	}
-	if o.MaxInFlight < 0 {
-		bad("MaxInFlight", "is negative")
-	}
-	if o.DeleteBatch < 0 {
-		bad("DeleteBatch", "is negative")
-	}
-	return errors.Join(errs...)
-}
-
-// An Outbox is a source that reads an outbox table: a service inserts a
-// row in the transaction of its business change, and the outbox emits it,
-// in the order of the table's increasing key, and deletes it (or marks it,
-// see [OutboxOptions].MarkColumn) once its item settled. It implements
-// node.Source and node.Closer.
-//
-// Each row scans into a T, a struct whose fields carry `db:"column"` tags
-// (fields without a tag, or tagged "-", are left alone); the outbox reads
-// the tagged columns. Give the key a field too, so that the item carries
-// it: delivery is at least once (see below), and a sink that writes by the
-// key is idempotent.
-//
-// A row is settled, and deleted, when its item's outcome is Delivered,
-// Filtered, Skipped or DeadLettered: the pipeline is done with it, on
-// purpose. An item that ends Failed (the run ended first) or Rejected (it
-// failed the run) leaves its row in the table, and the next run reads it
-// again. Deleting follows settling, asynchronously: the done callback
-// hands the key to a goroutine of the outbox that deletes settled rows in
-// batches (DELETE ... WHERE key IN (...)), and Close deletes what is left
-// once the run's callbacks ran. A crash between the settling and the
-// delete leaves the row, which the next run emits again: delivery is at
-// least once. A delete that fails keeps its keys for the next try and
-// fails Run, so that the source's layers run it again, and Close tries
-// once more.
-//
-// After a read that found fewer rows than a page, the outbox waits
-// PollInterval and reads again from the start of the table, until its
-// context ends; so does it when PollInterval passed since the last read
-// from the start. Reading from the start finds a row whose transaction
-// committed after a row with a higher key was read (keys are taken in
-// insert order, and transactions commit in any order): such a row is
-// emitted late, after rows with higher keys. Rows in flight, or settled
-// and not yet deleted, are never emitted twice in a run, however often
-// the source is restarted.
-//
-// One Outbox reads one table: it takes no row locks, so two readers of a
-// table, in one process or two, may both emit a row (no row is lost, but
-// rows go out twice). Scale out behind the outbox, with a broker, not
-// with more readers.
-type Outbox[T any] struct {
-	db       *stdsql.DB
-	dialect  Dialect
-	opts     OutboxOptions
-	first    string // the query of the first page of a pass
-	read     string // the query of a later page, with one argument: the key after which
-	set      string // "DELETE FROM t WHERE key IN " or the UPDATE that marks
-	fields   [][]int
-	inFlight chan struct{} // a slot per row emitted and not yet deleted
+	q        *outboxSQL    // the statements, built at the first Open
+	scan     scanner[T]    // built at the first Open
+	inFlight chan struct{} // a slot per row emitted and not yet deleted; made at the first Open
+	letters  broker.Letters
 
 	mu      sync.Mutex
-	rows    map[int64]rowState // rows emitted and not yet forgotten
+	rows    map[int64]rowEntry // rows emitted and not yet forgotten
 	settled []int64            // keys to delete, in settling order
 	err     error              // the last delete's error, until Run takes it
 	runs    int                // Runs started: a delete reports to the Run it started in
@@ -192,6 +47,20 @@ type Outbox[T any] struct {
 	deleter *deleter // the running goroutine, nil when none
 }
 
+// The statements of an outbox.
+type outboxSQL struct {
+	first string // the first page of a pass
+	read  string // a later page, with one argument: the key after which
+	set   string // "DELETE FROM t WHERE key IN " or the UPDATE that marks
+	cols  []string
+}
+
+// A rowEntry is where an emitted row stands.
+type rowEntry struct {
+	state rowState
+	at    time.Time // for rowFailed: when its item failed
+}
+
 // A rowState is where an emitted row stands.
 type rowState uint8
 
@@ -199,6 +68,7 @@ const (
 	rowInFlight rowState = iota // emitted, not settled
 	rowSettled                  // settled, to delete
 	rowDone                     // deleted, or left for the next run: forget it at the next read
+	rowFailed                   // its item ended Failed while the run goes on: emit it again after PollInterval
 )
 
 // A deleter is the goroutine that deletes settled rows.
@@ -208,37 +78,121 @@ type deleter struct {
 	cancel context.CancelFunc
 }
 
-// NewOutbox returns an [Outbox] that reads the table opts.Table of db,
-// whose SQL is d's, into items of type T (a struct with `db` tags). It
-// returns an error matching [ErrOutboxOptions] when an option is wrong or
-// T is not such a struct.
-func NewOutbox[T any](db *stdsql.DB, d Dialect, opts OutboxOptions) (*Outbox[T], error) {
-	opts.defaults()
-	errs := []error{opts.validate()}
-	if db == nil {
-		errs = append(errs, fmt.Errorf("%w: the *sql.DB is nil", ErrOutboxOptions))
+// Outbox returns a source that reads the outbox table opts.Table of db,
+// whose SQL is d's, into items of type T: a service inserts a row in the
+// transaction of its business change, and the source emits it, in the
+// order of the table's increasing key, and deletes it (or marks it, see
+// [OutboxOptions].MarkColumn) once its item settled.
+//
+// T is a struct; its fields take columns by the rules of the package
+// documentation ("Columns"), as [Query]'s and [Upsert]'s do, and the
+// source reads those columns. Give the key a field too, so that the item
+// carries it: delivery is at least once (see below), and a sink that
+// writes by the key is idempotent. Options are checked at Open, every
+// problem joined and named by field ([OutboxOptionError]); on SQLite,
+// Open also refuses a table whose key SQLite may give again (see
+// [OutboxOptions].Key).
+//
+// A row is settled, and deleted, when its item's outcome is Delivered,
+// Filtered, Skipped or DeadLettered: the pipeline is done with it, on
+// purpose. An item that ends Failed or Rejected leaves its row in the
+// table. Failed while the run goes on (a blameless failure, such as
+// idempotency.ErrInProgress under the DeadLetter action) is the engine's
+// "its source delivers it again": the source emits the row again, at its
+// first read from the start of the table once PollInterval passed since,
+// so that a busy key is not hammered. Failed because the run ended, and
+// Rejected, leave the row for the next run.
+//
+// Deleting follows settling, asynchronously: the done callback hands the
+// key to a goroutine of the source that deletes settled rows in batches
+// (DELETE ... WHERE key IN (...)), and Close deletes what is left once the
+// run's callbacks ran. A crash between the settling and the delete leaves
+// the row, which the next run emits again: delivery is at least once. A
+// delete that fails is tried again by that goroutine, three times, after
+// waits on Clock; if it still fails, its keys stay held, and Run fails
+// with it, so that the source's layers run it again, and Close tries once
+// more. A read that fails is tried again the same way, then fails Run.
+//
+// After a read that found fewer rows than a page, the source waits
+// PollInterval and reads again from the start of the table, until its
+// context ends; so does it when PollInterval passed since the last read
+// from the start. Reading from the start finds a row whose transaction
+// committed after a row with a higher key was read (keys are taken in
+// insert order, and transactions commit in any order): such a row is
+// emitted late, after rows with higher keys. A row in flight, or settled
+// and not yet deleted, is not emitted again however often the source is
+// restarted.
+//
+// A row that does not scan into T (a NULL in a field that cannot hold
+// one, text in an integer) is dead-lettered by the source, as a map of
+// its columns' values, with an [*OutboxError] naming the table, the key
+// and the column, and then deleted. Without a dead-letter sink in the
+// pipeline, it fails Run with that error, permanent, and stays.
+//
+// One source reads one table: it takes no row locks, so two readers of a
+// table, in one process or two, may both emit a row (no row is lost, but
+// rows go out twice). Scale out behind the outbox, with a broker, not
+// with more readers.
+func Outbox[T any](db *stdsql.DB, d Dialect, opts OutboxOptions) *OutboxSource[T] {
+	return &OutboxSource[T]{
+		db: db, d: d, opts: opts.withDefaults(),
+		rows:   map[int64]rowEntry{},
+		wake:   make(chan struct{}, 1),
+		failed: make(chan struct{}, 1),
 	}
-	if d.name == "" {
-		errs = append(errs, fmt.Errorf("%w: the Dialect is the zero Dialect", ErrOutboxOptions))
+}
+
+// Open checks the options, the item type and, on SQLite, the table's key,
+// and returns every problem joined ([ErrOutboxOptions]). Run opens the
+// source itself when Open was not called.
+func (o *OutboxSource[T]) Open(ctx context.Context) error {
+	if o.q != nil {
+		return nil
 	}
-	columns, fields, err := taggedFields(reflect.TypeFor[T]())
-	if err != nil {
-		errs = append(errs, fmt.Errorf("%w: %w", ErrOutboxOptions, err))
+	var errs []error
+	if o.db == nil {
+		errs = append(errs, errors.New("sql: Outbox: the *sql.DB is nil"))
+	}
+	if o.d.name == "" {
+		errs = append(errs, errors.New("sql: Outbox: the zero Dialect: use SQLite, Postgres or MySQL"))
+	}
+	errs = append(errs, o.opts.Validate())
+	if o.d.name != "" && o.opts.DeleteBatch > outboxMaxKeys(o.d) {
+		errs = append(errs, &OutboxOptionError{Field: "DeleteBatch",
+			Problem: fmt.Sprintf("%d is above %d, the most placeholders a statement of %s takes", o.opts.DeleteBatch, outboxMaxKeys(o.d), o.d)})
+	}
+	var sc scanner[T]
+	if t := reflect.TypeFor[T](); t.Kind() != reflect.Struct {
+		errs = append(errs, fmt.Errorf("sql: Outbox: the item type %s is not a struct", t))
+	} else if s, err := newScanner[T](); err != nil {
+		errs = append(errs, fmt.Errorf("sql: Outbox: %w", err))
+	} else if err := s.bind(s.columns()); err != nil {
+		errs = append(errs, fmt.Errorf("sql: Outbox: %w", err))
+	} else {
+		sc = s
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return err
 	}
-	o := &Outbox[T]{
-		db: db, dialect: d, opts: opts, fields: fields,
-		inFlight: make(chan struct{}, opts.MaxInFlight),
-		rows:     map[int64]rowState{},
-		wake:     make(chan struct{}, 1),
-		failed:   make(chan struct{}, 1),
+	if o.d.name == SQLite.name {
+		if err := o.checkSQLiteKey(ctx); err != nil {
+			return err
+		}
 	}
+	o.scan = sc
+	o.inFlight = make(chan struct{}, o.opts.MaxInFlight)
+	o.q = buildOutboxSQL(o.d, o.opts, sc.columns())
+	return nil
+}
+
+// buildOutboxSQL writes the statements of an outbox whose item reads
+// cols.
+func buildOutboxSQL(d Dialect, opts OutboxOptions, cols []string) *outboxSQL {
+	q := &outboxSQL{cols: cols}
 	table, key := d.ident(opts.Table), d.ident(opts.Key)
-	cols := make([]string, len(columns))
-	for i, c := range columns {
-		cols[i] = d.ident(c)
+	quoted := make([]string, len(cols))
+	for i, c := range cols {
+		quoted[i] = d.ident(c)
 	}
 	// The first page of a pass has no key condition, rather than one
 	// with the lowest int64, which a narrower key column cannot take.
@@ -247,68 +201,80 @@ func NewOutbox[T any](db *stdsql.DB, d Dialect, opts OutboxOptions) (*Outbox[T],
 		unmarked = d.ident(opts.MarkColumn) + " IS NULL"
 		where += " AND " + unmarked
 		unmarked = " WHERE " + unmarked
-		o.set = "UPDATE " + table + " SET " + d.ident(opts.MarkColumn) + " = CURRENT_TIMESTAMP WHERE " + key + " IN "
+		q.set = "UPDATE " + table + " SET " + d.ident(opts.MarkColumn) + " = CURRENT_TIMESTAMP WHERE " + key + " IN "
 	} else {
-		o.set = "DELETE FROM " + table + " WHERE " + key + " IN "
+		q.set = "DELETE FROM " + table + " WHERE " + key + " IN "
 	}
-	sel := "SELECT " + key + ", " + strings.Join(cols, ", ") + " FROM " + table
+	sel := "SELECT " + key + ", " + strings.Join(quoted, ", ") + " FROM " + table
 	order := " ORDER BY " + key + " LIMIT " + strconv.Itoa(opts.PageSize)
-	o.first = sel + unmarked + order
-	o.read = sel + where + order
-	return o, nil
+	q.first = sel + unmarked + order
+	q.read = sel + where + order
+	return q
 }
 
-// taggedFields returns the columns of struct type t's fields tagged `db`,
-// and the index of each field.
-func taggedFields(t reflect.Type) ([]string, [][]int, error) {
-	if t.Kind() != reflect.Struct {
-		return nil, nil, fmt.Errorf("the item type %s is not a struct with `db` tags", t)
+// checkSQLiteKey refuses a SQLite table whose key is an alias of the
+// rowid without AUTOINCREMENT: SQLite gives the key of the deleted row
+// with the highest key to the next row inserted, and a delete of the
+// old row tried again (its answer was lost) would delete the new one
+// before it was emitted. A table it does not find is left to the first
+// read to report.
+func (o *OutboxSource[T]) checkSQLiteKey(ctx context.Context) error {
+	schema, name, dotted := strings.Cut(o.opts.Table, ".")
+	master := "sqlite_master"
+	if !dotted {
+		schema, name = "main", o.opts.Table
+	} else {
+		master = o.d.ident(schema) + ".sqlite_master"
 	}
-	var columns []string
-	var fields [][]int
-	for _, f := range reflect.VisibleFields(t) {
-		name, ok := f.Tag.Lookup("db")
-		if !ok || name == "-" || !f.IsExported() {
-			continue
-		}
-		if throughPointer(t, f.Index) {
-			return nil, nil, fmt.Errorf("the field %s.%s is promoted through an embedded pointer", t, f.Name)
-		}
-		if name == "" {
-			return nil, nil, fmt.Errorf("the field %s.%s has an empty `db` tag", t, f.Name)
-		}
-		columns = append(columns, name)
-		fields = append(fields, f.Index)
+	var ddl string
+	err := o.db.QueryRowContext(ctx, "SELECT sql FROM "+master+" WHERE type = 'table' AND name = ?", name).Scan(&ddl)
+	if errors.Is(err, stdsql.ErrNoRows) {
+		return nil
 	}
-	if len(columns) == 0 {
-		return nil, nil, fmt.Errorf("the item type %s has no field with a `db` tag", t)
+	if err != nil {
+		return fmt.Errorf("sql: outbox %s: read the table's schema: %w", o.opts.Table, err)
 	}
-	return columns, fields, nil
-}
-
-// throughPointer reports whether the field at index of struct type t is
-// reached through an embedded pointer, which a new T holds nil.
-func throughPointer(t reflect.Type, index []int) bool {
-	for _, i := range index[:len(index)-1] {
-		t = t.Field(i).Type
-		if t.Kind() == reflect.Pointer {
-			return true
+	rows, err := o.db.QueryContext(ctx, "SELECT name, type, pk FROM pragma_table_info(?, ?)", name, schema)
+	if err != nil {
+		return fmt.Errorf("sql: outbox %s: read the table's columns: %w", o.opts.Table, err)
+	}
+	defer rows.Close()
+	pks, keyInt := 0, false
+	for rows.Next() {
+		var col, typ string
+		var pk int
+		if err := rows.Scan(&col, &typ, &pk); err != nil {
+			return fmt.Errorf("sql: outbox %s: read the table's columns: %w", o.opts.Table, err)
+		}
+		if pk > 0 {
+			pks++
+			keyInt = keyInt || (strings.EqualFold(col, o.opts.Key) && strings.EqualFold(typ, "INTEGER"))
 		}
 	}
-	return false
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("sql: outbox %s: read the table's columns: %w", o.opts.Table, err)
+	}
+	upper := strings.ToUpper(ddl)
+	if pks == 1 && keyInt && !strings.Contains(upper, "WITHOUT ROWID") && !strings.Contains(upper, "AUTOINCREMENT") {
+		return &OutboxOptionError{Field: "Key", Problem: fmt.Sprintf(
+			"%q of the SQLite table %s is an INTEGER PRIMARY KEY without AUTOINCREMENT: SQLite gives a deleted row's key to the next row inserted, "+
+				"which the outbox would take for the deleted row (declare it INTEGER PRIMARY KEY AUTOINCREMENT)", o.opts.Key, o.opts.Table)}
+	}
+	return nil
 }
 
 // Run emits the rows of the table, then polls for new ones, until ctx
 // ends; it returns ctx's cause then. It returns an error matching
-// [ErrOutbox] when a read or a delete failed; a Run after it goes on
-// without emitting again the rows in flight. A row that does not scan into
-// T (a NULL in a field that cannot hold one, say) fails Run with a
-// permanent error naming the column: the row stays in the table.
+// [ErrOutbox] when a read or a delete failed four times; a Run after it
+// goes on without emitting again the rows in flight.
 //
 // Run starts the goroutine that deletes settled rows, which Close ends: a
 // pipeline calls Close at the end of its run; a program that calls Run
 // itself calls Close after it, once every item's done ran.
-func (o *Outbox[T]) Run(ctx context.Context, out node.Emitter[T]) error {
+func (o *OutboxSource[T]) Run(ctx context.Context, out node.Emitter[T]) error {
+	if err := o.Open(ctx); err != nil {
+		return err
+	}
 	o.startDeleter()
 	after := int64(math.MinInt64)
 	pass := o.opts.Clock.Now()
@@ -316,18 +282,26 @@ func (o *Outbox[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		if err := o.takeErr(); err != nil {
 			return err
 		}
-		page, err := o.page(ctx, after)
+		page, err := o.readPage(ctx, after)
 		if err != nil {
 			return err
 		}
 		for _, r := range page {
 			after = r.key
 			if !o.admit(r.key) {
-				continue // in flight, or settled and not yet deleted
+				continue // in flight, settled and not yet deleted, or failed a moment ago
 			}
 			if err := o.acquire(ctx); err != nil {
 				o.forget(r.key)
 				return err
+			}
+			if r.bad != nil {
+				if err := o.deadLetter(ctx, r); err != nil {
+					o.forget(r.key)
+					<-o.inFlight
+					return err
+				}
+				continue
 			}
 			if err := out.EmitTracked(ctx, r.item, o.done(r.key)); err != nil {
 				return err
@@ -345,73 +319,43 @@ func (o *Outbox[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 	}
 }
 
-// A row is a row read: its key and its item.
-type row[T any] struct {
-	key  int64
-	item T
+// retryDelay is the wait before the n-th try again (from 1) of a read or
+// a delete: a quarter, a half, then a whole PollInterval.
+func (o *OutboxSource[T]) retryDelay(n int) time.Duration {
+	return min(o.opts.PollInterval, o.opts.PollInterval/4<<(n-1))
 }
 
-// page reads the rows after key after, once it forgot the rows deleted
-// before: a row deleted while the read runs may be in it, and is still
-// known to be emitted.
-func (o *Outbox[T]) page(ctx context.Context, after int64) ([]row[T], error) {
-	o.mu.Lock()
-	for k, s := range o.rows {
-		if s == rowDone {
-			delete(o.rows, k)
+// readPage reads the page after key after, trying again a read that
+// failed (not a row that does not scan) outboxRetries times.
+func (o *OutboxSource[T]) readPage(ctx context.Context, after int64) ([]row[T], error) {
+	for n := 1; ; n++ {
+		page, err := o.page(ctx, after)
+		if err == nil || ctx.Err() != nil || n > outboxRetries {
+			if err != nil && n > outboxRetries {
+				err = resilience.MarkRetried(err, n)
+			}
+			return page, err
+		}
+		if err := broker.Wait(ctx, o.opts.Clock, o.retryDelay(n)); err != nil {
+			return nil, err
 		}
 	}
-	o.mu.Unlock()
-	readErr := func(err error) error {
-		if ctx.Err() != nil {
-			return context.Cause(ctx)
-		}
-		return &OutboxError{Table: o.opts.Table, Op: "read", After: after, Err: err}
-	}
-	q, args := o.read, []any{after}
-	if after == math.MinInt64 {
-		q, args = o.first, nil
-	}
-	rs, err := o.db.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, readErr(err)
-	}
-	defer rs.Close()
-	page := make([]row[T], 0, o.opts.PageSize)
-	dest := make([]any, 1+len(o.fields))
-	for rs.Next() {
-		var r row[T]
-		dest[0] = &r.key
-		v := reflect.ValueOf(&r.item).Elem()
-		for i, f := range o.fields {
-			dest[1+i] = v.FieldByIndex(f).Addr().Interface()
-		}
-		if err := rs.Scan(dest...); err != nil {
-			// A row that does not scan does not scan the next time either.
-			return nil, resilience.MarkPermanent(readErr(err))
-		}
-		page = append(page, r)
-	}
-	if err := rs.Err(); err != nil {
-		return nil, readErr(err)
-	}
-	return page, nil
 }
 
 // admit reports whether the row of key is new to the run, and then holds
 // it as in flight.
-func (o *Outbox[T]) admit(key int64) bool {
+func (o *OutboxSource[T]) admit(key int64) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if _, ok := o.rows[key]; ok {
 		return false
 	}
-	o.rows[key] = rowInFlight
+	o.rows[key] = rowEntry{state: rowInFlight}
 	return true
 }
 
 // forget lets go of a row admitted but not emitted.
-func (o *Outbox[T]) forget(key int64) {
+func (o *OutboxSource[T]) forget(key int64) {
 	o.mu.Lock()
 	delete(o.rows, key)
 	o.mu.Unlock()
@@ -419,7 +363,7 @@ func (o *Outbox[T]) forget(key int64) {
 
 // acquire takes a slot of MaxInFlight, waiting for one until ctx ends or
 // a delete fails.
-func (o *Outbox[T]) acquire(ctx context.Context) error {
+func (o *OutboxSource[T]) acquire(ctx context.Context) error {
 	select {
 	case o.inFlight <- struct{}{}:
 		return nil
@@ -440,7 +384,7 @@ func (o *Outbox[T]) acquire(ctx context.Context) error {
 }
 
 // poll waits PollInterval, until ctx ends or a delete fails.
-func (o *Outbox[T]) poll(ctx context.Context) error {
+func (o *OutboxSource[T]) poll(ctx context.Context) error {
 	t := o.opts.Clock.NewTimer(o.opts.PollInterval)
 	defer t.Stop()
 	select {
@@ -455,135 +399,33 @@ func (o *Outbox[T]) poll(ctx context.Context) error {
 }
 
 // done returns the callback of the item of the row of key: quick, it
-// hands a settled key to the deleter, or lets go of a row left for the
-// next run.
-func (o *Outbox[T]) done(key int64) func(node.Outcome) {
+// hands a settled key to the deleter, or lets go of a row left for a
+// later pass or the next run.
+func (o *OutboxSource[T]) done(key int64) func(node.Outcome) {
 	return func(out node.Outcome) {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		switch out {
 		case node.Delivered, node.Filtered, node.Skipped, node.DeadLettered:
-			o.rows[key] = rowSettled
+			o.rows[key] = rowEntry{state: rowSettled}
 			o.settled = append(o.settled, key)
 			select {
 			case o.wake <- struct{}{}:
 			default:
 			}
+		case node.Failed:
+			// The run goes on (a blameless failure), or ended: in both
+			// cases the row is emitted again, after PollInterval within
+			// the run, at once by the next Run.
+			o.rows[key] = rowEntry{state: rowFailed, at: o.opts.Clock.Now()}
+			<-o.inFlight
 		default:
-			// Failed, Rejected, and any outcome this outbox does not know
+			// Rejected, and any outcome this outbox does not know
 			// (HandedOff: the outbox has no broker to hand items to): the
 			// row stays for the next run.
-			o.rows[key] = rowDone
+			o.rows[key] = rowEntry{state: rowDone}
 			<-o.inFlight
 		}
-	}
-}
-
-// takeErr returns the error of a failed delete, once.
-func (o *Outbox[T]) takeErr() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	err := o.err
-	o.err = nil
-	select {
-	case <-o.failed:
-	default:
-	}
-	return err
-}
-
-// startDeleter starts the goroutine that deletes settled rows, unless it
-// runs, and wakes it: a Run after a failed delete tries again. A delete
-// that failed before, or that started before and fails later, is not this
-// Run's failure.
-func (o *Outbox[T]) startDeleter() {
-	o.mu.Lock()
-	o.runs++
-	o.err = nil
-	select {
-	case <-o.failed:
-	default:
-	}
-	o.mu.Unlock()
-	select {
-	case o.wake <- struct{}{}:
-	default:
-	}
-	if o.deleter != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &deleter{stop: make(chan struct{}), done: make(chan struct{}), cancel: cancel}
-	o.deleter = d
-	go func() {
-		defer close(d.done)
-		for {
-			select {
-			case <-d.stop:
-				return
-			case <-o.wake:
-			}
-			o.mu.Lock()
-			run := o.runs
-			o.mu.Unlock()
-			if err := o.deleteSettled(ctx); err != nil {
-				// A failure of a delete that started before the current
-				// Run is not its: that Run woke this loop to try again.
-				o.mu.Lock()
-				if run == o.runs {
-					o.err = err
-					select {
-					case o.failed <- struct{}{}:
-					default:
-					}
-				}
-				o.mu.Unlock()
-			}
-		}
-	}()
-}
-
-// deleteSettled deletes (or marks) the settled rows, DeleteBatch keys at a
-// time, until none is left or a delete fails; the keys of a failed delete
-// stay settled, for the next try (a delete is idempotent, so one that
-// failed after it committed does no harm when tried again).
-func (o *Outbox[T]) deleteSettled(ctx context.Context) error {
-	op := "delete"
-	if o.opts.MarkColumn != "" {
-		op = "mark"
-	}
-	for {
-		o.mu.Lock()
-		n := min(len(o.settled), o.opts.DeleteBatch)
-		keys := o.settled[:n:n]
-		o.mu.Unlock()
-		if n == 0 {
-			return nil
-		}
-		var q strings.Builder
-		q.WriteString(o.set)
-		q.WriteByte('(')
-		args := make([]any, n)
-		for i, k := range keys {
-			if i > 0 {
-				q.WriteString(", ")
-			}
-			q.WriteString(o.dialect.placeholder(i + 1))
-			args[i] = k
-		}
-		q.WriteByte(')')
-		if _, err := o.db.ExecContext(ctx, q.String(), args...); err != nil {
-			return &OutboxError{Table: o.opts.Table, Op: op, Err: err}
-		}
-		o.mu.Lock()
-		// Only this goroutine, or Close after it ended, takes keys from
-		// the front; callbacks append at the back.
-		o.settled = o.settled[n:]
-		for _, k := range keys {
-			o.rows[k] = rowDone
-			<-o.inFlight
-		}
-		o.mu.Unlock()
 	}
 }
 
@@ -592,7 +434,7 @@ func (o *Outbox[T]) deleteSettled(ctx context.Context) error {
 // ctx. It returns an error matching [ErrOutbox] when that fails: those
 // rows stay in the table, and the next run emits them again. The pipeline
 // calls Close after every callback of the run's items ran.
-func (o *Outbox[T]) Close(ctx context.Context) error {
+func (o *OutboxSource[T]) Close(ctx context.Context) error {
 	if d := o.deleter; d != nil {
 		o.deleter = nil
 		close(d.stop)
@@ -605,5 +447,25 @@ func (o *Outbox[T]) Close(ctx context.Context) error {
 		d.cancel()
 	}
 	o.takeErr()
+	// The rows whose items failed in this run are forgotten: the next
+	// run emits them at once. (A node restart calls Run again without
+	// Close, and waits for them as the run did.)
+	o.mu.Lock()
+	for k, e := range o.rows {
+		if e.state == rowFailed {
+			delete(o.rows, k)
+		}
+	}
+	o.mu.Unlock()
+	if o.q == nil {
+		return nil // never opened: nothing to delete
+	}
 	return o.deleteSettled(ctx)
+}
+
+// UseDeadLetter is how the pipeline gives the source its dead-letter sink
+// (nil for none) and what it knows of the envelope, for the rows that do
+// not scan (deadletter.DeadLetterWriter).
+func (o *OutboxSource[T]) UseDeadLetter(sink deadletter.Sink, base deadletter.Envelope) {
+	o.letters.Use(sink, base)
 }

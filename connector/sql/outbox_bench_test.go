@@ -59,8 +59,7 @@ func BenchmarkOutbox(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()
 			fill()
-			src, err := sluicesql.NewOutbox[outboxEvent](db, d, sluicesql.OutboxOptions{Table: table})
-			require.NoError(b, err)
+			src := sluicesql.Outbox[outboxEvent](db, d, sluicesql.OutboxOptions{Table: table})
 			var p *pipeline.Pipeline
 			var got atomic.Int64
 			bl := pipeline.New("bench")

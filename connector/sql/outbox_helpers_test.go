@@ -98,15 +98,13 @@ func outboxKeys(t *testing.T, db *sql.DB, table, where string) []int64 {
 
 // newOutbox returns an outbox of table on clock, with opts changed by
 // change.
-func newOutbox(t *testing.T, db *sql.DB, d sluicesql.Dialect, table string, clock clockwork.Clock, change ...func(*sluicesql.OutboxOptions)) *sluicesql.Outbox[outboxEvent] {
+func newOutbox(t *testing.T, db *sql.DB, d sluicesql.Dialect, table string, clock clockwork.Clock, change ...func(*sluicesql.OutboxOptions)) *sluicesql.OutboxSource[outboxEvent] {
 	t.Helper()
 	opts := sluicesql.OutboxOptions{Table: table, PageSize: 100, PollInterval: outboxPoll, Clock: clock}
 	for _, c := range change {
 		c(&opts)
 	}
-	o, err := sluicesql.NewOutbox[outboxEvent](db, d, opts)
-	require.NoError(t, err)
-	return o
+	return sluicesql.Outbox[outboxEvent](db, d, opts)
 }
 
 // An outboxRun is a pipeline run from an outbox to a sink that sends what
@@ -122,7 +120,7 @@ type outboxRun struct {
 // startOutbox runs src into a sink that sends each item to got, then
 // calls write (when not nil) and returns its error. The pipeline has no
 // item retry, and runs on clock.
-func startOutbox(t *testing.T, ctx context.Context, clock *clockwork.FakeClock, src *sluicesql.Outbox[outboxEvent], write func(context.Context, outboxEvent) error, opts ...pipeline.Option) *outboxRun {
+func startOutbox(t *testing.T, ctx context.Context, clock *clockwork.FakeClock, src *sluicesql.OutboxSource[outboxEvent], write func(context.Context, outboxEvent) error, opts ...pipeline.Option) *outboxRun {
 	t.Helper()
 	r := &outboxRun{ctx: ctx, clock: clock, got: make(chan outboxEvent, 10_000)}
 	opts = append([]pipeline.Option{

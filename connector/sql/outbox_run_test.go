@@ -11,6 +11,7 @@ import (
 
 	sluicesql "github.com/sluicehq/sluice/connector/sql"
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // A trackEmitter is the emitter of an outbox run without a pipeline: it
@@ -48,7 +49,7 @@ func (e *trackEmitter) EmitTracked(ctx context.Context, item outboxEvent, done f
 
 // runOutbox runs src with e until ctx ends, and returns what Run returned
 // on the channel.
-func runOutbox(ctx context.Context, src *sluicesql.Outbox[outboxEvent], e *trackEmitter) <-chan error {
+func runOutbox(ctx context.Context, src *sluicesql.OutboxSource[outboxEvent], e *trackEmitter) <-chan error {
 	ran := make(chan error, 1)
 	go func() { ran <- src.Run(ctx, e) }()
 	return ran
@@ -97,8 +98,9 @@ func TestOutboxMaxInFlight(t *testing.T) {
 }
 
 // TestOutboxDeleteFails makes the delete fail (a trigger refuses it):
-// Run fails with the delete's error, a Run after it emits none of the
-// settled rows again and deletes them.
+// once the deleter tried it again three times, Run fails with the
+// delete's error; a Run after it emits none of the settled rows again and
+// deletes them.
 func TestOutboxDeleteFails(t *testing.T) {
 	db := openSQLite(t)
 	d := sluicesql.SQLite
@@ -112,8 +114,17 @@ func TestOutboxDeleteFails(t *testing.T) {
 	ctx, cancel := context.WithCancel(outboxContext(t))
 	defer cancel()
 
-	// Run fails once a delete failed, maybe before it emitted every row.
+	// Run fails once a delete failed four times, maybe before it emitted
+	// every row. The clock moves whenever something waits on it.
 	ran := runOutbox(ctx, src, e)
+	tick, stop := context.WithCancel(ctx)
+	ticked := make(chan struct{})
+	go func() {
+		defer close(ticked)
+		for clock.BlockUntilContext(tick, 1) == nil {
+			clock.Advance(outboxPoll)
+		}
+	}()
 	settled := 0
 	for err == nil {
 		select {
@@ -123,11 +134,16 @@ func TestOutboxDeleteFails(t *testing.T) {
 		case err = <-ran:
 		}
 	}
+	stop()
+	<-ticked
 	require.ErrorIs(t, err, sluicesql.ErrOutbox)
 	var oe *sluicesql.OutboxError
 	require.ErrorAs(t, err, &oe)
 	assert.Equal(t, "delete", oe.Op)
 	assert.ErrorContains(t, err, "deletes refused")
+	attempts, ok := resilience.RetriedAttempts(err)
+	assert.True(t, ok, "the error says the outbox tried again")
+	assert.Equal(t, 4, attempts)
 	assert.Equal(t, want, outboxKeys(t, db, table, ""), "the rows stay")
 
 	_, err = db.Exec("DROP TRIGGER refuse")

@@ -199,8 +199,9 @@ func (r *restarts) OnRetry(e observer.RetryEvent) {
 }
 
 // TestOutboxNodeRestart fails a read while every row is in flight (the
-// table is renamed away): the source is restarted, reads the rows again,
-// and emits none of them twice.
+// table is renamed away): the source tries it again three times, then
+// fails; it is restarted, reads the rows again, and emits none of them
+// twice.
 func TestOutboxNodeRestart(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
 		table := outboxTable(t, db, d)
@@ -234,6 +235,10 @@ func TestOutboxNodeRestart(t *testing.T) {
 		_, err = db.Exec("ALTER TABLE " + table + " RENAME TO " + away)
 		require.NoError(t, err)
 		clock.Advance(outboxPoll)
+		for range 3 { // the source tries the read again itself, three times
+			require.NoError(t, clock.BlockUntilContext(ctx, 1), "the source waits to read again")
+			clock.Advance(outboxPoll)
+		}
 		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the source waits to restart")
 		_, err = db.Exec("ALTER TABLE " + away + " RENAME TO " + table)
 		require.NoError(t, err)
@@ -249,61 +254,162 @@ func TestOutboxNodeRestart(t *testing.T) {
 	})
 }
 
-// TestOutboxBadRow reads a row that does not scan into the item: the run
-// fails with a permanent error naming the table and the column, and the
-// row stays.
+// TestOutboxBadRow reads rows that do not scan into the item (a NULL in
+// a time.Time): with a dead-letter sink, each is dead-lettered with an
+// envelope naming the table, the key and the column, and deleted, and the
+// rows behind them are delivered; without one, the run fails with a
+// permanent error naming them, and every row stays.
 func TestOutboxBadRow(t *testing.T) {
 	type withMark struct {
-		ID   int64     `db:"id"`
-		Sent time.Time `db:"published_at"`
+		ID    int64     `db:"id"`
+		Topic string    `db:"topic"`
+		Sent  time.Time `db:"published_at"`
 	}
 	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
 		table := outboxTable(t, db, d)
-		want := outboxInsert(t, db, d, table, "order.created", 2)
-		src, err := sluicesql.NewOutbox[withMark](db, d, sluicesql.OutboxOptions{Table: table, Clock: clockwork.NewFakeClock()})
+		bad := outboxInsert(t, db, d, table, "order.created", 2)
+		good := outboxInsert(t, db, d, table, "order.paid", 3)
+		_, err := db.Exec("UPDATE "+table+" SET published_at = "+outboxPH(d, 1)+" WHERE topic = 'order.paid'", time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 		require.NoError(t, err)
-		b := pipeline.New("outbox", pipeline.WithResilience(func(o *resilience.Options) {
-			o.NodeRestart = resilience.NodeRestartOptions{MaxRestarts: 3, MaxReplayWindow: 10}
-		}))
-		pipeline.Sink(b, "store", pipeline.Source(b, "outbox", node.Source[withMark](src)),
-			node.SinkFunc[withMark](func(context.Context, withMark) error { return nil }))
-		p, err := b.Build()
-		require.NoError(t, err)
-		_, err = p.Run(outboxContext(t))
+		run := func(letters deadletter.Sink) (<-chan error, chan withMark, *pipeline.Pipeline, context.Context, *clockwork.FakeClock) {
+			clock := clockwork.NewFakeClock()
+			opts := []pipeline.Option{pipeline.WithClock(clock)}
+			if letters != nil {
+				opts = append(opts, pipeline.WithDeadLetter(letters))
+			}
+			b := pipeline.New("outbox", opts...)
+			got := make(chan withMark, 10)
+			src := sluicesql.Outbox[withMark](db, d, sluicesql.OutboxOptions{Table: table, Clock: clock})
+			pipeline.Sink(b, "store", pipeline.Source(b, "outbox", node.Source[withMark](src)),
+				node.SinkFunc[withMark](func(_ context.Context, m withMark) error { got <- m; return nil }))
+			p, err := b.Build()
+			require.NoError(t, err)
+			ctx := outboxContext(t)
+			done := make(chan error, 1)
+			go func() { _, err := p.Run(ctx); done <- err }()
+			return done, got, p, ctx, clock
+		}
+
+		// Without a dead-letter sink: the run fails, the rows stay.
+		done, _, _, _, _ := run(nil)
+		err = <-done
 		require.ErrorIs(t, err, sluicesql.ErrOutbox)
 		var oe *sluicesql.OutboxError
 		require.ErrorAs(t, err, &oe)
 		assert.Equal(t, table, oe.Table)
-		assert.Equal(t, "read", oe.Op)
-		assert.ErrorContains(t, err, "published_at")
+		assert.Equal(t, "scan", oe.Op)
+		assert.Equal(t, bad[0], oe.Key)
+		assert.Equal(t, "published_at", oe.Column)
+		assert.ErrorContains(t, err, "dead-letter sink")
 		assert.False(t, resilience.IsTransient(err))
-		assert.Equal(t, want, outboxKeys(t, db, table, ""), "the rows stay")
+		assert.Equal(t, append(bad[:2:2], good...), outboxKeys(t, db, table, ""), "the rows stay")
+
+		// With one: the bad rows are dead-lettered and deleted, the good
+		// ones delivered.
+		letters := deadletter.NewMemory(10)
+		done, got, p, ctx, clock := run(letters)
+		require.NoError(t, clock.BlockUntilContext(ctx, 1), "the outbox polls")
+		p.Drain()
+		require.NoError(t, <-done)
+		close(got)
+		var ids []int64
+		for m := range got {
+			ids = append(ids, m.ID)
+		}
+		assert.Equal(t, good, ids)
+		envs := letters.Envelopes()
+		require.Len(t, envs, 2)
+		for i, env := range envs {
+			require.ErrorAs(t, env.Err, &oe)
+			assert.Equal(t, bad[i], oe.Key)
+			assert.Equal(t, "published_at", oe.Column)
+			assert.Equal(t, table, oe.Table)
+			assert.Contains(t, env.ErrText, table)
+			assert.Equal(t, fmt.Sprint(bad[i]), env.CorrelationID)
+			assert.Equal(t, "outbox", env.OriginNode)
+			values, ok := env.Item.(map[string]any)
+			require.True(t, ok, "the item is the row's columns: %T", env.Item)
+			assert.Equal(t, "order.created", values["topic"])
+			assert.Nil(t, values["published_at"])
+		}
+		assert.Empty(t, outboxKeys(t, db, table, ""), "dead-lettered and delivered rows deleted")
 	})
 }
 
-// TestNewOutboxRefuses shows each option that is wrong is named.
-func TestNewOutboxRefuses(t *testing.T) {
+// TestOutboxOpenRefuses shows each option that is wrong is named, at
+// Open, all at once.
+func TestOutboxOpenRefuses(t *testing.T) {
 	db := openSQLite(t)
-	_, err := sluicesql.NewOutbox[outboxEvent](db, sluicesql.SQLite, sluicesql.OutboxOptions{
+	ctx := context.Background()
+	err := sluicesql.Outbox[outboxEvent](db, sluicesql.SQLite, sluicesql.OutboxOptions{
 		PageSize: -1, PollInterval: -time.Second, MaxInFlight: -1, DeleteBatch: -1,
-	})
+	}).Open(ctx)
 	require.ErrorIs(t, err, sluicesql.ErrOutboxOptions)
 	for _, field := range []string{"Table", "PageSize", "PollInterval", "MaxInFlight", "DeleteBatch"} {
-		assert.ErrorContains(t, err, field)
+		assert.ErrorContains(t, err, "OutboxOptions."+field+":")
 	}
-	_, err = sluicesql.NewOutbox[outboxEvent](nil, sluicesql.Dialect{}, sluicesql.OutboxOptions{Table: "outbox"})
+	var oe *sluicesql.OutboxOptionError
+	require.ErrorAs(t, err, &oe)
+	assert.Equal(t, "Table", oe.Field)
+
+	err = sluicesql.Outbox[outboxEvent](db, sluicesql.Postgres, sluicesql.OutboxOptions{Table: "outbox", DeleteBatch: 65536}).Open(ctx)
+	assert.ErrorContains(t, err, "OutboxOptions.DeleteBatch: 65536 is above 65535")
+	err = sluicesql.Outbox[outboxEvent](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox", DeleteBatch: 32767}).Open(ctx)
+	assert.ErrorContains(t, err, "OutboxOptions.DeleteBatch: 32767 is above 32766")
+	err = sluicesql.Outbox[outboxEvent](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox", MarkColumn: "id"}).Open(ctx)
+	assert.ErrorContains(t, err, "OutboxOptions.MarkColumn")
+
+	err = sluicesql.Outbox[outboxEvent](nil, sluicesql.Dialect{}, sluicesql.OutboxOptions{Table: "outbox"}).Open(ctx)
 	assert.ErrorContains(t, err, "nil")
 	assert.ErrorContains(t, err, "zero Dialect")
-	_, err = sluicesql.NewOutbox[string](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"})
-	assert.ErrorIs(t, err, sluicesql.ErrOutboxOptions)
+	err = sluicesql.Outbox[string](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"}).Open(ctx)
 	assert.ErrorContains(t, err, "not a struct")
-	_, err = sluicesql.NewOutbox[struct{ A int }](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"})
-	assert.ErrorContains(t, err, "no field with a `db` tag")
-	type inner struct {
-		B int `db:"b"`
+	err = sluicesql.Outbox[struct{ a int }](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"}).Open(ctx)
+	assert.ErrorContains(t, err, "no field")
+
+	// Run opens the source itself, and returns what Open refused.
+	err = sluicesql.Outbox[outboxEvent](db, sluicesql.SQLite, sluicesql.OutboxOptions{}).Run(ctx, nil)
+	assert.ErrorIs(t, err, sluicesql.ErrOutboxOptions)
+}
+
+// TestOutboxColumnRules reads a struct by the package's one set of
+// column rules: an untagged field takes its lower-cased name, db:"-"
+// none, an embedded struct's fields are the item's own.
+func TestOutboxColumnRules(t *testing.T) {
+	type head struct {
+		Topic string // the column "topic"
 	}
-	_, err = sluicesql.NewOutbox[struct{ *inner }](db, sluicesql.SQLite, sluicesql.OutboxOptions{Table: "outbox"})
-	assert.ErrorContains(t, err, "embedded pointer")
+	type event struct {
+		head
+		Payload string `db:"payload"`
+		Cached  string `db:"-"`
+	}
+	db := openSQLite(t)
+	d := sluicesql.SQLite
+	table := outboxTable(t, db, d)
+	outboxInsert(t, db, d, table, "order.created", 2)
+	clock := clockwork.NewFakeClock()
+	got := make(chan event, 10)
+	b := pipeline.New("outbox", pipeline.WithClock(clock))
+	pipeline.Sink(b, "store", pipeline.Source(b, "outbox", node.Source[event](sluicesql.Outbox[event](db, d, sluicesql.OutboxOptions{Table: table, Clock: clock}))),
+		node.SinkFunc[event](func(_ context.Context, e event) error { got <- e; return nil }))
+	p, err := b.Build()
+	require.NoError(t, err)
+	ctx := outboxContext(t)
+	done := make(chan error, 1)
+	go func() { _, err := p.Run(ctx); done <- err }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	p.Drain()
+	require.NoError(t, <-done)
+	close(got)
+	n := 0
+	for e := range got {
+		n++
+		assert.Equal(t, "order.created", e.Topic)
+		assert.Contains(t, e.Payload, "ünïcode")
+		assert.Empty(t, e.Cached)
+	}
+	assert.Equal(t, 2, n)
 }
 
 // TestOutboxConcurrentWriter inserts rows, one transaction each, while
@@ -372,8 +478,7 @@ func TestOutboxKeyOption(t *testing.T) {
 		_, err = db.Exec("INSERT INTO " + table + " (body) VALUES ('first'), (NULL), ('third')")
 		require.NoError(t, err)
 		clock := clockwork.NewFakeClock()
-		src, err := sluicesql.NewOutbox[note](db, d, sluicesql.OutboxOptions{Table: table, Key: "seq", PageSize: 2, Clock: clock})
-		require.NoError(t, err)
+		src := sluicesql.Outbox[note](db, d, sluicesql.OutboxOptions{Table: table, Key: "seq", PageSize: 2, Clock: clock})
 		got := make(chan note, 10)
 		b := pipeline.New("outbox", pipeline.WithClock(clock))
 		pipeline.Sink(b, "store", pipeline.Source(b, "outbox", node.Source[note](src)),
@@ -400,4 +505,30 @@ func TestOutboxKeyOption(t *testing.T) {
 		require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+table).Scan(&left))
 		assert.Zero(t, left)
 	})
+}
+
+// TestOutboxBadRowLetterRefused gives the pipeline a dead-letter sink
+// that takes one letter: the first bad row is dead-lettered and deleted,
+// the second, refused, fails the run and stays, with the rows behind it.
+func TestOutboxBadRowLetterRefused(t *testing.T) {
+	type strict struct {
+		ID   int64     `db:"id"`
+		Sent time.Time `db:"published_at"`
+	}
+	db := openSQLite(t)
+	d := sluicesql.SQLite
+	table := outboxTable(t, db, d)
+	bad := outboxInsert(t, db, d, table, "order.created", 3)
+	letters := deadletter.NewMemory(1)
+	b := pipeline.New("outbox", pipeline.WithDeadLetter(letters))
+	src := sluicesql.Outbox[strict](db, d, sluicesql.OutboxOptions{Table: table, Clock: clockwork.NewFakeClock()})
+	pipeline.Sink(b, "store", pipeline.Source(b, "outbox", node.Source[strict](src)),
+		node.SinkFunc[strict](func(context.Context, strict) error { return nil }))
+	p, err := b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(outboxContext(t))
+	require.ErrorIs(t, err, deadletter.ErrFull)
+	assert.ErrorContains(t, err, fmt.Sprintf("dead-letter the row with key %d", bad[1]))
+	require.Len(t, letters.Envelopes(), 1)
+	assert.Equal(t, bad[1:], outboxKeys(t, db, table, ""), "the letter written was deleted; the refused one stays")
 }
