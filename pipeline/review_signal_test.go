@@ -4,6 +4,7 @@ package pipeline_test
 
 import (
 	"context"
+	"sync/atomic"
 	"syscall"
 	"testing"
 
@@ -74,4 +75,45 @@ func TestReviewSignalAfterEveryNodeFinishedChangesNothing(t *testing.T) {
 	require.NoError(t, err, "every node had finished when the signal came: the run's own result (nil) is returned")
 	assert.NotErrorIs(t, err, pipeline.ErrDrained)
 	_ = res
+}
+
+// A first signal that comes while the run drains already (Pipeline.Drain
+// was called) drains nothing: the run's own result (nil for a drain that
+// ended cleanly) is returned, not a SignalError. Not parallel: no other
+// test listens for SIGWINCH.
+func TestRunUntilSignalWhileDrainingChangesNothing(t *testing.T) {
+	var (
+		p         *pipeline.Pipeline
+		delivered atomic.Int64
+	)
+	src := node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+		for i := range 3 {
+			if err := out.Emit(ctx, i); err != nil {
+				return err
+			}
+		}
+		if !p.Drain() {
+			t.Error("no run to drain")
+		}
+		if err := syscall.Kill(syscall.Getpid(), syscall.SIGWINCH); err != nil {
+			t.Error(err)
+			return nil
+		}
+		select {
+		case <-pipeline.DrainAsked(ctx):
+		case <-t.Context().Done():
+		}
+		<-ctx.Done()
+		return context.Cause(ctx)
+	})
+	b := pipeline.New("draining")
+	pipeline.ForEach(b, "sink", pipeline.Source(b, "source", src), func(context.Context, int) error {
+		delivered.Add(1)
+		return nil
+	})
+	p = build(t, b)
+	_, err := pipeline.RunUntilSignal(t.Context(), p, syscall.SIGWINCH)
+	require.NoError(t, err, "the drain was the caller's: Run's own result")
+	assert.Equal(t, int64(3), delivered.Load(), "every item emitted was delivered")
+	assert.True(t, p.Stats().Draining, "the run drained")
 }
