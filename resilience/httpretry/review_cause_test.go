@@ -24,6 +24,11 @@ import (
 // recognises context.Canceled, so the error is neither a cancellation
 // nor blameless: the item is blamed (Rejected, dead-lettered) for a
 // cancellation it did not cause.
+//
+// The fix: Check sees only the error, which is then the cause alone, and
+// cannot tell it from a transport's error; httpretry.Do sends the request
+// itself and asks its context. The test calls Do (Check's doc says what
+// Check makes of it, and TestCheckCannotSeeACause shows it).
 func TestReviewCancelledWithACauseIsBlameless(t *testing.T) {
 	t.Parallel()
 	started, release := make(chan struct{}), make(chan struct{})
@@ -41,10 +46,12 @@ func TestReviewCancelledWithACauseIsBlameless(t *testing.T) {
 	}()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	require.NoError(t, err)
-	resp, err := httpretry.Check(srv.Client().Do(req))
+	resp, err := httpretry.Do(srv.Client(), req)
 	require.Nil(t, resp)
 	require.Error(t, err)
 	require.Error(t, ctx.Err())
 	assert.False(t, resilience.IsTransient(err), "never retried")
 	assert.True(t, resilience.IsBlameless(err), "not the item's fault: %v", err)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.ErrorIs(t, err, errShutdown, "the cause is kept")
 }
