@@ -337,3 +337,44 @@ func TestErrorTextScrubbed(t *testing.T) {
 	assert.True(t, ue.Timeout())
 	assert.True(t, resilience.IsTransient(err))
 }
+
+// Whatever the query, a status error's URL keeps no value of it: every
+// value left is "redacted", and every name left had a value (a bare
+// token is replaced whole).
+func FuzzQueryRedacted(f *testing.F) {
+	for _, q := range []string{"s3cret", "a=1&b", "=x", "a=1&&b=2", "a=%zz", "a=1;b=2", "k=v=w", "%41=%42"} {
+		f.Add(q)
+	}
+	f.Fuzz(func(t *testing.T, query string) {
+		u, err := url.Parse("http://rates.example/feed")
+		require.NoError(t, err)
+		u.RawQuery = query
+		if back, err := url.Parse(u.String()); err != nil || back.RawQuery != query {
+			t.Skip("no request has this URL") // a control character, a '#'
+		}
+		in, inErr := url.ParseQuery(query)
+		resp := &http.Response{StatusCode: 403, Request: &http.Request{Method: http.MethodGet, URL: u}, Body: http.NoBody}
+		_, err = httpretry.Check(resp, nil)
+		var se *httpretry.StatusError
+		require.ErrorAs(t, err, &se)
+		out, err := url.Parse(se.URL)
+		require.NoError(t, err, se.URL)
+		if query == "" {
+			assert.Empty(t, out.RawQuery)
+			return
+		}
+		got, err := url.ParseQuery(out.RawQuery)
+		require.NoError(t, err, se.URL)
+		for k, vs := range got {
+			for _, v := range vs {
+				if k == "redacted" && v == "" {
+					continue // a bare token, or a query that did not parse
+				}
+				assert.Equal(t, "redacted", v, "%q gave %q", query, se.URL)
+				require.NoError(t, inErr, "%q gave %q", query, se.URL)
+				_, had := in[k]
+				assert.True(t, had, "%q gave %q", query, se.URL)
+			}
+		}
+	})
+}
