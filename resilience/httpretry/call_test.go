@@ -234,9 +234,15 @@ func TestDoSeesTheContext(t *testing.T) {
 
 			_, err = httpretry.Check(client.Do(req))
 			require.Error(t, err)
-			if c.name == "cancelled with a cause" {
+			switch {
+			case c.name == "cancelled with a cause":
 				assert.True(t, resilience.IsTransient(err), "Check cannot tell: %v", err)
 				assert.False(t, resilience.IsBlameless(err))
+			case c.transient:
+				assert.True(t, resilience.IsTransient(err), "a deadline is transient for Check too: %v", err)
+			default:
+				assert.False(t, resilience.IsTransient(err))
+				assert.True(t, resilience.IsBlameless(err))
 			}
 		})
 	}
