@@ -81,7 +81,7 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 	defer rs.stopDrain()
 	// A signal that RunUntilSignal received before the run was published
 	// drains it now, before any source starts.
-	attachDrainRequest(parent, rs)
+	signalled := attachDrainRequest(parent, rs)
 
 	rs.edges = make([]any, len(p.nodes))
 	for _, n := range p.nodes {
@@ -126,6 +126,8 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 		})
 	}
 	_ = c.Wait() // every node's error is the run's, above
+	// Nothing is left to drain: a signal from now on changes nothing.
+	signalled.nodesFinished()
 	if rs.flusher != nil {
 		if err := rs.flusher.close(); err != nil {
 			failed.Store(true)

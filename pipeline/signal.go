@@ -65,14 +65,18 @@ func (e *SignalError) Unwrap() error { return e.Err }
 // errors.Is(err, [ErrDrained]) when the drain ended cleanly (Run itself
 // would have returned nil), errors.Is(err, context.Canceled) after a
 // second signal, errors.Is(err, [ErrDrainTimeout]) when the drain ran out
-// of time; errors.Is(err, [ErrInterrupted]) in all three. A signal that
-// came when every node had finished changes nothing: the run's own result
-// is returned.
+// of time; errors.Is(err, [ErrInterrupted]) in all three. A first signal
+// that finds nothing to drain changes nothing, and the run's own result
+// is returned: one that comes when every node has finished (while the
+// sources close and the last checkpoint is saved), or while the run
+// drains already ([Pipeline.Drain] was called).
 //
 // A signal that arrives before the run started (while it loads its
 // checkpoint, say) drains it as soon as it starts. The signals are the
-// program's again once RunUntilSignal returns ([signal.Stop]); it leaves
-// no goroutine behind.
+// program's again after the second signal, so that a third one has its
+// default effect (Ctrl-C kills the program) when nothing else in the
+// program listens for it, and once RunUntilSignal returns
+// ([signal.Stop]); it leaves no goroutine behind.
 func RunUntilSignal(ctx context.Context, p *Pipeline, signals ...os.Signal) (Result, error) {
 	if len(signals) == 0 {
 		signals = []os.Signal{os.Interrupt, syscall.SIGTERM}
@@ -104,6 +108,10 @@ func RunUntilSignal(ctx context.Context, p *Pipeline, signals ...os.Signal) (Res
 					req.ask()
 					continue
 				}
+				// A third signal is the program's: with no listener
+				// left, Ctrl-C kills it, however long the cancelled run
+				// takes to return.
+				signal.Stop(sigs)
 				cancelled = true
 				cancel()
 				return
@@ -143,7 +151,10 @@ type drainRequest struct {
 	asked chan struct{} // closed by ask
 	mu    sync.Mutex
 	rs    *runState // the run, once attached
-	did   bool      // a drain reached a live run
+	// finished is set once every node of the run returned (see
+	// nodesFinished): from then on a signal has nothing to drain.
+	finished bool
+	did      bool // the request switched a live run's drain on
 }
 
 // ask drains the run, now or once it is attached.
@@ -175,11 +186,28 @@ func (r *drainRequest) attach(rs *runState) {
 }
 
 func (r *drainRequest) drainLocked() {
-	if r.rs.ended.Load() {
-		return // every node finished: nothing is left to drain
+	if r.finished || r.rs.ended.Load() {
+		// Every node finished: the sources close, the last checkpoint
+		// is saved, but nothing is left to drain.
+		return
 	}
+	// A drain already on (Pipeline.Drain was called) is not the
+	// signal's doing; nor is one that the run's end refused.
+	wasOn := r.rs.drains.on.Load()
 	r.rs.drain()
-	r.did = true
+	r.did = !wasOn && r.rs.drains.on.Load()
+}
+
+// nodesFinished is called by the run once every node returned, before
+// the sources close: a signal that comes later drains nothing. It does
+// nothing on a nil r, a run that RunUntilSignal did not start.
+func (r *drainRequest) nodesFinished() {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.finished = true
 }
 
 // drained reports whether the request drained a live run.
@@ -190,11 +218,13 @@ func (r *drainRequest) drained() bool {
 }
 
 // attachDrainRequest attaches rs to the drain request that ctx (Run's
-// context) carries for rs's pipeline, if any: a request carried along
-// for another pipeline (one run from inside a node's call) is not this
-// run's.
-func attachDrainRequest(ctx context.Context, rs *runState) {
+// context) carries for rs's pipeline, if any, and returns it (nil when
+// there is none): a request carried along for another pipeline (one run
+// from inside a node's call) is not this run's.
+func attachDrainRequest(ctx context.Context, rs *runState) *drainRequest {
 	if r, ok := ctx.Value(drainRequestKey{}).(*drainRequest); ok && r.p == rs.p {
 		r.attach(rs)
+		return r
 	}
+	return nil
 }

@@ -122,8 +122,10 @@ func signalChildIfAsked() (code int, ok bool) {
 //   - timeout: as two, under WithDrainTimeout on a fake clock that the
 //     child advances once the source stopped.
 //   - early: the run's checkpoint Load waits for the first signal.
+//   - three: as two, but the sink, once cancelled, says so and never
+//     returns: only a third signal ends the child.
 func signalChild(mode string) int {
-	holds := mode == "two" || mode == "timeout"
+	holds := mode == "two" || mode == "timeout" || mode == "three"
 	src := &childSource{finite: mode == "none", one: holds}
 	var opts []pipeline.Option
 	var signals []os.Signal
@@ -151,6 +153,10 @@ func signalChild(mode string) int {
 		}
 		if holds {
 			<-ctx.Done()
+			if mode == "three" {
+				fmt.Println("sink: cancelled")
+				select {} // a call that does not stop when it is told
+			}
 			return ctx.Err()
 		}
 		delivered.Add(1)
@@ -318,6 +324,26 @@ func TestRunUntilSignalSecondSignalCancels(t *testing.T) {
 	assert.Equal(t, 2, sent)
 	assert.Contains(t, res, "cancelled after interrupt: pipeline: drained on interrupt, cancelled on a second signal: context canceled")
 	assert.Contains(t, strings.Join(lines, "\n"), "source: stopped: "+pipeline.ErrDrained.Error())
+}
+
+// After the second signal the signals are the program's again: a third
+// Ctrl-C kills a program whose cancelled run does not return (its sink
+// ignores the cancellation).
+func TestRunUntilSignalThirdSignalKills(t *testing.T) {
+	t.Parallel()
+	sent := 0
+	lines, code, killed := runSignalChild(t, "three", func(line string) os.Signal {
+		// The first on "ready", the second once the drain stopped the
+		// source, the third once the second cancelled the run.
+		if line == "ready" || strings.HasPrefix(line, "source: stopped") || line == "sink: cancelled" {
+			sent++
+			return os.Interrupt
+		}
+		return nil
+	})
+	assert.Equal(t, 3, sent, strings.Join(lines, "\n"))
+	assert.Equal(t, -1, code, strings.Join(lines, "\n"))
+	assert.Equal(t, "interrupt", killed, "the third signal killed the child")
 }
 
 // A drain that runs past WithDrainTimeout ends the run with

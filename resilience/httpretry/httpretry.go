@@ -1,15 +1,19 @@
 // Package httpretry turns the result of an HTTP call into the error a
 // pipeline's retry layers understand, in one line:
 //
-//	resp, err := httpretry.Check(client.Do(req))
+//	resp, err := httpretry.Do(client, req)
 //	if err != nil {
 //		return zero, err // classified: the pipeline retries it or not
 //	}
 //	defer resp.Body.Close()
 //
+// [Do] sends the request and judges the result as [Check] does, which
+// takes what a client returned: httpretry.Check(client.Do(req)). Do
+// sees one thing more, the request's context (see below).
+//
 // A response of status 1xx to 3xx is returned as it is; the caller reads
 // and closes its body. Any other ends as an error, its body read (a
-// snippet is kept) and closed by Check:
+// snippet is kept) and closed:
 //
 //   - 429 Too Many Requests and 503 Service Unavailable with a valid
 //     Retry-After header: a [*StatusError] marked with
@@ -24,27 +28,44 @@
 //     replica will soon know, say):
 //     resilience.TransientAs(c, func(e *httpretry.StatusError) bool { return e.Code == 404 }).
 //
-// An error of the call itself (no response) is transient when the
-// network failed: a [net.Error] (a refused connection, a timeout, no
-// such host), or a connection that the server dropped ([io.EOF],
-// [io.ErrUnexpectedEOF]). A cancelled context stays what it is: permanent,
-// never retried, and not the item's fault (see [resilience.IsBlameless]).
-// Other errors (a bad URL, a certificate that does not verify) are left
-// to the classifier, which judges them permanent by default.
+// An error of the call itself (no response) is judged by exclusion. A
+// few are left to the classifier, which judges them permanent by
+// default, since no retry fixes them: a URL that does not parse, a
+// request that the client refuses to send (an unsupported scheme, no
+// host, an invalid method or header), a redirect that the client's
+// CheckRedirect refuses or whose Location does not parse, an HTTPS
+// request answered in plain HTTP ([http.ErrSchemeMismatch]), and a
+// certificate that does not verify (the server's, or the client's that
+// the server refused). Every other is transient: the network failed, or
+// the server or a proxy dropped the request, whatever the protocol calls
+// it (a refused connection, a timeout, no such host, [io.EOF] over
+// HTTP/1.1, a stream reset or a lost connection over HTTP/2).
 //
-// Errors never show a URL's user information or its query values, which
-// often hold credentials.
+// A call whose context ended is the context's doing. A context cancelled
+// without a cause gives [context.Canceled], which stays what it is:
+// permanent, never retried, and not the item's fault (see
+// [resilience.IsBlameless]). A context cancelled with a cause
+// ([context.WithCancelCause], an errgroup, [os/signal.NotifyContext])
+// gives the cause alone, which Check cannot tell from a transport's
+// error: it judges it as one (transient). Do asks the request's context
+// and judges the same call as a cancellation, whatever the cause: its
+// error matches context.Canceled as well, is permanent and blameless. A
+// deadline that passed is transient for both; Do's error matches
+// [context.DeadlineExceeded] even when the deadline had a cause.
+//
+// Errors never show a URL's user information, its fragment or its query
+// values (nor the name of a query parameter without a value, as in
+// "feed?s3cret"), which often hold credentials; a URL that the client
+// quotes in an error's text (a Location that does not parse) loses its
+// whole query there.
 package httpretry
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -79,8 +100,9 @@ type StatusError struct {
 	Status string
 	// Method is the request's method.
 	Method string
-	// URL is the request's URL without its user information, and with
-	// the value of every query parameter replaced by "redacted".
+	// URL is the request's URL without its user information and
+	// fragment, and with the value of every query parameter replaced by
+	// "redacted" (a parameter without a value, its name too).
 	URL string
 	// Body holds the first SnippetSize bytes of the response's body, with
 	// invalid UTF-8 replaced; empty for a response without a body.
@@ -140,6 +162,37 @@ func Check(resp *http.Response, err error) (*http.Response, error) {
 	return Checker{}.Check(resp, err)
 }
 
+// Do is [Checker.Do] of a zero Checker.
+func Do(client *http.Client, req *http.Request) (*http.Response, error) {
+	return Checker{}.Do(client, req)
+}
+
+// Do sends req with client (http.DefaultClient when nil) and returns
+// what [Checker.Check] makes of the result, with one thing that Check
+// cannot see: req's context. A call that failed once its context was
+// cancelled, with a cause or without, ends with an error that matches
+// context.Canceled, permanent and not the item's fault (see
+// [resilience.IsBlameless]); one that failed once its deadline passed,
+// with an error that matches context.DeadlineExceeded, transient. The
+// error wraps what the client returned, the context's cause with it.
+func (c Checker) Do(client *http.Client, req *http.Request) (*http.Response, error) {
+	if req == nil {
+		return nil, errors.New("httpretry: nil request")
+	}
+	if client == nil {
+		client = http.DefaultClient
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if ctxErr := req.Context().Err(); ctxErr != nil {
+			// (A response that comes with an error has its body
+			// closed by the client already.)
+			return nil, contextEnded(err, ctxErr)
+		}
+	}
+	return c.Check(resp, err)
+}
+
 // Check returns resp when err is nil and resp's status is below 400: the
 // caller reads and closes its body. Otherwise it returns a nil response
 // and a classified error (see the package's doc), having read and closed
@@ -149,7 +202,7 @@ func (c Checker) Check(resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		// (A response that comes with an error has its body closed by
 		// the client already.)
-		return nil, callError(err)
+		return nil, callError(resp, err)
 	}
 	if resp == nil {
 		return nil, errors.New("httpretry: no response and no error")
@@ -217,57 +270,6 @@ func ParseRetryAfter(value string, now time.Time) (time.Duration, bool) {
 		return 0, false
 	}
 	return max(at.Sub(now), 0), true
-}
-
-// callError classifies the error of a call that got no response.
-func callError(err error) error {
-	cause := err
-	var ue *url.Error
-	if errors.As(err, &ue) && err == error(ue) {
-		// url.Error hides the password; the query stays, and may hold a
-		// token.
-		if u, perr := url.Parse(ue.URL); perr == nil {
-			c := *ue
-			c.URL = redact(u)
-			err = &c
-		}
-		// A url.Error is a net.Error whatever it wraps: judge what it
-		// wraps.
-		cause = ue.Err
-	}
-	var ne net.Error
-	switch {
-	case errors.Is(cause, context.Canceled):
-		// The caller's, or the pipeline's: never retried, never the
-		// item's fault. Left as it is.
-		return err
-	case errors.As(cause, &ne), errors.Is(cause, io.EOF), errors.Is(cause, io.ErrUnexpectedEOF):
-		return resilience.MarkTransient(err)
-	}
-	return err
-}
-
-// redact returns u without its user information and fragment, and with
-// the value of each query parameter replaced.
-func redact(u *url.URL) string {
-	c := *u
-	c.User = nil
-	c.Fragment, c.RawFragment = "", ""
-	if c.RawQuery != "" {
-		q, err := url.ParseQuery(c.RawQuery)
-		if err != nil {
-			c.RawQuery = "redacted"
-		} else {
-			for k, vs := range q {
-				for i := range vs {
-					vs[i] = "redacted"
-				}
-				q[k] = vs
-			}
-			c.RawQuery = q.Encode()
-		}
-	}
-	return c.String()
 }
 
 // drain reads up to SnippetSize bytes of body as the snippet, then up to

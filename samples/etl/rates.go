@@ -125,8 +125,8 @@ type rateClient struct {
 }
 
 // Rate returns how many euro one unit of currency is worth, asked for the
-// order called order. httpretry.Check turns the call's result into an
-// error the pipeline's item retry understands: a 503 or a refused
+// order called order. httpretry.Do sends the request and turns the
+// result into an error the pipeline's item retry understands: a 503 or a refused
 // connection is transient, a 404 permanent, a 429 or 503 with
 // Retry-After waits what the service asks for.
 func (c *rateClient) Rate(ctx context.Context, order, currency string) (float64, error) {
@@ -135,7 +135,7 @@ func (c *rateClient) Rate(ctx context.Context, order, currency string) (float64,
 	if err != nil {
 		return 0, fmt.Errorf("rates: %w", err)
 	}
-	resp, err := httpretry.Check(c.http.Do(req))
+	resp, err := httpretry.Do(c.http, req)
 	var status *httpretry.StatusError
 	if errors.As(err, &status) && status.Code == http.StatusNotFound {
 		return 0, fmt.Errorf("%w %q: %w", errUnknownCurrency, currency, err)

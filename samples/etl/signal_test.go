@@ -20,10 +20,13 @@ import (
 // its outcome, the summary says "drained", and the demo exits 0. The next
 // run resumes where the drained one stopped.
 //
-// The signal goes with the first progress line (2 s into the run, which
-// lasts at least 4 s at 5 ms a call): "etl: running" comes just before
-// RunUntilSignal starts to listen, and a signal sent then may overtake
-// it and kill the demo, as it would before the job began.
+// The signal goes with the first progress line: "etl: running" comes
+// just before RunUntilSignal starts to listen, and a signal sent then
+// may overtake it and kill the demo, as it would before the job began.
+// Off a terminal (the test reads a pipe) the demo prints a progress line
+// every -progress but no more often than every 2 s, so -progress 100ms
+// only turns the lines on: the first comes 2 s into the run, which lasts
+// several seconds at 5 ms a call (about 9 s here).
 func TestDemoDrainsOnASignal(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
