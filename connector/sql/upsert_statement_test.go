@@ -1,6 +1,7 @@
 package sql_test
 
 import (
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -96,4 +97,77 @@ func TestUpsertArgumentErrorIsARowError(t *testing.T) {
 	var n int
 	require.NoError(t, db.QueryRow("SELECT COUNT(*) FROM "+table).Scan(&n))
 	assert.Equal(t, 19, n)
+}
+
+// cancelAtCommit opens SQLite connections whose COMMIT, after writing,
+// cancels the Write's context and reports errLost: a COMMIT that the
+// context ended while the database may have written it.
+type cancelAtCommit struct {
+	inner  driver.Driver
+	dsn    string
+	cancel context.CancelFunc
+}
+
+func (c *cancelAtCommit) Connect(context.Context) (driver.Conn, error) {
+	conn, err := c.inner.Open(c.dsn)
+	if err != nil {
+		return nil, err
+	}
+	return &cancelConn{Conn: conn, c: c}, nil
+}
+
+func (c *cancelAtCommit) Driver() driver.Driver { return c.inner }
+
+type cancelConn struct {
+	driver.Conn
+	c *cancelAtCommit
+}
+
+func (c *cancelConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	tx, err := c.Conn.(driver.ConnBeginTx).BeginTx(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &cancelTx{Tx: tx, c: c.c}, nil
+}
+
+type cancelTx struct {
+	driver.Tx
+	c *cancelAtCommit
+}
+
+func (t *cancelTx) Commit() error {
+	if err := t.Tx.Commit(); err != nil {
+		return err
+	}
+	t.c.cancel()
+	return errLost
+}
+
+// A COMMIT that the context ended is unknown, not failed: every row's
+// error matches ErrCommitUnknown and the context's cause, and the rows,
+// written here, are not retried by Write.
+func TestUpsertCommitEndedByContextIsUnknown(t *testing.T) {
+	plain := openSQLite(t)
+	var seq int
+	var name, path string
+	require.NoError(t, plain.QueryRow("PRAGMA database_list").Scan(&seq, &name, &path))
+	ctx, cancel := context.WithCancelCause(t.Context())
+	stop := errors.New("the run stops")
+	cc := &cancelAtCommit{inner: plain.Driver(), dsn: "file:" + filepath.Clean(path) + "?_pragma=busy_timeout(5000)", cancel: func() { cancel(stop) }}
+	db := sql.OpenDB(cc)
+	defer db.Close()
+	table := productTable(t, db, sluicesql.SQLite)
+	// 3 rows a statement: the batch of 10 is one transaction.
+	u, err := sluicesql.NewUpserter[product](db, sluicesql.SQLite, sluicesql.UpsertOptions{Table: table, MaxParams: 9})
+	require.NoError(t, err)
+	items := products(10)
+	errs := u.Write(ctx, items)
+	require.Len(t, errs, 10)
+	for _, e := range errs {
+		assert.ErrorIs(t, e, sluicesql.ErrCommitUnknown)
+		assert.ErrorIs(t, e, stop)
+	}
+	assert.Equal(t, int64(0), u.BatchRetries(), "no second try once ctx is done")
+	assert.Equal(t, items, rows(t, db, table), "the COMMIT had written them")
 }
