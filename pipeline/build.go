@@ -36,6 +36,7 @@ func (b *Builder) Build() (*Pipeline, error) {
 			checkKindOptions(n),
 			checkRateLimit(n),
 			checkOwn(n),
+			checkRefused(n),
 			resolveResilience(b.cfg, n, &breakers),
 		)
 	}

@@ -160,6 +160,8 @@ type nodeConfig struct {
 	// MaxParked: the cap on parked items, when given.
 	maxParked    int
 	maxParkedSet bool
+	// refused are the problems Refuse gave, for Build.
+	refused []error
 }
 
 // Parallel runs the node's work on n goroutines. Output keeps the input's

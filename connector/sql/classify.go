@@ -16,9 +16,12 @@ import (
 //
 //   - transient: a deadlock (PostgreSQL 40P01, MySQL 1213), a
 //     serialization failure (40001), a lock wait timeout (MySQL 1205,
-//     PostgreSQL 55P03), SQLite's SQLITE_BUSY and SQLITE_LOCKED, a lost or
-//     refused connection (SQLSTATE class 08, MySQL 1040, 1053, 1927, 2006,
-//     2013, PostgreSQL 53300, 57P01 to 57P03, [driver.ErrBadConn]);
+//     PostgreSQL 55P03), a statement timeout or interruption (PostgreSQL
+//     57014, MariaDB 1969, MySQL 3024, 1317), SQLite's SQLITE_BUSY and
+//     SQLITE_LOCKED, a lost or refused connection (SQLSTATE class 08,
+//     MySQL 1040, 1053, 1927, 2006, 2013, go-sql-driver/mysql's
+//     ErrInvalidConn by its text "invalid connection", PostgreSQL 53300,
+//     57P01 to 57P03, [driver.ErrBadConn]);
 //   - permanent: a constraint violation (SQLSTATE class 23: unique 23505,
 //     not null 23502, foreign key 23503, check 23514; MySQL 1062, 1048,
 //     1451, 1452, 3819, MariaDB 4025; SQLITE_CONSTRAINT and its extended
@@ -26,14 +29,20 @@ import (
 //     SQLITE_MISMATCH, SQLITE_TOOBIG, SQLITE_RANGE).
 //
 // Other errors are left to the default rules (see [resilience.Classifier]),
-// as are the pipeline's own cancellation and its marks. The codes are read
+// as are the pipeline's own cancellation and its marks. Before its own
+// rules it honours [Upsert]'s verdicts: a [*RowError] that Upsert judged
+// transient is transient (one it judged permanent is wrapped by
+// [resilience.MarkPermanent], which every classifier honours), so that
+// setting this classifier on Upsert's node changes none of them. The codes are read
 // without importing a driver: from an error's SQLState() string or Code()
 // int method, else from the fields of the drivers' error types
 // (pgconn.PgError, lib/pq's Error, mysql.MySQLError, mattn's sqlite3.Error)
-// by their names. The errors of [Upsert] are already marked by these rules,
-// so that a pipeline needs no classifier of its own for them.
+// by their names. The errors of [Upsert] are already marked by these
+// rules, transient or permanent, so that a pipeline needs no classifier of
+// its own for them.
 func Classifier(d Dialect) resilience.Classifier {
 	return resilience.Classifier{}.
+		Transient(markedTransient).
 		Transient(func(err error) bool { return inspect(d, err).class == classTransient }).
 		Permanent(func(err error) bool { return inspect(d, err).class == classPermanent })
 }
@@ -55,6 +64,11 @@ type dbError struct {
 	table      string
 	column     string
 	class      errClass
+	// row: the error is a row's, a constraint or bad data, which another
+	// row of the batch would not have; Upsert splits the batch on it.
+	row bool
+	// conn: the connection failed, so that a COMMIT's outcome is unknown.
+	conn bool
 }
 
 // inspectTree returns what the first driver error in err's tree says.
@@ -83,7 +97,7 @@ func inspectTree(d Dialect, err error) dbError {
 // inspect reads err itself, not the errors it wraps.
 func inspect(d Dialect, err error) dbError {
 	if err == driver.ErrBadConn {
-		return dbError{class: classTransient}
+		return dbError{class: classTransient, conn: true}
 	}
 	switch d.name {
 	case Postgres.name:
@@ -110,26 +124,59 @@ func inspectPostgres(err error) dbError {
 	e.table = firstField(err, "TableName", "Table")
 	e.column = firstField(err, "ColumnName", "Column")
 	switch {
-	case e.code == "40001", e.code == "40P01", e.code == "55P03", e.code == "53300",
-		e.code == "57P01", e.code == "57P02", e.code == "57P03", strings.HasPrefix(e.code, "08"):
+	case e.code == "57P01", e.code == "57P02", e.code == "57P03", strings.HasPrefix(e.code, "08"):
+		e.class, e.conn = classTransient, true
+	case e.code == "40001", e.code == "40P01", e.code == "55P03", e.code == "53300", e.code == "57014":
 		e.class = classTransient
 	case strings.HasPrefix(e.code, "23"), strings.HasPrefix(e.code, "22"):
-		e.class = classPermanent
+		e.class, e.row = classPermanent, true
+	case e.code == "21000":
+		// A cardinality violation: ON CONFLICT DO UPDATE meets one key
+		// twice in one statement. The rows apart pass.
+		e.row = true
 	}
 	return e
 }
 
 var (
-	mysqlTransient = []int{1040, 1053, 1205, 1213, 1927, 2006, 2013}
+	mysqlConn      = []int{1040, 1053, 1927, 2006, 2013}
+	mysqlTransient = []int{1205, 1213, 1317, 1969, 3024}
 	mysqlPermanent = []int{1048, 1062, 1264, 1292, 1366, 1406, 1451, 1452, 3819, 4025}
-	// Constraint names in MySQL's and MariaDB's messages: "CONSTRAINT
-	// `c` failed", "Check constraint 'c' is violated", "... CONSTRAINT `c`
-	// FOREIGN KEY", "Duplicate entry 'x' for key 'c'".
-	mysqlConstraint = regexp.MustCompile("(?:CONSTRAINT [`'\"]|[Cc]onstraint '|for key '(?:[^']*\\.)?)([^`'\"]+)")
-	mysqlColumn     = regexp.MustCompile("Column '([^']+)'|column '([^']+)'")
+	// Constraint and column names in MySQL's and MariaDB's messages, by
+	// error number, anchored to the message's fixed text, since a
+	// message may quote the row's data (1062's duplicate entry, 1366's
+	// value) and the data may look like anything.
+	mysqlNames = map[int]*regexp.Regexp{
+		// Duplicate entry '%s' for key '%s' (MySQL 8: 'table.key').
+		1062: regexp.MustCompile(`for key '(?:[^'.]*\.)?(?P<constraint>[^']*)'$`),
+		// Check constraint '%s' is violated.
+		3819: regexp.MustCompile(`^Check constraint '(?P<constraint>[^']*)' is violated`),
+		// CONSTRAINT `%s` failed for `db`.`table`
+		4025: regexp.MustCompile("^CONSTRAINT `(?P<constraint>[^`]*)` failed for "),
+		// Cannot add or update a child row: a foreign key constraint
+		// fails (`db`.`t`, CONSTRAINT `fk` FOREIGN KEY (`c`) REFERENCES ...
+		1451: mysqlForeignKey,
+		1452: mysqlForeignKey,
+		// Column '%s' cannot be null
+		1048: regexp.MustCompile(`^Column '(?P<column>[^']*)' cannot be null$`),
+		// Data too long / Out of range value for column '%s' at row %d
+		1406: mysqlColumnAtRow,
+		1264: mysqlColumnAtRow,
+		// Incorrect %s value: '%s' for column '%s' at row %d (MariaDB:
+		// for column `db`.`t`.`c`).
+		1366: mysqlColumnAtRow,
+		1292: mysqlColumnAtRow,
+	}
+	mysqlForeignKey  = regexp.MustCompile("^Cannot (?:add or update a child|delete or update a parent) row: a foreign key constraint fails \\([^()]*?, CONSTRAINT `(?P<constraint>[^`]*)` FOREIGN KEY")
+	mysqlColumnAtRow = regexp.MustCompile("for column (?:`[^`]*`\\.)*[`']?(?P<column>[^`']*)[`']? at row [0-9]+$")
 )
 
 func inspectMySQL(err error) dbError {
+	if err.Error() == "invalid connection" {
+		// go-sql-driver/mysql's ErrInvalidConn: the connection broke
+		// while a statement ran.
+		return dbError{class: classTransient, conn: true}
+	}
 	v := structOf(err)
 	if !v.IsValid() {
 		return dbError{}
@@ -140,12 +187,17 @@ func inspectMySQL(err error) dbError {
 	}
 	n := int(num.Uint())
 	e := dbError{code: strconv.Itoa(n)}
-	msg := stringField(err, "Message")
-	if m := mysqlConstraint.FindStringSubmatch(msg); m != nil {
-		e.constraint = m[1]
-	}
-	if m := mysqlColumn.FindStringSubmatch(msg); m != nil {
-		e.column = m[1] + m[2]
+	if re := mysqlNames[n]; re != nil {
+		if m := re.FindStringSubmatch(stringField(err, "Message")); m != nil {
+			for i, name := range re.SubexpNames() {
+				switch name {
+				case "constraint":
+					e.constraint = m[i]
+				case "column":
+					e.column = m[i]
+				}
+			}
+		}
 	}
 	var state string
 	if s := v.FieldByName("SQLState"); s.IsValid() && s.Kind() == reflect.Array && s.Len() == 5 {
@@ -156,10 +208,12 @@ func inspectMySQL(err error) dbError {
 		state = string(b)
 	}
 	switch {
-	case slices.Contains(mysqlTransient, n), state == "40001", strings.HasPrefix(state, "08"):
+	case slices.Contains(mysqlConn, n), strings.HasPrefix(state, "08"):
+		e.class, e.conn = classTransient, true
+	case slices.Contains(mysqlTransient, n), state == "40001":
 		e.class = classTransient
 	case slices.Contains(mysqlPermanent, n), strings.HasPrefix(state, "23"), strings.HasPrefix(state, "22"):
-		e.class = classPermanent
+		e.class, e.row = classPermanent, true
 	}
 	return e
 }
@@ -225,7 +279,7 @@ func inspectSQLite(err error) dbError {
 	case sqliteBusy, sqliteLocked:
 		e.class = classTransient
 	case sqliteConstraint, sqliteMismatch, sqliteTooBig, sqliteRange:
-		e.class = classPermanent
+		e.class, e.row = classPermanent, true
 	}
 	return e
 }

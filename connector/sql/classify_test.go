@@ -95,6 +95,16 @@ func TestClassifier(t *testing.T) {
 		{"default rules still apply", sluicesql.Postgres, io.ErrUnexpectedEOF, true},
 		{"unknown", sluicesql.Postgres, errors.New("relation does not exist"), false},
 		{"marked permanent wins", sluicesql.Postgres, resilience.MarkPermanent(&pgconn.PgError{Code: "40P01"}), false},
+		{"pg statement timeout", sluicesql.Postgres, &pgconn.PgError{Code: "57014"}, true},
+		{"pg cardinality", sluicesql.Postgres, &pgconn.PgError{Code: "21000"}, false},
+		{"pg undefined column", sluicesql.Postgres, &pgconn.PgError{Code: "42703"}, false},
+		{"mariadb max_statement_time", sluicesql.MySQL, mysqlErr(1969, "70100"), true},
+		{"mysql query interrupted", sluicesql.MySQL, mysqlErr(1317, "70100"), true},
+		{"mysql max_execution_time", sluicesql.MySQL, mysqlErr(3024, "HY000"), true},
+		{"mysql invalid connection", sluicesql.MySQL, mysql.ErrInvalidConn, true},
+		{"mysql invalid connection wrapped", sluicesql.MySQL, fmt.Errorf("exec: %w", mysql.ErrInvalidConn), true},
+		{"invalid connection is MySQL's text only", sluicesql.Postgres, mysql.ErrInvalidConn, false},
+		{"mysql unknown column", sluicesql.MySQL, mysqlErr(1054, "42S22"), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

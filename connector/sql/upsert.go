@@ -56,14 +56,27 @@ type UpsertOptions struct {
 }
 
 // ErrUpsertOptions is matched by the error of [NewUpserter] for options
-// that cannot work, and is the text of [Upsert]'s panic.
+// that cannot work, and by the error of Build of a pipeline that [Upsert]
+// added such options to.
 var ErrUpsertOptions = errors.New("sql: invalid upsert options")
 
 // ErrCommitUnknown is matched by the error of rows whose transaction's
-// COMMIT failed: the database may have written them or not. An upsert
-// written twice leaves the same row, so such an error is transient and
-// the rows are written again.
+// COMMIT failed without an answer from the database (the connection was
+// lost, or ctx ended while it waited): the database may have written
+// them or not. An upsert written twice leaves the same row, so such an
+// error is transient and the rows are written again. A COMMIT that the
+// database answered with an error (a deferred constraint, a
+// serialization failure) rolled back: its rows get that error, as if a
+// statement had failed.
 var ErrCommitUnknown = errors.New("sql: commit outcome unknown")
+
+// ErrStatement is matched by the error of rows whose batch the database
+// refused for a reason that no row causes: a table or column that does
+// not exist, a syntax error, a permission, a read-only database. Every
+// row of the batch gets the same [*RowError], permanent, without
+// splitting the batch; the rows can be written again (a dead letter
+// re-driven) once the cause is fixed.
+var ErrStatement = errors.New("sql: statement refused")
 
 // ErrWrite is matched by every [*RowError].
 var ErrWrite = errors.New("sql: row not written")
@@ -87,9 +100,14 @@ type RowError struct {
 	// code by its name ("SQLITE_CONSTRAINT_CHECK"); empty when the error
 	// came from elsewhere, such as the connection.
 	Code string
-	// Err is the driver's error (with ErrCommitUnknown when the COMMIT
-	// failed).
+	// Err is the driver's error (with [ErrCommitUnknown] when the COMMIT
+	// failed without an answer, with [ErrStatement] when no row caused
+	// it).
 	Err error
+
+	// transient is Upsert's verdict: the error is transient. Classifier
+	// honours it before its own rules.
+	transient bool
 }
 
 // Error names the table, the constraint, the column and the code, when
@@ -118,6 +136,13 @@ func (e *RowError) Unwrap() error { return e.Err }
 // Is reports whether target is ErrWrite.
 func (e *RowError) Is(target error) bool { return target == ErrWrite }
 
+// markedTransient reports whether err is a [*RowError] that an Upserter
+// judged transient.
+func markedTransient(err error) bool {
+	re, ok := err.(*RowError)
+	return ok && re.transient
+}
+
 // An Upserter writes items of the struct type T to a table with the
 // dialect's upsert. Its Write is the function of a
 // [pipeline.ForEachBatch] or [pipeline.MapBatch]; [Upsert] adds that sink
@@ -132,10 +157,16 @@ type Upserter[T any] struct {
 	classify resilience.Classifier
 	skip     bool // UpsertOptions.SkipUnchanged
 	affected atomic.Int64
+	retries  atomic.Int64 // batches written again whole
 
-	mu    sync.Mutex
-	stmts map[int]string // statement text by its rows
+	mu     sync.Mutex
+	stmts  map[int]string // statement text by its rows (see statement)
+	recent []int          // the rows of the cached statements that are not pinned, least recently used first
 }
+
+// recentStatements is how many statements of other sizes than a full
+// batch's an Upserter keeps (see statement).
+const recentStatements = 4
 
 // NewUpserter returns an Upserter of T's columns (see [Query] for how
 // fields map to columns) into o.Table of db, or an error matching
@@ -214,14 +245,23 @@ func maxParams(d Dialect) int {
 // [*RowError], permanent, which the node's OnItemFailure handles (with
 // resilience.DeadLetter, a dead letter naming the constraint). A batch
 // that fails for a transient reason (a deadlock, a lost connection) is not
-// split: each of its rows is retried alone by layer 1.
+// split: it is written again whole, once, at once, and if that fails too
+// each of its rows is retried alone by layer 1. A batch refused for a
+// reason no row causes (a missing column) is not split either: every row
+// gets the one error, matching [ErrStatement], permanent.
 //
-// Upsert panics, naming every problem, when the options cannot work (see
-// NewUpserter): a mistake in the program, which its first test finds.
+// When the options cannot work (see NewUpserter), Upsert still adds the
+// node, and the pipeline's Build fails with an error that names the node
+// and matches [ErrUpsertOptions], joined with the pipeline's other
+// problems.
 func Upsert[T any](b *pipeline.Builder, name string, in pipeline.Stream[T], db *stdsql.DB, d Dialect, o UpsertOptions, opts ...pipeline.NodeOption) {
 	u, err := NewUpserter[T](db, d, o)
 	if err != nil {
-		panic(fmt.Sprintf("sluice: sql.Upsert %q: %v", name, err))
+		// The node is added so that Build names it and the rest of the
+		// graph is checked; its function never runs.
+		refused := func(context.Context, []T) []error { return nil }
+		pipeline.ForEachBatch(b, name, in, 1, 0, refused, append(slices.Clone(opts), pipeline.Refuse(err))...)
+		return
 	}
 	pipeline.ForEachBatch(b, name, in, u.batch, o.Linger, u.Write, opts...)
 }
@@ -247,64 +287,107 @@ func (u *Upserter[T]) BatchSize() int { return u.batch }
 // the database wrote it.
 func (u *Upserter[T]) RowsAffected() int64 { return u.affected.Load() }
 
+// BatchRetries returns how many times the Upserter wrote a batch (or a
+// half of one, while it split) again whole, at once, after a transient
+// failure, before handing its rows to layer 1. These retries are not
+// layer 1's: they are not in the node's ItemRetries, nor charged to a
+// retry budget.
+func (u *Upserter[T]) BatchRetries() int64 { return u.retries.Load() }
+
 // Write upserts items in one transaction (in one statement without a
 // transaction when one statement holds them all) and returns nil when
 // every row was written, else one error per item, nil for each row
-// written.
+// written. Each error is a [*RowError].
 //
-// When the database refuses the batch for a reason the [Classifier] does
-// not call transient, Write splits it in halves and writes each in a
+// When the database refuses the batch for a row's reason (a constraint,
+// bad data: SQLSTATE classes 22 and 23 and 21000, MySQL's and SQLite's
+// codes for the same), Write splits it in halves and writes each in a
 // transaction of its own, down to single rows: the row that fails alone
-// gets its [*RowError], and every other row is written. When the reason
-// is transient, every row gets the error, marked transient, so that it is
-// retried. When the COMMIT itself fails, the rows may or may not be
-// written: every row gets an error matching [ErrCommitUnknown], marked
-// transient; writing them again is safe, since an upsert is idempotent.
-// Once ctx is done, the rows not written get ctx's error.
+// gets its error, marked permanent with [resilience.MarkPermanent], and
+// every other row is written. When the reason is transient (see
+// [Classifier]), Write writes the batch again whole, once, at once; when
+// that fails too, every row gets the error, marked transient, so that
+// layer 1 retries it alone. When the COMMIT fails without an answer from
+// the database, the rows may or may not be written: the error matches
+// [ErrCommitUnknown] and is transient; writing them again is safe, since
+// an upsert is idempotent. Any other error is the statement's, not a
+// row's: every row gets it, matching [ErrStatement], permanent, without a
+// split. Once ctx is done, the rows not written get ctx's error (with
+// ErrCommitUnknown when it ended a COMMIT).
 func (u *Upserter[T]) Write(ctx context.Context, items []T) []error {
 	if len(items) == 0 {
 		return nil
 	}
 	errs := make([]error, len(items))
-	if !u.write(ctx, items, errs) {
+	if !u.write(ctx, items, errs, false) {
 		return nil
 	}
 	return errs
 }
 
 // write upserts items, splitting them on a row's error, and reports
-// whether any failed, setting its error in errs.
-func (u *Upserter[T]) write(ctx context.Context, items []T, errs []error) (failed bool) {
+// whether any failed, setting its error in errs. retried says the items
+// were written again already after a transient failure.
+func (u *Upserter[T]) write(ctx context.Context, items []T, errs []error, retried bool) (failed bool) {
 	raw, atCommit := u.exec(ctx, items)
 	if raw == nil {
 		return false
 	}
 	if ctx.Err() != nil {
-		// The run stops: no split, no verdict.
+		// The run stops: no split, no verdict. A COMMIT that ctx ended
+		// may have been written.
+		err := context.Cause(ctx)
+		if atCommit {
+			err = fmt.Errorf("%w: %w", ErrCommitUnknown, err)
+		}
 		for i := range errs {
-			errs[i] = context.Cause(ctx)
+			errs[i] = err
 		}
 		return true
 	}
 	e := inspectTree(u.d, raw)
 	re := &RowError{Table: u.table, Constraint: e.constraint, Column: e.column, Code: e.code, Err: raw}
-	var err error = re
 	switch {
-	case atCommit:
+	case e.row || argumentError(raw):
+		if len(items) > 1 {
+			mid := len(items) / 2
+			a := u.write(ctx, items[:mid], errs[:mid], false)
+			b := u.write(ctx, items[mid:], errs[mid:], false)
+			return a || b
+		}
+	case atCommit && (e.code == "" || e.conn):
+		// No answer: the COMMIT may have been written.
 		re.Err = fmt.Errorf("%w: %w", ErrCommitUnknown, raw)
-		err = resilience.MarkTransient(re)
+		re.transient = true
 	case u.classify.IsTransient(raw):
+		re.transient = true
+	default:
+		re.Err = fmt.Errorf("%w: %w", ErrStatement, raw)
+	}
+	if re.transient && !retried && len(items) > 1 {
+		// A deadlock, a lost connection: the batch is likely to pass
+		// now, and n rows retried one by one cost n statements and n
+		// retries of the node's budget.
+		u.retries.Add(1)
+		clear(errs)
+		return u.write(ctx, items, errs, true)
+	}
+	var err error = resilience.MarkPermanent(re)
+	if re.transient {
 		err = resilience.MarkTransient(re)
-	case len(items) > 1:
-		mid := len(items) / 2
-		a := u.write(ctx, items[:mid], errs[:mid])
-		b := u.write(ctx, items[mid:], errs[mid:])
-		return a || b
 	}
 	for i := range errs {
 		errs[i] = err
 	}
 	return true
+}
+
+// argumentError reports whether err is database/sql's refusal of an
+// argument (a driver.Valuer that failed, a value of a type the driver
+// does not take): one row's value may be at fault, so the batch is split.
+// database/sql does not export the error's type; its text is fixed.
+func argumentError(err error) bool {
+	return strings.HasPrefix(err.Error(), "sql: converting argument ")
 }
 
 // exec writes items in one transaction, or in one statement alone when
@@ -359,15 +442,32 @@ func (u *Upserter[T]) args(args []any, items []T) []any {
 	return args
 }
 
-// statement returns the upsert of rows rows, made once per row count.
+// statement returns the upsert of rows rows. The statements of a full
+// batch (one of BatchSize rows, or, when a batch takes several, one of
+// perStmt rows and one of the rest) are made once and kept; of the other
+// sizes (a part batch, the halves of a split) only the recentStatements
+// used last are kept, since their sizes vary without end and a statement
+// of 1,000 rows of 10 columns is about 60 KB.
 func (u *Upserter[T]) statement(rows int) string {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if s, ok := u.stmts[rows]; ok {
+	pinned := rows == min(u.batch, u.perStmt) || (u.batch > u.perStmt && rows == u.batch%u.perStmt)
+	s, ok := u.stmts[rows]
+	if !ok {
+		s = upsertSQL(u.d, u.table, u.cols.names, u.cols.keys, rows, u.skip)
+		u.stmts[rows] = s
+	}
+	if pinned {
 		return s
 	}
-	s := upsertSQL(u.d, u.table, u.cols.names, u.cols.keys, rows, u.skip)
-	u.stmts[rows] = s
+	if i := slices.Index(u.recent, rows); i >= 0 {
+		u.recent = slices.Delete(u.recent, i, i+1)
+	}
+	u.recent = append(u.recent, rows)
+	if len(u.recent) > recentStatements {
+		delete(u.stmts, u.recent[0])
+		u.recent = slices.Delete(u.recent, 0, 1)
+	}
 	return s
 }
 

@@ -11,8 +11,10 @@ import (
 	"testing"
 
 	sluicesql "github.com/sluicehq/sluice/connector/sql"
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // upsertBenchRows is the rows each benchmark writes per iteration: 5,000, or
@@ -62,6 +64,42 @@ func BenchmarkUpsert(b *testing.B) {
 			p := upsertPipeline(db, items, 500)
 			if _, err := p.Run(ctx); err != nil {
 				b.Fatal(err)
+			}
+		}
+		perSec(b)
+	})
+
+	// One row in 1,000 breaks the CHECK constraint: the pipeline splits
+	// each batch that holds one (about 2 log2(500) more transactions) and
+	// dead-letters the row, beside a hand-written batch loop that, when a
+	// batch fails, writes that batch's rows one transaction each and skips
+	// the ones that fail.
+	bad := badEveryThousand(n)
+	b.Run("pipeline-bad-1-in-1000", func(b *testing.B) {
+		db := benchDB(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			dlq := deadletter.NewMemory(len(bad) + 1)
+			p := upsertPipeline(db, bad, 500, pipeline.WithDeadLetter(dlq), pipeline.WithResilience(func(o *resilience.Options) {
+				o.OnItemFailure = resilience.DeadLetter
+			}))
+			if _, err := p.Run(ctx); err != nil {
+				b.Fatal(err)
+			}
+			if got := len(dlq.Envelopes()); got != (n+999)/1000 {
+				b.Fatalf("%d dead letters", got)
+			}
+		}
+		perSec(b)
+	})
+
+	b.Run("hand-batch-bad-1-in-1000", func(b *testing.B) {
+		db := benchDB(b)
+		b.ReportAllocs()
+		for b.Loop() {
+			failed := handBatches(b, ctx, db, bad, 500)
+			if failed != (n+999)/1000 {
+				b.Fatalf("%d rows failed", failed)
 			}
 		}
 		perSec(b)
@@ -119,10 +157,63 @@ func BenchmarkUpsert(b *testing.B) {
 	})
 }
 
+// badEveryThousand returns n products of which rows 499, 1499, ... break
+// the CHECK constraint: one in 1,000, in the middle of every other batch
+// of 500.
+func badEveryThousand(n int) []product {
+	var bad []int
+	for i := 499; i < n; i += 1000 {
+		bad = append(bad, i)
+	}
+	return products(n, bad...)
+}
+
+// handBatches writes items in transactions of batch rows, one multi-row
+// statement each, as a careful hand-written loop does, and when a batch
+// fails writes its rows one transaction each, skipping those that fail:
+// it returns how many did.
+func handBatches(b *testing.B, ctx context.Context, db *sql.DB, items []product, batch int) (failed int) {
+	stmt := func(rows int) string {
+		return strings.Replace(benchUpsert, "(?, ?, ?)", strings.Repeat("(?, ?, ?), ", rows-1)+"(?, ?, ?)", 1)
+	}
+	full := stmt(batch)
+	write := func(q string, rows []product) error {
+		args := make([]any, 0, 3*len(rows))
+		for _, it := range rows {
+			args = append(args, it.ID, it.Name, it.Qty)
+		}
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			_ = tx.Rollback()
+			return err
+		}
+		return tx.Commit()
+	}
+	for start := 0; start < len(items); start += batch {
+		chunk := items[start:min(start+batch, len(items))]
+		q := full
+		if len(chunk) < batch {
+			q = stmt(len(chunk))
+		}
+		if write(q, chunk) == nil {
+			continue
+		}
+		for i := range chunk {
+			if write(benchUpsert, chunk[i:i+1]) != nil {
+				failed++
+			}
+		}
+	}
+	return failed
+}
+
 // upsertPipeline reads items from a slice and upserts them into the
 // products table in batches of batch rows.
-func upsertPipeline(db *sql.DB, items []product, batch int) *pipeline.Pipeline {
-	b := pipeline.New("bench")
+func upsertPipeline(db *sql.DB, items []product, batch int, opts ...pipeline.Option) *pipeline.Pipeline {
+	b := pipeline.New("bench", opts...)
 	in := pipeline.Source(b, "read", pipelinetest.NewSliceSource(items...))
 	sluicesql.Upsert(b, "store", in, db, sluicesql.SQLite, sluicesql.UpsertOptions{Table: "products", BatchSize: batch})
 	p, err := b.Build()

@@ -74,10 +74,12 @@ func (t *lostTx) Commit() error {
 	return errLost
 }
 
-// A COMMIT that fails leaves the batch's outcome unknown: each row gets an
-// error matching ErrCommitUnknown, transient, and is written again alone,
-// whether the database had written it or not; none is dead-lettered, and
-// no row is written twice.
+// A COMMIT that fails leaves the batch's outcome unknown: the batch is
+// written again whole, at once, and when that COMMIT fails too, each row
+// gets an error matching ErrCommitUnknown, transient, and is written again
+// alone, whether the database had written it or not; none is
+// dead-lettered, and no row is written twice. (One failed COMMIT alone:
+// TestReviewUpsertTransientBatchUnderRetryBudget.)
 func TestUpsertCommitUnknownIsRetried(t *testing.T) {
 	for _, written := range []bool{true, false} {
 		t.Run(map[bool]string{true: "written", false: "not-written"}[written], func(t *testing.T) {
@@ -86,7 +88,7 @@ func TestUpsertCommitUnknownIsRetried(t *testing.T) {
 			var name, path string
 			require.NoError(t, plain.QueryRow("PRAGMA database_list").Scan(&seq, &name, &path))
 			lc := &lostCommits{inner: plain.Driver(), dsn: "file:" + filepath.Clean(path) + "?_pragma=busy_timeout(5000)", written: written}
-			lc.fail.Store(1)
+			lc.fail.Store(2) // the batch and its retry whole
 			db := sql.OpenDB(lc)
 			defer db.Close()
 			table := productTable(t, db, sluicesql.SQLite)

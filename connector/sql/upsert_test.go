@@ -321,10 +321,16 @@ func TestNewUpserterRefusesOptions(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, sluicesql.DefaultBatchSize, u.BatchSize())
 
-	b := pipeline.New("upsert-panic")
-	assert.PanicsWithValue(t, `sluice: sql.Upsert "store": sql: invalid upsert options: Table is empty`, func() {
-		sluicesql.Upsert(b, "store", pipeline.Source(b, "read", pipelinetest.NewSliceSource[product]()), db, sluicesql.SQLite, sluicesql.UpsertOptions{})
-	})
+	// Upsert adds the node, and Build refuses it, naming it, joined with
+	// the other nodes' problems.
+	b := pipeline.New("upsert-refused")
+	sluicesql.Upsert(b, "store", pipeline.Source(b, "read", pipelinetest.NewSliceSource[product]()), db, sluicesql.SQLite, sluicesql.UpsertOptions{}, pipeline.Buffer(-3))
+	_, err = b.Build()
+	require.ErrorIs(t, err, pipeline.ErrInvalid)
+	assert.ErrorIs(t, err, sluicesql.ErrUpsertOptions)
+	assert.ErrorContains(t, err, `pipeline "upsert-refused": node "store": sql: invalid upsert options: Table is empty`)
+	assert.ErrorContains(t, err, `node "store": Buffer(-3)`)
+	assert.NotContains(t, err.Error(), "ForEachBatch", "no problem of the placeholder node")
 }
 
 // Write by hand: nil for an empty slice and for a batch written whole;
