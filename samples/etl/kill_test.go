@@ -49,8 +49,11 @@ func TestDemoKilledAndRunAgain(t *testing.T) {
 	rng := rand.New(rand.NewPCG(seed, seed))
 	bin := buildDemo(t, t.TempDir())
 	// Checkpoints every 50 ms, so that a kill after a few hundred
-	// milliseconds finds one.
-	args := []string{"-rows", "20000", "-latency", "0", "-outage", "0", "-progress", "0", "-checkpoint-every", "50ms"}
+	// milliseconds finds one; the exchange-rate calls take 1 ms (the
+	// demo's default), so that a run lasts a few seconds and a kill finds
+	// it running: with no latency a run ended before its first kill in 3
+	// of 4 tries.
+	args := []string{"-rows", "20000", "-latency", "1ms", "-outage", "0", "-progress", "0", "-checkpoint-every", "50ms"}
 
 	whole := t.TempDir()
 	out := runDemo(t, bin, whole, args, -1)
