@@ -1,0 +1,48 @@
+package sql_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	sluicesql "github.com/sluicehq/sluice/connector/sql"
+)
+
+// Finding 2: modernc.org/sqlite writes a time.Time as t.String(), which
+// for a time from time.Now() (or time.Now().Add(d)) ends in its monotonic
+// reading, "... +0000 UTC m=+0.001234". The source reads the row back as a
+// time.Time without it, and passes that back as "... +0000 UTC", which
+// sorts before the stored text: the last row of every page is read again.
+// docs/sql.md says "keep a time watermark in UTC, and on SQLite as the
+// driver writes it": these times are in UTC and written by the driver.
+func TestReviewSQLiteTimeFromNowIsReadOnce(t *testing.T) {
+	type item struct {
+		ID      int64     `db:"id"`
+		Updated time.Time `db:"updated_at"`
+	}
+	db := openSQLite(t)
+	d := sluicesql.SQLite
+	table := tableName(t, db, d)
+	_, err := db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, updated_at DATETIME NOT NULL)")
+	require.NoError(t, err)
+	base := time.Now() // as a program stamps its rows; in UTC on this machine
+	for i := 1; i <= 5; i++ {
+		_, err := db.Exec("INSERT INTO "+table+" (id, updated_at) VALUES (?, ?)", i, base.Add(time.Duration(i)*time.Second))
+		require.NoError(t, err)
+	}
+	for _, opts := range []sluicesql.QueryOptions{
+		{Table: table, Key: []string{"updated_at"}, PageSize: 2},
+		{Table: table, Key: []string{"id"}, Watermark: "updated_at", PageSize: 2},
+	} {
+		got := readAll(t, sluicesql.Query[item](db, d, opts))
+		assert.Equal(t, seq(1, 5), func() []int64 {
+			var out []int64
+			for _, it := range got {
+				out = append(out, it.ID)
+			}
+			return out
+		}(), "key %v, watermark %q: each row once", opts.Key, opts.Watermark)
+	}
+}
