@@ -10,7 +10,7 @@ import (
 	sluicesql "github.com/sluicehq/sluice/connector/sql"
 )
 
-// Finding 8: go-sql-driver/mysql gives a BIGINT UNSIGNED above
+// Finding 7: go-sql-driver/mysql gives a BIGINT UNSIGNED above
 // math.MaxInt64 as a uint64 in the text protocol (the source's first page,
 // a statement without arguments) but as its decimal digits in []byte in
 // the binary protocol (every later page, which has the key's arguments).
