@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -44,5 +45,39 @@ func TestReviewSQLiteTimeFromNowIsReadOnce(t *testing.T) {
 			}
 			return out
 		}(), "key %v, watermark %q: each row once", opts.Key, opts.Watermark)
+	}
+}
+
+// Finding 2, following: the same row is read again at every poll, for as
+// long as the run follows the table.
+func TestReviewSQLiteTimeFromNowFollowedOnce(t *testing.T) {
+	type item struct {
+		ID      int64     `db:"id"`
+		Updated time.Time `db:"updated_at"`
+	}
+	db := openSQLite(t)
+	d := sluicesql.SQLite
+	table := tableName(t, db, d)
+	_, err := db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, updated_at DATETIME NOT NULL)")
+	require.NoError(t, err)
+	base := time.Now()
+	put := func(id int) {
+		_, err := db.Exec("INSERT INTO "+table+" (id, updated_at) VALUES (?, ?)", id, base.Add(time.Duration(id)*time.Second))
+		require.NoError(t, err)
+	}
+	for i := 1; i <= 3; i++ {
+		put(i)
+	}
+	clock := clockwork.NewFakeClock()
+	src := sluicesql.Query[item](db, d, sluicesql.QueryOptions{
+		Table: table, Key: []string{"id"}, Watermark: "updated_at", Follow: time.Second, Clock: clock})
+	f := startFollowing(t, src)
+	got := f.next(t, 3)
+	assert.Equal(t, int64(3), got[2].ID)
+	for id := 4; id <= 5; id++ {
+		f.waiting(t, clock)
+		put(id)
+		clock.Advance(time.Second)
+		assert.Equal(t, int64(id), f.next(t, 1)[0].ID, "the poll reads only the row inserted since")
 	}
 }
