@@ -81,3 +81,30 @@ func TestReviewSQLiteTimeFromNowFollowedOnce(t *testing.T) {
 		assert.Equal(t, int64(id), f.next(t, 1)[0].ID, "the poll reads only the row inserted since")
 	}
 }
+
+// Finding 2, SQLite's own format: a watermark that SQLite sets itself
+// (DEFAULT CURRENT_TIMESTAMP, "2026-12-02 10:00:00") is read back as a
+// time.Time and passed back as "2026-12-02 10:00:00 +0000 UTC", which sorts
+// after the stored text: (updated_at, id) > (?, ?) is false for every row
+// that ties with a page's last row, and they are lost; the run succeeds.
+// The docs' "on SQLite as the driver writes it" hints at it; the loss is
+// silent.
+func TestReviewSQLiteCurrentTimestampWatermarkTiesAreRead(t *testing.T) {
+	type item struct {
+		ID      int64     `db:"id"`
+		Updated time.Time `db:"updated_at"`
+	}
+	db := openSQLite(t)
+	d := sluicesql.SQLite
+	table := tableName(t, db, d)
+	_, err := db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, updated_at DATETIME NOT NULL DEFAULT CURRENT_TIMESTAMP)")
+	require.NoError(t, err)
+	_, err = db.Exec("INSERT INTO " + table + " (id) VALUES (1), (2), (3), (4), (5)") // one statement: one CURRENT_TIMESTAMP
+	require.NoError(t, err)
+	got := readAll(t, sluicesql.Query[item](db, d, sluicesql.QueryOptions{Table: table, Key: []string{"id"}, Watermark: "updated_at", PageSize: 2}))
+	var ids []int64
+	for _, it := range got {
+		ids = append(ids, it.ID)
+	}
+	assert.Equal(t, seq(1, 5), ids)
+}
