@@ -18,7 +18,7 @@ import (
 // is a uint64 in the first page's items and []byte in the others', and
 // the position holds the digits as bytes. (MariaDB 10.11 still compares
 // them right: no row is lost here.)
-func TestReviewBigUnsignedKeyOfMapItem(t *testing.T) {
+func TestQueryBigUnsignedKeyOfMapItem(t *testing.T) {
 	db := openMariaDB(t)
 	d := sluicesql.MySQL
 	table := tableName(t, db, d)

@@ -17,7 +17,7 @@ import (
 // run then reads from wherever the other type sorts: on SQLite every
 // integer sorts before every text, so a name's position given to the
 // query keyed on id reads nothing, and the run succeeds.
-func TestReviewResumeRefusesPositionOfAnotherQuery(t *testing.T) {
+func TestQueryResumeRefusesThePositionOfAnotherQuery(t *testing.T) {
 	db := openSQLite(t)
 	d := sluicesql.SQLite
 	orders := tableName(t, db, d)

@@ -17,7 +17,7 @@ import (
 // says positions hold floats. The ScanError also names the failing row as
 // "row after (k=-2.5)" when -2.5 is its own key (encode's pg.last includes
 // the row being encoded).
-func TestReviewFloatKeyOfMapItem(t *testing.T) {
+func TestQueryFloatKeyOfMapItem(t *testing.T) {
 	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
 		typ := map[sluicesql.Dialect]string{sluicesql.SQLite: "REAL", sluicesql.Postgres: "REAL", sluicesql.MySQL: "FLOAT"}[d]
 		table := tableName(t, db, d)

@@ -13,7 +13,7 @@ import (
 // follow it, and keeps the first field it meets: a field of an embedded
 // struct that comes first takes the column, and the item's own field of
 // the same column, the one item.Name selects, stays empty.
-func TestReviewShallowerFieldTakesTheColumn(t *testing.T) {
+func TestQueryShallowerFieldTakesTheColumn(t *testing.T) {
 	type base struct {
 		ID   int64  `db:"id"`
 		Name string `db:"name"`

@@ -18,7 +18,7 @@ import (
 // the first page again, for ever (the run never ends; here the emitter
 // stops it after 20 items of a 4-row table). The map's value is a string
 // too, though the driver gave []byte.
-func TestReviewBlobKeyOfUntypedSQLiteColumn(t *testing.T) {
+func TestQueryBlobKeyOfUntypedSQLiteColumn(t *testing.T) {
 	db := openSQLite(t)
 	d := sluicesql.SQLite
 	table := tableName(t, db, d)

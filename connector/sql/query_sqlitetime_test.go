@@ -18,7 +18,7 @@ import (
 // sorts before the stored text: the last row of every page is read again.
 // docs/sql.md says "keep a time watermark in UTC, and on SQLite as the
 // driver writes it": these times are in UTC and written by the driver.
-func TestReviewSQLiteTimeFromNowIsReadOnce(t *testing.T) {
+func TestQuerySQLiteTimeFromNowIsReadOnce(t *testing.T) {
 	type item struct {
 		ID      int64     `db:"id"`
 		Updated time.Time `db:"updated_at"`
@@ -50,7 +50,7 @@ func TestReviewSQLiteTimeFromNowIsReadOnce(t *testing.T) {
 
 // Finding 2, following: the same row is read again at every poll, for as
 // long as the run follows the table.
-func TestReviewSQLiteTimeFromNowFollowedOnce(t *testing.T) {
+func TestQuerySQLiteTimeFromNowFollowedOnce(t *testing.T) {
 	type item struct {
 		ID      int64     `db:"id"`
 		Updated time.Time `db:"updated_at"`
@@ -89,7 +89,7 @@ func TestReviewSQLiteTimeFromNowFollowedOnce(t *testing.T) {
 // that ties with a page's last row, and they are lost; the run succeeds.
 // The docs' "on SQLite as the driver writes it" hints at it; the loss is
 // silent.
-func TestReviewSQLiteCurrentTimestampWatermarkTiesAreRead(t *testing.T) {
+func TestQuerySQLiteCurrentTimestampWatermarkTiesAreRead(t *testing.T) {
 	type item struct {
 		ID      int64     `db:"id"`
 		Updated time.Time `db:"updated_at"`
