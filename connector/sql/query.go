@@ -63,8 +63,12 @@ type Source[T any] struct {
 // pointer are not read). A column that may be
 // NULL needs a field that takes NULL (a pointer, or sql.NullString and
 // its kind): a NULL in another fails the run with a [*ScanError] naming
-// the column. A map holds every column read by its name, as the driver
-// gives it, but text as a string when the driver gives []byte.
+// the column. A field of type sql.RawBytes (or a pointer to one) is
+// refused at Open: its bytes are the driver's, valid only until the next
+// row, and a page is read whole; use []byte. A map holds every column
+// read by its name, as the driver gives it, but text as a string when
+// the driver gives []byte, and an unsigned integer that
+// go-sql-driver/mysql gives as digits as a uint64.
 //
 // Options are checked at Open (see [QueryOptions.Validate]); the database
 // is first queried there, to count the rows for Size. The source uses db's

@@ -24,8 +24,9 @@ func TestQueryBigUnsignedKeyOfMapItem(t *testing.T) {
 	table := tableName(t, db, d)
 	_, err := db.Exec("CREATE TABLE " + table + " (k BIGINT UNSIGNED PRIMARY KEY, v INT NOT NULL)")
 	require.NoError(t, err)
-	for i := range 6 {
-		_, err := db.Exec(fmt.Sprintf("INSERT INTO %s (k, v) VALUES (%d, %d)", table, uint64(18446744073709551610)+uint64(i), i))
+	// Small keys too: the binary protocol gives them as int64.
+	for i, k := range []uint64{1, 2, 3, 18446744073709551610, 18446744073709551611, 18446744073709551615} {
+		_, err := db.Exec(fmt.Sprintf("INSERT INTO %s (k, v) VALUES (%d, %d)", table, k, i))
 		require.NoError(t, err)
 	}
 	got := readAll(t, sluicesql.Query[map[string]any](db, d, sluicesql.QueryOptions{Table: table, Key: []string{"k"}, PageSize: 2}))
@@ -34,5 +35,9 @@ func TestQueryBigUnsignedKeyOfMapItem(t *testing.T) {
 		types = append(types, fmt.Sprintf("%T", m["k"]))
 	}
 	assert.Len(t, got, 6, "every row: %v", got)
+	if len(got) == 6 {
+		assert.Equal(t, uint64(3), got[2]["k"])
+		assert.Equal(t, uint64(18446744073709551615), got[5]["k"])
+	}
 	assert.Equal(t, []string{"uint64", "uint64", "uint64", "uint64", "uint64", "uint64"}, types, "the column's value has one type in every item")
 }

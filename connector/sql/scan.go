@@ -321,10 +321,11 @@ const (
 	// kindText: the column holds text, which a driver that gives []byte
 	// (go-sql-driver/mysql) gives as a string.
 	kindText
-	// kindUnsigned: an unsigned integer column, which go-sql-driver/mysql
-	// gives as a uint64 or an int64 in a statement without arguments and
-	// as decimal digits in []byte in one with, above math.MaxInt64: a
-	// uint64 in both.
+	// kindUnsigned: an unsigned integer column. go-sql-driver/mysql gives
+	// a BIGINT UNSIGNED as a uint64 in a statement without arguments (the
+	// text protocol), and in one with arguments (the binary protocol) as
+	// an int64, or above math.MaxInt64 as decimal digits in []byte: a
+	// uint64 in every case.
 	kindUnsigned
 )
 
@@ -348,6 +349,9 @@ func kindOf(typeName string) valueKind {
 // normalize returns v, a value the driver gave for a column of kind k,
 // as the source hands it on and keeps it in a position.
 func (k valueKind) normalize(v any) any {
+	if i, ok := v.(int64); ok && k == kindUnsigned && i >= 0 {
+		return uint64(i)
+	}
 	b, ok := v.([]byte)
 	if !ok {
 		return v
