@@ -19,8 +19,8 @@ import (
 
 // A Source reads the rows of a table or query in pages ordered by a unique
 // key, and emits each as an item with its key as its position: see
-// [Query]. It implements node.Source, node.Opener, node.Resumable and
-// node.Sized. Run, Open and Resume are called one at a time, as the
+// [Query]. It implements node.Source, node.Opener, node.Resumable,
+// node.Sized and pipeline.ClockSetter. Run, Open and Resume are called one at a time, as the
 // pipeline does; Size may be called from any goroutine.
 type Source[T any] struct {
 	db    *stdsql.DB
