@@ -13,6 +13,7 @@ import (
 // stream of its results.
 func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Transform[In, Out], opts ...NodeOption) Stream[Out] {
 	s := b.add(name, KindTransform, opts, in.s)
+	s.setClock = clockSetterOf(t)
 	passBatches[In, Out](s)
 	nilErr := notNil(isNil(t), "transform is nil")
 	s.validate = func() []error {
@@ -67,6 +68,7 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 // is flushed after its last item when the run succeeds.
 func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...NodeOption) {
 	n := b.add(name, KindSink, opts, in.s)
+	n.setClock = clockSetterOf(s)
 	takeBatches[T](n)
 	if _, ok := s.(node.Flusher); ok && !isNil(s) {
 		n.flushes = true

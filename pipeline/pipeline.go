@@ -27,6 +27,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -98,6 +100,9 @@ type spec struct {
 	// resume is a source's node.Resumable, called before each run; nil
 	// without.
 	resume func(pos []byte) error
+	// setClock is the node's ClockSetter, called before each run; nil
+	// without.
+	setClock func(clockwork.Clock)
 	// flushes marks a sink that buffers (node.Flusher): what it wrote is
 	// safe only once its Flush, at the end of a run that succeeds,
 	// returned nil, so it holds checkpoint positions back until then.

@@ -68,7 +68,11 @@ func (p *Pipeline) run(parent context.Context) (Result, error) {
 		before[i] = n.stats.snapshot(n.name, n.kind)
 	}
 	rs.before = before
-	if err := rs.resume(ctx); err != nil {
+	start := rs.setClocks()
+	if start == nil {
+		start = rs.resume(ctx)
+	}
+	if err := start; err != nil {
 		// No node started: the run ends before it began.
 		res := Result{Pipeline: p.name, RunID: rs.id, Start: rs.start, Nodes: make([]NodeStats, len(p.nodes))}
 		for i, n := range p.nodes {

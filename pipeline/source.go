@@ -24,6 +24,7 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	if r := resumableOf(src); r != nil {
 		s.resume = r.Resume
 	}
+	s.setClock = clockSetterOf(src)
 	var handOffAfter func() time.Duration
 	if h, ok := src.(deadletter.HandOffSource); ok && !isNil(src) {
 		handOffAfter = h.HandOffAfter

@@ -23,12 +23,22 @@
 // the pages when a row before them is inserted or deleted. (MySQL and MariaDB get the condition written out as k1
 // >= ? AND (k1 > ? OR k2 > ?): MariaDB 10.11 scans the whole index for
 // the row-value form, and reads a range of it for this one.) The key must
-// be unique and NOT NULL, and an index should serve its order.
+// be unique and NOT NULL, and an index should serve its order. The source
+// fails the run with a [*KeyError] rather than lose a row or read one for
+// ever: at the first Open of each run it counts the rows (of Where) with
+// NULL in a key or watermark column, one query, which reads the whole
+// table when the column has no index; two rows of one page with the same
+// key say that it is not unique; and a page that starts with the row it
+// was to start after says that the database compares the key otherwise
+// than the driver gave it. Rows that tie with the last row of a page,
+// outside it, are not seen: a non-unique key loses them.
 //
 // Each row is emitted with its key as its position (node.Emitter's
 // EmitAt): the bytes are the package's own encoding of the key's values
 // (integers, floats, strings, []byte, times, booleans), opaque to the
-// caller. With pipeline.WithCheckpoint, a run that failed, was stopped or
+// caller, and they carry a fingerprint of the query (its table or From,
+// key and watermark columns), so that Resume refuses another query's
+// position. With pipeline.WithCheckpoint, a run that failed, was stopped or
 // was killed resumes after the last row whose item settled; the rows
 // after it are read again, so the sink should be idempotent (an upsert).
 //
@@ -42,7 +52,8 @@
 // # Following a table
 //
 // With QueryOptions.Follow, the source does not end after the last row:
-// every Follow, on QueryOptions.Clock, it reads the rows past the last key,
+// every Follow, on QueryOptions.Clock or else the pipeline's clock (the
+// source is a pipeline.ClockSetter), it reads the rows past the last key,
 // until the run drains (pipeline.Pipeline.Drain, which ends it cleanly) or
 // its context ends. This is change capture without a replication slot,
 // and it sees what such a poll can see:
@@ -64,7 +75,12 @@
 //     the last seconds (updated_at < now() - interval '5 seconds'), longer
 //     than your transactions last.
 //   - Times compare as the database stores them: keep a time watermark in
-//     UTC, and in SQLite as the driver writes it, or as an integer.
+//     UTC. SQLite stores a time as text (or a number) and its driver parses
+//     it, so the source keeps a time key as SQLite stored it and compares
+//     the column with that: the driver's own text (with a time.Now()'s
+//     "m=+0.001" suffix), CURRENT_TIMESTAMP's and integers all work, as
+//     long as one column holds one format, which sorts as text in time
+//     order.
 //
 // # Writing
 //

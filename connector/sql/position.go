@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"math"
 	"time"
 )
@@ -12,12 +13,13 @@ import (
 // (the watermark, then the key), as the driver gave them, so that a page
 // that starts after it passes them back as arguments.
 //
-// Encoded, it is a version byte, the number of values, and each value as
-// a type byte and its bytes. The encoding is the package's own: callers
+// Encoded, it is a version byte, the query's fingerprint (8 bytes: see
+// fingerprint), the number of values, and each value as a type byte and
+// its bytes. The encoding is the package's own: callers
 // keep the bytes as given (node.Emitter's EmitAt), never read them.
 type position []any
 
-const positionVersion = 1
+const positionVersion = 2
 
 // The type bytes of a position's values.
 const (
@@ -42,6 +44,11 @@ func appendValue(b []byte, v any) ([]byte, error) {
 		return binary.AppendVarint(append(b, posInt), int64(v)), nil
 	case int32:
 		return binary.AppendVarint(append(b, posInt), int64(v)), nil
+	case float32:
+		// go-sql-driver/mysql gives a FLOAT column as a float32: as a
+		// float64 it is the same number, which compares equal to the
+		// column's value.
+		return binary.BigEndian.AppendUint64(append(b, posFloat), math.Float64bits(float64(v))), nil
 	case uint64:
 		return binary.AppendUvarint(append(b, posUint), v), nil
 	case float64:
@@ -69,16 +76,42 @@ func appendValue(b []byte, v any) ([]byte, error) {
 	}
 }
 
-// decodePosition reads a position encoded by encode, with want values;
-// nil is the start of the table.
-func decodePosition(b []byte, want int) (position, error) {
+// fingerprint returns the fingerprint of a query's positions: a hash of
+// what makes a position mean a row, the table or From, the watermark and
+// the key columns (not Where, Columns nor PageSize, which a program may
+// change between runs).
+func fingerprint(o QueryOptions) uint64 {
+	h := fnv.New64a()
+	for _, s := range append([]string{o.Table, o.From, o.Watermark}, o.Key...) {
+		h.Write([]byte(s))
+		h.Write([]byte{0})
+	}
+	return h.Sum64()
+}
+
+// errOtherQuery says that position bytes are those of another query.
+var errOtherQuery = errors.New("it is the position of another query (another table, From, key or watermark)")
+
+// appendHeader appends the version, the fingerprint fp and the number of
+// values n of a position to b.
+func appendHeader(b []byte, fp uint64, n int) []byte {
+	b = binary.BigEndian.AppendUint64(append(b, positionVersion), fp)
+	return binary.AppendUvarint(b, uint64(n))
+}
+
+// decodePosition reads a position encoded by encode, of the query whose
+// fingerprint is fp, with want values; nil is the start of the table.
+func decodePosition(b []byte, fp uint64, want int) (position, error) {
 	if b == nil {
 		return nil, nil
 	}
-	if len(b) == 0 || b[0] != positionVersion {
+	if len(b) < 9 || b[0] != positionVersion {
 		return nil, errMalformed
 	}
-	b = b[1:]
+	if binary.BigEndian.Uint64(b[1:]) != fp {
+		return nil, errOtherQuery
+	}
+	b = b[9:]
 	n, k := binary.Uvarint(b)
 	if k <= 0 {
 		return nil, errMalformed
@@ -148,9 +181,8 @@ func decodePosition(b []byte, want int) (position, error) {
 
 // appendTo appends p's bytes to b; for a value a position cannot hold,
 // it returns the value's index and why.
-func (p position) appendTo(b []byte) ([]byte, int, error) {
-	b = append(b, positionVersion)
-	b = binary.AppendUvarint(b, uint64(len(p)))
+func (p position) appendTo(b []byte, fp uint64) ([]byte, int, error) {
+	b = appendHeader(b, fp, len(p))
 	for i, v := range p {
 		var err error
 		if b, err = appendValue(b, v); err != nil {

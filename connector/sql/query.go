@@ -1,9 +1,9 @@
 package sql
 
 import (
+	"bytes"
 	"context"
 	stdsql "database/sql"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"slices"
@@ -19,8 +19,8 @@ import (
 
 // A Source reads the rows of a table or query in pages ordered by a unique
 // key, and emits each as an item with its key as its position: see
-// [Query]. It implements node.Source, node.Opener, node.Resumable and
-// node.Sized. Run, Open and Resume are called one at a time, as the
+// [Query]. It implements node.Source, node.Opener, node.Resumable,
+// node.Sized and pipeline.ClockSetter. Run, Open and Resume are called one at a time, as the
 // pipeline does; Size may be called from any goroutine.
 type Source[T any] struct {
 	db    *stdsql.DB
@@ -30,12 +30,16 @@ type Source[T any] struct {
 
 	q    *querySQL  // the statements, built at the first Open
 	scan scanner[T] // built at the first Open
+	fp   uint64     // the fingerprint of the query's positions
 
 	// after is the position of the last row emitted, or resumed from:
-	// the next page starts after it. nil: at the start.
-	after   position
-	counted bool // the size of this run was counted
-	size    atomic.Int64
+	// the next page starts after it. nil: at the start. afterPos is its
+	// bytes, which the first row of the next page must not equal.
+	after    position
+	afterPos []byte
+	counted  bool // the size of this run was counted
+	checked  bool // this run looked for NULL in the key's columns
+	size     atomic.Int64
 }
 
 // Query returns a source that reads the rows of a table (opts.Table) or
@@ -59,8 +63,12 @@ type Source[T any] struct {
 // pointer are not read). A column that may be
 // NULL needs a field that takes NULL (a pointer, or sql.NullString and
 // its kind): a NULL in another fails the run with a [*ScanError] naming
-// the column. A map holds every column read by its name, as the driver
-// gives it, but text as a string when the driver gives []byte.
+// the column. A field of type sql.RawBytes (or a pointer to one) is
+// refused at Open: its bytes are the driver's, valid only until the next
+// row, and a page is read whole; use []byte. A map holds every column
+// read by its name, as the driver gives it, but text as a string when
+// the driver gives []byte, and an unsigned integer that
+// go-sql-driver/mysql gives as digits as a uint64.
 //
 // Options are checked at Open (see [QueryOptions.Validate]); the database
 // is first queried there, to count the rows for Size. The source uses db's
@@ -72,7 +80,7 @@ func Query[T any](db *stdsql.DB, d Dialect, opts QueryOptions) *Source[T] {
 	if opts.PageSize == 0 {
 		opts.PageSize = DefaultPageSize
 	}
-	s := &Source[T]{db: db, d: d, opts: opts, clock: opts.Clock}
+	s := &Source[T]{db: db, d: d, opts: opts, clock: opts.Clock, fp: fingerprint(opts)}
 	if s.clock == nil {
 		s.clock = clockwork.NewRealClock()
 	}
@@ -81,20 +89,32 @@ func Query[T any](db *stdsql.DB, d Dialect, opts QueryOptions) *Source[T] {
 }
 
 // Resume makes the next run start after pos, a position the source gave
-// with a row (nil: at the start). It checks the position's bytes: a
-// position of another query, or bytes no source gave, is an error that
-// wraps [ErrPosition].
+// with a row (nil: at the start). It checks the position's bytes: the
+// position of another query (one of another Table or From, Key or
+// Watermark), or bytes no source gave, is an error that wraps
+// [ErrPosition].
 func (s *Source[T]) Resume(pos []byte) error {
-	p, err := decodePosition(pos, len(s.opts.order()))
+	p, err := decodePosition(pos, s.fp, len(s.opts.order()))
 	if err != nil {
 		return fmt.Errorf("%w: %s: %v", ErrPosition, s.name(), err)
 	}
-	s.after, s.counted = p, false
+	s.after, s.afterPos, s.counted, s.checked = p, bytes.Clone(pos), false, false
 	s.size.Store(-1)
 	return nil
 }
 
-// Open checks the options and, at the first Open of a run that does not
+// SetClock makes Follow's waits use clock, unless QueryOptions.Clock set
+// one: the pipeline calls it at the start of each run with its own
+// (pipeline.WithClock), so that a test's fake clock drives the polls.
+func (s *Source[T]) SetClock(clock clockwork.Clock) {
+	if s.opts.Clock == nil && clock != nil {
+		s.clock = clock
+	}
+}
+
+// Open checks the options and, at the first Open of a run, looks for
+// rows with NULL in a key or watermark column, which the pages would
+// never read (one query: see [KeyError]), and, when the run does not
 // follow the table, counts the rows left for Size. Run opens the source
 // itself when Open was not called.
 func (s *Source[T]) Open(ctx context.Context) error {
@@ -129,6 +149,12 @@ func (s *Source[T]) Open(ctx context.Context) error {
 		s.size.Store(n)
 		s.counted = true
 	}
+	if !s.checked {
+		if err := s.checkNulls(ctx); err != nil {
+			return err
+		}
+		s.checked = true
+	}
 	return nil
 }
 
@@ -137,7 +163,7 @@ func (s *Source[T]) Open(ctx context.Context) error {
 // on reading every QueryOptions.Follow until ctx is done. A Run after one
 // that returned goes on after the last row emitted.
 func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
-	if s.q == nil || (!s.counted && s.opts.Follow <= 0) {
+	if s.q == nil || !s.checked || (!s.counted && s.opts.Follow <= 0) {
 		if err := s.Open(ctx); err != nil {
 			return err
 		}
@@ -151,13 +177,13 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		for i := range pg.items {
 			if err := out.EmitAt(ctx, pg.items[i], pg.pos[i]); err != nil {
 				if i > 0 {
-					s.after = pg.key(s, i-1)
+					s.after, s.afterPos = pg.key(s, i-1), pg.pos[i-1]
 				}
 				return err
 			}
 		}
 		if n > 0 {
-			s.after = pg.key(s, n-1)
+			s.after, s.afterPos = pg.key(s, n-1), pg.pos[n-1]
 		}
 		if n == s.opts.PageSize {
 			continue
@@ -198,7 +224,7 @@ type page[T any] struct {
 	// item's (below nItem), or an extra one.
 	keySrc []int
 	nItem  int
-	text   []bool // the column holds text
+	kinds  []valueKind // how to read each column's values
 }
 
 // key returns the key of row i of the page: the source keeps only the
@@ -213,20 +239,18 @@ func (pg *page[T]) key(s *Source[T], i int) position {
 		} else {
 			v = pg.extras[i*nExtra+c-pg.nItem]
 		}
-		if b, ok := v.([]byte); ok && pg.text[c] {
-			v = string(b)
-		}
-		key[j] = v
+		key[j] = pg.kinds[c].normalize(v)
 	}
 	return key
 }
 
-// last returns the key of the page's last row, or after when it has none.
-func (pg *page[T]) last(s *Source[T], after position) position {
-	if len(pg.items) == 0 {
+// before returns the key of the row before row i of the page: that of
+// the page's row i-1, or after for the first.
+func (pg *page[T]) before(s *Source[T], i int, after position) position {
+	if i == 0 {
 		return after
 	}
-	return pg.key(s, len(pg.items)-1)
+	return pg.key(s, i-1)
 }
 
 // readPage reads the page after s.after into pg and returns its number of
@@ -265,14 +289,14 @@ func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 	if err != nil {
 		return 0, s.pageError(ctx, err)
 	}
-	pg.text = pg.text[:0]
+	pg.kinds = pg.kinds[:0]
 	for _, t := range types {
-		pg.text = append(pg.text, isText(t.DatabaseTypeName()))
+		pg.kinds = append(pg.kinds, kindOf(t.DatabaseTypeName()))
 	}
 	if err := s.scan.bind(cols[:nItem]); err != nil {
 		return 0, fmt.Errorf("sql: %s: %w", s.name(), err)
 	}
-	s.scan.setText(pg.text[:nItem])
+	s.scan.setKinds(pg.kinds[:nItem])
 	if cap(pg.dst) < len(cols) {
 		pg.dst = make([]any, len(cols))
 	}
@@ -294,12 +318,25 @@ func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 		}
 		if err := rows.Scan(dst...); err != nil {
 			pg.items = pg.items[:len(pg.items)-1]
-			return 0, s.scanError(rows, cols, pg.keySrc, dst, pg.last(s, s.after), err)
+			return 0, s.scanError(rows, cols, pg.keySrc, dst, pg.before(s, len(pg.items), s.after), err)
 		}
 		s.scan.done(item)
-		pos, err := s.encode(pg, len(pg.items)-1)
+		i := len(pg.items) - 1
+		pos, err := s.encode(pg, i)
 		if err != nil {
 			return 0, err
+		}
+		// A row whose key equals the one before it: a key that is not
+		// unique (within the page), or, for the first row, a key the
+		// database compares otherwise than the source passes it back.
+		// Reading on would lose the rows that tie, or read one for ever.
+		if i == 0 && s.after != nil && bytes.Equal(pos, s.afterPos) {
+			return 0, &KeyError{Source: s.name(), Columns: s.q.order, Row: s.keyText(s.after),
+				Problem: "the page after it starts with it again: the database compares the key otherwise than as the driver gave it (see the package documentation on times in SQLite)"}
+		}
+		if i > 0 && bytes.Equal(pos, pg.pos[i-1]) {
+			return 0, &KeyError{Source: s.name(), Columns: s.q.order, Row: s.keyText(pg.key(s, i)),
+				Problem: "two rows have this key: it is not unique, and the rows that tie with a page's last row would be lost"}
 		}
 		pg.pos = append(pg.pos, pos)
 	}
@@ -318,12 +355,11 @@ func (s *Source[T]) encode(pg *page[T], i int) ([]byte, error) {
 		pg.block = make([]byte, 0, 4096)
 	}
 	start := len(pg.block)
-	b := append(pg.block, positionVersion)
-	b = binary.AppendUvarint(b, uint64(len(pg.keySrc)))
+	b := appendHeader(pg.block, s.fp, len(pg.keySrc))
 	nExtra := len(s.q.extra)
 	for j, c := range pg.keySrc {
 		if c < pg.nItem {
-			if out, ok := s.scan.appendKey(b, &pg.items[i], c, pg.text[c]); ok {
+			if out, ok := s.scan.appendKey(b, &pg.items[i], c, pg.kinds[c]); ok {
 				b = out
 				continue
 			}
@@ -334,12 +370,9 @@ func (s *Source[T]) encode(pg *page[T], i int) ([]byte, error) {
 		} else {
 			v = pg.extras[i*nExtra+c-pg.nItem]
 		}
-		if raw, ok := v.([]byte); ok && pg.text[c] {
-			v = string(raw)
-		}
-		out, err := appendValue(b, v)
+		out, err := appendValue(b, pg.kinds[c].normalize(v))
 		if err != nil {
-			return nil, &ScanError{Source: s.name(), Row: "after " + s.keyText(pg.last(s, s.after)), Column: s.q.order[j], Err: err}
+			return nil, &ScanError{Source: s.name(), Row: "after " + s.keyText(pg.before(s, i, s.after)), Column: s.q.order[j], Err: err}
 		}
 		b = out
 	}
@@ -354,6 +387,30 @@ func (s *Source[T]) pageError(ctx context.Context, err error) error {
 		return context.Cause(ctx)
 	}
 	return fmt.Errorf("sql: %s: read the page after %s: %w", s.name(), s.keyText(s.after), err)
+}
+
+// checkNulls fails when a row (of Where) has NULL in a key or watermark
+// column: the pages' condition, k > ?, is never true for it, so it would
+// be left out without a word.
+func (s *Source[T]) checkNulls(ctx context.Context) error {
+	n := make([]int64, len(s.q.order))
+	dst := make([]any, len(n))
+	for i := range n {
+		dst[i] = &n[i]
+	}
+	if err := s.db.QueryRowContext(ctx, s.q.nulls, s.q.whereArgs...).Scan(dst...); err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return fmt.Errorf("sql: %s: look for NULL in the key: %w", s.name(), err)
+	}
+	for i, c := range n {
+		if c > 0 {
+			return &KeyError{Source: s.name(), Columns: s.q.order,
+				Problem: fmt.Sprintf("%d rows have NULL in column %q, which no page would read: the key and watermark columns must be NOT NULL", c, s.q.order[i])}
+		}
+	}
+	return nil
 }
 
 // keyText shows position p with its columns' names, for errors.
@@ -379,6 +436,9 @@ type querySQL struct {
 	next       string // a page after a position
 	countFirst string
 	countNext  string
+	// nulls counts, for each column of order, the rows (of Where) with
+	// NULL in it.
+	nulls string
 	// keyArgs says which value of the position each argument of the
 	// key's condition is: a row-value comparison takes each once, the
 	// expanded form some more than once.
@@ -431,13 +491,22 @@ func buildSQL[T any](d Dialect, opts QueryOptions, sc scanner[T]) *querySQL {
 	}
 	// A key column that the item does not hold, or holds in a type a
 	// position does not, is selected again at the end, where the source
-	// reads the key from.
+	// reads the key from. On SQLite every key column but one an integer
+	// field holds is selected again as +"c": an expression, which has no
+	// declared type, so that the driver gives the value as SQLite stores
+	// it (a time as the text it wrote, not parsed), and the next page
+	// compares the column with that very value.
+	sqlite := d.name == SQLite.name
 	for _, c := range q.order {
-		if (cols == nil || slices.Contains(cols, c)) && sc.keyable(c) {
+		if (cols == nil || slices.Contains(cols, c)) && sc.keyable(c) && (!sqlite || sc.integer(c)) {
 			continue
 		}
 		q.extra = append(q.extra, c)
-		sel.WriteString(", " + d.ident(c))
+		if sqlite {
+			sel.WriteString(", +" + d.ident(c))
+		} else {
+			sel.WriteString(", " + d.ident(c))
+		}
 	}
 	from := d.ident(opts.Table)
 	if opts.From != "" {
@@ -470,5 +539,15 @@ func buildSQL[T any](d Dialect, opts QueryOptions, sc scanner[T]) *querySQL {
 	q.next = "SELECT " + sel.String() + " FROM " + from + where(true) + limit
 	q.countFirst = "SELECT COUNT(*) FROM " + from + where(false)
 	q.countNext = "SELECT COUNT(*) FROM " + from + where(true)
+	var counts, anyNull []string
+	for _, c := range q.order {
+		counts = append(counts, "COUNT(CASE WHEN "+d.ident(c)+" IS NULL THEN 1 END)")
+		anyNull = append(anyNull, d.ident(c)+" IS NULL")
+	}
+	w := " WHERE (" + strings.Join(anyNull, " OR ") + ")"
+	if opts.Where != "" {
+		w = " WHERE (" + opts.Where + ") AND (" + strings.Join(anyNull, " OR ") + ")"
+	}
+	q.nulls = "SELECT " + strings.Join(counts, ", ") + " FROM " + from + w
 	return q
 }

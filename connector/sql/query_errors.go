@@ -4,6 +4,7 @@ import (
 	stdsql "database/sql"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // ErrPosition is the error of a position that does not fit the query:
@@ -74,3 +75,38 @@ func (s *Source[T]) scanError(rows *stdsql.Rows, cols []string, keySrc []int, ds
 	}
 	return e
 }
+
+// ErrKey matches every [*KeyError] with errors.Is.
+var ErrKey = errors.New("sql: the key does not order the rows")
+
+// A KeyError says that the key (with the watermark) of a [Source] does not
+// order the rows as it must, one by one: two rows of a page have the same
+// key (the key is not unique), a page starts with the row it was to start
+// after (the database compares the key's values otherwise than the driver
+// gives them), or rows have NULL in a key or watermark column. It fails
+// the run: reading on would lose rows without a word, or read one for
+// ever.
+type KeyError struct {
+	// Source is the table read, or "query" for QueryOptions.From.
+	Source string
+	// Columns are the columns that order the rows: the watermark, if
+	// any, then the key.
+	Columns []string
+	// Row shows the key of the row, such as "(id=7)"; empty when the
+	// problem is of several rows (NULL in a column).
+	Row string
+	// Problem says what is wrong.
+	Problem string
+}
+
+// Error returns "sql: source: key (columns): row (key): problem".
+func (e *KeyError) Error() string {
+	row := ""
+	if e.Row != "" {
+		row = "row " + e.Row + ": "
+	}
+	return fmt.Sprintf("sql: %s: key (%s): %s%s", e.Source, strings.Join(e.Columns, ", "), row, e.Problem)
+}
+
+// Is reports whether target is [ErrKey].
+func (e *KeyError) Is(target error) bool { return target == ErrKey }

@@ -26,7 +26,9 @@ type QueryOptions struct {
 	From string
 	// Key names the columns of a unique key, in order: the source reads
 	// rows in this order, and a row's position is its key. The columns
-	// must be NOT NULL; a row with NULL in one fails the run.
+	// must be NOT NULL: rows with NULL in one fail the run at Open, with a
+	// [*KeyError] (see [Source.Open]), as do two rows of a page with the
+	// same key.
 	Key []string
 	// Columns names the columns read. When empty, a struct item reads the
 	// columns of its fields (see [Query]); a map[string]any item reads
@@ -53,10 +55,12 @@ type QueryOptions struct {
 	// before Key: a row's position is then its watermark and its key, so
 	// that a row updated with a newer watermark is read again (see the
 	// package documentation for what this misses). The column must be
-	// NOT NULL.
+	// NOT NULL, as Key's.
 	Watermark string
-	// Clock is what Follow's waits use; nil means the real clock. A test
-	// gives a fake one.
+	// Clock is what Follow's waits use. nil means the pipeline's clock
+	// (pipeline.WithClock, which the source takes as a
+	// pipeline.ClockSetter), or the real clock outside a pipeline; a
+	// clock given here wins over the pipeline's.
 	Clock clockwork.Clock
 }
 

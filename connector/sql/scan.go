@@ -2,9 +2,11 @@ package sql
 
 import (
 	"bytes"
+	stdsql "database/sql"
 	"encoding/binary"
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 	"unsafe"
@@ -19,8 +21,8 @@ type scanner[T any] interface {
 	// bind checks that the scanner can take the columns a query returns,
 	// before its first row.
 	bind(cols []string) error
-	// setText says which of the columns bound hold text.
-	setText(text []bool)
+	// setKinds says how to read the values of the columns bound.
+	setKinds(kinds []valueKind)
 	// dests sets dst[:len(cols)] to where the columns of a row go for
 	// item, which the scanner then finishes with done.
 	dests(item *T, dst []any)
@@ -29,13 +31,17 @@ type scanner[T any] interface {
 	// keyable reports whether value can give the column's value, when
 	// the column is one of the item's.
 	keyable(col string) bool
+	// integer reports whether the column is one of the item's and its
+	// field an integer, which holds a key value as it is on every
+	// database.
+	integer(col string) bool
 	// value returns the value of the i-th column bound, of a scanned
 	// item, as a position holds it.
 	value(item *T, i int) any
 	// appendKey appends the position encoding of the i-th column bound,
-	// of a scanned item, to b, when it can without boxing it; text says
-	// the column holds text. ok is false when it cannot: use value.
-	appendKey(b []byte, item *T, i int, text bool) (out []byte, ok bool)
+	// of a scanned item, to b, when it can without boxing it; kind is how
+	// the column's values read. ok is false when it cannot: use value.
+	appendKey(b []byte, item *T, i int, kind valueKind) (out []byte, ok bool)
 }
 
 // newScanner returns the scanner of T, or why T cannot be scanned into.
@@ -49,6 +55,11 @@ func newScanner[T any]() (scanner[T], error) {
 	}
 	s := &structScanner[T]{fields: map[string][]int{}}
 	for _, f := range structFields(t) {
+		ft := t.FieldByIndex(f.index).Type
+		if ft == rawBytes || ft == reflect.PointerTo(rawBytes) {
+			return nil, fmt.Errorf("the field %s of %s (column %q) is a %s, whose bytes are the driver's, valid only until the next row, and a page is read whole before its rows are emitted: use []byte",
+				t.FieldByIndex(f.index).Name, t, f.column, ft)
+		}
 		s.fields[f.column] = f.index
 		s.order = append(s.order, f.column)
 	}
@@ -57,6 +68,9 @@ func newScanner[T any]() (scanner[T], error) {
 	}
 	return s, nil
 }
+
+// rawBytes is database/sql's RawBytes, which a field cannot be.
+var rawBytes = reflect.TypeFor[stdsql.RawBytes]()
 
 // A structScanner reads columns into the fields of a struct, by the rules
 // of structFields.
@@ -118,6 +132,20 @@ func (s *structScanner[T]) keyable(col string) bool {
 	return false
 }
 
+func (s *structScanner[T]) integer(col string) bool {
+	idx, ok := s.fields[col]
+	if !ok {
+		return false
+	}
+	t := reflect.TypeFor[T]().FieldByIndex(idx).Type
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return t.PkgPath() == ""
+	}
+	return false
+}
+
 func (s *structScanner[T]) value(item *T, i int) any {
 	f := s.bound[i]
 	p := unsafe.Add(unsafe.Pointer(item), f.offset)
@@ -140,7 +168,7 @@ func (s *structScanner[T]) value(item *T, i int) any {
 	return v.Interface()
 }
 
-func (s *structScanner[T]) appendKey(b []byte, item *T, i int, text bool) ([]byte, bool) {
+func (s *structScanner[T]) appendKey(b []byte, item *T, i int, kind valueKind) ([]byte, bool) {
 	f := s.bound[i]
 	p := unsafe.Add(unsafe.Pointer(item), f.offset)
 	switch f.typ {
@@ -154,8 +182,11 @@ func (s *structScanner[T]) appendKey(b []byte, item *T, i int, text bool) ([]byt
 	case reflect.TypeFor[[]byte]():
 		v := *(*[]byte)(p)
 		typ := byte(posBytes)
-		if text {
+		switch kind {
+		case kindText:
 			typ = posString
+		case kindUnsigned:
+			return b, false // normalize reads the digits
 		}
 		return append(binary.AppendUvarint(append(b, typ), uint64(len(v))), v...), true
 	}
@@ -220,15 +251,16 @@ func newBoundField(t reflect.Type, index []int) boundField {
 	return b
 }
 
-// setText does nothing: database/sql converts into the fields.
-func (s *structScanner[T]) setText([]bool) {}
+// setKinds does nothing: database/sql converts into the fields.
+func (s *structScanner[T]) setKinds([]valueKind) {}
 
 // A mapScanner reads every column into a map[string]any by its name, as
 // the driver gives it, but text that the driver gives as []byte (MySQL's)
-// as a string.
+// as a string, and an unsigned integer it gives as digits as a uint64
+// (see valueKind).
 type mapScanner struct {
 	cols   []string
-	text   []bool // the column holds text
+	kinds  []valueKind // how to read each column's values
 	values []any
 }
 
@@ -240,16 +272,20 @@ func (s *mapScanner) bind(cols []string) error {
 	return nil
 }
 
-// setText says which of the columns hold text.
-func (s *mapScanner) setText(text []bool) { s.text = text }
+// setKinds says how to read each column's values.
+func (s *mapScanner) setKinds(kinds []valueKind) { s.kinds = kinds }
 
 // keyable is true: the map holds every column read, as the driver gave
 // it.
 func (s *mapScanner) keyable(string) bool { return true }
 
+// integer is false: the map holds what the driver gives, which on SQLite
+// may be a time it parsed.
+func (s *mapScanner) integer(string) bool { return false }
+
 func (s *mapScanner) value(item *map[string]any, i int) any { return (*item)[s.cols[i]] }
 
-func (s *mapScanner) appendKey(b []byte, _ *map[string]any, _ int, _ bool) ([]byte, bool) {
+func (s *mapScanner) appendKey(b []byte, _ *map[string]any, _ int, _ valueKind) ([]byte, bool) {
 	return b, false
 }
 
@@ -264,25 +300,69 @@ func (s *mapScanner) done(item *map[string]any) {
 	m := make(map[string]any, len(s.cols))
 	for i, c := range s.cols {
 		v := s.values[i]
-		if b, ok := v.([]byte); ok && i < len(s.text) && s.text[i] {
-			v = string(b)
+		if i < len(s.kinds) {
+			v = s.kinds[i].normalize(v)
 		}
 		m[c] = v
 	}
 	*item = m
 }
 
-// isText reports whether a column of the database type named (as
-// database/sql's ColumnType.DatabaseTypeName gives it) holds text, not
-// bytes: a value the driver gives as []byte is then a string.
-func isText(typeName string) bool {
+// A valueKind says how the source reads the values that a driver gives
+// for a column, by the column's database type (database/sql's
+// ColumnType.DatabaseTypeName).
+type valueKind uint8
+
+const (
+	// kindOther: the value as the driver gives it. A column without a
+	// type (SQLite's untyped columns and expressions) is one: the driver
+	// gives its text as a string and its BLOBs as []byte.
+	kindOther valueKind = iota
+	// kindText: the column holds text, which a driver that gives []byte
+	// (go-sql-driver/mysql) gives as a string.
+	kindText
+	// kindUnsigned: an unsigned integer column. go-sql-driver/mysql gives
+	// a BIGINT UNSIGNED as a uint64 in a statement without arguments (the
+	// text protocol), and in one with arguments (the binary protocol) as
+	// an int64, or above math.MaxInt64 as decimal digits in []byte: a
+	// uint64 in every case.
+	kindUnsigned
+)
+
+// kindOf returns the kind of a column of the database type named.
+func kindOf(typeName string) valueKind {
 	t := strings.ToUpper(typeName)
 	switch {
+	case t == "":
+		return kindOther
+	case strings.Contains(t, "UNSIGNED"):
+		return kindUnsigned
 	case strings.Contains(t, "BLOB"), strings.Contains(t, "BINARY"), t == "BYTEA", t == "BIT", t == "GEOMETRY":
-		return false
+		return kindOther
 	case strings.Contains(t, "CHAR"), strings.Contains(t, "TEXT"), t == "ENUM", t == "SET", t == "JSON",
-		t == "DECIMAL", t == "NUMERIC", t == "UUID", t == "":
-		return true
+		t == "DECIMAL", t == "NUMERIC", t == "UUID":
+		return kindText
 	}
-	return false
+	return kindOther
+}
+
+// normalize returns v, a value the driver gave for a column of kind k,
+// as the source hands it on and keeps it in a position.
+func (k valueKind) normalize(v any) any {
+	if i, ok := v.(int64); ok && k == kindUnsigned && i >= 0 {
+		return uint64(i)
+	}
+	b, ok := v.([]byte)
+	if !ok {
+		return v
+	}
+	switch k {
+	case kindText:
+		return string(b)
+	case kindUnsigned:
+		if u, err := strconv.ParseUint(string(b), 10, 64); err == nil {
+			return u
+		}
+	}
+	return v
 }
