@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/broker"
 	"github.com/sluicehq/sluice/node"
@@ -44,7 +46,8 @@ type OutboxSource[T any] struct {
 	wake    chan struct{}      // cap 1: there is something to delete
 	failed  chan struct{}      // cap 1: err was set
 
-	deleter *deleter // the running goroutine, nil when none
+	deleter  *deleter // the running goroutine, nil when none
+	ownClock bool     // OutboxOptions.Clock was set: SetClock keeps it
 }
 
 // The statements of an outbox.
@@ -135,10 +138,21 @@ type deleter struct {
 // with more readers.
 func Outbox[T any](db *stdsql.DB, d Dialect, opts OutboxOptions) *OutboxSource[T] {
 	return &OutboxSource[T]{
-		db: db, d: d, opts: opts.withDefaults(),
+		db: db, d: d, opts: opts.withDefaults(), ownClock: opts.Clock != nil,
 		rows:   map[int64]rowEntry{},
 		wake:   make(chan struct{}, 1),
 		failed: make(chan struct{}, 1),
+	}
+}
+
+// SetClock makes the outbox wait on clock, unless OutboxOptions.Clock set
+// one: the pipeline calls it at the start of each run with its own
+// (pipeline.WithClock), so that a test's fake clock drives the polls and
+// the retries. It keeps the clock it has while its deleting goroutine
+// runs, from its first Run to Close.
+func (o *OutboxSource[T]) SetClock(clock clockwork.Clock) {
+	if !o.ownClock && clock != nil && o.deleter == nil {
+		o.opts.Clock = clock
 	}
 }
 

@@ -532,3 +532,25 @@ func TestOutboxBadRowLetterRefused(t *testing.T) {
 	require.Len(t, letters.Envelopes(), 1)
 	assert.Equal(t, bad[1:], outboxKeys(t, db, table, ""), "the letter written was deleted; the refused one stays")
 }
+
+// TestOutboxPollsOnThePipelinesClock: an outbox whose options name no
+// clock waits on the pipeline's (pipeline.WithClock, given through
+// SetClock), so that the fake clock of the pipeline drives its polls.
+func TestOutboxPollsOnThePipelinesClock(t *testing.T) {
+	eachDatabase(t, func(t *testing.T, db *sql.DB, d sluicesql.Dialect) {
+		table := outboxTable(t, db, d)
+		want := outboxInsert(t, db, d, table, "before", 3)
+		clock := clockwork.NewFakeClock()
+		src := newOutbox(t, db, d, table, nil)
+		r := startOutbox(t, outboxContext(t), clock, src, nil)
+		got := r.receive(t, 3)
+		r.waitPoll(t)
+		later := outboxInsert(t, db, d, table, "during", 2)
+		want = append(want, later...)
+		clock.Advance(outboxPoll)
+		got = append(got, r.receive(t, 2)...)
+		r.waitPoll(t)
+		assert.Empty(t, r.drain(t), "no row is emitted twice")
+		assert.Equal(t, want, outboxIDs(got))
+	})
+}
