@@ -88,3 +88,13 @@ func (d Dialect) keyAfter(cols []string, first int) (cond string, args []int) {
 	b.WriteString(strings.Repeat(")", last))
 	return "(" + b.String() + ")", args
 }
+
+// maxParams is the most placeholders one statement of the dialect takes:
+// SQLite's since 3.32, and the 16-bit count of PostgreSQL's and MySQL's
+// protocols.
+func (d Dialect) maxParams() int {
+	if d.name == SQLite.name {
+		return 32766
+	}
+	return 65535
+}

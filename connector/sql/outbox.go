@@ -171,9 +171,9 @@ func (o *OutboxSource[T]) Open(ctx context.Context) error {
 		errs = append(errs, errors.New("sql: Outbox: the zero Dialect: use SQLite, Postgres or MySQL"))
 	}
 	errs = append(errs, o.opts.Validate())
-	if o.d.name != "" && o.opts.DeleteBatch > outboxMaxKeys(o.d) {
+	if o.d.name != "" && o.opts.DeleteBatch > o.d.maxParams() {
 		errs = append(errs, &OutboxOptionError{Field: "DeleteBatch",
-			Problem: fmt.Sprintf("%d is above %d, the most placeholders a statement of %s takes", o.opts.DeleteBatch, outboxMaxKeys(o.d), o.d)})
+			Problem: fmt.Sprintf("%d is above %d, the most placeholders a statement of %s takes", o.opts.DeleteBatch, o.d.maxParams(), o.d)})
 	}
 	var sc scanner[T]
 	if t := reflect.TypeFor[T](); t.Kind() != reflect.Struct {

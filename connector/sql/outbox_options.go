@@ -183,12 +183,3 @@ func (o OutboxOptions) Validate() error {
 	}
 	return errors.Join(errs...)
 }
-
-// outboxMaxKeys is the most placeholders, so keys, one statement of
-// dialect d takes.
-func outboxMaxKeys(d Dialect) int {
-	if d.name == SQLite.name {
-		return 32766
-	}
-	return 65535
-}

@@ -213,7 +213,7 @@ func NewUpserter[T any](db *stdsql.DB, d Dialect, o UpsertOptions) (*Upserter[T]
 		}
 		limit := o.MaxParams
 		if limit == 0 {
-			limit = maxParams(d)
+			limit = d.maxParams()
 		}
 		if u.perStmt = limit / len(cols.names); u.perStmt < 1 {
 			problems = append(problems, fmt.Sprintf("MaxParams %d is less than the %d columns of one row", limit, len(cols.names)))
@@ -223,14 +223,6 @@ func NewUpserter[T any](db *stdsql.DB, d Dialect, o UpsertOptions) (*Upserter[T]
 		return nil, fmt.Errorf("%w: %s", ErrUpsertOptions, strings.Join(problems, "; "))
 	}
 	return u, nil
-}
-
-// maxParams is the most placeholders one statement of dialect d takes.
-func maxParams(d Dialect) int {
-	if d.name == SQLite.name {
-		return 32766
-	}
-	return 65535
 }
 
 // Upsert adds a sink named name that writes the items of in to a table
