@@ -27,7 +27,10 @@ func TestReview2UpsertTriggerRefusalIsARowError(t *testing.T) {
 		case sluicesql.Postgres:
 			_, err := db.Exec("CREATE OR REPLACE FUNCTION " + table + "_no13() RETURNS trigger AS $$ BEGIN IF NEW.qty = 13 THEN RAISE EXCEPTION 'qty 13 refused'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql")
 			require.NoError(t, err)
-			t.Cleanup(func() { db.Exec("DROP TABLE IF EXISTS " + table); db.Exec("DROP FUNCTION IF EXISTS " + table + "_no13()") })
+			t.Cleanup(func() {
+				db.Exec("DROP TABLE IF EXISTS " + table)
+				db.Exec("DROP FUNCTION IF EXISTS " + table + "_no13()")
+			})
 			_, err = db.Exec("CREATE TRIGGER no13 BEFORE INSERT ON " + table + " FOR EACH ROW EXECUTE FUNCTION " + table + "_no13()")
 			require.NoError(t, err)
 		case sluicesql.MySQL:
