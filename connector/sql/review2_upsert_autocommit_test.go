@@ -14,16 +14,17 @@ import (
 	"github.com/stretchr/testify/require"
 
 	sluicesql "github.com/sluicehq/sluice/connector/sql"
+	"github.com/sluicehq/sluice/resilience"
 )
 
-// answerLost opens SQLite connections whose next armed ExecContext runs
-// the statement (which, outside a transaction, commits) and then reports
-// an error, as when the connection drops after the database answered, or
+// answerLost opens SQLite connections whose next armed ExecContexts (as
+// many as armed counts) run the statement (which, outside a transaction,
+// commits) and then report an error, as when the connection drops after the database answered, or
 // the context ends as the answer comes.
 type answerLost struct {
 	inner  driver.Driver
 	dsn    string
-	armed  atomic.Bool
+	armed  atomic.Int32
 	cancel context.CancelFunc // when set, called before the error is returned
 }
 
@@ -44,7 +45,7 @@ type answerLostConn struct {
 
 func (c *answerLostConn) ExecContext(ctx context.Context, q string, args []driver.NamedValue) (driver.Result, error) {
 	res, err := c.Conn.(driver.ExecerContext).ExecContext(ctx, q, args)
-	if err != nil || !c.c.armed.CompareAndSwap(true, false) {
+	if err != nil || c.c.armed.Add(-1) < 0 {
 		return res, err
 	}
 	if c.c.cancel != nil {
@@ -93,7 +94,12 @@ func TestReview2UpsertOneStatementAnswerLostIsUnknown(t *testing.T) {
 			table := productTable(t, db, sluicesql.SQLite)
 			u, err := sluicesql.NewUpserter[product](db, sluicesql.SQLite, sluicesql.UpsertOptions{Table: table, BatchSize: 10})
 			require.NoError(t, err)
-			al.armed.Store(true)
+			// The lost connection is transient: Write writes the batch
+			// again whole, once, so it is lost twice to reach the rows'
+			// errors. (The review's version lost it once: the second
+			// write passed, and Write returned nil.) The ended context
+			// is not tried again.
+			al.armed.Store(map[bool]int32{true: 1, false: 2}[viaCtx])
 			errs := u.Write(ctx, products(10))
 			require.Len(t, errs, 10)
 			t.Logf("row 0: %v", errs[0])
@@ -101,7 +107,11 @@ func TestReview2UpsertOneStatementAnswerLostIsUnknown(t *testing.T) {
 			for i, e := range errs {
 				assert.ErrorIs(t, e, sluicesql.ErrCommitUnknown, "row %d was written: its outcome is unknown, not failed", i)
 				assert.NotErrorIs(t, e, sluicesql.ErrStatement, "row %d", i)
+				if !viaCtx {
+					assert.True(t, resilience.IsTransient(e), "row %d: layer 1 writes it again", i)
+				}
 			}
+			assert.Equal(t, map[bool]int64{true: 0, false: 1}[viaCtx], u.BatchRetries())
 		})
 	}
 }
