@@ -62,8 +62,9 @@ var ErrUpsertOptions = errors.New("sql: invalid upsert options")
 
 // ErrCommitUnknown is matched by the error of rows whose transaction's
 // COMMIT failed without an answer from the database (the connection was
-// lost, or ctx ended while it waited): the database may have written
-// them or not. An upsert written twice leaves the same row, so such an
+// lost, or ctx ended while it waited), or whose one statement, written
+// without a transaction and so its own COMMIT, did: the database may have
+// written them or not. An upsert written twice leaves the same row, so such an
 // error is transient and the rows are written again. A COMMIT that the
 // database answered with an error (a deferred constraint, a
 // serialization failure) rolled back: its rows get that error, as if a
@@ -304,9 +305,11 @@ func (u *Upserter[T]) BatchRetries() int64 { return u.retries.Load() }
 // or may not be written: the error matches [ErrCommitUnknown] and is
 // transient; writing them again is safe, since an upsert is idempotent.
 // A batch written in one statement without a transaction is its own
-// COMMIT: an error without a code is unknown in the same way. Any other
-// error is the statement's, not a row's: every row gets it, matching
-// [ErrStatement], permanent, without a split. Once ctx is done, the rows
+// COMMIT: an error without a code is unknown in the same way. An error
+// without a code from a statement in a transaction (a connection lost)
+// is transient: the transaction did not commit. Any other error is the
+// statement's, not a row's: every row gets it, matching [ErrStatement],
+// permanent, without a split. Once ctx is done, the rows
 // not written get ctx's error (with ErrCommitUnknown when it ended a
 // COMMIT or the one statement).
 func (u *Upserter[T]) Write(ctx context.Context, items []T) []error {
@@ -355,6 +358,11 @@ func (u *Upserter[T]) write(ctx context.Context, items []T, errs []error, retrie
 		re.Err = fmt.Errorf("%w: %w", ErrCommitUnknown, raw)
 		re.transient = true
 	case u.classify.IsTransient(raw):
+		re.transient = true
+	case e.code == "":
+		// Not the database's answer but the connection's or the
+		// driver's (a connection lost in a transaction, io.EOF): the
+		// transaction did not commit, and another attempt may pass.
 		re.transient = true
 	default:
 		re.Err = fmt.Errorf("%w: %w", ErrStatement, raw)
