@@ -25,8 +25,10 @@ import (
 //   - permanent: a constraint violation (SQLSTATE class 23: unique 23505,
 //     not null 23502, foreign key 23503, check 23514; MySQL 1062, 1048,
 //     1451, 1452, 3819, MariaDB 4025; SQLITE_CONSTRAINT and its extended
-//     codes) and bad data (SQLSTATE class 22, MySQL 1264, 1292, 1366, 1406;
-//     SQLITE_MISMATCH, SQLITE_TOOBIG, SQLITE_RANGE).
+//     codes), bad data (SQLSTATE class 22, MySQL 1263, 1264, 1265, 1292,
+//     1366, 1406; SQLITE_MISMATCH, SQLITE_TOOBIG, SQLITE_RANGE) and a
+//     trigger's refusal (PostgreSQL P0001, RAISE EXCEPTION; MySQL 1644,
+//     SIGNAL; SQLite's SQLITE_CONSTRAINT_TRIGGER, RAISE(ABORT)).
 //
 // Other errors are left to the default rules (see [resilience.Classifier]),
 // as are the pipeline's own cancellation and its marks. Before its own
@@ -130,6 +132,10 @@ func inspectPostgres(err error) dbError {
 		e.class = classTransient
 	case strings.HasPrefix(e.code, "23"), strings.HasPrefix(e.code, "22"):
 		e.class, e.row = classPermanent, true
+	case e.code == "P0001":
+		// RAISE EXCEPTION without an ERRCODE: a trigger (or a function
+		// it calls) refused the row, a business rule of the table's.
+		e.class, e.row = classPermanent, true
 	case e.code == "21000":
 		// A cardinality violation: ON CONFLICT DO UPDATE meets one key
 		// twice in one statement. The rows apart pass.
@@ -141,7 +147,7 @@ func inspectPostgres(err error) dbError {
 var (
 	mysqlConn      = []int{1040, 1053, 1927, 2006, 2013}
 	mysqlTransient = []int{1205, 1213, 1317, 1969, 3024}
-	mysqlPermanent = []int{1048, 1062, 1264, 1292, 1366, 1406, 1451, 1452, 3819, 4025}
+	mysqlPermanent = []int{1048, 1062, 1263, 1264, 1265, 1292, 1366, 1406, 1451, 1452, 1644, 3819, 4025}
 	// Constraint and column names in MySQL's and MariaDB's messages, by
 	// error number, anchored to the message's fixed text, since a
 	// message may quote the row's data (1062's duplicate entry, 1366's
@@ -159,13 +165,18 @@ var (
 		1452: mysqlForeignKey,
 		// Column '%s' cannot be null
 		1048: regexp.MustCompile(`^Column '(?P<column>[^']*)' cannot be null$`),
-		// Data too long / Out of range value for column '%s' at row %d
+		// Data too long / Out of range value / Data truncated (an ENUM's
+		// or SET's unlisted value) for column '%s' at row %d
 		1406: mysqlColumnAtRow,
+		1265: mysqlColumnAtRow,
 		1264: mysqlColumnAtRow,
 		// Incorrect %s value: '%s' for column '%s' at row %d (MariaDB:
 		// for column `db`.`t`.`c`).
 		1366: mysqlColumnAtRow,
 		1292: mysqlColumnAtRow,
+		// Column set to default value; NULL supplied to NOT NULL column
+		// '%s' at row %d
+		1263: regexp.MustCompile(`NOT NULL column '(?P<column>[^']*)' at row [0-9]+$`),
 	}
 	mysqlForeignKey  = regexp.MustCompile("^Cannot (?:add or update a child|delete or update a parent) row: a foreign key constraint fails \\([^()]*?, CONSTRAINT `(?P<constraint>[^`]*)` FOREIGN KEY")
 	mysqlColumnAtRow = regexp.MustCompile("for column (?:`[^`]*`\\.)*[`']?(?P<column>[^`']*)[`']? at row [0-9]+$")

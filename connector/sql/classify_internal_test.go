@@ -35,6 +35,8 @@ func TestInspectMySQLNames(t *testing.T) {
 		{"out of range", 1264, "Out of range value for column 'qty' at row 1", "", "qty"},
 		{"incorrect value mysql", 1366, "Incorrect integer value: 'for column 'evil' at row 9' for column 'qty' at row 1", "", "qty"},
 		{"incorrect value mariadb", 1366, "Incorrect integer value: 'x' for column `db`.`t`.`qty` at row 1", "", "qty"},
+		{"enum value mariadb", 1265, "Data truncated for column 'colour' at row 5", "", "colour"},
+		{"null to not null", 1263, "Column set to default value; NULL supplied to NOT NULL column 'qty' at row 2", "", "qty"},
 		{"other code names nothing", 1054, "Unknown column 'name' in 'field list'", "", ""},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -63,6 +65,10 @@ func TestInspectRowAndConn(t *testing.T) {
 		{"pg permission", Postgres, &pgconn.PgError{Code: "42501"}, false, false},
 		{"pg deadlock", Postgres, &pgconn.PgError{Code: "40P01"}, false, false},
 		{"pg connection", Postgres, &pgconn.PgError{Code: "08006"}, false, true},
+		{"pg trigger raise", Postgres, &pgconn.PgError{Code: "P0001"}, true, false},
+		{"pg enum value", Postgres, &pgconn.PgError{Code: "22P02"}, true, false},
+		{"mysql enum value", MySQL, &mysql.MySQLError{Number: 1265, SQLState: [5]byte{'0', '1', '0', '0', '0'}}, true, false},
+		{"mysql trigger signal", MySQL, &mysql.MySQLError{Number: 1644, SQLState: [5]byte{'4', '5', '0', '0', '0'}}, true, false},
 		{"pg shutdown", Postgres, &pgconn.PgError{Code: "57P01"}, false, true},
 		{"mysql duplicate", MySQL, &mysql.MySQLError{Number: 1062, SQLState: [5]byte{'2', '3', '0', '0', '0'}}, true, false},
 		{"mysql unknown column", MySQL, &mysql.MySQLError{Number: 1054, SQLState: [5]byte{'4', '2', 'S', '2', '2'}}, false, false},

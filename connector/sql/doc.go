@@ -25,9 +25,10 @@
 // the row-value form, and reads a range of it for this one.) The key must
 // be unique and NOT NULL, and an index should serve its order. The source
 // fails the run with a [*KeyError] rather than lose a row or read one for
-// ever: at the first Open of each run it counts the rows (of Where) with
-// NULL in a key or watermark column, one query, which reads the whole
-// table when the column has no index; two rows of one page with the same
+// ever: at the first Open of each run, and when it follows the table at
+// each poll, it counts the rows (of Where) with NULL in a key or
+// watermark column, one query, which reads the whole table when the
+// column has no index; two rows of one page with the same
 // key say that it is not unique; and a page that starts with the row it
 // was to start after says that the database compares the key otherwise
 // than the driver gave it. Rows that tie with the last row of a page,

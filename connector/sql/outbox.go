@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -230,23 +231,34 @@ func buildOutboxSQL(d Dialect, opts OutboxOptions, cols []string) *outboxSQL {
 // rowid without AUTOINCREMENT: SQLite gives the key of the deleted row
 // with the highest key to the next row inserted, and a delete of the
 // old row tried again (its answer was lost) would delete the new one
-// before it was emitted. A table it does not find is left to the first
-// read to report.
+// before it was emitted. The table is looked up as SQLite finds it, its
+// name in any case; a table it does not find fails Open, since the check
+// would otherwise be skipped. AUTOINCREMENT and WITHOUT ROWID are read
+// from the DDL without its literals, quoted names and comments, so that
+// the words in a DEFAULT, a CHECK or a column's name count for nothing.
 func (o *OutboxSource[T]) checkSQLiteKey(ctx context.Context) error {
 	schema, name, dotted := strings.Cut(o.opts.Table, ".")
-	master := "sqlite_master"
+	schemas := []string{schema}
 	if !dotted {
-		schema, name = "main", o.opts.Table
-	} else {
-		master = o.d.ident(schema) + ".sqlite_master"
+		// An unqualified name is a temp table's first, as SQLite reads it.
+		schemas, name = []string{"temp", "main"}, o.opts.Table
 	}
 	var ddl string
-	err := o.db.QueryRowContext(ctx, "SELECT sql FROM "+master+" WHERE type = 'table' AND name = ?", name).Scan(&ddl)
-	if errors.Is(err, stdsql.ErrNoRows) {
-		return nil
+	found := false
+	for _, sch := range schemas {
+		err := o.db.QueryRowContext(ctx, "SELECT sql FROM "+o.d.ident(sch)+".sqlite_master WHERE type = 'table' AND name = ? COLLATE NOCASE", name).Scan(&ddl)
+		if errors.Is(err, stdsql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("sql: outbox %s: read the table's schema: %w", o.opts.Table, err)
+		}
+		schema, found = sch, true
+		break
 	}
-	if err != nil {
-		return fmt.Errorf("sql: outbox %s: read the table's schema: %w", o.opts.Table, err)
+	if !found {
+		return &OutboxOptionError{Field: "Table", Problem: fmt.Sprintf(
+			"no SQLite table %s (in %s): the outbox cannot check its key", o.opts.Table, strings.Join(schemas, " or "))}
 	}
 	rows, err := o.db.QueryContext(ctx, "SELECT name, type, pk FROM pragma_table_info(?, ?)", name, schema)
 	if err != nil {
@@ -268,13 +280,29 @@ func (o *OutboxSource[T]) checkSQLiteKey(ctx context.Context) error {
 	if err := rows.Err(); err != nil {
 		return fmt.Errorf("sql: outbox %s: read the table's columns: %w", o.opts.Table, err)
 	}
-	upper := strings.ToUpper(ddl)
-	if pks == 1 && keyInt && !strings.Contains(upper, "WITHOUT ROWID") && !strings.Contains(upper, "AUTOINCREMENT") {
+	bare := sqliteBareDDL(ddl)
+	if pks == 1 && keyInt && !sqliteWithoutRowid.MatchString(bare) && !sqliteAutoincrement.MatchString(bare) {
 		return &OutboxOptionError{Field: "Key", Problem: fmt.Sprintf(
 			"%q of the SQLite table %s is an INTEGER PRIMARY KEY without AUTOINCREMENT: SQLite gives a deleted row's key to the next row inserted, "+
 				"which the outbox would take for the deleted row (declare it INTEGER PRIMARY KEY AUTOINCREMENT)", o.opts.Key, o.opts.Table)}
 	}
 	return nil
+}
+
+var (
+	// AUTOINCREMENT is allowed only after PRIMARY KEY (its order and
+	// conflict clause between), on the one INTEGER PRIMARY KEY column.
+	sqliteAutoincrement = regexp.MustCompile(`(?i)\bPRIMARY\s+KEY(?:\s+(?:ASC|DESC))?(?:\s+ON\s+CONFLICT\s+[A-Z]+)?\s+AUTOINCREMENT\b`)
+	sqliteWithoutRowid  = regexp.MustCompile(`(?i)\bWITHOUT\s+ROWID\b`)
+	// A string literal, a quoted name ("", ``, []) or a comment.
+	sqliteQuoted = regexp.MustCompile("'(?:[^']|'')*'|\"(?:[^\"]|\"\")*\"|`(?:[^`]|``)*`|\\[[^\\]]*\\]|--[^\\n]*|/\\*(?s:.*?)(?:\\*/|$)")
+)
+
+// sqliteBareDDL returns ddl with its literals, quoted names and comments
+// each replaced by a space, so that only its keywords and bare names are
+// left to match.
+func sqliteBareDDL(ddl string) string {
+	return sqliteQuoted.ReplaceAllString(ddl, " ")
 }
 
 // Run emits the rows of the table, then polls for new ones, until ctx

@@ -114,7 +114,8 @@ func (s *Source[T]) SetClock(clock clockwork.Clock) {
 
 // Open checks the options and, at the first Open of a run, looks for
 // rows with NULL in a key or watermark column, which the pages would
-// never read (one query: see [KeyError]), and, when the run does not
+// never read (one query: see [KeyError]; a source that follows the table
+// looks again at each poll), and, when the run does not
 // follow the table, counts the rows left for Size. Run opens the source
 // itself when Open was not called.
 func (s *Source[T]) Open(ctx context.Context) error {
@@ -192,6 +193,14 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 			return nil
 		}
 		if err := broker.Wait(ctx, s.clock, s.opts.Follow); err != nil {
+			return err
+		}
+		// A row that came with NULL in a key or watermark column while
+		// the source waited would never be read: look again at each
+		// poll, before its first page. A Run after the failure looks
+		// again at its Open.
+		if err := s.checkNulls(ctx); err != nil {
+			s.checked = false
 			return err
 		}
 	}

@@ -26,9 +26,9 @@ type QueryOptions struct {
 	From string
 	// Key names the columns of a unique key, in order: the source reads
 	// rows in this order, and a row's position is its key. The columns
-	// must be NOT NULL: rows with NULL in one fail the run at Open, with a
-	// [*KeyError] (see [Source.Open]), as do two rows of a page with the
-	// same key.
+	// must be NOT NULL: rows with NULL in one fail the run at Open (and,
+	// with Follow, at the poll that finds one), with a [*KeyError] (see
+	// [Source.Open]), as do two rows of a page with the same key.
 	Key []string
 	// Columns names the columns read. When empty, a struct item reads the
 	// columns of its fields (see [Query]); a map[string]any item reads

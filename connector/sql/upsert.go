@@ -62,8 +62,9 @@ var ErrUpsertOptions = errors.New("sql: invalid upsert options")
 
 // ErrCommitUnknown is matched by the error of rows whose transaction's
 // COMMIT failed without an answer from the database (the connection was
-// lost, or ctx ended while it waited): the database may have written
-// them or not. An upsert written twice leaves the same row, so such an
+// lost, or ctx ended while it waited), or whose one statement, written
+// without a transaction and so its own COMMIT, did: the database may have
+// written them or not. An upsert written twice leaves the same row, so such an
 // error is transient and the rows are written again. A COMMIT that the
 // database answered with an error (a deferred constraint, a
 // serialization failure) rolled back: its rows get that error, as if a
@@ -300,12 +301,17 @@ func (u *Upserter[T]) BatchRetries() int64 { return u.retries.Load() }
 // [Classifier]), Write writes the batch again whole, once, at once; when
 // that fails too, every row gets the error, marked transient, so that
 // layer 1 retries it alone. When the COMMIT fails without an answer from
-// the database, the rows may or may not be written: the error matches
-// [ErrCommitUnknown] and is transient; writing them again is safe, since
-// an upsert is idempotent. Any other error is the statement's, not a
-// row's: every row gets it, matching [ErrStatement], permanent, without a
-// split. Once ctx is done, the rows not written get ctx's error (with
-// ErrCommitUnknown when it ended a COMMIT).
+// the database (an error without a code, a lost connection), the rows may
+// or may not be written: the error matches [ErrCommitUnknown] and is
+// transient; writing them again is safe, since an upsert is idempotent.
+// A batch written in one statement without a transaction is its own
+// COMMIT: an error without a code is unknown in the same way. An error
+// without a code from a statement in a transaction (a connection lost)
+// is transient: the transaction did not commit. Any other error is the
+// statement's, not a row's: every row gets it, matching [ErrStatement],
+// permanent, without a split. Once ctx is done, the rows
+// not written get ctx's error (with ErrCommitUnknown when it ended a
+// COMMIT or the one statement).
 func (u *Upserter[T]) Write(ctx context.Context, items []T) []error {
 	if len(items) == 0 {
 		return nil
@@ -353,6 +359,11 @@ func (u *Upserter[T]) write(ctx context.Context, items []T, errs []error, retrie
 		re.transient = true
 	case u.classify.IsTransient(raw):
 		re.transient = true
+	case e.code == "":
+		// Not the database's answer but the connection's or the
+		// driver's (a connection lost in a transaction, io.EOF): the
+		// transaction did not commit, and another attempt may pass.
+		re.transient = true
 	default:
 		re.Err = fmt.Errorf("%w: %w", ErrStatement, raw)
 	}
@@ -374,23 +385,29 @@ func (u *Upserter[T]) write(ctx context.Context, items []T, errs []error, retrie
 	return true
 }
 
-// argumentError reports whether err is database/sql's refusal of an
-// argument (a driver.Valuer that failed, a value of a type the driver
-// does not take): one row's value may be at fault, so the batch is split.
-// database/sql does not export the error's type; its text is fixed.
+// argumentError reports whether err is a refusal of an argument before
+// the statement was sent: database/sql's (a driver.Valuer that failed, a
+// value of a type the driver does not take) or pgx's (a value its
+// column's type cannot hold, an int of 3e9 for an int4). One row's value
+// may be at fault, so the batch is split. Neither error's type is
+// exported; their texts are fixed: "sql: converting argument $1 type:
+// ..." and "failed to encode args[4]: ...".
 func argumentError(err error) bool {
-	return strings.HasPrefix(err.Error(), "sql: converting argument ")
+	msg := err.Error()
+	return strings.HasPrefix(msg, "sql: converting argument ") || strings.Contains(msg, "failed to encode args[")
 }
 
 // exec writes items in one transaction, or in one statement alone when
-// it holds them all. atCommit says the error came from the COMMIT.
+// it holds them all. atCommit says the error came from the COMMIT, or
+// from the one statement written without a transaction, which is its
+// own COMMIT.
 func (u *Upserter[T]) exec(ctx context.Context, items []T) (err error, atCommit bool) {
 	if len(items) <= u.perStmt {
 		res, err := u.db.ExecContext(ctx, u.statement(len(items)), u.args(nil, items)...)
 		if err == nil {
 			u.affected.Add(rowsAffected(res))
 		}
-		return err, false
+		return err, true
 	}
 	tx, err := u.db.BeginTx(ctx, nil)
 	if err != nil {
