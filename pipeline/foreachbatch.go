@@ -34,7 +34,9 @@ func ForEachBatch[T any](b *Builder, name string, in Stream[T], size int, linger
 		write := func(ctx context.Context, ins []T) ([]struct{}, []error) {
 			return make([]struct{}, len(ins)), f(ctx, ins)
 		}
-		return newBatchMap(nr, write, size, linger, newWriter([]edge[struct{}]{delivered{}}, nr.spec))
+		m := newBatchMap(nr, write, size, linger, newWriter([]edge[struct{}]{delivered{}}, nr.spec))
+		m.written = true
+		return m
 	}
 }
 

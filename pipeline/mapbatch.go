@@ -139,6 +139,9 @@ type batchMap[In, Out any] struct {
 	resumeFailed *failure
 	took         bool
 	completed    int64
+	// written: f's success took effect (a ForEachBatch wrote the item),
+	// so an item it succeeded on is delivered even if the node fails.
+	written bool
 	// calls counts first calls for a retry budget, nil without one.
 	calls *atomic.Int64
 }
@@ -345,11 +348,41 @@ func (m *batchMap[In, Out]) alone(ctx context.Context, c *called[In, Out], j int
 		return m.w.push(ctx, envelope[Out]{val: r, tr: it.tr})
 	}
 	if err := nr.itemFailed(ctx, it.val, it.tr, fl); err != nil {
-		m.resume, m.resumeFailed = c.rest(j), fl.again()
+		rest := c.rest(j)
+		if m.written {
+			rest = m.settleWritten(ctx, rest)
+		}
+		m.resume, m.resumeFailed = rest, fl.again()
 		return err
 	}
 	m.completed++
 	return nil
+}
+
+// settleWritten settles as delivered the items of c after its first that
+// f wrote (their error is nil), when the first failed its node: for a
+// ForEachBatch the write took place, and an item left for a restart that
+// does not come would end Failed, and a broker would deliver it again. It
+// returns c without them: the first item and those still to retry.
+func (m *batchMap[In, Out]) settleWritten(ctx context.Context, c *called[In, Out]) *called[In, Out] {
+	if c.refused || c.errs == nil {
+		return c
+	}
+	kept := *c
+	kept.items, kept.outs, kept.errs = c.items[:1], c.outs[:1], c.errs[:1]
+	for i := 1; i < len(c.items); i++ {
+		if c.errs[i] == nil {
+			if err := m.w.push(ctx, envelope[Out]{val: c.outs[i], tr: c.items[i].tr}); err == nil {
+				m.completed++
+				continue
+			}
+		}
+		kept.items = append(kept.items, c.items[i])
+		kept.outs = append(kept.outs, c.outs[i])
+		kept.errs = append(kept.errs, c.errs[i])
+	}
+	m.w.tryFlush()
+	return &kept
 }
 
 // call makes one batch call of f on items, under the panic guard and the

@@ -6,11 +6,12 @@ package pipeline
 // checks settings of its own that the pipeline does not know: it adds its
 // node whatever they are, with Refuse(err) among the node's options when
 // they cannot work, rather than panicking before Build can say which
-// node and what. A nil err refuses nothing; several Refuse options give
+// node and what. A nil err refuses nothing, nor does a nil pointer of an
+// error type held in err; several Refuse options give
 // one problem each.
 func Refuse(err error) NodeOption {
 	return func(c *nodeConfig) {
-		if err != nil {
+		if !isNil(err) {
 			c.refused = append(c.refused, err)
 		}
 	}
