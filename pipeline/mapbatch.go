@@ -49,7 +49,7 @@ var ErrBatchResults = errors.New("pipeline: MapBatch function returned the wrong
 // batch call returned for them, without calling f again.
 //
 // MapBatch takes Buffer and NodeResilience; Build refuses Parallel,
-// Unordered, Keyed, Fallback and RateLimit, naming the node: one slice is
+// Unordered, Keyed, Fallback, RateLimit and MaxParked, naming the node: one slice is
 // called at a time. The node's kind is [KindTransform], and its counts are
 // items, not slices.
 func MapBatch[In, Out any](b *Builder, name string, in Stream[In], size int, linger time.Duration, f func(context.Context, []In) ([]Out, []error), opts ...NodeOption) Stream[Out] {
