@@ -1,0 +1,688 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// DefaultTransactionTimeout is how long the brokers let a transaction of
+// an exactly-once pipeline stay open before they abort it.
+const DefaultTransactionTimeout = 60 * time.Second
+
+// An ExactlyOnceConfig configures [NewExactlyOnce]: a consume → produce
+// pipeline whose outputs and input offsets are committed in one Kafka
+// transaction. Brokers, Topic, Group, TransactionalID and Record are
+// required.
+type ExactlyOnceConfig[T any] struct {
+	// Brokers are the seed brokers, as host:port. Required.
+	Brokers []string
+	// Topic is the topic consumed. Required.
+	Topic string
+	// Group is the consumer group. Required.
+	Group string
+	// TransactionalID names the producer of this process across its
+	// restarts: a process that starts with the TransactionalID of one
+	// that died fences the dead one and aborts the transaction it left
+	// open. Each process of the group needs its own, the same at every
+	// restart (such as the group and the host's name). Required.
+	TransactionalID string
+	// InstanceID, when set, makes this process a static member of the
+	// group: a restarted process with the same id takes its place at
+	// once, without a rebalance, instead of after SessionTimeout. Each
+	// process needs its own.
+	InstanceID string
+	// Output is the topic of every output record whose Topic is empty.
+	Output string
+	// Record turns an item into the output record (its Key, Value,
+	// Headers and, when set, Topic and Timestamp). An error fails the item
+	// permanently, and so aborts its epoch's transaction. Required.
+	Record func(item T) (*kgo.Record, error)
+	// CommitInterval is, on Clock, how long one epoch takes in records:
+	// the source stops emitting at its end, and commits the transaction
+	// once every record emitted in it settled. It must be well within the
+	// group's rebalance timeout (60s), since a rebalance waits for the
+	// epoch's end. Default [DefaultCommitInterval].
+	CommitInterval time.Duration
+	// MaxInFlight is the most records emitted and not settled; polling
+	// pauses at it. Default [DefaultMaxInFlight].
+	MaxInFlight int
+	// AckTimeout bounds, on Clock, the wait for one output record's ack;
+	// past it the record's outcome is unknown and its epoch aborts.
+	// Default [DefaultAckTimeout].
+	AckTimeout time.Duration
+	// MaxRecordBytes is the largest output record. Default
+	// [DefaultMaxRecordBytes].
+	MaxRecordBytes int
+	// TransactionTimeout is how long the brokers let a transaction stay
+	// open (a process that dies mid-epoch leaves one, aborted past it or
+	// when its TransactionalID comes back). Default
+	// [DefaultTransactionTimeout].
+	TransactionTimeout time.Duration
+	// SessionTimeout is how long the group coordinator waits for a
+	// heartbeat before it gives the member's partitions to others.
+	// Default [DefaultSessionTimeout].
+	SessionTimeout time.Duration
+	// DialTimeout bounds connecting to a broker. Default
+	// [DefaultDialTimeout].
+	DialTimeout time.Duration
+	// CloseTimeout bounds, in real time, the transaction's end at Close.
+	// Default [DefaultCloseTimeout].
+	CloseTimeout time.Duration
+	// Dial, when set, opens the connections to the brokers in place of a
+	// net.Dialer.
+	Dial func(ctx context.Context, network, host string) (net.Conn, error)
+	// Clock is what the epochs and the acks wait on; default the real
+	// clock.
+	Clock clockwork.Clock
+}
+
+// Validate reports every problem of c, joined, each a [*ConfigError]; nil
+// when c is valid. NewExactlyOnce calls it.
+func (c ExactlyOnceConfig[T]) Validate() error {
+	var errs []error
+	add := func(field string, value any, reason string) {
+		errs = append(errs, &ConfigError{Field: field, Value: value, Reason: reason})
+	}
+	if c.Topic == "" {
+		add("Topic", `""`, "required: the topic to consume")
+	}
+	if c.Group == "" {
+		add("Group", `""`, "required: the consumer group")
+	}
+	if c.TransactionalID == "" {
+		add("TransactionalID", `""`, "required: the producer's name across restarts, one per process")
+	}
+	if c.Record == nil {
+		add("Record", "nil", "required: it turns an item into the output record")
+	}
+	if c.CommitInterval < 0 {
+		add("CommitInterval", c.CommitInterval, "must not be negative")
+	}
+	if c.MaxInFlight < 0 {
+		add("MaxInFlight", c.MaxInFlight, "must not be negative")
+	}
+	if c.TransactionTimeout < 0 || c.TransactionTimeout > 0 && c.TransactionTimeout < time.Second {
+		add("TransactionTimeout", c.TransactionTimeout, "must be 0 (the default) or at least a second")
+	}
+	if c.SessionTimeout < 0 {
+		add("SessionTimeout", c.SessionTimeout, "must not be negative")
+	}
+	errs = append(errs, pubProblems(c.Brokers, c.AckTimeout, PubRetry{}, c.MaxRecordBytes, c.DialTimeout, c.CloseTimeout)...)
+	return errors.Join(errs...)
+}
+
+// An ExactlyOnce is a consume → produce pipeline's two ends that share
+// one transactional client: [ExactlyOnce.Source] emits the records of
+// Topic, and [ExactlyOnce.Sink] produces each item's output record inside
+// the current transaction. The offsets of the records consumed are
+// committed in the same transaction as the records produced from them, so
+// a consumer of the output that reads committed records only (Kafka's
+// read_committed isolation) sees each input's outputs once, however often
+// the process dies.
+//
+// The source works in epochs: it begins a transaction, emits records for
+// CommitInterval (on Clock), stops emitting, and waits for every record
+// emitted in the epoch to settle, in any order (Delivered, Filtered,
+// Skipped, DeadLettered, HandedOff). Then it commits the transaction, with
+// the offsets after the records it polled. A record of the epoch that
+// ends Failed or Rejected, or an output whose produce is unknown, aborts
+// the transaction instead: its outputs are discarded, and every record of
+// the epoch is read again. A rebalance waits for the epoch's end (polls
+// block it until the transaction ended); a partition lost meanwhile
+// aborts the epoch.
+//
+// What lies outside the transaction is not exactly once: a dead letter
+// (the pipeline's dead-letter sink writes it when the item fails, even if
+// the epoch aborts later, so an aborted epoch's dead letters may come
+// again), and any side effect of a transform. The output topic's
+// consumers must read committed records (kgo.FetchIsolationLevel with
+// kgo.ReadCommitted(), isolation.level=read_committed): one that reads
+// uncommitted ones also sees aborted outputs.
+//
+// Build the pipeline with Source as its only source and Sink as its only
+// sink of output records: an item written to Sink must derive from a
+// record of the same ExactlyOnce's Source.
+type ExactlyOnce[T any] struct {
+	cfg ExactlyOnceConfig[T]
+	src *TransactSource
+	snk *TransactSink[T]
+}
+
+// NewExactlyOnce returns the two ends of an exactly-once pipeline for cfg,
+// or every problem of cfg joined, each a [*ConfigError].
+func NewExactlyOnce[T any](cfg ExactlyOnceConfig[T]) (*ExactlyOnce[T], error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.CommitInterval == 0 {
+		cfg.CommitInterval = DefaultCommitInterval
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.TransactionTimeout == 0 {
+		cfg.TransactionTimeout = DefaultTransactionTimeout
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	core := newPubCore(cfg.Brokers, cfg.Output, cfg.AckTimeout, PubRetry{}, cfg.MaxRecordBytes, cfg.DialTimeout, cfg.CloseTimeout, cfg.Dial, cfg.Clock)
+	_, identifies := any(*new(T)).(Message)
+	src := &TransactSource{core: core, commitInterval: cfg.CommitInterval, maxInFlight: cfg.MaxInFlight,
+		freed: make(chan struct{}, 1), identifies: identifies, deliveries: map[recordID]int{}}
+	src.stopCtx, src.stopFunc = context.WithCancel(context.Background())
+	src.options = func() []kgo.Opt {
+		opts := core.options()
+		opts = append(opts,
+			kgo.TransactionalID(cfg.TransactionalID),
+			kgo.TransactionTimeout(cfg.TransactionTimeout),
+			kgo.ConsumerGroup(cfg.Group),
+			kgo.ConsumeTopics(cfg.Topic),
+			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.BlockRebalanceOnPoll(),
+			kgo.SessionTimeout(cfg.SessionTimeout),
+		)
+		if cfg.InstanceID != "" {
+			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+		}
+		return opts
+	}
+	e := &ExactlyOnce[T]{cfg: cfg, src: src, snk: &TransactSink[T]{src: src, record: cfg.Record}}
+	return e, nil
+}
+
+// Source returns the end that consumes Topic.
+func (e *ExactlyOnce[T]) Source() *TransactSource { return e.src }
+
+// Sink returns the end that produces the output records.
+func (e *ExactlyOnce[T]) Sink() *TransactSink[T] { return e.snk }
+
+// A TransactSource is the consuming end of an [ExactlyOnce]: a
+// [node.Source] of [Message] with Open, Close and Stop, as [Source] has.
+type TransactSource struct {
+	core           *pubCore
+	options        func() []kgo.Opt
+	commitInterval time.Duration
+	maxInFlight    int
+
+	// mu guards sess; Open and Close replace it.
+	mu   sync.Mutex
+	sess *kgo.GroupTransactSession
+
+	// epoch is the current epoch's state; the Run goroutine replaces it
+	// between epochs, when nothing of the old one is in flight, or, after
+	// Close ended an epoch with records still in flight, in a new session.
+	epoch atomic.Pointer[epochState]
+	freed chan struct{}
+
+	// identifies is true when the sink's items are the Messages emitted
+	// (T is Message): a Write then knows its record's epoch by the
+	// record and its Deliveries. Otherwise a new epoch does not begin
+	// while a record of an ended one is in flight (see [TransactSource.Run]).
+	identifies bool
+	// dmu guards deliveries, each epoch's emitted and old.
+	dmu sync.Mutex
+	// deliveries counts the emits of each record not yet committed.
+	deliveries map[recordID]int
+	// old are the ended epochs that still had records in flight.
+	old []*epochState
+
+	stopCtx  context.Context
+	stopFunc context.CancelFunc
+
+	committed, aborted atomic.Int64
+}
+
+// An epochState counts one epoch's records.
+type epochState struct {
+	// inFlight counts the records emitted and not ended.
+	inFlight atomic.Int64
+	// polled counts the records emitted; tainted is set when one of them
+	// did not settle, or an output's produce is unknown.
+	polled  atomic.Int64
+	tainted atomic.Bool
+	// ended is set, with the client's lock held, before the epoch's
+	// transaction ends: no output is admitted into it after.
+	ended atomic.Bool
+	// emitted holds each record emitted in the epoch with its
+	// Deliveries; guarded by the source's dmu.
+	emitted map[recordID]int
+}
+
+// A recordID names a record of the cluster.
+type recordID struct {
+	topic     string
+	partition int32
+	offset    int64
+}
+
+// errStale ends the produce of an output whose record's epoch ended (or
+// whose record is not of the open epoch): the transaction it belonged to
+// was aborted, and the record is read again.
+var errStale = errors.New("kafka: exactly-once: the output's epoch ended")
+
+// admit returns the open epoch that item's output joins, or errStale
+// when item's record is of an epoch that ended (its transaction was
+// aborted; the record is read again), or an error when no epoch knows
+// item. A Message item (T is Message) joins only the epoch that emitted
+// it; another item joins the open epoch, as Run begins none while a
+// record of an ended one is in flight. The client's lock is held.
+func (s *TransactSource) admit(item any) (*epochState, error) {
+	ep := s.epoch.Load()
+	if ep != nil && ep.ended.Load() {
+		ep = nil
+	}
+	if m, ok := item.(Message); ok && s.identifies {
+		id := recordID{m.Topic, m.Partition, m.Offset}
+		s.dmu.Lock()
+		defer s.dmu.Unlock()
+		if ep != nil {
+			if d, ok := ep.emitted[id]; ok && d == m.Deliveries {
+				return ep, nil
+			}
+		}
+		for _, o := range s.old {
+			if d, ok := o.emitted[id]; ok && d == m.Deliveries && o.inFlight.Load() > 0 {
+				return nil, errStale
+			}
+		}
+		if d, ok := s.deliveries[id]; ok && m.Deliveries >= 1 && m.Deliveries < d {
+			return nil, errStale
+		}
+		return nil, resilience.MarkPermanent(fmt.Errorf("kafka: exactly-once sink: record %s (delivery %d) was not emitted by the ExactlyOnce's source, or its epoch committed: %w",
+			m.CorrelationID(), m.Deliveries, ErrNotOpen))
+	}
+	if ep != nil {
+		return ep, nil
+	}
+	s.dmu.Lock()
+	old := false
+	for _, o := range s.old {
+		old = old || o.inFlight.Load() > 0
+	}
+	s.dmu.Unlock()
+	if old {
+		return nil, errStale
+	}
+	return nil, resilience.MarkPermanent(fmt.Errorf("kafka: exactly-once sink: no transaction open (the source is not running, or the item is not of its records): %w", ErrNotOpen))
+}
+
+// Open creates the transactional client, which joins the group; an
+// unreachable cluster is transient.
+func (s *TransactSource) Open(ctx context.Context) error {
+	sess, err := kgo.NewGroupTransactSession(s.options()...)
+	if err != nil {
+		return resilience.MarkPermanent(fmt.Errorf("kafka: exactly-once client: %w", err))
+	}
+	if err := sess.Client().Ping(ctx); err != nil {
+		sess.Close()
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		return resilience.MarkTransient(fmt.Errorf("kafka: exactly-once client: no broker answers: %w: %w", ErrConnectionLost, err))
+	}
+	s.mu.Lock()
+	old := s.sess
+	s.sess = sess
+	s.mu.Unlock()
+	if old != nil {
+		old.Close()
+	}
+	s.core.mu.Lock()
+	s.core.cl = sess.Client()
+	s.core.mu.Unlock()
+	return nil
+}
+
+// Run emits records epoch by epoch until ctx is done (it returns the
+// cause) or Stop is called (it returns nil). The epoch under way when
+// Run returns is ended by Close: committed when every record of it
+// settled, else aborted.
+func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) error {
+	s.mu.Lock()
+	sess := s.sess
+	s.mu.Unlock()
+	if sess == nil {
+		return ErrNotOpen
+	}
+	if ep := s.epoch.Swap(nil); ep != nil {
+		// Run again after a run that failed: the epoch it left is
+		// aborted, its records read again.
+		ep.tainted.Store(true)
+		if err := s.end(ctx, sess, ep); err != nil {
+			return err
+		}
+	}
+	for {
+		if !s.identifies {
+			// An output of an ended epoch's record, written now, could
+			// not be told from one of the new epoch.
+			if err := s.waitOld(ctx); err != nil || s.stopCtx.Err() != nil {
+				return err
+			}
+		}
+		if err := sess.Begin(); err != nil {
+			return classify(fmt.Errorf("kafka: begin transaction: %w", err))
+		}
+		ep := &epochState{emitted: map[recordID]int{}}
+		s.epoch.Store(ep)
+		if err := s.runEpoch(ctx, sess, ep, out); err != nil || s.stopCtx.Err() != nil {
+			// Close ends the epoch, once the pipeline settled its
+			// records.
+			return err
+		}
+		if err := s.waitSettled(ctx, ep); err != nil {
+			return err
+		}
+		if err := s.end(ctx, sess, ep); err != nil {
+			return err
+		}
+	}
+}
+
+// runEpoch polls and emits records until the epoch's time is up, ctx is
+// done or Stop is called.
+func (s *TransactSource) runEpoch(ctx context.Context, sess *kgo.GroupTransactSession, ep *epochState, out node.Emitter[Message]) error {
+	pollCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(s.stopCtx, cancel)()
+	timer := s.core.clock.NewTimer(s.commitInterval)
+	defer timer.Stop()
+	up := make(chan struct{})
+	go func() {
+		select {
+		case <-timer.Chan():
+			close(up)
+			cancel()
+		case <-pollCtx.Done():
+		}
+	}()
+	for {
+		if err := context.Cause(ctx); err != nil {
+			return err
+		}
+		select {
+		case <-up:
+			return nil
+		default:
+		}
+		if pollCtx.Err() != nil {
+			return nil // stopped
+		}
+		room := s.maxInFlight - int(ep.inFlight.Load())
+		if room <= 0 {
+			select {
+			case <-s.freed:
+			case <-pollCtx.Done():
+			}
+			continue
+		}
+		fetches := sess.PollRecords(pollCtx, room)
+		if fetches.IsClientClosed() {
+			return resilience.MarkTransient(fmt.Errorf("kafka: exactly-once consume: %w", ErrConnectionLost))
+		}
+		var ferr error
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if ferr == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+				!connectionLost(err) {
+				ferr = classify(fmt.Errorf("kafka: exactly-once consume %s partition %d: %w", topic, partition, err))
+			}
+		})
+		var emitErr error
+		fetches.EachRecord(func(r *kgo.Record) {
+			if emitErr != nil {
+				// Not emitted: the epoch must not commit past it.
+				ep.tainted.Store(true)
+				return
+			}
+			emitErr = s.emit(ctx, ep, r, out)
+		})
+		if emitErr != nil {
+			return emitErr
+		}
+		if ferr != nil {
+			ep.tainted.Store(true)
+			return ferr
+		}
+	}
+}
+
+// emit emits r tracked, counted in ep.
+func (s *TransactSource) emit(ctx context.Context, ep *epochState, r *kgo.Record, out node.Emitter[Message]) error {
+	id := recordID{r.Topic, r.Partition, r.Offset}
+	s.dmu.Lock()
+	s.deliveries[id]++
+	d := s.deliveries[id]
+	ep.emitted[id] = d
+	s.dmu.Unlock()
+	m := Message{Topic: r.Topic, Partition: r.Partition, Offset: r.Offset, Key: r.Key, Value: r.Value,
+		Timestamp: r.Timestamp, Deliveries: d}
+	if len(r.Headers) > 0 {
+		m.Headers = make([]Header, len(r.Headers))
+		for i, h := range r.Headers {
+			m.Headers[i] = Header{Key: h.Key, Value: h.Value}
+		}
+	}
+	ep.inFlight.Add(1)
+	ep.polled.Add(1)
+	var once atomic.Bool
+	err := out.EmitTracked(ctx, m, func(o node.Outcome) {
+		if !once.CompareAndSwap(false, true) {
+			return
+		}
+		switch o {
+		case node.Delivered, node.Filtered, node.Skipped, node.DeadLettered, node.HandedOff:
+		default:
+			ep.tainted.Store(true)
+		}
+		ep.inFlight.Add(-1)
+		select {
+		case s.freed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		ep.tainted.Store(true)
+	}
+	return err
+}
+
+// waitSettled waits for every record of ep to end.
+func (s *TransactSource) waitSettled(ctx context.Context, ep *epochState) error {
+	for ep.inFlight.Load() > 0 {
+		select {
+		case <-s.freed:
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+// waitOld waits until no record of an ended epoch is in flight, or ctx
+// is done, or Stop is called.
+func (s *TransactSource) waitOld(ctx context.Context) error {
+	for {
+		s.dmu.Lock()
+		live := s.old[:0]
+		for _, ep := range s.old {
+			if ep.inFlight.Load() > 0 {
+				live = append(live, ep)
+			}
+		}
+		clear(s.old[len(live):])
+		s.old = live
+		n := len(live)
+		s.dmu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-s.freed:
+		case <-s.stopCtx.Done():
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		}
+	}
+}
+
+// end ends ep's transaction: a commit, with the offsets polled, when
+// every record of it settled; an abort otherwise, which rewinds the
+// client to the committed offsets. It lets a waiting rebalance go on.
+// No output joins ep once end began; a record of ep still in flight
+// aborts it, and is kept in old until it ends. An epoch ended already is
+// left alone.
+func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession, ep *epochState) error {
+	s.core.mu.Lock()
+	first := ep.ended.CompareAndSwap(false, true)
+	s.core.mu.Unlock()
+	if !first {
+		// Ended already (Run ended it, then stopped before the next
+		// began): there is no transaction to end.
+		return nil
+	}
+	if ep.inFlight.Load() > 0 {
+		ep.tainted.Store(true)
+		s.dmu.Lock()
+		live := s.old[:0]
+		for _, o := range s.old {
+			if o.inFlight.Load() > 0 {
+				live = append(live, o)
+			}
+		}
+		clear(s.old[len(live):])
+		s.old = append(live, ep)
+		s.dmu.Unlock()
+	}
+	commit := !ep.tainted.Load()
+	committed, err := sess.End(ctx, kgo.TransactionEndTry(commit))
+	sess.AllowRebalance()
+	if err != nil {
+		s.aborted.Add(1)
+		return classify(fmt.Errorf("kafka: end transaction: %w", err))
+	}
+	if committed {
+		s.committed.Add(1)
+		// A committed record is not read again here.
+		s.dmu.Lock()
+		for id, d := range ep.emitted {
+			if s.deliveries[id] == d {
+				delete(s.deliveries, id)
+			}
+		}
+		s.dmu.Unlock()
+	} else {
+		s.aborted.Add(1)
+	}
+	return nil
+}
+
+// Stop ends Run cleanly: no more polls, Run returns nil, and Close commits
+// the epoch once its records settled (it waits for them while the
+// pipeline drains). A stopped source stays stopped.
+func (s *TransactSource) Stop() { s.stopFunc() }
+
+// Close ends the epoch under way, committing it if every record of it
+// settled (as after a drain or Stop) and aborting it otherwise (as after
+// a cancelled run), and closes the client, which leaves the group.
+func (s *TransactSource) Close(ctx context.Context) error {
+	s.mu.Lock()
+	sess := s.sess
+	s.sess = nil
+	s.mu.Unlock()
+	if sess == nil {
+		return nil
+	}
+	s.core.mu.Lock()
+	s.core.cl = nil
+	ep := s.epoch.Swap(nil)
+	s.core.mu.Unlock()
+	var err error
+	if ep != nil {
+		// A record still in flight aborts it (end): the pipeline left
+		// it unsettled; its output, if it comes, is refused as stale.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.core.closeTimeout)
+		err = s.end(cctx, sess, ep)
+		cancel()
+	}
+	sess.Close()
+	return err
+}
+
+// Commits returns how many epochs the source committed, and Aborts how
+// many it aborted (their records were read again).
+func (s *TransactSource) Commits() int64 { return s.committed.Load() }
+
+// Aborts returns how many epochs the source aborted: a record of them did
+// not settle, an output's produce was unknown, or the group took a
+// partition away mid-epoch.
+func (s *TransactSource) Aborts() int64 { return s.aborted.Load() }
+
+// A TransactSink is the producing end of an [ExactlyOnce]: a [node.Sink]
+// that produces each item's record inside the source's current
+// transaction and waits for its ack. It is safe for concurrent use, so it
+// can run under Parallel or Keyed.
+type TransactSink[T any] struct {
+	src    *TransactSource
+	record func(T) (*kgo.Record, error)
+}
+
+// Write produces item's record in the current transaction. A produce
+// whose outcome is unknown aborts the epoch (the error is transient, for
+// the item retry, which produces again in the same epoch: the abort
+// discards both).
+//
+// An item whose record's epoch has ended is not produced, and Write
+// returns nil: that epoch's transaction was aborted (it cannot commit
+// while a record of it is in flight), which discards its outputs, and
+// its records are read again, their outputs written in a later epoch.
+// So is an item whose produce fails after its epoch ended. Such an item
+// is a Message (T is Message) emitted before a source restart, or any
+// item after a cancelled run's Close.
+func (k *TransactSink[T]) Write(ctx context.Context, item T) error {
+	rec, err := k.record(item)
+	if err != nil {
+		return resilience.MarkPermanent(fmt.Errorf("kafka: exactly-once sink: Record: %w", err))
+	}
+	if rec == nil {
+		return resilience.MarkPermanent(errors.New("kafka: exactly-once sink: Record returned a nil record"))
+	}
+	var ep *epochState
+	admit := func() error {
+		e, err := k.src.admit(any(item))
+		ep = e
+		return err
+	}
+	err = k.src.core.produce(ctx, rec, admit)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, errStale):
+		return nil
+	case ep != nil && ep.ended.Load():
+		// Its epoch aborted: whatever became of the record, the abort
+		// discards it.
+		return nil
+	case errors.Is(err, ErrOutcomeUnknown) && ep != nil:
+		// The record may be in the transaction: a retry could put it
+		// there twice, so the epoch must not commit. A record that
+		// failed otherwise is not in it, and its item's outcome decides
+		// (a dead-lettered item settles, and does not abort every epoch
+		// that reads it again).
+		ep.tainted.Store(true)
+	}
+	return err
+}

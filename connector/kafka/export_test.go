@@ -1,0 +1,18 @@
+package kafka
+
+import "github.com/twmb/franz-go/pkg/kgo"
+
+// AddClientOpts gives s's clients more options, for tests that need the
+// client to behave in a way no setting asks for (fetching a batch at a
+// time, say).
+func AddClientOpts(s *Source, opts ...kgo.Opt) { s.opts = append(s.opts, opts...) }
+
+// HeldInTiers returns how many tier records the source's due gate holds,
+// not yet due.
+func HeldInTiers(s *Source) int {
+	t := s.tierRun()
+	if t == nil {
+		return 0
+	}
+	return t.gate.heldCount()
+}

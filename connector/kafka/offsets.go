@@ -1,0 +1,367 @@
+package kafka
+
+import (
+	"sort"
+	"sync"
+)
+
+// An offsetTracker keeps, per partition the source owns, the records it
+// polled and has not settled, and so the offset it may commit: the
+// lowest one not yet settled (Kafka's committed offset is the next to
+// read), or one past the highest polled when every record settled.
+// Records of one partition are added in offset order; they settle in any
+// order.
+//
+// A partition leaves the tracker when it is revoked or lost: its track is
+// retired, and a record of it that settles later changes nothing that
+// will be committed.
+type offsetTracker struct {
+	mu     sync.Mutex
+	tracks map[topicPartition]*partitionTrack
+	// uncommitted counts, over the tracks, the records settled below
+	// their partition's lowest unsettled one and not yet committed: what
+	// the next commit covers.
+	uncommitted int
+	// commitStart makes a track's first record's offset due for commit at
+	// once (StartAtEnd: a group without a commit would otherwise start at
+	// the end again and skip the record); onStart, when set, is called
+	// (under the lock, so it must not block) when that happens.
+	commitStart bool
+	onStart     func()
+}
+
+// A topicPartition names one partition of a topic.
+type topicPartition struct {
+	topic     string
+	partition int32
+}
+
+// A partitionTrack is one partition's records in flight, for one spell of
+// ownership: a partition assigned again gets a new track.
+type partitionTrack struct {
+	tp topicPartition
+	// entries are the records added and not yet popped, in offset order;
+	// settled ones are popped once every record before them settled.
+	entries []*trackEntry
+	// next is one past the highest offset added, -1 before the first.
+	next int64
+	// done is the offset below which every record settled, -1 while none
+	// did; epoch is the leader epoch of the record just below it.
+	done  int64
+	epoch int32
+	// committed is the offset last committed for the partition, -1 for
+	// none yet.
+	committed int64
+	// popped counts the entries popped, settled, since the track began;
+	// poppedCommitted those of them that a commit covered.
+	popped, poppedCommitted int
+	// revoking is set once the partition is being revoked or was lost:
+	// its records not yet emitted are dropped. retired is set once it is
+	// gone: a record that settles later changes nothing.
+	revoking, retired bool
+	// unsettledEmitted counts the entries handed to the pipeline and not
+	// settled or failed: what a revoke waits for. idle is closed and
+	// replaced as it falls to zero.
+	unsettledEmitted int
+	idle             chan struct{}
+}
+
+// A trackEntry is one record of a partition track.
+type trackEntry struct {
+	offset  int64
+	epoch   int32
+	emitted bool
+	settled bool
+	// ended is set once the record's item reached its outcome, settled
+	// or not (Failed leaves it unsettled but no longer in flight).
+	ended bool
+}
+
+func newOffsetTracker() *offsetTracker {
+	return &offsetTracker{tracks: map[topicPartition]*partitionTrack{}}
+}
+
+// assign starts a track for each partition that has none.
+func (t *offsetTracker) assign(topic string, partitions []int32) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range partitions {
+		tp := topicPartition{topic, p}
+		if _, ok := t.tracks[tp]; !ok {
+			t.tracks[tp] = &partitionTrack{tp: tp, next: -1, done: -1, epoch: -1, committed: -1}
+		}
+	}
+}
+
+// add registers a polled record, and returns its track and entry, or nil
+// when its partition is not the source's (revoked between the fetch and
+// now) or the offset is not past those added before (a record fetched
+// again after a rewind the tracker did not see).
+func (t *offsetTracker) add(topic string, partition int32, offset int64, epoch int32) (*partitionTrack, *trackEntry) {
+	e := &trackEntry{offset: offset, epoch: epoch}
+	tr := t.addEntry(topic, partition, e)
+	if tr == nil {
+		return nil, nil
+	}
+	return tr, e
+}
+
+// addEntry is add for an entry the caller made (the source keeps it in
+// its record, one allocation per record polled rather than two); it
+// returns nil where add does.
+func (t *offsetTracker) addEntry(topic string, partition int32, e *trackEntry) *partitionTrack {
+	offset := e.offset
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr := t.tracks[topicPartition{topic, partition}]
+	if tr == nil || offset < tr.next {
+		return nil
+	}
+	if tr.next < 0 && tr.done < 0 {
+		// The first record of the track: everything before it counts as
+		// done (it was committed, or skipped by the reset policy). There
+		// is nothing new to commit until a record settles, unless the
+		// start itself must be committed (commitStart): committing it
+		// again where the group had committed it changes nothing.
+		tr.done = offset
+		tr.committed = offset
+		if t.commitStart {
+			tr.committed = -1
+			if t.onStart != nil {
+				t.onStart()
+			}
+		}
+	}
+	tr.entries = append(tr.entries, e)
+	tr.next = offset + 1
+	return tr
+}
+
+// revoking reports whether tr's partition is being revoked, or was lost
+// or retired.
+func (t *offsetTracker) revoking(tr *partitionTrack) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return tr.revoking || tr.retired
+}
+
+// emit marks e as handed to the pipeline, and reports false when its
+// partition was retired meanwhile: the record is dropped, not emitted.
+func (t *offsetTracker) emit(tr *partitionTrack, e *trackEntry) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tr.revoking || tr.retired {
+		return false
+	}
+	e.emitted = true
+	tr.unsettledEmitted++
+	return true
+}
+
+// unemit takes e, emitted, back to be emitted again, and reports false
+// when its partition is being revoked or is gone: then it is not to be
+// emitted again.
+func (t *offsetTracker) unemit(tr *partitionTrack, e *trackEntry) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tr.revoking || tr.retired || e.ended || !e.emitted {
+		return false
+	}
+	e.emitted = false
+	tr.unsettledEmitted--
+	if tr.unsettledEmitted == 0 && tr.idle != nil {
+		close(tr.idle)
+		tr.idle = nil
+	}
+	return true
+}
+
+// end records the outcome of e: settled says whether its offset may be
+// committed. A record of a retired track changes nothing but the count
+// that a revoke waits on.
+func (t *offsetTracker) end(tr *partitionTrack, e *trackEntry, settled bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e.ended {
+		return
+	}
+	e.ended = true
+	if e.emitted {
+		tr.unsettledEmitted--
+		if tr.unsettledEmitted == 0 && tr.idle != nil {
+			close(tr.idle)
+			tr.idle = nil
+		}
+	}
+	if !settled || tr.retired {
+		return
+	}
+	e.settled = true
+	t.uncommitted += tr.advance()
+}
+
+// advance pops the settled entries at the front of tr, and returns how
+// many.
+func (tr *partitionTrack) advance() int {
+	i := 0
+	for i < len(tr.entries) && tr.entries[i].settled {
+		tr.done = tr.entries[i].offset + 1
+		tr.epoch = tr.entries[i].epoch
+		i++
+	}
+	if i > 0 {
+		clear(tr.entries[:i])
+		tr.entries = tr.entries[i:]
+		tr.popped += i
+	}
+	return i
+}
+
+// A commitOffset is what to commit for one partition.
+type commitOffset struct {
+	tp     topicPartition
+	offset int64
+	epoch  int32
+	track  *partitionTrack
+	popped int // the track's popped entries when the offset was taken
+}
+
+// due returns, for every partition the source owns, the offset to commit
+// when it moved past the one last committed.
+func (t *offsetTracker) due() []commitOffset {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []commitOffset
+	for _, tr := range t.tracks {
+		if c, ok := tr.due(); ok {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].tp.topic != out[j].tp.topic {
+			return out[i].tp.topic < out[j].tp.topic
+		}
+		return out[i].tp.partition < out[j].tp.partition
+	})
+	return out
+}
+
+// due returns tr's offset to commit, and whether it moved.
+func (tr *partitionTrack) due() (commitOffset, bool) {
+	if tr.done < 0 || tr.done <= tr.committed {
+		return commitOffset{}, false
+	}
+	return commitOffset{tp: tr.tp, offset: tr.done, epoch: tr.epoch, track: tr, popped: tr.popped}, true
+}
+
+// committed records that c was committed.
+func (t *offsetTracker) committed(cs []commitOffset) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, c := range cs {
+		tr := c.track
+		tr.committed = max(tr.committed, c.offset)
+		if c.popped > tr.poppedCommitted {
+			if !tr.retired {
+				t.uncommitted -= c.popped - tr.poppedCommitted
+			}
+			tr.poppedCommitted = c.popped
+		}
+	}
+}
+
+// pending returns the records settled and not yet committed that the
+// next commit covers.
+func (t *offsetTracker) pending() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.uncommitted
+}
+
+// revoke takes the partitions out of the tracker and returns their
+// tracks. Their records not yet emitted are not emitted: they belong to
+// the partitions' next owner. The tracks are retired only by retire, so
+// that a revoke can still commit what settles while it waits.
+func (t *offsetTracker) revoke(topic string, partitions []int32) []*partitionTrack {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*partitionTrack
+	for _, p := range partitions {
+		tp := topicPartition{topic, p}
+		if tr, ok := t.tracks[tp]; ok {
+			delete(t.tracks, tp)
+			tr.revoking = true
+			out = append(out, tr)
+		}
+	}
+	return out
+}
+
+// idle returns a channel closed once no record of tr is in flight in
+// the pipeline, and whether it is already so.
+func (t *offsetTracker) idle(tr *partitionTrack) (<-chan struct{}, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tr.unsettledEmitted == 0 {
+		return nil, true
+	}
+	if tr.idle == nil {
+		tr.idle = make(chan struct{})
+	}
+	return tr.idle, false
+}
+
+// inFlight returns the records emitted and not yet ended, across the
+// partitions the source owns.
+func (t *offsetTracker) inFlight() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for _, tr := range t.tracks {
+		n += tr.unsettledEmitted
+	}
+	return n
+}
+
+// dueOf returns what to commit for the tracks of a revoke.
+func (t *offsetTracker) dueOf(trs []*partitionTrack) []commitOffset {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []commitOffset
+	for _, tr := range trs {
+		if c, ok := tr.due(); ok && !tr.retired {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// retire marks the tracks gone: a record of them that settles later
+// changes nothing that will be committed.
+func (t *offsetTracker) retire(trs []*partitionTrack) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, tr := range trs {
+		if !tr.retired {
+			t.uncommitted -= tr.popped - tr.poppedCommitted
+		}
+		tr.revoking, tr.retired = true, true
+	}
+}
+
+// owned returns the partitions the tracker holds a track for, sorted.
+func (t *offsetTracker) owned() []topicPartition {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]topicPartition, 0, len(t.tracks))
+	for tp := range t.tracks {
+		out = append(out, tp)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].topic != out[j].topic {
+			return out[i].topic < out[j].topic
+		}
+		return out[i].partition < out[j].partition
+	})
+	return out
+}
