@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	mrand "math/rand/v2"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -25,12 +26,12 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sluicehq/sluice/connector/connectortest"
 	"github.com/sluicehq/sluice/connector/rabbitmq"
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/idempotency"
 	"github.com/sluicehq/sluice/idempotency/sqlstore"
 	"github.com/sluicehq/sluice/internal/servicetest"
-	"github.com/sluicehq/sluice/internal/tcpproxy"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
@@ -270,7 +271,9 @@ func TestConsumersWriteExactlyOnce(t *testing.T) {
 		require.True(t, ok)
 	}
 
-	px := tcpproxy.New(t, rmqURL)
+	pxURL, err := url.Parse(rmqURL)
+	require.NoError(t, err)
+	px := connectortest.NewProxy(t, pxURL.Host)
 	env := func(stallAt int) map[string]string {
 		return map[string]string{envURL: px.URL(rmqURL), envQueue: queue, envDSN: dsn, envTable: table, envStallAt: strconv.Itoa(stallAt)}
 	}
