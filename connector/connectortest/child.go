@@ -41,7 +41,7 @@ func ChildMain[M any](h Harness[M]) {
 		return
 	}
 	run := child[M]
-	if os.Getenv(childMode) == crashMode {
+	if m := os.Getenv(childMode); m == crashMode || m == stormMode {
 		run = crashChild[M]
 	}
 	if err := run(h); err != nil {

@@ -158,6 +158,22 @@ func Run[M any](t *testing.T, h Harness[M]) {
 			c.run(t, h)
 		})
 	}
+	fcs, seed, all := faultCases()
+	if all {
+		t.Logf("connectortest: the fault mode runs all its %d cases (%s=1)", len(fcs), ChaosEnv)
+	} else {
+		t.Logf("connectortest: the fault mode runs %d cases that seed %d picks (%s; all of them with %s=1)", len(fcs), seed, FaultSeedEnv, ChaosEnv)
+	}
+	for _, c := range fcs {
+		run := consumeUnderFault[M](c.f)
+		if c.publish {
+			run = publishUnderFault[M](c.f)
+		}
+		t.Run(c.name(), func(t *testing.T) {
+			t.Parallel()
+			run(t, h)
+		})
+	}
 }
 
 // CaseTimeout bounds each case's waits on the broker: a healthy case takes
@@ -180,6 +196,7 @@ func cases[M any]() []suiteCase[M] {
 		{"PermanentFailureDeadLetteredOnce", permanentFailure[M]},
 		{"PoisonMessageDeadLetteredOnce", poisonMessage[M]},
 		{"CrashingMessageDeadLetteredOnce", crashedConsumer[M]},
+		{"PoisonStormEachMessageEndsOnce", poisonStorm[M]},
 		{"BrokerRetryAfterItsDelay", brokerRetry[M]},
 		{"DrainFinishesAndAcks", drain[M]},
 		{"CancelPutsBackTheRest", cancelPutsBack[M]},

@@ -107,6 +107,9 @@ type consumption[M any] struct {
 	dead deadletter.Sink
 	// parallel runs the handler with that many workers.
 	parallel int
+	// restart, when set, configures the source's node restart and node
+	// retry in place of the default (5 restarts, no backoff).
+	restart func(*resilience.Options)
 }
 
 // build returns the pipeline, with node restart on the source so that a
@@ -125,10 +128,14 @@ func (c consumption[M]) build(t testing.TB) *pipeline.Pipeline {
 	}
 	var p *pipeline.Pipeline
 	b := pipeline.New("connectortest", opts...)
-	msgs := pipeline.Source(b, "consume", cons.Source, pipeline.NodeResilience(func(o *resilience.Options) {
-		o.NodeRestart.MaxRestarts = 5
-		o.NodeRestart.Backoff = resilience.NoBackoff()
-	}))
+	restart := c.restart
+	if restart == nil {
+		restart = func(o *resilience.Options) {
+			o.NodeRestart.MaxRestarts = 5
+			o.NodeRestart.Backoff = resilience.NoBackoff()
+		}
+	}
+	msgs := pipeline.Source(b, "consume", cons.Source, pipeline.NodeResilience(restart))
 	if c.handle != nil {
 		var popts []pipeline.NodeOption
 		if c.parallel > 1 {

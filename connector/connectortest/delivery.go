@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sluicehq/sluice/internal/tcpproxy"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
@@ -98,7 +97,7 @@ func acrossADisconnect[M any](t testing.TB, h Harness[M]) {
 	const n, cutAt = 500, 100
 	want := keys(n)
 	h.Publish(t, cfg.Queue, messages(want...)...)
-	px := tcpproxy.New(t, "tcp://"+h.Addr())
+	px := NewProxy(t, h.Addr())
 	cfg.Addr = px.Addr()
 
 	s := newSeen()

@@ -33,6 +33,11 @@ func newRabbit(url string) *rabbit {
 	return &rabbit{url: url, configs: map[string]connectortest.SourceConfig{}}
 }
 
+// DeadLinkBound is the RabbitMQ harness's bound (connector/rabbitmq's
+// conformance test): its 10 s heartbeat gives a silent connection up 15 s
+// after the broker's last frame; the rest is room for a busy machine.
+func (h *rabbit) DeadLinkBound() time.Duration { return 25 * time.Second }
+
 func (h *rabbit) Addr() string {
 	u, _ := url.Parse(h.url)
 	return u.Host

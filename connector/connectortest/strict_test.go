@@ -112,6 +112,12 @@ var variants = []variant{
 		source: func(c *rabbitmq.SourceConfig) { c.CrashLedger = "" },
 	},
 	{
+		// A client that negotiates no heartbeat never notices a link
+		// gone silent: the fault mode's silent-link case must catch it.
+		name: "ignores_dead_links", catches: "Fault/timeout/Consume", says: "the connector gave up the timeout connection within",
+		source: func(c *rabbitmq.SourceConfig) { c.URL += "?heartbeat=0" },
+	},
+	{
 		name: "publisher_cuts_bodies", catches: "RoundTrip", says: "bytes that differ",
 		publisher: func(s node.Sink[connectortest.Message]) node.Sink[connectortest.Message] {
 			return cutting{s.(*rabbitmq.Publisher[connectortest.Message])}
@@ -234,11 +240,26 @@ func TestSuiteFailsBrokenConnectors(t *testing.T) {
 	}
 }
 
-// runSuite runs the suite's case against a variant in a process of its
-// own, and returns its output.
+// runSuite runs the suite's cases against a variant in a process of its
+// own, and returns its output. cases are "|"-separated names, each of
+// which may be a path of subtests ("Fault/timeout/Consume").
 func runSuite(ctx context.Context, variant, cases string) (string, error) {
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.v", "-test.count=1",
-		"-test.run=^TestBroken$/^"+variant+"$/^("+cases+")$")
+	// One alternation per level below the variant: a case's deeper levels
+	// only match the subtests of a case that has them.
+	var levels [][]string
+	for _, c := range strings.Split(cases, "|") {
+		for i, name := range strings.Split(c, "/") {
+			if i == len(levels) {
+				levels = append(levels, nil)
+			}
+			levels[i] = append(levels[i], name)
+		}
+	}
+	run := "^TestBroken$/^" + variant + "$"
+	for _, names := range levels {
+		run += "/^(" + strings.Join(names, "|") + ")$"
+	}
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.v", "-test.count=1", "-test.run="+run)
 	cmd.Env = append(os.Environ(), brokenEnv+"=1", variantEnv+"="+variant)
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer

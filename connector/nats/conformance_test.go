@@ -145,12 +145,28 @@ func (h conformance) NewSource(cfg connectortest.SourceConfig) (connectortest.Co
 }
 
 func (h conformance) NewPublisher(queue string) (node.Sink[connectortest.Message], error) {
+	return h.NewPublisherVia(queue, "")
+}
+
+// NewPublisherVia is NewPublisher with a publisher that dials addr, the
+// fault mode's proxy, instead of the server.
+func (h conformance) NewPublisherVia(queue, addr string) (node.Sink[connectortest.Message], error) {
+	u := h.url
+	if addr != "" {
+		p, _ := url.Parse(h.url)
+		p.Host = addr
+		u = p.String()
+	}
 	return nats.NewPublisher(nats.PublisherConfig[connectortest.Message]{
-		URL: h.url, Subject: queue + ".in",
+		URL: u, Subject: queue + ".in",
 		Message: func(m connectortest.Message) (*natsgo.Msg, error) { return &natsgo.Msg{Data: m.Body}, nil },
 		MsgID:   func(m connectortest.Message) string { return m.Key },
 	})
 }
+
+// DeadLinkBound is how soon a source or a publisher gives up a connection
+// gone silent: nats.DeadLinkBound, and room for a busy machine.
+func (h conformance) DeadLinkBound() time.Duration { return nats.DeadLinkBound + 5*time.Second }
 
 func (h conformance) Message(m nats.Message) connectortest.Message {
 	return connectortest.Message{Key: m.MsgID(), Body: m.Data, Delivery: m.Deliveries}

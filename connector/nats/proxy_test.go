@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -10,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/connector/connectortest"
 	"github.com/sluicehq/sluice/connector/nats"
-	"github.com/sluicehq/sluice/internal/tcpproxy"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
@@ -29,7 +30,7 @@ func TestSourceReconnects(t *testing.T) {
 	subject := a.stream(name)
 	const n = 500
 	a.publish(subject, ids(n)...)
-	px := tcpproxy.New(t, a.url)
+	px := newProxy(t, a.url)
 
 	cfg := a.config(name)
 	cfg.URL = px.URL(a.url)
@@ -92,7 +93,7 @@ func TestPublisherReconnects(t *testing.T) {
 	a := newAdmin(t)
 	name := uniqueName(t)
 	subject := a.stream(name)
-	px := tcpproxy.New(t, a.url)
+	px := newProxy(t, a.url)
 	pub, err := nats.NewPublisher(nats.PublisherConfig[string]{
 		URL: px.URL(a.url), Subject: subject,
 		Message:  func(s string) (*natsgo.Msg, error) { return &natsgo.Msg{Data: []byte(s)}, nil },
@@ -126,4 +127,13 @@ func (r restarts) OnRetry(e observer.RetryEvent) {
 		*r.errs = append(*r.errs, e.Err)
 		r.mu.Unlock()
 	}
+}
+
+// newProxy starts connectortest's proxy, on toxiproxy's toxics, to the
+// server of serverURL; it closes when t ends.
+func newProxy(t *testing.T, serverURL string) *connectortest.Proxy {
+	t.Helper()
+	u, err := url.Parse(serverURL)
+	require.NoError(t, err)
+	return connectortest.NewProxy(t, u.Host)
 }

@@ -62,8 +62,16 @@ func (s *Source) pull(ctx context.Context, sess *session, n int, out node.Emitte
 		return s.pullFailed(sess, err)
 	}
 	// The server answers an expired request with a 408; this guards
-	// against an answer that never comes.
-	guard := s.cfg.Clock.NewTimer(s.cfg.PullWait + time.Second)
+	// against an answer that never comes. The answer queues behind the
+	// messages the server sent first: while they still arrive (a slow
+	// link), the guard waits on, since giving the request up then would
+	// drop what is still on the wire (the subscription's drain waits only
+	// so long for it) until AckWait. A link on which nothing arrives is
+	// given up by the connection's watchdog (see DeadLinkBound). A pull
+	// that is draining (a cancel, a stop) does not wait on: what it gave
+	// up goes back to the server for another consumer.
+	guardWait := s.cfg.PullWait + time.Second
+	guard := s.cfg.Clock.NewTimer(guardWait)
 	defer guard.Stop()
 
 	var (
@@ -73,6 +81,7 @@ func (s *Source) pull(ctx context.Context, sess *session, n int, out node.Emitte
 	)
 	ctxDone, stopDone, expired := ctx.Done(), s.stopCtx.Done(), guard.Chan()
 	draining := false
+	arrived := false // since the guard was last set
 	drain := func() {
 		if !draining {
 			draining = true
@@ -109,6 +118,7 @@ loop:
 	for {
 		select {
 		case <-in.ready:
+			arrived = true
 			if handle() && !draining {
 				break loop
 			}
@@ -125,6 +135,14 @@ loop:
 		case <-stopDone:
 			drain()
 		case <-expired:
+			if arrived && !draining {
+				arrived = false
+				// Each wait after the first is at least the watchdog's
+				// time before it probes: a loaded machine may leave a
+				// gap of a second or two between messages of a slow link.
+				guard.Reset(max(guardWait, probeAfter))
+				continue
+			}
 			drain()
 		case <-sess.closed:
 			break loop

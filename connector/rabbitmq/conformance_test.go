@@ -172,8 +172,20 @@ func (h *harness) NewSource(cfg connectortest.SourceConfig) (connectortest.Consu
 }
 
 func (h *harness) NewPublisher(queue string) (node.Sink[connectortest.Message], error) {
+	return h.NewPublisherVia(queue, "")
+}
+
+// NewPublisherVia is NewPublisher with a publisher that dials addr, the
+// fault mode's proxy, instead of the broker.
+func (h *harness) NewPublisherVia(queue, addr string) (node.Sink[connectortest.Message], error) {
+	u := h.url
+	if addr != "" {
+		p, _ := url.Parse(h.url)
+		p.Host = addr
+		u = p.String()
+	}
 	return rabbitmq.NewPublisher(rabbitmq.PublisherConfig[connectortest.Message]{
-		URL: h.url, RoutingKey: queue, Mandatory: true,
+		URL: u, RoutingKey: queue, Mandatory: true,
 		Confirms: rabbitmq.Confirms{Enabled: true, WaitFor: true},
 		Publishing: func(m connectortest.Message) (amqp.Publishing, error) {
 			if len(m.Key) > 255 {
@@ -183,6 +195,12 @@ func (h *harness) NewPublisher(queue string) (node.Sink[connectortest.Message], 
 		},
 	})
 }
+
+// DeadLinkBound is how soon a source or a publisher gives up a connection
+// gone silent: the client negotiates a 10 s heartbeat and gives the
+// connection up 15 s (three half-intervals) after the broker's last frame;
+// the rest is room for a busy machine.
+func (h *harness) DeadLinkBound() time.Duration { return 25 * time.Second }
 
 // Message counts a delivery by the trips through the retry topology: the
 // broker's own redelivery flag does not say how often.

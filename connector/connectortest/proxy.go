@@ -1,0 +1,462 @@
+package connectortest
+
+import (
+	"net"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Shopify/toxiproxy/v2/stream"
+	"github.com/Shopify/toxiproxy/v2/toxics"
+	"github.com/rs/zerolog"
+	"github.com/rs/zerolog/log"
+	"github.com/stretchr/testify/require"
+)
+
+// A Proxy forwards TCP connections to a broker and does to them what a
+// real network does and a real broker cannot be asked to: it cuts them,
+// holds back what the broker sends, and runs toxiproxy's toxics on them
+// (latency with jitter, a bandwidth limit, a slicer, a reset, a link that
+// goes silent). The fault mode of [Run] puts one between a connector and
+// its broker; a connector's own tests use one to cut or pause a
+// connection.
+//
+// Each direction of each connection runs through one toxiproxy toxic
+// stub: the toxics are toxiproxy's own, and a change of fault interrupts
+// the running toxic and starts the next one on the same stub, so that no
+// byte in flight is lost unless the fault drops it. The proxy takes
+// toxiproxy's toxics package alone, not its server, whose metrics would
+// bring a Prometheus client into every connector module's graph.
+//
+// Every goroutine of a Proxy has ended when Close returns.
+type Proxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup // the accept loop and every connection's goroutines
+
+	// change serialises changes of the toxics: a stub is interrupted by
+	// one change at a time.
+	change sync.Mutex
+
+	mu       sync.Mutex
+	closed   bool
+	links    map[*link]struct{}
+	accepted int
+	// carried holds, in order, the number (1 for the first accepted) of
+	// each connection that carried bytes both ways through the proxy: a
+	// connection reset at its first byte never carried a delivery or a
+	// write.
+	carried []int
+	// fresh is what a connection opened from now on runs through, up
+	// (client to broker) and down (broker to client); nil passes bytes
+	// unchanged.
+	fresh [2]toxics.Toxic
+}
+
+// NewProxy starts a proxy to addr, a host:port, on a port of 127.0.0.1
+// of its own. It closes when t ends.
+func NewProxy(t testing.TB, addr string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err, "connectortest: proxy listen")
+	p := &Proxy{ln: ln, target: addr, links: map[*link]struct{}{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(p.Close)
+	return p
+}
+
+// Addr returns the proxy's host:port, which a client dials instead of the
+// broker's.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// URL returns brokerURL with the proxy's host:port in place of its own.
+func (p *Proxy) URL(brokerURL string) string {
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		return brokerURL
+	}
+	u.Host = p.Addr()
+	return u.String()
+}
+
+// Connections returns how many connections the proxy accepted.
+func (p *Proxy) Connections() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.accepted
+}
+
+// carriedSince returns how many of the connections accepted after the
+// first n carried bytes both ways.
+func (p *Proxy) carriedSince(n int) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	k := 0
+	for _, seq := range p.carried {
+		if seq > n {
+			k++
+		}
+	}
+	return k
+}
+
+// Cut closes every open connection, as a network failure would; new
+// connections are accepted as before.
+func (p *Proxy) Cut() {
+	for _, l := range p.open() {
+		l.teardown()
+	}
+}
+
+// Pause holds back everything the broker sends, on the open connections
+// and on those opened later, until Resume: a broker gone silent, whose
+// bytes are late but not lost.
+func (p *Proxy) Pause() { p.set(nil, holdToxic{}, true, true) }
+
+// Resume lets what the broker sends flow again, what was held first.
+func (p *Proxy) Resume() { p.set(nil, nil, true, true) }
+
+// Close stops the proxy: the open connections are closed, new ones
+// refused, and every goroutine of the proxy has ended when it returns.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	already := p.closed
+	p.closed = true
+	p.mu.Unlock()
+	if !already {
+		_ = p.ln.Close()
+		p.Cut()
+	}
+	p.wg.Wait()
+}
+
+// set runs up and down (nil: no toxic) on the open connections when open
+// is true, and on the connections opened from now on when fresh is true.
+func (p *Proxy) set(up, down toxics.Toxic, open, fresh bool) {
+	p.change.Lock()
+	defer p.change.Unlock()
+	p.mu.Lock()
+	if fresh {
+		p.fresh = [2]toxics.Toxic{up, down}
+	}
+	p.mu.Unlock()
+	if !open {
+		return
+	}
+	for _, l := range p.open() {
+		l.set(up, down)
+	}
+}
+
+// open returns the open connections.
+func (p *Proxy) open() []*link {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]*link, 0, len(p.links))
+	for l := range p.links {
+		out = append(out, l)
+	}
+	return out
+}
+
+func (p *Proxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		// Under p.mu alone, not p.change: a change of toxics that is
+		// slow to take effect never holds up a new connection. A change
+		// that sets p.fresh before this reads it lists this link too, and
+		// finds its toxics already in place.
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			_ = client.Close()
+			_ = server.Close()
+			return
+		}
+		p.accepted++
+		l := &link{p: p, seq: p.accepted, client: client, server: server, dead: make(chan struct{})}
+		p.links[l] = struct{}{}
+		l.cur = p.fresh
+		l.up = l.start(client, server, l.cur[0])
+		l.down = l.start(server, client, l.cur[1])
+		p.mu.Unlock()
+	}
+}
+
+// A link is one connection through the proxy: the client's side, the
+// broker's, and a toxic stub each way.
+type link struct {
+	p              *Proxy
+	seq            int // the proxy's count of connections when it was accepted
+	client, server net.Conn
+	wrote          [2]atomic.Bool // a byte was written to the broker, to the client
+	up, down       *toxics.ToxicStub
+	cur            [2]toxics.Toxic // what up and down run; set under p.change once the link is listed
+	once           sync.Once
+	dead           chan struct{} // closed by teardown
+}
+
+// linkBudget is how many bytes of one direction of a link may be on their
+// way through the proxy (read from one side, not yet written to the
+// other): the reader waits for room beyond it, so that a peer that reads
+// nothing holds back the other, as a network would.
+const linkBudget = 1 << 20
+
+// start runs the bytes from src to dst through a stub running toxic:
+// a reader turns src's bytes into chunks, the stub passes them through
+// the toxic, a forwarder takes what the toxic sends at once and a writer
+// writes it to dst. The toxic never waits for dst: a change of toxics,
+// which waits for the running toxic to stop, never waits for a peer that
+// reads nothing (toxiproxy's toxics send their output without watching
+// for the interruption). The reader waits instead, once linkBudget bytes
+// are on their way.
+func (l *link) start(src, dst net.Conn, toxic toxics.Toxic) *toxics.ToxicStub {
+	in := make(chan *stream.StreamChunk, 32)
+	out := make(chan *stream.StreamChunk)
+	stub := toxics.NewToxicStub(in, out)
+	room := newBudget(linkBudget)
+	l.p.wg.Go(func() {
+		defer close(in)
+		buf := make([]byte, 32<<10)
+		for {
+			if !room.take(len(buf), l.dead) {
+				return
+			}
+			n, err := src.Read(buf)
+			room.give(len(buf) - n)
+			if n > 0 {
+				c := &stream.StreamChunk{Data: append([]byte(nil), buf[:n]...), Timestamp: time.Now()}
+				select {
+				case in <- c:
+				case <-l.dead:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	l.run(stub, toxic)
+	dir := 0
+	if dst == l.client {
+		dir = 1
+	}
+	q := &chunkQueue{ready: make(chan struct{}, 1)}
+	l.p.wg.Go(func() {
+		for c := range out {
+			q.push(c)
+		}
+		q.finish()
+	})
+	l.p.wg.Go(func() {
+		for {
+			c, ok := q.pop(l.dead)
+			if !ok {
+				break
+			}
+			if _, err := dst.Write(c.Data); err != nil {
+				break
+			}
+			room.give(len(c.Data))
+			l.wrote1(dir)
+		}
+		// What the stub passes from now on has nowhere to go: the
+		// forwarder goes on taking it, so that the toxic ends once the
+		// reader closes its input.
+		l.teardown()
+	})
+	return stub
+}
+
+// A budget is a count of bytes that one reader takes before it reads and
+// others give back once they wrote (or the reader read less).
+type budget struct {
+	mu   sync.Mutex
+	free int
+	max  int
+	wake chan struct{} // buffered 1: bytes were given back
+}
+
+func newBudget(n int) *budget { return &budget{free: n, max: n, wake: make(chan struct{}, 1)} }
+
+// take waits until n bytes are free (or nothing is on the way: a chunk
+// larger than the budget still passes) and takes them; false if dead is
+// closed first.
+func (b *budget) take(n int, dead <-chan struct{}) bool {
+	for {
+		b.mu.Lock()
+		if b.free >= n || b.free == b.max {
+			b.free -= n
+			b.mu.Unlock()
+			return true
+		}
+		b.mu.Unlock()
+		select {
+		case <-b.wake:
+		case <-dead:
+			return false
+		}
+	}
+}
+
+// give gives n bytes back.
+func (b *budget) give(n int) {
+	b.mu.Lock()
+	b.free += n
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// A chunkQueue holds what a toxic sent until the writer writes it: it
+// takes every chunk at once, and the reader's budget bounds it.
+type chunkQueue struct {
+	mu    sync.Mutex
+	q     []*stream.StreamChunk
+	done  bool          // the toxic's output is closed
+	ready chan struct{} // buffered 1: a chunk was pushed, or done
+}
+
+func (q *chunkQueue) push(c *stream.StreamChunk) {
+	q.mu.Lock()
+	q.q = append(q.q, c)
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *chunkQueue) finish() {
+	q.mu.Lock()
+	q.done = true
+	q.mu.Unlock()
+	q.signal()
+}
+
+func (q *chunkQueue) signal() {
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+// pop returns the next chunk, waiting for one; false once the output is
+// closed and everything in it was taken, or dead is closed.
+func (q *chunkQueue) pop(dead <-chan struct{}) (*stream.StreamChunk, bool) {
+	for {
+		q.mu.Lock()
+		if len(q.q) > 0 {
+			c := q.q[0]
+			q.q[0] = nil
+			q.q = q.q[1:]
+			q.mu.Unlock()
+			return c, true
+		}
+		done := q.done
+		q.mu.Unlock()
+		if done {
+			return nil, false
+		}
+		select {
+		case <-q.ready:
+		case <-dead:
+			return nil, false
+		}
+	}
+}
+
+// run runs toxic on stub (a no-op one for nil) in a goroutine of the
+// proxy. A reset makes the connection's close an RST.
+func (l *link) run(stub *toxics.ToxicStub, toxic toxics.Toxic) {
+	if toxic == nil {
+		toxic = new(toxics.NoopToxic)
+	}
+	if _, ok := toxic.(*toxics.ResetToxic); ok {
+		for _, c := range []net.Conn{l.client, l.server} {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0)
+			}
+		}
+	}
+	if st, ok := toxic.(toxics.StatefulToxic); ok {
+		stub.State = st.NewState()
+	}
+	w := &toxics.ToxicWrapper{Toxic: toxic, Toxicity: 1}
+	l.p.wg.Go(func() { stub.Run(w) })
+}
+
+// set replaces the toxics of the link's two stubs, each only if it
+// changes; a stub already closed keeps none.
+func (l *link) set(up, down toxics.Toxic) {
+	if l.cur[0] != up && l.up.InterruptToxic() {
+		l.run(l.up, up)
+	}
+	if l.cur[1] != down && l.down.InterruptToxic() {
+		l.run(l.down, down)
+	}
+	l.cur = [2]toxics.Toxic{up, down}
+}
+
+// wrote1 records that a byte went to the broker (dir 0) or the client
+// (1), and the connection among those that carried bytes both ways once
+// both did.
+func (l *link) wrote1(dir int) {
+	if l.wrote[dir].Swap(true) || !l.wrote[1-dir].Load() {
+		return
+	}
+	l.p.mu.Lock()
+	l.p.carried = append(l.p.carried, l.seq)
+	l.p.mu.Unlock()
+}
+
+// teardown closes both sides of the connection, once, and forgets it.
+func (l *link) teardown() {
+	l.once.Do(func() {
+		close(l.dead)
+		_ = l.client.Close()
+		_ = l.server.Close()
+		l.p.mu.Lock()
+		delete(l.p.links, l)
+		l.p.mu.Unlock()
+	})
+}
+
+// holdToxic holds every chunk until it is interrupted, and then passes
+// them on, in order: a peer whose bytes are late, not lost.
+type holdToxic struct{}
+
+func (holdToxic) Pipe(stub *toxics.ToxicStub) {
+	var held []*stream.StreamChunk
+	for {
+		select {
+		case <-stub.Interrupt:
+			for _, c := range held {
+				stub.Output <- c
+			}
+			return
+		case c := <-stub.Input:
+			if c == nil {
+				stub.Close()
+				return
+			}
+			held = append(held, c)
+		}
+	}
+}
+
+// toxiproxy's bandwidth toxic logs each interruption at the trace level
+// through zerolog's global logger, which writes to stderr: the suite's
+// proxies would fill a test's output with it. Nothing else in a test of
+// the suite logs through that logger.
+func init() { log.Logger = zerolog.Nop() }
