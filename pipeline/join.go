@@ -1,9 +1,11 @@
 package pipeline
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -26,7 +28,8 @@ type either[L, R any] struct {
 // partners arrived). An item that found no partner within its window is
 // dropped on purpose: a tracked one ends Filtered; one that joined
 // completes when its joins do. At the end of input, items still waiting
-// are dropped the same way.
+// are dropped the same way. With [JoinEventTime], items join on their
+// own times instead, and wait until the watermark passes them.
 //
 // The join reads both inputs through two nodes, "name/left" and
 // "name/right", that tag each item with its side; the node called name
@@ -51,7 +54,7 @@ func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[
 		if within <= 0 {
 			errs = append(errs, fmt.Errorf("Join window %s: must be positive", within))
 		}
-		return errs
+		return append(errs, checkJoinTime[L, R](s.cfg)...)
 	}
 	s.newEdge = edgeOf[either[L, R]]
 	s.newRunner = func(nr *nodeRun) runner {
@@ -59,6 +62,9 @@ func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[
 		r := newReader(nr.rs.edges[n.id].(edge[either[L, R]]), n)
 		j := &joiner[L, R, K, Out]{nr: nr, in: r, w: newWriter(outEdges[Out](nr), n), keyL: keyL, keyR: keyR,
 			join: join, within: within, clock: nr.rs.p.cfg.clock, lefts: map[K][]*waiting[L]{}, rights: map[K][]*waiting[R]{}}
+		if jt := s.cfg.joinTime; jt != nil {
+			j.et = &joinWatermark[L, R]{atL: jt.atL.(func(L) time.Time), atR: jt.atR.(func(R) time.Time), maxLateness: jt.maxLateness}
+		}
 		r.idle = j.w.flush
 		return j
 	}
@@ -69,16 +75,49 @@ func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[
 type waiting[T any] struct {
 	val     T
 	tr      *tracker
+	t       time.Time // its event time, with JoinEventTime
 	expires time.Time
 	joined  int
 }
 
-// queued is a waiting item in the order of arrival, which is the order of
-// expiry: every item waits the same time.
-type queued[K comparable] struct {
+// queued is a waiting item in the order of expiry, ties in the order of
+// arrival: on the clock every item waits the same time, so that is the
+// order of arrival; on event time it is not.
+type queued[L, R any, K comparable] struct {
 	key     K
-	left    bool
 	expires time.Time
+	seq     int64
+	l       *waiting[L] // the item, on its side
+	r       *waiting[R]
+}
+
+// expiries is a heap of waiting items, the first to expire on top.
+type expiries[L, R any, K comparable] struct {
+	q   []queued[L, R, K]
+	seq int64
+}
+
+func (h *expiries[L, R, K]) Len() int { return len(h.q) }
+func (h *expiries[L, R, K]) Less(i, j int) bool {
+	if c := h.q[i].expires.Compare(h.q[j].expires); c != 0 {
+		return c < 0
+	}
+	return h.q[i].seq < h.q[j].seq
+}
+func (h *expiries[L, R, K]) Swap(i, j int) { h.q[i], h.q[j] = h.q[j], h.q[i] }
+func (h *expiries[L, R, K]) Push(x any)    { h.q = append(h.q, x.(queued[L, R, K])) }
+func (h *expiries[L, R, K]) Pop() any {
+	n := len(h.q) - 1
+	x := h.q[n]
+	h.q[n] = queued[L, R, K]{}
+	h.q = h.q[:n]
+	return x
+}
+
+func (h *expiries[L, R, K]) push(q queued[L, R, K]) {
+	h.seq++
+	q.seq = h.seq
+	heap.Push(h, q)
 }
 
 type joiner[L, R any, K comparable, Out any] struct {
@@ -92,9 +131,11 @@ type joiner[L, R any, K comparable, Out any] struct {
 	clock  clockwork.Clock
 	lefts  map[K][]*waiting[L]
 	rights map[K][]*waiting[R]
-	queue  []queued[K]
-	took   bool
-	joins  int64
+	queue  expiries[L, R, K]
+	// et is the watermark with JoinEventTime; nil on the clock.
+	et    *joinWatermark[L, R]
+	took  bool
+	joins int64
 }
 
 func (j *joiner[L, R, K, Out]) open(context.Context) error       { return nil }
@@ -123,10 +164,10 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 			timer.Stop()
 			timer = nil
 		}
-		if len(j.queue) > 0 {
+		if len(j.queue.q) > 0 && j.et == nil {
 			// At the expiry itself: a duration from a reading would fire
 			// late by however far the clock moved before it was armed.
-			timer = newTimerAt(j.clock, j.queue[0].expires)
+			timer = newTimerAt(j.clock, j.queue.q[0].expires)
 		}
 	}
 	defer func() {
@@ -148,10 +189,23 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 			j.expire(time.Time{}, true)
 			return nil
 		}
+		if j.et != nil {
+			j.took = true
+			if err := j.arriveAt(ctx, env); err != nil {
+				return err
+			}
+			if wm, ok := j.et.mark(); ok {
+				// An item waits until no partner that is not late can
+				// come: one within of it is behind the watermark.
+				j.expire(wm, false)
+			}
+			continue
+		}
 		j.expire(j.clock.Now(), false)
 		if !timedOut {
 			j.took = true
-			if err := j.arrive(ctx, env); err != nil {
+			now := j.clock.Now()
+			if err := j.arrive(ctx, env, now, now.Add(j.within)); err != nil {
 				return err
 			}
 		}
@@ -159,16 +213,38 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 	}
 }
 
-// arrive joins env with the partners waiting for it, then lets it wait.
-func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L, R]]) error {
+// arriveAt places an item on event time: a late one goes to the failure
+// action; another joins its partners within of its time and waits until
+// the watermark passes its time by within.
+func (j *joiner[L, R, K, Out]) arriveAt(ctx context.Context, env envelope[either[L, R]]) error {
+	t := j.et.take(env.val)
+	if wm, ok := j.et.mark(); ok && t.Before(wm) {
+		return j.lateJoin(ctx, env, t, wm)
+	}
+	return j.arrive(ctx, env, t, t.Add(j.within))
+}
+
+// arrive joins env, of time t, with the partners waiting for it, then
+// lets it wait until expires. On the clock every waiting partner arrived
+// within of it; on event time only those less than within from t join.
+func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L, R]], t, expires time.Time) error {
 	e := env.val
-	now := j.clock.Now()
+	near := func(u time.Time) bool {
+		if j.et == nil {
+			return true
+		}
+		d := t.Sub(u)
+		return d < j.within && -d < j.within
+	}
 	if e.left {
 		k := j.keyL(e.l)
-		me := &waiting[L]{val: e.l, tr: env.tr, expires: now.Add(j.within)}
+		me := &waiting[L]{val: e.l, tr: env.tr, t: t, expires: expires}
 		j.lefts[k] = append(j.lefts[k], me)
-		j.queue = append(j.queue, queued[K]{key: k, left: true, expires: me.expires})
+		j.queue.push(queued[L, R, K]{key: k, expires: expires, l: me})
 		for _, p := range j.rights[k] {
+			if !near(p.t) {
+				continue
+			}
 			if err := j.emit(ctx, e.l, p.val, me.tr, p.tr); err != nil {
 				return err
 			}
@@ -178,10 +254,13 @@ func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L
 		return nil
 	}
 	k := j.keyR(e.r)
-	me := &waiting[R]{val: e.r, tr: env.tr, expires: now.Add(j.within)}
+	me := &waiting[R]{val: e.r, tr: env.tr, t: t, expires: expires}
 	j.rights[k] = append(j.rights[k], me)
-	j.queue = append(j.queue, queued[K]{key: k, expires: me.expires})
+	j.queue.push(queued[L, R, K]{key: k, expires: expires, r: me})
 	for _, p := range j.lefts[k] {
+		if !near(p.t) {
+			continue
+		}
 		if err := j.emit(ctx, p.val, e.r, p.tr, me.tr); err != nil {
 			return err
 		}
@@ -210,19 +289,19 @@ func (j *joiner[L, R, K, Out]) emit(ctx context.Context, l L, r R, lt, rt *track
 }
 
 // expire lets go of the items whose window ended by now (all of them with
-// all), from the front of the queue: one that joined ends its own part
-// without an outcome; one that did not is Filtered.
+// all), the first to expire first: one that joined ends its own part
+// without an outcome; one that did not is Filtered. now is the clock, or
+// with JoinEventTime the watermark.
 func (j *joiner[L, R, K, Out]) expire(now time.Time, all bool) {
-	for len(j.queue) > 0 && (all || !now.Before(j.queue[0].expires)) {
-		q := j.queue[0]
-		j.queue = j.queue[1:]
-		if q.left {
-			j.lefts[q.key] = letGo(j, j.lefts[q.key])
+	for len(j.queue.q) > 0 && (all || !now.Before(j.queue.q[0].expires)) {
+		q := heap.Pop(&j.queue).(queued[L, R, K])
+		if q.l != nil {
+			j.lefts[q.key] = letGo(j, j.lefts[q.key], q.l)
 			if len(j.lefts[q.key]) == 0 {
 				delete(j.lefts, q.key)
 			}
 		} else {
-			j.rights[q.key] = letGo(j, j.rights[q.key])
+			j.rights[q.key] = letGo(j, j.rights[q.key], q.r)
 			if len(j.rights[q.key]) == 0 {
 				delete(j.rights, q.key)
 			}
@@ -230,13 +309,19 @@ func (j *joiner[L, R, K, Out]) expire(now time.Time, all bool) {
 	}
 }
 
-// letGo ends the first (oldest) item of ws, the one the queue's front
-// names, and returns the rest.
-func letGo[L, R any, K comparable, Out, T any](j *joiner[L, R, K, Out], ws []*waiting[T]) []*waiting[T] {
-	if len(ws) == 0 {
+// letGo ends w, one of ws, and returns the rest. On the clock it is the
+// first (oldest).
+func letGo[L, R any, K comparable, Out, T any](j *joiner[L, R, K, Out], ws []*waiting[T], w *waiting[T]) []*waiting[T] {
+	switch i := slices.Index(ws, w); {
+	case i < 0:
 		return ws
+	case i == 0:
+		// On the clock always: the oldest goes without moving the rest.
+		ws[0] = nil
+		ws = ws[1:]
+	default:
+		ws = slices.Delete(ws, i, i+1)
 	}
-	w := ws[0]
 	if w.joined == 0 {
 		j.nr.spec.stats.filtered.Add(1)
 	}
@@ -247,5 +332,5 @@ func letGo[L, R any, K comparable, Out, T any](j *joiner[L, R, K, Out], ws []*wa
 			w.tr.release()
 		}
 	}
-	return ws[1:]
+	return ws
 }

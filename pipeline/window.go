@@ -13,27 +13,37 @@ import (
 )
 
 // A WindowSpec says how [Aggregate] cuts a key's items into windows:
-// [CountWindow], [TimeWindow] or [SlidingWindow].
+// [CountWindow], [TimeWindow], [SlidingWindow] or [SessionWindow]. The
+// windows are on the pipeline's clock at arrival, or with [EventTime] on
+// the items' own time.
 type WindowSpec struct {
 	count      int
 	size, step time.Duration
+	gap        time.Duration // a session window's
+	session    bool
 }
 
 // CountWindow is a tumbling window of n items of a key: every n items of
-// the key make one window.
+// the key make one window. On [EventTime], the items are taken in the
+// order of their time, each once the watermark passed it.
 func CountWindow(n int) WindowSpec { return WindowSpec{count: n} }
 
-// TimeWindow is a tumbling window of d on the pipeline's clock: an item
-// that arrives at t falls in the window [t.Truncate(d), that + d).
+// TimeWindow is a tumbling window of d: an item of time t (its arrival on
+// the pipeline's clock, or its [EventTime]) falls in the window
+// [t.Truncate(d), that + d).
 func TimeWindow(d time.Duration) WindowSpec { return WindowSpec{size: d, step: d} }
 
-// SlidingWindow is a window of size that starts every step on the
-// pipeline's clock: an item falls in every window whose span holds its
-// arrival, size/step of them when step divides size.
+// SlidingWindow is a window of size that starts every step: an item falls
+// in every window whose span holds its time, size/step of them when step
+// divides size.
 func SlidingWindow(size, step time.Duration) WindowSpec { return WindowSpec{size: size, step: step} }
 
 func (w WindowSpec) validate() error {
 	switch {
+	case w.session && w.gap <= 0:
+		return fmt.Errorf("SessionWindow(%s): the gap must be positive", w.gap)
+	case w.session:
+		return nil
 	case w.count < 0:
 		return fmt.Errorf("CountWindow(%d): must be at least 1", w.count)
 	case w.count > 0:
@@ -50,32 +60,49 @@ func (w WindowSpec) validate() error {
 type Window[K comparable, A any] struct {
 	// Key is the key whose items the window holds.
 	Key K
-	// Start and End bound a time window, [Start, End) on the pipeline's
-	// clock; zero for a count window.
+	// Start and End bound a time or session window, [Start, End), on the
+	// pipeline's clock or, with EventTime, in event time; zero for a
+	// count window. A session ends its gap after its last item.
 	Start, End time.Time
 	// Count is how many items the window holds.
 	Count int
 	// Value is the items reduced by add, from init().
 	Value A
 	// Partial says the window was handed on before it was complete: the
-	// input ended first.
+	// input ended first, or with EventTime the input went idle. A window
+	// the idle timeout handed on is handed on again, an Update that is
+	// not Partial, once the watermark passes its end; its updates before
+	// that stay Partial.
 	Partial bool
+	// Update says the window was handed on before and this is its
+	// correction: with AllowedLateness, items came for it after the
+	// watermark passed its end. Count and Value are the whole window's,
+	// the earlier items and the late ones; within a run, the later
+	// hand-over replaces the earlier. Under WithCheckpoint, a run resumed
+	// after a crash may hand on again a window handed on before the
+	// crash, rebuilt from only the items it read again, with neither
+	// Update nor Partial set: keeping the first copy by Key and Start is
+	// then right only without AllowedLateness and without EventTime's
+	// idle timeout, and with updates no sink rule is right.
+	Update bool
 }
 
 // Aggregate adds a node that groups the items of in by key(item) into
 // windows (spec), reduces each window's items with add, starting from
 // init(), and hands on one [Window] per window: when it is complete (a
 // count window holds its n items; a time window's end passed on the
-// pipeline's clock) and, marked Partial, when the input ends. Windows are
-// handed on in the order they complete; windows of one key in the order of
-// their start. A tracked item completes when every window it is in does.
+// pipeline's clock, or with [EventTime] the watermark passed it) and,
+// marked Partial, when the input ends. Windows are handed on in the order
+// they complete; windows of one key in the order of their start. A
+// tracked item completes when every window it is in does.
 //
 // add must not keep the item; it runs on one goroutine. A panic in init,
-// key or add fails the node. For one window of everything, return a
-// constant key.
+// key, add or the EventTime function fails the node. For one window of
+// everything, return a constant key.
 func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T], key func(T) K, spec WindowSpec, init func() A, add func(A, T) A, opts ...NodeOption) Stream[Window[K, A]] {
 	s := b.add(name, KindAggregate, opts, in.s)
 	takeBatches[T](s)
+	cfg := s.cfg
 	s.validate = func() []error {
 		var errs []error
 		if key == nil || init == nil || add == nil {
@@ -84,15 +111,33 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 		if err := spec.validate(); err != nil {
 			errs = append(errs, err)
 		}
-		return errs
+		errs = append(errs, checkEventTime[T](cfg, spec)...)
+		return append(errs, checkLate[T](cfg)...)
+	}
+	newAggregator := func(nr *nodeRun) *aggregator[T, K, A] {
+		n := nr.spec
+		a := &aggregator[T, K, A]{nr: nr, in: newReader(nr.rs.edges[n.id].(edge[T]), n),
+			key: key, spec: spec, init: init, add: add, clock: nr.rs.p.cfg.clock, wins: map[windowID[K]]*openWindow[T, K, A]{},
+			seq: map[K]int64{}, tl: arrival[T]{}}
+		if et := cfg.eventTime; et != nil {
+			a.tl = &watermark[T]{at: et.at.(func(T) time.Time), maxLateness: et.maxLateness, idle: et.idle}
+			a.event, a.allowed = true, cfg.allowedLateness
+		}
+		if spec.session {
+			a.sessions = map[K][]windowID[K]{}
+		}
+		return a
 	}
 	s.newEdge = edgeOf[T]
+	if cfg.late != nil {
+		return lateSplit[T, K, A](b, s, cfg.late, newAggregator)
+	}
 	s.newRunner = func(nr *nodeRun) runner {
-		n := nr.spec
-		r := newReader(nr.rs.edges[n.id].(edge[T]), n)
-		a := &aggregator[T, K, A]{nr: nr, in: r, w: newWriter(outEdges[Window[K, A]](nr), n),
-			key: key, spec: spec, init: init, add: add, clock: nr.rs.p.cfg.clock, wins: map[windowID[K]]*openWindow[T, K, A]{}, seq: map[K]int64{}}
-		r.idle = a.w.flush
+		a := newAggregator(nr)
+		w := newWriter(outEdges[Window[K, A]](nr), nr.spec)
+		a.out = func(ctx context.Context, env envelope[Window[K, A]]) error { return w.push(ctx, env) }
+		a.flushOut, a.in.idle = w.out.flush, w.flush
+		a.closeOut = w.close
 		return a
 	}
 	return Stream[Window[K, A]]{b.output(s)}
@@ -100,30 +145,47 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 
 type windowID[K comparable] struct {
 	key   K
-	start int64 // Unix ns of a time window's start; a count window's serial
+	start int64 // Unix ns of a time window's start; a count or session window's serial
 }
 
 type openWindow[T any, K comparable, A any] struct {
 	win   Window[K, A]
-	items []envelope[T]
+	items []envelope[T] // those not handed on yet
+	// fired says the window was handed on and is kept, for AllowedLateness,
+	// until the watermark passes its end by that.
+	fired bool
 }
 
 type aggregator[T any, K comparable, A any] struct {
 	nr    *nodeRun
 	in    *reader[T]
-	w     *writer[Window[K, A]]
 	key   func(T) K
 	spec  WindowSpec
 	init  func() A
 	add   func(A, T) A
 	clock clockwork.Clock
+	// out hands a window on, lateOut a late item (nil: the failure
+	// action takes it); flushOut and closeOut flush and close the output.
+	out      func(context.Context, envelope[Window[K, A]]) error
+	lateOut  func(context.Context, envelope[T]) error
+	flushOut func()
+	closeOut func(context.Context) error
 
-	wins    map[windowID[K]]*openWindow[T, K, A]
-	order   []windowID[K] // open windows, in the order they opened
-	seq     map[K]int64   // the serial of a key's open count window
-	serial  int64         // the last count window's serial
-	took    bool
-	emitted int64
+	// tl places items in time and says how far windows close; event:
+	// it is a watermark on the items' own time, with allowed lateness.
+	tl      timeline[T]
+	event   bool
+	allowed time.Duration
+
+	wins     map[windowID[K]]*openWindow[T, K, A]
+	order    []windowID[K]       // open windows, in the order they opened (count) or of End
+	kept     []windowID[K]       // fired windows kept for late items, in the order of End
+	seq      map[K]int64         // the serial of a key's open count window
+	sessions map[K][]windowID[K] // a key's open sessions
+	serial   int64               // the last count or session window's serial
+	pending  pendingItems[T]     // event-time count windows: items the watermark has not passed
+	took     bool
+	emitted  int64
 }
 
 func (a *aggregator[T, K, A]) open(context.Context) error       { return nil }
@@ -132,15 +194,16 @@ func (a *aggregator[T, K, A]) consumed() bool                   { return a.took 
 func (a *aggregator[T, K, A]) progress() int64                  { return a.emitted }
 func (a *aggregator[T, K, A]) restarting()                      {}
 func (a *aggregator[T, K, A]) reopens() bool                    { return false }
-func (a *aggregator[T, K, A]) finish(ctx context.Context) error { return a.w.close(ctx) }
+func (a *aggregator[T, K, A]) finish(ctx context.Context) error { return a.closeOut(ctx) }
 
 // body adds each item to its windows and hands on the windows that
 // complete; at the end of input it hands on the open ones, Partial. A
-// panic in key, init or add fails the node for good: the item it was
-// placing is then in no window, and a restart would lose it.
+// panic in key, init, add or the event-time function fails the node for
+// good: the item it was placing is then in no window, and a restart would
+// lose it.
 func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 	defer a.in.n.flush()
-	defer a.w.out.flush()
+	defer a.flushOut()
 	defer func() {
 		if err != nil {
 			var pe *resilience.PanicError
@@ -156,10 +219,21 @@ func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 			timer.Stop()
 			timer = nil
 		}
-		if end, ok := a.nextEnd(); ok {
-			// At the end itself: a duration from a reading would fire late
-			// by however far the clock moved before the timer was armed.
-			timer = newTimerAt(a.clock, end)
+		// Only when a window can close: at the instant the watermark
+		// reaches the next end, or the input counts as idle.
+		end, ok := a.nextEnd()
+		if !ok {
+			return
+		}
+		at, ok := a.tl.wake(end)
+		if idle, iok := a.tl.idleAt(); iok && (!ok || idle.Before(at)) {
+			at, ok = idle, true
+		}
+		if ok {
+			// At the instant itself: a duration from a reading would
+			// fire late by however far the clock moved before the
+			// timer was armed.
+			timer = newTimerAt(a.clock, at)
 		}
 	}
 	defer func() {
@@ -182,69 +256,72 @@ func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 		}
 		if !timedOut {
 			a.took = true
-			if id, full := a.place(env); full {
-				if err := a.hand(ctx, id, false); err != nil {
-					return err
-				}
+			if err := a.take(ctx, env); err != nil {
+				return err
+			}
+		} else if at, ok := a.tl.idleAt(); ok && !a.clock.Now().Before(at) {
+			a.tl.idled()
+			if err := a.idleClose(ctx); err != nil {
+				return err
 			}
 		}
-		if err := a.flushDue(ctx, a.clock.Now()); err != nil {
+		if err := a.due(ctx, a.tl.mark(a.clock.Now())); err != nil {
 			return err
 		}
 		arm()
 	}
 }
 
-// place adds env to every window its item falls in, opening them as need
-// be. For a count window, it reports the window and whether it is full.
-func (a *aggregator[T, K, A]) place(env envelope[T]) (windowID[K], bool) {
+// take places one item: in its windows, among the items an event-time
+// count window waits on, or, when it is late, with the late items.
+func (a *aggregator[T, K, A]) take(ctx context.Context, env envelope[T]) error {
+	now := a.clock.Now()
+	t := a.tl.take(env.val, now)
+	if a.event {
+		if wm := a.tl.mark(now); t.Before(wm.Add(-a.allowed)) {
+			return a.late(ctx, env, t, wm)
+		}
+		if a.spec.count > 0 {
+			a.pending.push(env, t)
+			return nil
+		}
+	}
+	return a.place(ctx, env, t)
+}
+
+// place adds env, of time t, to every window it falls in, opening them as
+// need be, and hands on the count window it fills and the fired windows
+// it corrects.
+func (a *aggregator[T, K, A]) place(ctx context.Context, env envelope[T], t time.Time) error {
 	k := a.key(env.val)
+	switch {
+	case a.spec.count > 0:
+		return a.placeCount(ctx, env, k)
+	case a.spec.session:
+		return a.placeSession(env, k, t)
+	}
+	// Every window [start, start+size) with start on a step boundary
+	// that holds t: the last start is t truncated to the step.
 	var ids []windowID[K]
 	var starts []time.Time
-	if a.spec.count > 0 {
-		serial, ok := a.seq[k]
-		if !ok {
-			a.serial++
-			serial = a.serial
-			a.seq[k] = serial
-		}
-		ids = append(ids, windowID[K]{key: k, start: serial})
-		starts = append(starts, time.Time{})
-	} else {
-		now := a.clock.Now()
-		// Every window [start, start+size) with start on a step boundary
-		// that holds now: the last start is now truncated to the step.
-		last := now.Truncate(a.spec.step)
-		for st := last; now.Before(st.Add(a.spec.size)); st = st.Add(-a.spec.step) {
-			ids = append(ids, windowID[K]{key: k, start: st.UnixNano()})
-			starts = append(starts, st)
-		}
-		slices.Reverse(ids)
-		slices.Reverse(starts)
+	last := t.Truncate(a.spec.step)
+	for st := last; t.Before(st.Add(a.spec.size)); st = st.Add(-a.spec.step) {
+		ids = append(ids, windowID[K]{key: k, start: st.UnixNano()})
+		starts = append(starts, st)
 	}
+	slices.Reverse(ids)
+	slices.Reverse(starts)
+	var corrected []windowID[K]
 	for i, id := range ids {
 		w := a.wins[id]
 		if w == nil {
-			w = &openWindow[T, K, A]{win: Window[K, A]{Key: k, Value: a.init()}}
-			if a.spec.count == 0 {
-				w.win.Start = starts[i]
-				w.win.End = w.win.Start.Add(a.spec.size)
-			}
+			w = &openWindow[T, K, A]{win: Window[K, A]{Key: k, Value: a.init(), Start: starts[i]}}
+			w.win.End = w.win.Start.Add(a.spec.size)
 			a.wins[id] = w
-			if a.spec.count > 0 {
-				a.order = append(a.order, id)
-			} else {
-				// Kept in the order of End (ties in the order they
-				// opened): a sliding window of one key can open after a
-				// later-ending one of another.
-				at, _ := slices.BinarySearchFunc(a.order, w.win.End, func(o windowID[K], end time.Time) int {
-					if a.wins[o].win.End.After(end) {
-						return 1
-					}
-					return -1
-				})
-				a.order = slices.Insert(a.order, at, id)
-			}
+			a.insert(id)
+		}
+		if w.fired {
+			corrected = append(corrected, id)
 		}
 		w.win.Value = a.add(w.win.Value, env.val)
 		w.win.Count++
@@ -254,48 +331,193 @@ func (a *aggregator[T, K, A]) place(env envelope[T]) (windowID[K], bool) {
 		}
 		w.items = append(w.items, env)
 	}
-	if a.spec.count > 0 && a.wins[ids[0]].win.Count >= a.spec.count {
-		// The key's next item opens a new window; the key is forgotten
-		// until then, so that keys seen once do not pile up.
-		delete(a.seq, k)
-		return ids[0], true
+	for _, id := range corrected {
+		if err := a.correct(ctx, id); err != nil {
+			return err
+		}
 	}
-	return windowID[K]{}, false
+	return nil
 }
 
-// hand hands window id on and forgets it.
+// placeCount adds env to its key's open count window, and hands it on
+// when it is full.
+func (a *aggregator[T, K, A]) placeCount(ctx context.Context, env envelope[T], k K) error {
+	serial, ok := a.seq[k]
+	if !ok {
+		a.serial++
+		serial = a.serial
+		a.seq[k] = serial
+	}
+	id := windowID[K]{key: k, start: serial}
+	w := a.wins[id]
+	if w == nil {
+		w = &openWindow[T, K, A]{win: Window[K, A]{Key: k, Value: a.init()}}
+		a.wins[id] = w
+		a.order = append(a.order, id)
+	}
+	w.win.Value = a.add(w.win.Value, env.val)
+	w.win.Count++
+	w.items = append(w.items, env)
+	if w.win.Count < a.spec.count {
+		return nil
+	}
+	// The key's next item opens a new window; the key is forgotten until
+	// then, so that keys seen once do not pile up.
+	delete(a.seq, k)
+	return a.hand(ctx, id, false)
+}
+
+// insert puts time window id in the order, which keeps open time windows
+// by End (ties in the order they opened): a sliding window of one key can
+// open after a later-ending one of another.
+func (a *aggregator[T, K, A]) insert(id windowID[K]) {
+	a.order = insertByEnd(a.order, a.wins, id)
+}
+
+func insertByEnd[T any, K comparable, A any](order []windowID[K], wins map[windowID[K]]*openWindow[T, K, A], id windowID[K]) []windowID[K] {
+	end := wins[id].win.End
+	at, _ := slices.BinarySearchFunc(order, end, func(o windowID[K], end time.Time) int {
+		if wins[o].win.End.After(end) {
+			return 1
+		}
+		return -1
+	})
+	return slices.Insert(order, at, id)
+}
+
+// hand hands window id on, and forgets it unless it is kept for late
+// items.
 func (a *aggregator[T, K, A]) hand(ctx context.Context, id windowID[K], partial bool) error {
 	w := a.wins[id]
-	delete(a.wins, id)
 	switch {
 	case len(a.order) > 0 && a.order[0] == id:
 		a.order = a.order[1:]
+	case a.spec.session:
+		// A session ends anywhere in the order once merged or extended.
+		if i := slices.Index(a.order, id); i >= 0 {
+			a.order = slices.Delete(a.order, i, i+1)
+		}
 	case len(a.order) > 2*len(a.wins)+16:
 		// A count window completes anywhere in the order: the order
 		// skips the windows handed on, and is compacted now and then.
-		a.order = slices.DeleteFunc(a.order, func(o windowID[K]) bool { return a.wins[o] == nil })
+		a.order = slices.DeleteFunc(a.order, func(o windowID[K]) bool { w := a.wins[o]; return w == nil || w.fired })
+	}
+	if a.spec.session {
+		a.forgetSession(id)
+	}
+	if a.allowed > 0 && !partial && a.spec.count == 0 {
+		w.fired = true
+		a.kept = insertByEnd(a.kept, a.wins, id)
+	} else {
+		delete(a.wins, id)
 	}
 	w.win.Partial = partial
+	return a.send(ctx, w)
+}
+
+// correct hands fired window id on again, with the items that came for
+// it since, as an Update. A window the idle timeout handed on stays
+// Partial until the watermark passes its end.
+func (a *aggregator[T, K, A]) correct(ctx context.Context, id windowID[K]) error {
+	w := a.wins[id]
+	w.win.Update = true
+	if w.win.Partial {
+		w.win.Partial = a.tl.mark(a.clock.Now()).Before(w.win.End)
+	}
+	return a.send(ctx, w)
+}
+
+// send hands w's aggregate on, its items' trackers grouped into the
+// window's.
+func (a *aggregator[T, K, A]) send(ctx context.Context, w *openWindow[T, K, A]) error {
 	tr := group(w.items)
 	if tr != nil {
 		tr.window = true
 	}
+	w.items = nil
 	a.emitted++
-	return a.w.push(ctx, envelope[Window[K, A]]{val: w.win, tr: tr})
+	return a.out(ctx, envelope[Window[K, A]]{val: w.win, tr: tr})
 }
 
-// flushDue hands on the time windows whose end passed by now: they are at
-// the front of the order, which time windows keep by End.
-func (a *aggregator[T, K, A]) flushDue(ctx context.Context, now time.Time) error {
+// due hands on the windows the watermark wm passed: at the front of the
+// order, which keeps time windows and sessions by End; for event-time
+// count windows, it first places the items wm passed, in the order of
+// their time. It forgets the fired windows wm passed by the allowed
+// lateness.
+func (a *aggregator[T, K, A]) due(ctx context.Context, wm time.Time) error {
+	if a.spec.count > 0 {
+		for a.pending.len() > 0 && a.pending.first().Before(wm) {
+			env, t := a.pending.pop()
+			if err := a.place(ctx, env, t); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for len(a.order) > 0 {
+		id := a.order[0]
+		if wm.Before(a.wins[id].win.End) {
+			break
+		}
+		if err := a.hand(ctx, id, false); err != nil {
+			return err
+		}
+	}
+	// A window the idle timeout handed on, Partial, is complete once
+	// the watermark passed its end: handed on once more, as an Update
+	// that is not Partial, so that its last hand-over says so.
+	for _, id := range a.kept {
+		w := a.wins[id]
+		if wm.Before(w.win.End) {
+			break
+		}
+		if w.win.Partial {
+			w.win.Partial, w.win.Update = false, true
+			if err := a.send(ctx, w); err != nil {
+				return err
+			}
+		}
+	}
+	for len(a.kept) > 0 {
+		w := a.wins[a.kept[0]]
+		if wm.Before(w.win.End.Add(a.allowed)) {
+			break
+		}
+		delete(a.wins, a.kept[0])
+		a.kept = a.kept[1:]
+	}
+	return nil
+}
+
+// idleClose hands on the windows open when the input went idle, Partial,
+// without moving the watermark: an event-time count window's waiting
+// items are placed, in the order of their time; a time window is kept,
+// fired, so that an item that is not late still adds to it (handed on
+// again as an Update) until the watermark passes its end by the allowed
+// lateness; a session is closed.
+func (a *aggregator[T, K, A]) idleClose(ctx context.Context) error {
+	for a.pending.len() > 0 {
+		env, t := a.pending.pop()
+		if err := a.place(ctx, env, t); err != nil {
+			return err
+		}
+	}
 	if a.spec.count > 0 {
 		return nil
 	}
 	for len(a.order) > 0 {
 		id := a.order[0]
-		if now.Before(a.wins[id].win.End) {
-			return nil
+		if a.spec.session {
+			if err := a.hand(ctx, id, true); err != nil {
+				return err
+			}
+			continue
 		}
-		if err := a.hand(ctx, id, false); err != nil {
+		a.order = a.order[1:]
+		w := a.wins[id]
+		w.fired, w.win.Partial = true, true
+		a.kept = insertByEnd(a.kept, a.wins, id)
+		if err := a.send(ctx, w); err != nil {
 			return err
 		}
 	}
@@ -305,15 +527,21 @@ func (a *aggregator[T, K, A]) flushDue(ctx context.Context, now time.Time) error
 // flushAll hands on every open window at the end of input, Partial unless
 // it is complete.
 func (a *aggregator[T, K, A]) flushAll(ctx context.Context) error {
-	now := a.clock.Now()
+	wm := a.tl.mark(a.clock.Now())
+	for a.pending.len() > 0 {
+		env, t := a.pending.pop()
+		if err := a.place(ctx, env, t); err != nil {
+			return err
+		}
+	}
 	for len(a.order) > 0 {
 		id := a.order[0]
 		w := a.wins[id]
-		if w == nil { // handed on already
+		if w == nil || w.fired { // handed on already
 			a.order = a.order[1:]
 			continue
 		}
-		complete := (a.spec.count > 0 && w.win.Count >= a.spec.count) || (a.spec.count == 0 && !now.Before(w.win.End))
+		complete := (a.spec.count > 0 && w.win.Count >= a.spec.count) || (a.spec.count == 0 && !wm.Before(w.win.End))
 		if err := a.hand(ctx, id, !complete); err != nil {
 			return err
 		}
@@ -321,9 +549,17 @@ func (a *aggregator[T, K, A]) flushAll(ctx context.Context) error {
 	return nil
 }
 
-// nextEnd returns the earliest end of an open time window: the first's.
+// nextEnd returns the event or arrival time the next window waits for:
+// the earliest end of an open time window or session (the first's), or,
+// for an event-time count window, just after the earliest pending item.
 func (a *aggregator[T, K, A]) nextEnd() (time.Time, bool) {
-	if a.spec.count > 0 || len(a.order) == 0 {
+	if a.spec.count > 0 {
+		if a.pending.len() > 0 {
+			return a.pending.first().Add(time.Nanosecond), true
+		}
+		return time.Time{}, false
+	}
+	if len(a.order) == 0 {
 		return time.Time{}, false
 	}
 	return a.wins[a.order[0]].win.End, true
