@@ -16,7 +16,9 @@ import (
 // engine variants emit and sink item by item, under the default profile
 // (hand-over in batches of 64) and ProfileHighThroughput (256); the
 // third has slices of 256 at both ends, as the baseline has, under
-// ProfileHighThroughput.
+// ProfileHighThroughput, and the fourth is the third whose MapBatch
+// lends its function one slice for every call (ReuseSlice), as the
+// baseline recycles its slices.
 func BenchmarkMapBatch(b *testing.B) {
 	b.Run("impl=handwritten", handBatches)
 	b.Run("impl=sluice-mapbatch", func(b *testing.B) { runMapBatch(b, nil) })
@@ -25,6 +27,9 @@ func BenchmarkMapBatch(b *testing.B) {
 	})
 	b.Run("impl=sluice-mapbatch-slices", func(b *testing.B) {
 		runMapBatchSlices(b, []pipeline.Option{pipeline.WithProfile(resilience.ProfileHighThroughput)})
+	})
+	b.Run("impl=sluice-mapbatch-slices-reuse", func(b *testing.B) {
+		runMapBatchSlices(b, []pipeline.Option{pipeline.WithProfile(resilience.ProfileHighThroughput)}, pipeline.ReuseSlice())
 	})
 }
 
@@ -62,8 +67,9 @@ func runMapBatch(b *testing.B, opts []pipeline.Option) {
 // runMapBatchSlices is runMapBatch with slices at both ends, as the
 // hand-written baseline has: the source emits slices of 256, which
 // Unbatch hands on item by item, and Batch gathers MapBatch's results
-// into slices of 256 again for the sink, which sums each slice.
-func runMapBatchSlices(b *testing.B, opts []pipeline.Option) {
+// into slices of 256 again for the sink, which sums each slice. nodeOpts
+// are MapBatch's.
+func runMapBatchSlices(b *testing.B, opts []pipeline.Option, nodeOpts ...pipeline.NodeOption) {
 	const size = 256
 	b.ReportAllocs()
 	n := b.N
@@ -86,7 +92,7 @@ func runMapBatchSlices(b *testing.B, opts []pipeline.Option) {
 			in[i] *= 2
 		}
 		return in, nil
-	})
+	}, nodeOpts...)
 	slices := pipeline.Batch(bl, "slices", dbl, size, 0)
 	s := 0
 	pipeline.Sink(bl, "sum", slices, node.SinkFunc[[]int](func(_ context.Context, in []int) error {

@@ -156,6 +156,12 @@ type NodeStats struct {
 	// Filtered counts the items a Filter dropped or a FlatMap or Unbatch
 	// turned into nothing.
 	Filtered int64
+	// Late counts the items an event-time Aggregate or Join took in
+	// behind its watermark, less an Aggregate's allowed lateness: too late
+	// for their windows or partners. Each is counted as well where it
+	// went: by the failure action (Failed, and DeadLettered or Skipped),
+	// or in Out when an Aggregate hands them on through its Late output.
+	Late int64
 	// Fallbacks counts the items a Fallback rescued: layer 1 gave up on
 	// them, and the fallback's result was handed on (they count in Out).
 	Fallbacks int64

@@ -38,6 +38,8 @@ func (b *Builder) Build() (*Pipeline, error) {
 			checkOwn(n),
 			checkRefused(n),
 			resolveResilience(b.cfg, n, &breakers),
+			checkEventTimeKind(b.cfg, n),
+			checkJoinTimeKind(b.cfg, n),
 		)
 	}
 	c.pipelineProblems(breakers.check(b.cfg.profile), checkEnds(nodes))
@@ -201,6 +203,9 @@ func checkKindOptions(n *spec) []error {
 	}
 	if n.cfg.fallback != nil && !ki.fallback {
 		errs = append(errs, fmt.Errorf("Fallback: only a transform has one, not a %s", n.kind))
+	}
+	if n.cfg.reuseSlice && !n.callsOnSlices {
+		errs = append(errs, fmt.Errorf("ReuseSlice: a %s calls no function on slices; only MapBatch and ForEachBatch do", n.kind))
 	}
 	if n.cfg.maxParkedSet && !ki.parks {
 		errs = append(errs, fmt.Errorf("MaxParked(%d): a %s never parks an item; only %s do", n.cfg.maxParked, n.kind,

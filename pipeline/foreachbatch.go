@@ -22,11 +22,15 @@ import (
 // without an error with an error matching [ErrBatchResults], and a panic
 // in f fails every item of its slice with the [*resilience.PanicError].
 //
-// ForEachBatch takes Buffer and NodeResilience; Build refuses Parallel,
+// f gets a new slice each call, which it may keep; with [ReuseSlice] the
+// slice is lent for the call and f must not keep it.
+//
+// ForEachBatch takes Buffer, NodeResilience and ReuseSlice; Build refuses Parallel,
 // Unordered, Keyed, Fallback, RateLimit and MaxParked, naming the node.
 // The node's kind is [KindSink], and its counts are items, not slices.
 func ForEachBatch[T any](b *Builder, name string, in Stream[T], size int, linger time.Duration, f func(context.Context, []T) []error, opts ...NodeOption) {
 	n := b.add(name, KindSink, opts, in.s)
+	n.callsOnSlices = true
 	takeBatches[T](n)
 	n.validate = batchChecks(n, "ForEachBatch", f == nil, size, linger)
 	n.newEdge = edgeOf[T]

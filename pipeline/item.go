@@ -35,6 +35,9 @@ type failure struct {
 	// failedAt, when set, is when the call that record records next
 	// failed, if not now (a MapBatch batch call).
 	failedAt time.Time
+	// late says an event-time Aggregate found the item late: no rule
+	// matching, its action is DeadLetter, not OnItemFailure.
+	late bool
 }
 
 // A retryState is layer 1's loop state of a parked item: what itemRetry
@@ -454,8 +457,11 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 	classifier := nr.spec.res.ItemRetry.Classifier
 	if br == nil {
 		r, err = traced(ctx, nr, f, in, tr, number)
-		if err != nil && ctx.Err() == nil {
-			transient, err = classify(ctx, classifier, err)
+		if err != nil {
+			nr.echoed(ctx)
+			if ctx.Err() == nil {
+				transient, err = classify(ctx, classifier, err)
+			}
 		}
 		return r, true, transient, false, err
 	}
@@ -466,6 +472,9 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 	result := resilience.CallIgnored
 	defer func() { br.Record(permit, result) }()
 	r, err = traced(ctx, nr, f, in, tr, number)
+	if err != nil {
+		nr.echoed(ctx)
+	}
 	switch {
 	case err == nil:
 		result = resilience.CallSuccess
@@ -557,6 +566,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		tr.finish(node.HandedOff)
 		return nil
 	}
+	nr.echoed(ctx)
 	if ctx.Err() != nil {
 		// Whatever the call returned, the run is stopping: the item is not
 		// judged, and the run's end reports it Failed.
@@ -573,7 +583,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		n.stats.failed.Add(items)
 		return fl.err
 	}
-	action, err := nr.action(fl.err)
+	action, err := nr.action(fl.err, fl.late)
 	if err != nil {
 		n.stats.failed.Add(items)
 		return err
@@ -633,6 +643,11 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 // item back to its broker instead (deadletter.BrokerRetrier).
 func (nr *nodeRun) deadLetter(ctx context.Context, item any, tr *tracker, key string, fl *failure) (retried bool, err error) {
 	rs := nr.rs
+	if rs.p.cfg.deadLetter == nil {
+		// Build rejects the ways here it knows of; this names the
+		// missing sink rather than failing on a nil one.
+		return false, &notRestartable{fmt.Errorf("node %q: an item is to be dead-lettered, and the pipeline has no dead-letter sink (WithDeadLetter): %w", nr.spec.name, fl.err)}
+	}
 	env, err := nr.envelope(item, tr, fl)
 	if env.CorrelationID == "" {
 		env.CorrelationID = key
@@ -781,9 +796,11 @@ func errText(err error) (text string) {
 }
 
 // action returns the failure action of err: the first of the node's
-// failure rules that matches it, else OnItemFailure. A rule's Match is the
-// user's code: a panic in it fails the node, naming the rule.
-func (nr *nodeRun) action(err error) (a resilience.FailureAction, perr error) {
+// failure rules that matches it, else OnItemFailure, or DeadLetter for an
+// item an event-time Aggregate found late (a late item is no failed call).
+// A rule's Match is the user's code: a panic in it fails the node, naming
+// the rule.
+func (nr *nodeRun) action(err error, late bool) (a resilience.FailureAction, perr error) {
 	o := &nr.spec.res
 	for i, r := range o.FailureRules {
 		matched, perr := matchRule(r.Match, err, i)
@@ -793,6 +810,9 @@ func (nr *nodeRun) action(err error) (a resilience.FailureAction, perr error) {
 		if matched {
 			return r.Action, nil
 		}
+	}
+	if late {
+		return resilience.DeadLetter, nil
 	}
 	return o.OnItemFailure, nil
 }

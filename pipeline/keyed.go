@@ -474,7 +474,7 @@ func (p *proc[In, R, Out]) keyedWork(ctx, gctx context.Context, k *keyedRun[In],
 			kw.release()
 		}
 		kw.done.flush()
-		c, ok, err := recv[[]kjob[In], Out](gctx, k.ready, nil)
+		c, ok, err := recv[[]kjob[In], Out](gctx, k.ready, nil, nil)
 		if err != nil || !ok {
 			return err
 		}

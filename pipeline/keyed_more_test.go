@@ -175,7 +175,7 @@ func TestKeyedStressRetriesAndRestarts(t *testing.T) {
 			for _, restart := range []bool{false, true} {
 				t.Run(fmt.Sprintf("%s/keys=%d/restart=%v", m.name, keys, restart), func(t *testing.T) {
 					t.Parallel()
-					for it := range 2 {
+					for it := range seeds(1) {
 						r := rand.New(rand.NewPCG(uint64(it), uint64(keys)))
 						flaky := map[int]int{}
 						boom := map[int]bool{}

@@ -23,7 +23,8 @@ var ErrBatchResults = errors.New("pipeline: MapBatch function returned the wrong
 // slice), and when the input ends.
 //
 // f returns, for ins[i], outs[i] and errs[i]; ins is a new slice each
-// call, which f may keep or return. Each item keeps its own
+// call, which f may keep or return (with [ReuseSlice], f may return it
+// but not keep it). Each item keeps its own
 // fate: an item whose error is nil is done and its result handed on; each
 // other item goes through layer 1 alone, as if its own call had failed
 // with errs[i] when the batch call returned: it is retried by calling f on
@@ -48,12 +49,13 @@ var ErrBatchResults = errors.New("pipeline: MapBatch function returned the wrong
 // alone, and the items of its slice after it are settled with what the
 // batch call returned for them, without calling f again.
 //
-// MapBatch takes Buffer and NodeResilience; Build refuses Parallel,
+// MapBatch takes Buffer, NodeResilience and ReuseSlice; Build refuses Parallel,
 // Unordered, Keyed, Fallback, RateLimit and MaxParked, naming the node: one slice is
 // called at a time. The node's kind is [KindTransform], and its counts are
 // items, not slices.
 func MapBatch[In, Out any](b *Builder, name string, in Stream[In], size int, linger time.Duration, f func(context.Context, []In) ([]Out, []error), opts ...NodeOption) Stream[Out] {
 	s := b.add(name, KindTransform, opts, in.s)
+	s.callsOnSlices = true
 	passBatches[In, Out](s)
 	s.validate = batchChecks(s, "MapBatch", f == nil, size, linger)
 	s.newEdge = edgeOf[In]
@@ -90,7 +92,7 @@ func batchChecks(s *spec, what string, fnil bool, size int, linger time.Duration
 			{c.maxParkedSet, fmt.Sprintf("MaxParked(%d)", c.maxParked)},
 		} {
 			if o.set {
-				errs = append(errs, fmt.Errorf("%s: %s calls one slice at a time and takes only Buffer and NodeResilience", o.name, what))
+				errs = append(errs, fmt.Errorf("%s: %s calls one slice at a time and takes only Buffer, NodeResilience and ReuseSlice", o.name, what))
 			}
 		}
 		return errs
@@ -104,6 +106,7 @@ func newBatchMap[In, Out any](nr *nodeRun, f func(context.Context, []In) ([]Out,
 	m := &batchMap[In, Out]{
 		nr: nr, f: f, size: size, linger: linger,
 		in: newReader(nr.rs.edges[n.id].(edge[In]), n), w: w,
+		g: newGathering[In](size), reuse: n.cfg.reuseSlice,
 	}
 	m.in.idle = m.w.flush
 	m.one = func(ctx context.Context, v In) (Out, error) {
@@ -131,7 +134,7 @@ type batchMap[In, Out any] struct {
 	size   int
 	linger time.Duration
 
-	pending []envelope[In]
+	g gathering[In]
 	// resume is what body takes up after a restart: the item that failed
 	// the node, with what its attempts left in resumeFailed, and the items
 	// of its slice after it, with their batch call's results.
@@ -144,6 +147,10 @@ type batchMap[In, Out any] struct {
 	written bool
 	// calls counts first calls for a retry budget, nil without one.
 	calls *atomic.Int64
+	// reuse: ReuseSlice, f's slice is gathered into again once settled.
+	reuse bool
+	// orig holds the values of the slice being called, as gathered.
+	orig []In
 }
 
 func (m *batchMap[In, Out]) open(context.Context) error  { return nil }
@@ -162,7 +169,7 @@ func (m *batchMap[In, Out]) body(ctx context.Context) error {
 	if c := m.resume; c != nil {
 		prior := m.resumeFailed
 		m.resume, m.resumeFailed = nil, nil
-		c.items[0].tr.unblame()
+		c.tr(0).unblame()
 		if err := m.alone(ctx, c, 0, prior); err != nil {
 			return err
 		}
@@ -172,29 +179,65 @@ func (m *batchMap[In, Out]) body(ctx context.Context) error {
 			return err
 		}
 	}
-	return gather(ctx, m.in, m.nr.rs.p.cfg.clock, m.linger, m.size, &m.pending, &m.took, m.flush)
+	return gather(ctx, m.in, m.nr.rs.p.cfg.clock, m.linger, m.size, &m.g, &m.took, m.flush)
 }
 
-// flush calls f on the items gathered and settles them.
+// flush calls f on the items gathered and settles them. f gets the
+// slice the values were gathered into (or a copy, when they fill less
+// than half of it), which is f's from then on: the next items are
+// gathered into a new one, or, under ReuseSlice, into the same one once
+// its items are settled (what a restart keeps of them is copied, see
+// rest).
 func (m *batchMap[In, Out]) flush(ctx context.Context) error {
-	if len(m.pending) == 0 {
+	if len(m.g.vals) == 0 {
 		return nil
 	}
-	c, err := m.batch(ctx, m.pending)
+	var (
+		vals []In
+		trs  []*tracker
+	)
+	if m.reuse {
+		vals, trs = m.g.lend()
+	} else {
+		vals, trs = m.g.take()
+	}
+	// f may change its slice in place: each item keeps its own value,
+	// for its retries, its dead letter and a restart, in a copy that
+	// stays the node's (one copy of the slice, not one per item).
+	m.orig = append(m.orig[:0], vals...)
+	c, err := m.batch(ctx, vals, m.orig, trs)
 	if err == nil {
 		err = m.settle(ctx, c, 0)
 	}
-	clear(m.pending)
-	m.pending = m.pending[:0]
+	m.g.clear(m.orig)
+	if m.reuse {
+		m.g.reset(vals)
+	}
 	return err
+}
+
+// ReuseSlice lets a [MapBatch] or a [ForEachBatch] call its function on
+// the node's own slice for its batch calls, which saves the allocation of
+// a new slice per call (and its share of the garbage collector): the
+// slice f gets is lent for the call, and f must not keep it, nor a part
+// of it, once it returns. The node's slice grows while the slices it
+// gathers get larger, up to the node's size, and is then the same for
+// every batch call; a retry of a single item calls f on a slice of its
+// own. f may still return the slice (a MapBatch that works in place): the
+// results are handed on before the slice is used again. Without
+// ReuseSlice each call gets a new slice, which f may keep. Build refuses
+// ReuseSlice on any other node, naming it.
+func ReuseSlice() NodeOption {
+	return func(c *nodeConfig) { c.reuseSlice = true }
 }
 
 // A called is a slice of items and what its batch call returned, kept
 // until each item is settled, across a node restart.
 type called[In, Out any] struct {
-	items []envelope[In]
-	outs  []Out   // nil when the breaker refused the call
-	errs  []error // nil when every item succeeded or the call was refused
+	vals []In
+	trs  []*tracker // by position; nil when no item is tracked
+	outs []Out      // nil when the breaker refused the call
+	errs []error    // nil when every item succeeded or the call was refused
 	// refused: the breaker refused the call, f was not called.
 	refused bool
 	// at is when the call failed: the failed items' first failure.
@@ -203,16 +246,28 @@ type called[In, Out any] struct {
 	probe bool
 }
 
-// rest returns c from item j on, its items copied: the gathered slice is
-// reused once settled.
+// tr returns the tracker of item j.
+func (c *called[In, Out]) tr(j int) *tracker {
+	if c.trs == nil {
+		return nil
+	}
+	return c.trs[j]
+}
+
+// rest returns c from item j on, copied: f may keep or reuse the slices
+// of its call, and a later call of f (a retry of one item) must not
+// change what is kept for a restart.
 func (c *called[In, Out]) rest(j int) *called[In, Out] {
 	r := *c
-	r.items = slices.Clone(c.items[j:])
+	r.vals = slices.Clone(c.vals[j:])
+	if c.trs != nil {
+		r.trs = slices.Clone(c.trs[j:])
+	}
 	if c.outs != nil {
-		r.outs = c.outs[j:]
+		r.outs = slices.Clone(c.outs[j:])
 	}
 	if c.errs != nil {
-		r.errs = c.errs[j:]
+		r.errs = slices.Clone(c.errs[j:])
 	}
 	return &r
 }
@@ -220,12 +275,14 @@ func (c *called[In, Out]) rest(j int) *called[In, Out] {
 // batch makes the batch call of f on items under the node's breaker,
 // which hears of it once: a success, a failure when any item's error is
 // transient, else ignored, whatever the order of the items.
-func (m *batchMap[In, Out]) batch(ctx context.Context, items []envelope[In]) (*called[In, Out], error) {
+// vals is the slice f is called on, orig the items' values, which f
+// does not see, and trs their trackers.
+func (m *batchMap[In, Out]) batch(ctx context.Context, vals, orig []In, trs []*tracker) (*called[In, Out], error) {
 	if ctx.Err() != nil {
 		// No call once the run stops.
 		return nil, context.Cause(ctx)
 	}
-	c := &called[In, Out]{items: items}
+	c := &called[In, Out]{vals: orig, trs: trs}
 	br := m.nr.spec.breaker
 	var permit resilience.Permit
 	if br != nil {
@@ -235,7 +292,7 @@ func (m *batchMap[In, Out]) batch(ctx context.Context, items []envelope[In]) (*c
 			return c, nil
 		}
 	}
-	c.outs, c.errs = m.call(ctx, items)
+	c.outs, c.errs = m.call(ctx, vals)
 	c.at = m.nr.rs.p.cfg.clock.Now()
 	if c.errs != nil && !slices.ContainsFunc(c.errs, func(e error) bool { return e != nil }) {
 		c.errs = nil
@@ -274,7 +331,7 @@ func (m *batchMap[In, Out]) breakerResult(ctx context.Context, errs []error) res
 // handed on, each other goes alone. When an item fails the node, it and
 // the items after it are kept, with their results, for the restart.
 func (m *batchMap[In, Out]) settle(ctx context.Context, c *called[In, Out], j int) error {
-	for ; j < len(c.items); j++ {
+	for ; j < len(c.vals); j++ {
 		if k := m.untracked(c, j); k > j {
 			// Untracked items that succeeded are handed on in one go.
 			n, err := m.w.pushVals(ctx, c.outs[j:k])
@@ -282,7 +339,7 @@ func (m *batchMap[In, Out]) settle(ctx context.Context, c *called[In, Out], j in
 			if err != nil {
 				return err
 			}
-			if j = k; j == len(c.items) {
+			if j = k; j == len(c.vals) {
 				return nil
 			}
 		}
@@ -293,7 +350,7 @@ func (m *batchMap[In, Out]) settle(ctx context.Context, c *called[In, Out], j in
 			continue
 		}
 		m.completed++
-		if err := m.w.push(ctx, envelope[Out]{val: c.outs[j], tr: c.items[j].tr}); err != nil {
+		if err := m.w.push(ctx, envelope[Out]{val: c.outs[j], tr: c.tr(j)}); err != nil {
 			return err
 		}
 	}
@@ -303,11 +360,14 @@ func (m *batchMap[In, Out]) settle(ctx context.Context, c *called[In, Out], j in
 // untracked returns the end of the items of c from j on that succeeded
 // and that nobody tracks.
 func (m *batchMap[In, Out]) untracked(c *called[In, Out], j int) int {
-	if c.refused {
+	switch {
+	case c.refused:
 		return j
+	case c.trs == nil && c.errs == nil:
+		return len(c.vals)
 	}
-	for ; j < len(c.items); j++ {
-		if c.items[j].tr != nil || (c.errs != nil && c.errs[j] != nil) {
+	for ; j < len(c.vals); j++ {
+		if c.tr(j) != nil || (c.errs != nil && c.errs[j] != nil) {
 			break
 		}
 	}
@@ -321,7 +381,7 @@ func (m *batchMap[In, Out]) untracked(c *called[In, Out], j int) int {
 // count from that failure, not from when its turn comes. When the item
 // fails the node, it and the items after it are kept for a restart.
 func (m *batchMap[In, Out]) alone(ctx context.Context, c *called[In, Out], j int, prior *failure) error {
-	it := c.items[j]
+	val, tr := c.vals[j], c.tr(j)
 	nr := m.nr
 	idle := func(ctx context.Context) error {
 		m.in.n.flush()
@@ -334,7 +394,7 @@ func (m *batchMap[In, Out]) alone(ctx context.Context, c *called[In, Out], j int
 	if prior == nil && !c.refused {
 		first = c.errs[j]
 		from = &retryState{fl: failure{first: c.at, failedAt: c.at}, started: c.at, failedAt: c.at, probe: c.probe}
-		if r := it.tr.resume(nr.spec.name); r.Retry > 0 {
+		if r := tr.resume(nr.spec.name); r.Retry > 0 {
 			// A delivery after a hand-off continues the retries it had.
 			from.retry, from.started = r.Retry, r.Since
 		}
@@ -342,12 +402,12 @@ func (m *batchMap[In, Out]) alone(ctx context.Context, c *called[In, Out], j int
 	if first == nil && prior == nil && m.calls != nil {
 		m.calls.Add(1)
 	}
-	r, fl := itemRetryFrom(ctx, nr, m.one, it.val, it.tr, prior, first, nil, idle, from, false)
+	r, fl := itemRetryFrom(ctx, nr, m.one, val, tr, prior, first, nil, idle, from, false)
 	if fl == nil {
 		m.completed++
-		return m.w.push(ctx, envelope[Out]{val: r, tr: it.tr})
+		return m.w.push(ctx, envelope[Out]{val: r, tr: tr})
 	}
-	if err := nr.itemFailed(ctx, it.val, it.tr, fl); err != nil {
+	if err := nr.itemFailed(ctx, val, tr, fl); err != nil {
 		rest := c.rest(j)
 		if m.written {
 			rest = m.settleWritten(ctx, rest)
@@ -369,15 +429,21 @@ func (m *batchMap[In, Out]) settleWritten(ctx context.Context, c *called[In, Out
 		return c
 	}
 	kept := *c
-	kept.items, kept.outs, kept.errs = c.items[:1], c.outs[:1], c.errs[:1]
-	for i := 1; i < len(c.items); i++ {
+	kept.vals, kept.outs, kept.errs = c.vals[:1], c.outs[:1], c.errs[:1]
+	if c.trs != nil {
+		kept.trs = c.trs[:1]
+	}
+	for i := 1; i < len(c.vals); i++ {
 		if c.errs[i] == nil {
-			if err := m.w.push(ctx, envelope[Out]{val: c.outs[i], tr: c.items[i].tr}); err == nil {
+			if err := m.w.push(ctx, envelope[Out]{val: c.outs[i], tr: c.tr(i)}); err == nil {
 				m.completed++
 				continue
 			}
 		}
-		kept.items = append(kept.items, c.items[i])
+		kept.vals = append(kept.vals, c.vals[i])
+		if c.trs != nil {
+			kept.trs = append(kept.trs, c.trs[i])
+		}
 		kept.outs = append(kept.outs, c.outs[i])
 		kept.errs = append(kept.errs, c.errs[i])
 	}
@@ -385,14 +451,11 @@ func (m *batchMap[In, Out]) settleWritten(ctx context.Context, c *called[In, Out
 	return &kept
 }
 
-// call makes one batch call of f on items, under the panic guard and the
+// call makes one batch call of f on vals, under the panic guard and the
 // node's AttemptTimeout, and returns one result and one error per item.
-func (m *batchMap[In, Out]) call(ctx context.Context, items []envelope[In]) ([]Out, []error) {
-	// A new slice each call: f may keep it, or return it as its results.
-	vals := make([]In, len(items))
-	for i, it := range items {
-		vals[i] = it.val
-	}
+// vals is a new slice each call: f may keep it, or return it as its
+// results.
+func (m *batchMap[In, Out]) call(ctx context.Context, vals []In) ([]Out, []error) {
 	if m.calls != nil {
 		m.calls.Add(int64(len(vals)))
 	}
@@ -430,6 +493,9 @@ func (m *batchMap[In, Out]) guarded(ctx context.Context, vals []In) ([]Out, []er
 		defer cancel()
 	}
 	outs, errs, perr := m.invoke(call, vals)
+	if errs != nil || perr != nil {
+		nr.echoed(ctx)
+	}
 	if perr != nil {
 		outs, errs = make([]Out, len(vals)), make([]error, len(vals))
 		for i := range errs {

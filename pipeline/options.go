@@ -160,6 +160,16 @@ type nodeConfig struct {
 	// MaxParked: the cap on parked items, when given.
 	maxParked    int
 	maxParkedSet bool
+	// reuseSlice: ReuseSlice was given.
+	reuseSlice bool
+	// EventTime, AllowedLateness and Late (eventtime.go), checked by
+	// Aggregate and refused elsewhere.
+	eventTime       *eventTimeConfig
+	allowedLateness time.Duration
+	allowedSet      bool
+	late            *lateOutput
+	// JoinEventTime (jointime.go), checked by Join and refused elsewhere.
+	joinTime *joinTimeConfig
 	// refused are the problems Refuse gave, for Build.
 	refused []error
 }

@@ -138,7 +138,7 @@ func goesBack[In any](j job[In]) bool {
 // (resumed), else a chunk of in, which it takes only while pk has room.
 // Before it blocks it flushes w. ok is false once the input ended and no
 // parked item is left; in is set to nil once it is closed.
-func next[In, Out any](ctx context.Context, pk *parking[job[In]], in *chan []job[In], w *writer[Out]) (c []job[In], resumed job[In], isResumed, ok bool, err error) {
+func next[In, Out any](ctx context.Context, pk *parking[job[In]], in *chan []job[In], w *writer[Out], done *tally) (c []job[In], resumed job[In], isResumed, ok bool, err error) {
 	for {
 		if j, ok := pk.take(); ok {
 			return nil, j, true, true, nil
@@ -156,6 +156,9 @@ func next[In, Out any](ctx context.Context, pk *parking[job[In]], in *chan []job
 		default:
 		}
 		if !got {
+			if done != nil {
+				done.flush()
+			}
 			if w != nil {
 				if err := w.flush(ctx); err != nil {
 					return nil, job[In]{}, false, false, err
@@ -275,7 +278,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 				}
 			}()
 			for {
-				c, rj, isResumed, ok, err := next[In, Out](gctx, pk, &in, nil)
+				c, rj, isResumed, ok, err := next[In, Out](gctx, pk, &in, nil, nil)
 				if err != nil {
 					return err
 				}
@@ -331,7 +334,7 @@ func (p *proc[In, R, Out]) ordered(ctx context.Context) error {
 		done := tally{dst: &p.nr.spec.stats.out}
 		defer done.flush()
 		for i := 0; ; i++ {
-			rs, ok, err := recv(gctx, results[i%n], out)
+			rs, ok, err := recv(gctx, results[i%n], out, &done)
 			if err != nil || !ok {
 				return err
 			}
@@ -422,7 +425,7 @@ func (p *proc[In, R, Out]) unordered(ctx context.Context) error {
 			}
 			in := jobs
 			for {
-				c, rj, isResumed, ok, err := next(gctx, pk, &in, out)
+				c, rj, isResumed, ok, err := next(gctx, pk, &in, out, &done)
 				if err != nil || !ok {
 					return err
 				}

@@ -117,6 +117,9 @@ type spec struct {
 	givesBatches    bool
 	inSize, outSize any
 	itemSize        func(any) int64
+	// callsOnSlices marks a MapBatch or a ForEachBatch, whose function
+	// takes a slice: the nodes that take ReuseSlice.
+	callsOnSlices bool
 
 	// validate reports problems of the node's own settings.
 	validate func() []error

@@ -298,6 +298,10 @@ func (p *proc[In, R, Out]) runs(ctx context.Context) error {
 	defer done.flush()
 	idle := p.idle(w, &done, true)
 	r := p.in.r
+	// Before the reader waits for input it publishes the node's counts,
+	// not only its own: Stats read while the node waits show every item
+	// it handled.
+	r.idle = idle
 	for {
 		items, prior := p.resume, p.resumeFailed
 		if items != nil {
@@ -471,11 +475,14 @@ func send[T any](ctx context.Context, ch chan<- T, v T) error {
 // recv receives from ch unless ctx is done first. Before it blocks on an
 // empty channel it flushes w, so that gathered output never waits behind an
 // idle input.
-func recv[T, Out any](ctx context.Context, ch <-chan T, w *writer[Out]) (T, bool, error) {
+func recv[T, Out any](ctx context.Context, ch <-chan T, w *writer[Out], done *tally) (T, bool, error) {
 	select {
 	case v, ok := <-ch:
 		return v, ok, nil
 	default:
+	}
+	if done != nil {
+		done.flush()
 	}
 	if w != nil {
 		if err := w.flush(ctx); err != nil {

@@ -21,6 +21,8 @@ type runState struct {
 	id     string
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	// parent is the caller's context, which Run's context is a child of.
+	parent context.Context
 	// calls gives the calls of user code their context (see
 	// nodeRun.enterCall): the caller's context, which a failure of the
 	// run ends only a grace period later, so that a call running when the
@@ -53,7 +55,7 @@ type runState struct {
 func (p *Pipeline) run(parent context.Context) (Result, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
-	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, start: p.cfg.clock.Now()}
+	rs := &runState{p: p, id: p.newRunID(), ctx: ctx, cancel: cancel, parent: parent, start: p.cfg.clock.Now()}
 	rs.calls = newCallGrace(parent, p.cfg.clock, p.failGrace(), rs.running)
 	defer rs.calls.end()
 	rs.drains.ch = make(chan struct{})
@@ -189,6 +191,20 @@ var errUnsettled = errors.New("pipeline: items left unsettled")
 func (rs *runState) fail(name string, err error) {
 	rs.cancel(&NodeError{Node: name, Err: err})
 	rs.calls.start(rs.ctx)
+}
+
+// echoed waits, when the caller's context ended, until ctx (a node's
+// context, which descends from it) ended too. A call of user code gets the
+// calls' context, a sibling of the run's under the caller's: cancelling
+// the caller's context ends them in no set order, and a call that returns
+// the echo of its own context's end could otherwise be judged while its
+// node's context still runs, as the item's failure (dead-lettered,
+// counted Failed, the run reported a success). It is called on the
+// failure path only, after a call returned an error.
+func (nr *nodeRun) echoed(ctx context.Context) {
+	if ctx.Err() == nil && nr.rs.parent.Err() != nil {
+		<-ctx.Done()
+	}
 }
 
 // isCancellation reports whether err is only the echo of ctx ending.

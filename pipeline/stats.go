@@ -18,6 +18,7 @@ import (
 type counters struct {
 	in, out, failed, skipped, deadLettered, filtered atomic.Int64
 	fallbacks, handedOff, brokerRetries              atomic.Int64
+	late                                             atomic.Int64
 	inBatches, outBatches                            atomic.Int64
 	// tracked and settled count, for a source, the items it emitted with
 	// EmitTracked and those of them whose fate is final (their done was
@@ -50,6 +51,7 @@ func (c *counters) snapshot(name string, kind NodeKind) NodeStats {
 		Fallbacks:     c.fallbacks.Load(),
 		HandedOff:     c.handedOff.Load(),
 		BrokerRetries: c.brokerRetries.Load(),
+		Late:          c.late.Load(),
 		InBatches:     c.inBatches.Load(),
 		OutBatches:    c.outBatches.Load(),
 		Tracked:       c.tracked.Load(),
@@ -85,6 +87,7 @@ func minus(s, o NodeStats) NodeStats {
 	s.Fallbacks -= o.Fallbacks
 	s.HandedOff -= o.HandedOff
 	s.BrokerRetries -= o.BrokerRetries
+	s.Late -= o.Late
 	s.InBatches -= o.InBatches
 	s.OutBatches -= o.OutBatches
 	s.Tracked -= o.Tracked
@@ -120,20 +123,26 @@ func (r Result) Node(name string) (NodeStats, bool) {
 	return NodeStats{}, false
 }
 
-// String returns the per-node counts as a table. The columns "handed
-// off" and "broker retries" are there only when a node counted some, and
-// "batches in" and "batches out" only when a Batch ran.
+// String returns the per-node counts as a table. The columns "late",
+// "handed off" and "broker retries" are there only when a node counted
+// some, and "batches in" and "batches out" only when a Batch ran.
 func (r Result) String() string {
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "pipeline %s run %s in %s\n", r.Pipeline, r.RunID, r.Duration)
 	tw := tabwriter.NewWriter(&sb, 0, 0, 2, ' ', tabwriter.AlignRight)
-	handOffs, brokerRetries, batches := false, false, false
+	late, handOffs, brokerRetries, batches := false, false, false, false
 	for _, n := range r.Nodes {
+		late = late || n.Late != 0
 		handOffs = handOffs || n.HandedOff != 0
 		brokerRetries = brokerRetries || n.BrokerRetries != 0
 		batches = batches || n.InBatches != 0 || n.OutBatches != 0
 	}
 	head := "node\tkind\tin\tout\tfailed\tskipped\tdead-lettered\tfiltered\tretries\trestarts\tnode retries\t"
+	if late {
+		// Only when an event-time node took items behind its watermark:
+		// they count as well where they went.
+		head += "late\t"
+	}
 	if handOffs {
 		// Only when a source handed waits to its broker: the items that
 		// left the node that way.
@@ -152,6 +161,9 @@ func (r Result) String() string {
 	for _, n := range r.Nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t", n.Node, n.Kind, n.In, n.Out, n.Failed,
 			n.Skipped, n.DeadLettered, n.Filtered, n.ItemRetries, n.NodeRestarts, n.NodeRetries)
+		if late {
+			fmt.Fprintf(tw, "%d\t", n.Late)
+		}
 		if handOffs {
 			fmt.Fprintf(tw, "%d\t", n.HandedOff)
 		}

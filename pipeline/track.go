@@ -256,6 +256,21 @@ func group[T any](items []envelope[T]) *tracker {
 	return t
 }
 
+// groupOf is group for a batch whose items' trackers are trs, by
+// position, nil when none of them is tracked. The tracker keeps trs.
+func groupOf(trs []*tracker) *tracker {
+	if trs == nil {
+		return nil
+	}
+	t := &tracker{parents: trs, quiet: true}
+	for _, p := range trs {
+		// A group is quiet when its items only carry keys.
+		t.quiet = t.quiet && (p == nil || p.quiet)
+	}
+	t.refs.Store(1)
+	return t
+}
+
 // ungroup returns the trackers of a batch's items, by position, when tr is
 // the tracker of a batch of n items; else nil. A caller that hands the
 // items on with their own trackers adds a part to each first, then

@@ -14,7 +14,7 @@ type statsFunc func() observer.Stats
 
 func (f statsFunc) Stats() observer.Stats { return f() }
 
-// Broker retries and hand-offs are measured apart from dead letters, for
+// Broker retries, hand-offs and late items are measured apart from dead letters, for
 // the nodes that counted some; a node that cannot exhaust its retries has
 // no exhaustion series.
 func TestBrokerRetriesAndHandOffsMeasured(t *testing.T) {
@@ -24,6 +24,7 @@ func TestBrokerRetriesAndHandOffsMeasured(t *testing.T) {
 		return observer.Stats{Pipeline: "orders", Nodes: []observer.NodeStats{
 			{Node: "src", Kind: observer.KindSource},
 			{Node: "handle", Kind: observer.KindTransform, DeadLettered: 3, BrokerRetries: 97, HandedOff: 4},
+			{Node: "hourly", Kind: observer.KindAggregate, DeadLettered: 5, Late: 5},
 		}}
 	})))
 	got := flat(collect(t, reader))
@@ -31,6 +32,8 @@ func TestBrokerRetriesAndHandOffsMeasured(t *testing.T) {
 	assert.Equal(t, float64(97), got[otel.BrokerRetries+"{orders/handle}"])
 	assert.Equal(t, float64(4), got[otel.HandedOff+"{orders/handle}"])
 	assert.NotContains(t, got, otel.BrokerRetries+"{orders/src}")
+	assert.Equal(t, float64(5), got[otel.LateItems+"{orders/hourly}"])
+	assert.NotContains(t, got, otel.LateItems+"{orders/handle}")
 	for k := range got {
 		assert.NotContains(t, k, otel.RetriesExhausted, "no node here can exhaust its retries")
 	}

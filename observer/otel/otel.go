@@ -55,6 +55,7 @@ const (
 	ItemsInFlight    = "sluice.items.in_flight"   // Int64ObservableUpDownCounter, {item}
 	BrokerRetries    = "sluice.broker_retries"    // Int64ObservableCounter, {item}
 	HandedOff        = "sluice.handed_off"        // Int64ObservableCounter, {item}
+	LateItems        = "sluice.items.late"        // Int64ObservableCounter, {item}
 )
 
 // The attribute keys of every measurement.
@@ -99,7 +100,7 @@ type Observer struct {
 	kindAttrs sync.Map // kindKey → metric.MeasurementOption
 
 	in, out, failed, filtered, deadLetters, drops, fallbacks, retries metric.Int64ObservableCounter
-	brokerRetries, handedOff                                          metric.Int64ObservableCounter
+	brokerRetries, handedOff, late                                    metric.Int64ObservableCounter
 	circuit                                                           metric.Int64ObservableGauge
 	inFlight                                                          metric.Int64ObservableUpDownCounter
 }
@@ -147,6 +148,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.deadLetters = counter(DeadLetters, "{item}", "Items a node sent to the dead-letter sink, which stored them.")
 	o.brokerRetries = counter(BrokerRetries, "{item}",
 		"Items a node sent to the dead-letter sink, which gave them back to their broker's retry path instead of storing them: not dead letters.")
+	o.late = counter(LateItems, "{item}", "Items an event-time Aggregate took in behind its watermark, less its allowed lateness: too late for their windows.")
 	o.handedOff = counter(HandedOff, "{item}", "Items whose item retry a node handed to their source's broker, to be delivered again after the wait.")
 	o.drops = counter(Drops, "{item}", "Items a node dropped because its failure action is skip.")
 	o.fallbacks = counter(Fallbacks, "{item}", "Items a node's Fallback rescued after its item retries gave up.")
@@ -168,7 +170,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		return nil, fmt.Errorf("otel: creating instruments: %w", err)
 	}
 	o.reg, err = m.RegisterCallback(o.observe, o.in, o.out, o.failed, o.filtered, o.deadLetters, o.drops, o.fallbacks, o.retries, o.circuit, o.inFlight,
-		o.brokerRetries, o.handedOff)
+		o.brokerRetries, o.handedOff, o.late)
 	if err != nil {
 		return nil, fmt.Errorf("otel: registering the callback: %w", err)
 	}
@@ -289,6 +291,9 @@ func (o *Observer) observe(_ context.Context, ob metric.Observer) error {
 			}
 			if n.HandedOff != 0 {
 				ob.ObserveInt64(o.handedOff, n.HandedOff, at)
+			}
+			if n.Late != 0 {
+				ob.ObserveInt64(o.late, n.Late, at)
 			}
 			for j, k := range kinds {
 				ob.ObserveInt64(o.retries, n.Retries(k), t.kinds[i][j])

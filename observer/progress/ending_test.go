@@ -178,3 +178,25 @@ func TestBrokerRetriesShownApart(t *testing.T) {
 		assert.Contains(t, w[0], "dead 2  broker retries 5  handed off 3", "tty %v", tty)
 	}
 }
+
+// Late items of an event-time window are shown on their own, beside the
+// dead letters they also count in, on both outputs.
+func TestLateItemsShown(t *testing.T) {
+	for _, tty := range []bool{false, true} {
+		h := newHarness(t, progress.WithTTY(tty), progress.WithInterval(time.Second))
+		agg := observer.NodeStats{Node: "hourly", Kind: observer.KindAggregate}
+		r := newReader(source("read"), agg, sink("store"))
+		require.NoError(t, h.rep.UseStats(r))
+		r.startRun("run-1")
+		h.start()
+		r.set(func(st *observer.Stats) {
+			st.Nodes[0].Out = 100
+			st.Nodes[1].In, st.Nodes[1].Out = 100, 3
+			st.Nodes[1].DeadLettered, st.Nodes[1].Late = 7, 7
+		})
+		h.tick()
+		w := h.out.take()
+		require.Len(t, w, 1)
+		assert.Contains(t, w[0], "dead 7  late 7", "tty %v", tty)
+	}
+}

@@ -139,6 +139,7 @@ func (r *Reporter) line(p *pipe, now time.Time) string {
 		sum.DeadLettered += c.DeadLettered
 		sum.BrokerRetries += c.BrokerRetries
 		sum.HandedOff += c.HandedOff
+		sum.Late += c.Late
 		sum.Skipped += c.Skipped
 		if n.Circuit != resilience.CircuitClosed {
 			open = append(open, printable(n.Node)+" "+circuit(n.Circuit))
@@ -230,6 +231,7 @@ func extras(c observer.NodeStats) []string {
 	add(c.NodeRestarts, "restarts")
 	add(c.NodeRetries, "node retries")
 	add(c.DeadLettered, "dead")
+	add(c.Late, "late")
 	add(c.BrokerRetries, "broker retries")
 	add(c.HandedOff, "handed off")
 	add(c.Skipped, "skipped")
@@ -298,6 +300,7 @@ func (p *pipe) count(i int) observer.NodeStats {
 		c.Filtered -= b.Filtered
 		c.Fallbacks -= b.Fallbacks
 		c.HandedOff -= b.HandedOff
+		c.Late -= b.Late
 		c.BrokerRetries -= b.BrokerRetries
 		c.ItemRetries -= b.ItemRetries
 		c.NodeRestarts -= b.NodeRestarts

@@ -172,11 +172,13 @@ func scrapedAfterScriptedRun(t *testing.T) (exported, []string) {
 	run := pipelinetest.Start(t.Context(), p)
 	_, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second)
 	require.NoError(t, err)
-	// Broker retries and hand-offs are exported once a node counted some,
-	// which takes a broker: a pipeline whose counters say so stands in.
+	// Broker retries, hand-offs and late items are exported once a node
+	// counted some, which takes a broker or an event-time window: a
+	// pipeline whose counters say so stands in.
 	require.NoError(t, c.UseStats(statsFunc(func() observer.Stats {
 		return observer.Stats{Pipeline: "brokered", Nodes: []observer.NodeStats{
-			{Node: "handle", Kind: observer.KindTransform, BrokerRetries: 2, HandedOff: 1}}}
+			{Node: "handle", Kind: observer.KindTransform, BrokerRetries: 2, HandedOff: 1},
+			{Node: "hourly", Kind: observer.KindAggregate, DeadLettered: 1, Late: 1}}}
 	})))
 	mfs, err := reg.Gather()
 	require.NoError(t, err)

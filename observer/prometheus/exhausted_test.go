@@ -89,7 +89,7 @@ func TestExhaustedSeriesOnlyWhereRetriesCanRunOut(t *testing.T) {
 	assert.Contains(t, exhaustedSeries(t, reg), "keep item_retry count")
 }
 
-// Broker retries and hand-offs have series of their own, apart from dead
+// Broker retries, hand-offs and late items have series of their own, apart from dead
 // letters, for the nodes that counted some.
 func TestBrokerRetriesAndHandOffsExported(t *testing.T) {
 	t.Parallel()
@@ -98,6 +98,7 @@ func TestBrokerRetriesAndHandOffsExported(t *testing.T) {
 		return observer.Stats{Pipeline: "orders", Nodes: []observer.NodeStats{
 			{Node: "src", Kind: observer.KindSource},
 			{Node: "handle", Kind: observer.KindTransform, DeadLettered: 3, BrokerRetries: 97, HandedOff: 4},
+			{Node: "hourly", Kind: observer.KindAggregate, DeadLettered: 5, Late: 5},
 		}}
 	})))
 	reg := promclient.NewPedanticRegistry()
@@ -117,7 +118,8 @@ func TestBrokerRetriesAndHandOffsExported(t *testing.T) {
 			}
 		}
 	}
-	assert.Equal(t, map[string]float64{"src": 0, "handle": 3}, got[prometheus.DeadLetters])
+	assert.Equal(t, map[string]float64{"src": 0, "handle": 3, "hourly": 5}, got[prometheus.DeadLetters])
+	assert.Equal(t, map[string]float64{"hourly": 5}, got[prometheus.LateItems], "late items: a series for the nodes that counted some")
 	assert.Equal(t, map[string]float64{"handle": 97}, got[prometheus.BrokerRetries])
 	assert.Equal(t, map[string]float64{"handle": 4}, got[prometheus.HandedOff])
 }

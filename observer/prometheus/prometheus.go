@@ -48,6 +48,7 @@ const (
 	Fallbacks        = "sluice_fallbacks_total"
 	BrokerRetries    = "sluice_broker_retries_total"
 	HandedOff        = "sluice_handed_off_total"
+	LateItems        = "sluice_late_items_total"
 )
 
 // An Option configures a Collector.
@@ -80,7 +81,7 @@ type Collector struct {
 	delay     *promclient.HistogramVec
 
 	in, out, failed, filtered, deadLetters, drops, retries, circuit, inFlight, fallbacks *promclient.Desc
-	brokerRetries, handedOff                                                             *promclient.Desc
+	brokerRetries, handedOff, late                                                       *promclient.Desc
 }
 
 // New returns a Collector that observes no pipeline yet.
@@ -109,6 +110,7 @@ func New(opts ...Option) *Collector {
 		deadLetters: promclient.NewDesc(DeadLetters, "Items a node sent to the dead-letter sink, which stored them.", node, nil),
 		brokerRetries: promclient.NewDesc(BrokerRetries,
 			"Items a node sent to the dead-letter sink, which gave them back to their broker's retry path instead of storing them: not dead letters.", node, nil),
+		late:      promclient.NewDesc(LateItems, "Items an event-time Aggregate took in behind its watermark, less its allowed lateness: too late for their windows.", node, nil),
 		handedOff: promclient.NewDesc(HandedOff, "Items whose item retry a node handed to their source's broker, to be delivered again after the wait.", node, nil),
 		drops:     promclient.NewDesc(Drops, "Items a node dropped because its failure action is skip.", node, nil),
 		fallbacks: promclient.NewDesc(Fallbacks, "Items a node's Fallback rescued after its item retries gave up.", node, nil),
@@ -179,7 +181,7 @@ var (
 
 // Describe sends the descriptions of every metric the Collector exports.
 func (c *Collector) Describe(ch chan<- *promclient.Desc) {
-	for _, d := range []*promclient.Desc{c.in, c.out, c.failed, c.filtered, c.deadLetters, c.drops, c.retries, c.circuit, c.inFlight, c.fallbacks, c.brokerRetries, c.handedOff} {
+	for _, d := range []*promclient.Desc{c.in, c.out, c.failed, c.filtered, c.deadLetters, c.drops, c.retries, c.circuit, c.inFlight, c.fallbacks, c.brokerRetries, c.handedOff, c.late} {
 		ch <- d
 	}
 	c.exhausted.Describe(ch)
@@ -214,6 +216,9 @@ func (c *Collector) Collect(ch chan<- promclient.Metric) {
 			}
 			if n.HandedOff != 0 {
 				counter(c.handedOff, n.HandedOff)
+			}
+			if n.Late != 0 {
+				counter(c.late, n.Late)
 			}
 			for _, k := range kinds {
 				ch <- promclient.MustNewConstMetric(c.retries, promclient.CounterValue, float64(n.Retries(k)), pl, nd, k.String())

@@ -89,13 +89,16 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 		o.OnItemFailure = resilience.Fail
 		o.NodeRestart.MaxRestarts = 2
 	}))
-	// The customers' totals are not summed in the pipeline: a window per
-	// customer that spans the whole run would hold every row's position
-	// back until the input ends (an open window has not settled its
-	// rows), so no checkpoint could be saved before the end; and after a
-	// resume it would count only the rows read since. They are computed
-	// from the orders table when the run ends instead (sumTotals), which
-	// is right however many runs loaded the rows.
+	// The customers' totals per day (by the order's own date) are not
+	// summed in the pipeline: the rows come in no order of their dates,
+	// any of the last 30 days, so an event-time window of a day would
+	// need a watermark 30 days behind, and every window would stay open,
+	// holding every row's position back until the input ends (an open
+	// window has not settled its rows): no checkpoint could be saved
+	// before the end, and after a resume the windows would count only the
+	// rows read since. They are computed from the orders table when the
+	// run ends instead (sumTotals), which is right however many runs
+	// loaded the rows.
 	p, err := b.Build()
 	return p, st, src, err
 }
@@ -153,7 +156,12 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	if err != nil {
 		return summary{}, errors.Join(err, dlq.Close(), cp.close())
 	}
-	p, st, src, err := build(cfg, clock, dlq, observer.Multi(obs, m.observer()), cp.store())
+	ins, err := startInspector(cfg.inspectAddr, progress)
+	if err != nil {
+		return summary{}, errors.Join(err, m.stop(), dlq.Close(), cp.close())
+	}
+	defer ins.stop()
+	p, st, src, err := build(cfg, clock, dlq, observer.Multi(obs, m.observer(), ins.observer()), cp.store())
 	if err != nil {
 		return summary{}, errors.Join(err, m.stop(), dlq.Close(), cp.close())
 	}

@@ -194,9 +194,9 @@ func TestETLEndToEnd(t *testing.T) {
 	}
 
 	// The customers' totals agree with the orders loaded, customer by
-	// customer.
+	// customer and day by day, on the orders' own dates.
 	assertTotalsMatchOrders(t, cfg.db)
-	assert.Positive(t, s.totals.customers)
+	assert.Positive(t, s.totals.days)
 
 	// The summary says all of it.
 	var out bytes.Buffer
@@ -208,7 +208,7 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Regexp(t, regexp.MustCompile(`dead-lettered\s+`+strconv.FormatInt(s.deadLettered(), 10)), text)
 	assert.Contains(t, text, "go run ./cmd/sluice dlq stats "+cfg.dlq)
 	assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(`breaker\s+1\s+outage: the enrich breaker opened %d times \(%d failed probes?\), closed;`, o.opened, o.failedProbes)), text)
-	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(s.totals.customers, 10)+`\s+customers' order counts and euro totals in customer_totals, summed from the orders table \(largest: `+s.totals.top+`, `), text)
+	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(s.totals.days, 10)+`\s+customer-days' order counts and euro totals in customer_day_totals, by each order's own date, summed from the orders table \(largest: `+s.totals.top+` on `+s.totals.topDay+`, `), text)
 
 	// A second run reads nothing: the checkpoint holds the end of the
 	// file. It says so, and leaves the tables as they were.
@@ -260,8 +260,9 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Equal(t, int(s.deadLettered()+fresh.letters.Writes), all)
 }
 
-// assertTotalsMatchOrders checks that customer_totals holds, for every
-// customer, the count and euro sum of the customer's rows in orders.
+// assertTotalsMatchOrders checks that customer_day_totals holds, for every
+// customer and day, the count and euro sum of the customer's rows of that
+// date in orders.
 func assertTotalsMatchOrders(t *testing.T, path string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
@@ -281,10 +282,13 @@ func assertTotalsMatchOrders(t *testing.T, path string) {
 		require.NoError(t, rows.Err())
 		return out
 	}
-	want := query("SELECT customer, count(*), sum(eur_cents) FROM orders GROUP BY customer")
-	got := query("SELECT customer, orders, eur_cents FROM customer_totals")
+	want := query("SELECT customer || ' ' || day, count(*), sum(eur_cents) FROM orders GROUP BY customer, day")
+	got := query("SELECT customer || ' ' || day, orders, eur_cents FROM customer_day_totals")
 	require.NotEmpty(t, want)
 	assert.Equal(t, want, got)
+	var days int
+	require.NoError(t, db.QueryRowContext(t.Context(), "SELECT count(DISTINCT day) FROM customer_day_totals").Scan(&days))
+	assert.Greater(t, days, 20, "the orders' own dates, spread over 30 days, not the day of the run")
 }
 
 // seededFailures are the dead letters that seed 42's 3000 rows cause by

@@ -84,7 +84,7 @@ func TestDemoKilledAndRunAgain(t *testing.T) {
 
 	for _, q := range []string{
 		"SELECT id, customer, cents, currency, eur_cents, day FROM orders ORDER BY id",
-		"SELECT customer, orders, eur_cents FROM customer_totals ORDER BY customer",
+		"SELECT customer, day, orders, eur_cents FROM customer_day_totals ORDER BY customer, day",
 	} {
 		assert.Equal(t, dump(t, filepath.Join(whole, "orders.db"), q), dump(t, filepath.Join(killed, "orders.db"), q), q)
 	}

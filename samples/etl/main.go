@@ -28,12 +28,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/observer/inspect"
 	"github.com/sluicehq/sluice/pipeline"
 )
 
@@ -56,6 +60,7 @@ type config struct {
 	checkpointEvery time.Duration
 	fresh           bool
 	metricsAddr     string
+	inspectAddr     string // serve the live inspector page here; "" serves none
 	seed            uint64
 	progress        time.Duration // 0: no progress display
 	tty             bool          // redraw the progress in place instead of printing lines
@@ -113,6 +118,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&cfg.db, "db", filepath.Join("sluice-demo", "orders.db"), "SQLite database file to load into (created if missing)")
 	fs.StringVar(&cfg.dlq, "dlq", "", "dead-letter file (default: dead-letters.jsonl next to the database)")
 	fs.StringVar(&cfg.metricsAddr, "metrics-addr", "", "serve Prometheus metrics on this address while the job runs, such as 127.0.0.1:9464")
+	fs.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page (read-only) on this address while the job runs, such as 127.0.0.1:9465")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the data set, the failures and the jitter")
 	fs.DurationVar(&cfg.progress, "progress", 200*time.Millisecond, "how often to redraw the progress on a terminal; elsewhere a line every 2s, or this if longer (0: no progress)")
 	fs.Usage = func() {
@@ -175,4 +181,53 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// inspector serves the live inspector page (observer/inspect) while the
+// job runs: read-only, item contents hidden, on the address of
+// -inspect-addr.
+type inspector struct {
+	in   *inspect.Inspector
+	srv  *http.Server
+	done chan error
+}
+
+// startInspector listens on addr and serves the page at /; an empty addr
+// serves nothing and returns nil.
+func startInspector(addr string, w io.Writer) (*inspector, error) {
+	if addr == "" {
+		return nil, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("etl: -inspect-addr: %w", err)
+	}
+	i := &inspector{in: inspect.New(), done: make(chan error, 1)}
+	i.srv = &http.Server{Handler: i.in, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		err := i.srv.Serve(ln)
+		if errors.Is(err, http.ErrServerClosed) {
+			err = nil
+		}
+		i.done <- err
+	}()
+	fmt.Fprintf(w, "inspector on http://%s/\n", ln.Addr())
+	return i, nil
+}
+
+// observer returns the observer the pipeline reports to.
+func (i *inspector) observer() observer.Observer {
+	if i == nil {
+		return nil
+	}
+	return i.in
+}
+
+// stop closes the page's event streams and the server, and waits for it.
+func (i *inspector) stop() error {
+	if i == nil {
+		return nil
+	}
+	err := i.srv.Close()
+	return errors.Join(err, <-i.done)
 }

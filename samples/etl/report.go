@@ -26,7 +26,7 @@ type summary struct {
 	letters deadletter.FileStats
 	changed int64 // rows inserted or changed by this run
 	inTable int64
-	totals  totals // as the run left customer_totals
+	totals  totals // as the run left customer_day_totals
 	reasons []reasonCount
 	outages []outage // of the enrich breaker, in order
 	drained bool     // the run was drained: it stopped reading, and settled what it read
@@ -83,11 +83,11 @@ func (s summary) print(w io.Writer) {
 	fmt.Fprintf(tw, "  read\t%d\t%s\n", read, what)
 	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.node("validate").Out)
 	fmt.Fprintf(tw, "  changed\t%d\trows this run inserted or changed (%d in the table)\n", s.changed, s.inTable)
-	line := "customers' order counts and euro totals in customer_totals, summed from the orders table"
-	if s.totals.customers > 0 {
-		line += fmt.Sprintf(" (largest: %s, %d orders, %s EUR)", s.totals.top, s.totals.topTotal.Orders, euros(s.totals.topTotal.EURCents))
+	line := "customer-days' order counts and euro totals in customer_day_totals, by each order's own date, summed from the orders table"
+	if s.totals.days > 0 {
+		line += fmt.Sprintf(" (largest: %s on %s, %d orders, %s EUR)", s.totals.top, s.totals.topDay, s.totals.topTotal.Orders, euros(s.totals.topTotal.EURCents))
 	}
-	fmt.Fprintf(tw, "  totals\t%d\t%s\n", s.totals.customers, line)
+	fmt.Fprintf(tw, "  totals\t%d\t%s\n", s.totals.days, line)
 	fmt.Fprintf(tw, "  dead-lettered\t%d\t\n", s.deadLettered())
 	if s.badRows > 0 {
 		fmt.Fprintf(tw, "  \t%d\t  not CSV (read)\n", s.badRows)

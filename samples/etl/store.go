@@ -41,11 +41,14 @@ CREATE TABLE IF NOT EXISTS orders (
 	eur_cents INTEGER NOT NULL,
 	day       TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS customer_totals (
-	customer  TEXT PRIMARY KEY,
+CREATE TABLE IF NOT EXISTS customer_day_totals (
+	customer  TEXT NOT NULL,
+	day       TEXT NOT NULL,
 	orders    INTEGER NOT NULL,
-	eur_cents INTEGER NOT NULL
-)`
+	eur_cents INTEGER NOT NULL,
+	PRIMARY KEY (customer, day)
+);
+DROP TABLE IF EXISTS customer_totals`
 
 // Open opens the database file and creates the tables if needed.
 func (s *store) Open(ctx context.Context) error {
@@ -101,23 +104,25 @@ func (s *store) changed() int64 {
 	return s.up.RowsAffected()
 }
 
-// A total is one customer's orders: how many, and their sum in euro
-// cents.
+// A total is one customer's orders of one day: how many, and their sum in
+// euro cents.
 type total struct {
 	Orders   int64
 	EURCents int64
 }
 
-// totals are the customers' totals as the run left them: how many
-// customers, and the largest.
+// totals are the customers' totals per day as the run left them: how many
+// customer-days, and the largest.
 type totals struct {
-	customers int64
-	top       string // the customer with the largest euro total
-	topTotal  total
+	days     int64  // customer-days: the rows of customer_day_totals
+	top      string // the customer with the largest euro total of a day
+	topDay   string // that day
+	topTotal total
 }
 
-// sumTotals computes each customer's order count and euro total from the
-// orders table into customer_totals, in one transaction that replaces the
+// sumTotals computes each customer's order count and euro total per day,
+// by the order's own date (not the day the run read it), from the orders
+// table into customer_day_totals, in one transaction that replaces the
 // table's rows. It reads the table as it is, whatever runs loaded it, so
 // that the totals are right after a resume as after one whole run, and a
 // second call changes nothing.
@@ -132,29 +137,29 @@ func sumTotals(ctx context.Context, path string) (totals, error) {
 		return totals{}, err
 	}
 	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM customer_totals`); err != nil {
+	if _, err := tx.ExecContext(ctx, `DELETE FROM customer_day_totals`); err != nil {
 		return totals{}, err
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO customer_totals (customer, orders, eur_cents)
-SELECT customer, count(*), sum(eur_cents) FROM orders GROUP BY customer`); err != nil {
+	if _, err := tx.ExecContext(ctx, `INSERT INTO customer_day_totals (customer, day, orders, eur_cents)
+SELECT customer, day, count(*), sum(eur_cents) FROM orders GROUP BY customer, day`); err != nil {
 		return totals{}, err
 	}
 	if err := tx.Commit(); err != nil {
 		return totals{}, err
 	}
 	var t totals
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM customer_totals`).Scan(&t.customers); err != nil {
+	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM customer_day_totals`).Scan(&t.days); err != nil {
 		return totals{}, err
 	}
-	if t.customers == 0 {
+	if t.days == 0 {
 		return t, nil
 	}
-	err = s.db.QueryRowContext(ctx, `SELECT customer, orders, eur_cents FROM customer_totals ORDER BY eur_cents DESC, customer LIMIT 1`).
-		Scan(&t.top, &t.topTotal.Orders, &t.topTotal.EURCents)
+	err = s.db.QueryRowContext(ctx, `SELECT customer, day, orders, eur_cents FROM customer_day_totals ORDER BY eur_cents DESC, customer, day LIMIT 1`).
+		Scan(&t.top, &t.topDay, &t.topTotal.Orders, &t.topTotal.EURCents)
 	return t, err
 }
 
-// clearTables empties the orders and customer_totals tables of the
+// clearTables empties the orders and customer_day_totals tables of the
 // database at path (creating them if needed) in one transaction: a run
 // that starts over, on another input or the same one, ends with the tables
 // a run of its input alone leaves, not with an earlier input's orders
@@ -170,7 +175,7 @@ func clearTables(ctx context.Context, path string) error {
 		return fmt.Errorf("etl: clear the tables of %s: %w", path, err)
 	}
 	defer tx.Rollback()
-	for _, table := range []string{"orders", "customer_totals"} {
+	for _, table := range []string{"orders", "customer_day_totals"} {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table); err != nil {
 			return fmt.Errorf("etl: clear %s in %s: %w", table, path, err)
 		}

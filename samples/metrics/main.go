@@ -41,6 +41,7 @@ import (
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/observer"
+	"github.com/sluicehq/sluice/observer/inspect"
 	"github.com/sluicehq/sluice/observer/progress"
 	"github.com/sluicehq/sluice/observer/prometheus"
 	"github.com/sluicehq/sluice/observer/slogobserver"
@@ -70,6 +71,9 @@ type settings struct {
 	hold     bool
 	logLevel slog.Level
 	progress time.Duration
+	// inspectAddr serves the live inspector page (read-only); "" serves
+	// none.
+	inspectAddr string
 }
 
 func parse(args []string, out io.Writer) (settings, error) {
@@ -83,6 +87,7 @@ func parse(args []string, out io.Writer) (settings, error) {
 	fs.Uint64Var(&s.seed, "seed", 1, "seed of the failures and of the backoff jitter")
 	fs.BoolVar(&s.hold, "hold", false, "keep serving /metrics after an -items run ends, until interrupted")
 	fs.DurationVar(&s.progress, "progress", 0, "show each node's progress this often: redrawn in place on a terminal (where -log-level ERROR keeps the log from writing over it), a line each time otherwise; 0 shows none")
+	fs.StringVar(&s.inspectAddr, "inspect-addr", "", "serve the live inspector page (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	fs.TextVar(&s.logLevel, "log-level", slog.LevelInfo, "lowest level of the event log: DEBUG, INFO, WARN or ERROR")
 	if err := fs.Parse(args); err != nil {
 		return s, err
@@ -123,6 +128,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		stopProgress = rep.Stop
 		obs = append(obs, rep)
 	}
+	var ins *inspect.Inspector
+	if s.inspectAddr != "" {
+		ins = inspect.New()
+		obs = append(obs, ins)
+	}
 	p, err := build(s, observer.Multi(obs...))
 	if err != nil {
 		return err
@@ -146,6 +156,21 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		}
 	})
 	fmt.Fprintf(stdout, "metrics: serving http://%s/metrics\n", ln.Addr())
+	var isrv *http.Server
+	if ins != nil {
+		iln, err := net.Listen("tcp", s.inspectAddr)
+		if err != nil {
+			cancel(nil)
+			return errors.Join(fmt.Errorf("metrics: -inspect-addr: %w", err), srv.Close(), waitGroup(&wg))
+		}
+		isrv = &http.Server{Handler: ins, ReadHeaderTimeout: 10 * time.Second}
+		wg.Go(func() {
+			if err := isrv.Serve(iln); !errors.Is(err, http.ErrServerClosed) {
+				cancel(fmt.Errorf("metrics: serving the inspector: %w", err))
+			}
+		})
+		fmt.Fprintf(stdout, "metrics: inspector on http://%s/\n", iln.Addr())
+	}
 
 	// The first Ctrl-C (or SIGTERM) drains the run: the orders read are
 	// enriched and stored; a second one cancels it at once.
@@ -165,6 +190,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	shutdown, done := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer done()
 	serr := srv.Shutdown(shutdown)
+	if isrv != nil {
+		// Close, not Shutdown: the pages' event streams never end.
+		serr = errors.Join(serr, isrv.Close())
+	}
 	wg.Wait()
 	if cause := context.Cause(runCtx); err == nil && ctx.Err() == nil && cause != nil {
 		err = cause // serving failed
@@ -173,6 +202,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		err = errors.Join(err, fmt.Errorf("metrics: shutting down: %w", serr))
 	}
 	return err
+}
+
+// waitGroup waits for wg; it returns nil, to join with errors.
+func waitGroup(wg *sync.WaitGroup) error {
+	wg.Wait()
+	return nil
 }
 
 func errText(err error) string {

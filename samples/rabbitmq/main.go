@@ -46,6 +46,11 @@ type config struct {
 	keep         bool
 	publishers   int
 	reportWriter io.Writer
+	// inspectAddr serves the live inspector page (read-only) of the
+	// consuming pipeline; "" serves none. inspectorReady, when not nil, is
+	// called with the page's URL once it is served (tests).
+	inspectAddr    string
+	inspectorReady func(url string)
 }
 
 func main() {
@@ -62,6 +67,7 @@ func main() {
 	flag.IntVar(&cfg.dup, "dup", 50, "every dup-th message is published twice (0: none)")
 	flag.IntVar(&cfg.publishers, "publishers", 8, "publishes in flight at once")
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the queue and its topology at the end")
+	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()
 	var err error
 	if cfg.delays, err = parseDelays(*delays); err != nil {

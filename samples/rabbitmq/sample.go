@@ -18,6 +18,7 @@ import (
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/samples/internal/inspectpage"
 )
 
 // summary is what a run did.
@@ -181,16 +182,25 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 		return m, nil
 	})
 
-	b := pipeline.New("consume",
+	ins := inspectpage.New("rabbitmq", cfg.inspectAddr, cfg.reportWriter, cfg.inspectorReady)
+	var sink deadletter.Sink = src.DeadLetter(dlq)
+	var obs []pipeline.Option
+	if ins.In != nil {
+		// The inspector lists the dead letters with their history; the
+		// source's sink stays a BrokerRetrier through it.
+		sink = ins.In.DeadLetterSink(sink)
+		obs = append(obs, pipeline.WithObserver(ins.In))
+	}
+	b := pipeline.New("consume", append(obs,
 		// The source's dead-letter sink turns a transient failure into a
 		// broker retry while the message has trips left, and hands the rest
 		// to dlq.
-		pipeline.WithDeadLetter(src.DeadLetter(dlq)),
+		pipeline.WithDeadLetter(sink),
 		pipeline.WithResilience(func(o *resilience.Options) {
 			o.OnItemFailure = resilience.DeadLetter
 			o.ItemRetry.MaxRetries = 2
 			o.ItemRetry.Backoff = resilience.Exponential(5 * time.Millisecond).WithMaxDelay(time.Minute)
-		}))
+		}))...)
 	msgs := pipeline.Source(b, "consume", src, pipeline.NodeResilience(func(o *resilience.Options) {
 		o.NodeRestart.MaxRestarts = 10 // reconnect when the connection is lost
 	}))
@@ -200,7 +210,11 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 	if err != nil {
 		return pipeline.Result{}, err
 	}
-	return pipeline.RunUntilSignal(ctx, p)
+	if err := ins.Serve(); err != nil {
+		return pipeline.Result{}, err
+	}
+	res, err := pipeline.RunUntilSignal(ctx, p)
+	return res, errors.Join(err, ins.Stop())
 }
 
 // errThrottled is the rate limit the handler simulates.
