@@ -120,7 +120,7 @@ func pollUntil(cond func() bool) bool {
 
 // pumpUntil moves the fake clock on by a hundredth of CrashAloneWait
 // every few milliseconds, until cond holds. Past a pull's guard
-// (PullWait and a second, on the source's clock) the source gives the
+// (PullWait and the watchdog's probeAfter, on the source's clock) the source gives the
 // request up and asks again; nothing is nak'd meanwhile.
 func (r *stallRun) pumpUntil(cond func() bool) bool {
 	return pollUntil(func() bool {

@@ -70,7 +70,16 @@ func (s *Source) pull(ctx context.Context, sess *session, n int, out node.Emitte
 	// given up by the connection's watchdog (see DeadLinkBound). A pull
 	// that is draining (a cancel, a stop) does not wait on: what it gave
 	// up goes back to the server for another consumer.
-	guardWait := s.cfg.PullWait + time.Second
+	//
+	// The guard's slack past PullWait is the watchdog's time before it
+	// probes, not less: the request expires PullWait after it reaches the
+	// server, which on a loaded machine can be a second or more after it
+	// was published here, and a request given up while the server still
+	// holds it takes a redelivery the server sends into it (a nak's, or
+	// the last one MaxDeliver allows) to an inbox nobody reads. A request
+	// whose answer never comes on a dead link is ended sooner by the
+	// watchdog than by this guard.
+	guardWait := s.cfg.PullWait + probeAfter
 	guard := s.cfg.Clock.NewTimer(guardWait)
 	defer guard.Stop()
 
@@ -137,10 +146,9 @@ loop:
 		case <-expired:
 			if arrived && !draining {
 				arrived = false
-				// Each wait after the first is at least the watchdog's
-				// time before it probes: a loaded machine may leave a
-				// gap of a second or two between messages of a slow link.
-				guard.Reset(max(guardWait, probeAfter))
+				// A loaded machine may leave a gap of a second or two
+				// between messages of a slow link.
+				guard.Reset(guardWait)
 				continue
 			}
 			drain()
