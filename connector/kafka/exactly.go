@@ -191,6 +191,7 @@ func NewExactlyOnce[T any](cfg ExactlyOnceConfig[T]) (*ExactlyOnce[T], error) {
 			kgo.ConsumeTopics(cfg.Topic),
 			kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+			kgo.FetchMaxWait(fetchWait),
 			kgo.BlockRebalanceOnPoll(),
 			kgo.SessionTimeout(cfg.SessionTimeout),
 		)

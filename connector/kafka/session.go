@@ -102,6 +102,7 @@ func (s *Source) openSession(ctx context.Context) (*session, error) {
 		kgo.DialTimeout(s.cfg.DialTimeout),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.ConsumeResetOffset(reset),
+		kgo.FetchMaxWait(fetchWait),
 		kgo.WithHooks(lossHook{sess}),
 	}
 	if s.cfg.Dial != nil {

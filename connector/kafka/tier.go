@@ -276,6 +276,15 @@ func (g *dueGate[R]) dropAll() []R {
 	return g.drop(parts)
 }
 
+// fetchWait is the longest a fetch waits for records at a broker (Kafka's
+// own default, fetch.max.wait.ms; franz-go's is 5 s). A partition whose
+// start the client looks up (a partition with no committed offset, newly
+// assigned) is fetched only once the fetch under way at its broker
+// returns: with franz-go's wait, a member that joined a group could read
+// one partition for 5 s before the others started. The cost is a fetch
+// request every fetchWait per broker while the topic is idle.
+const fetchWait = 500 * time.Millisecond
+
 // tierFetchWait is the longest a fetch waits for records at a broker
 // when the source consumes tiers: a tier partition the due gate resumes
 // is fetched only once the fetch under way at its broker returns, so
