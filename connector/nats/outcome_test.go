@@ -142,7 +142,7 @@ func TestUnsettledMessagesStayPending(t *testing.T) {
 	assert.Equal(t, 10, info.NumAckPending, "held, not acked")
 	close(release)
 	require.NoError(t, <-done)
-	info = a.consumer(name, name)
+	info = a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumAckPending)
 	assert.Equal(t, uint64(10), info.AckFloor.Stream)
 }

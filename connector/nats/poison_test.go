@@ -152,7 +152,7 @@ func poisonAmongNeighbours(t *testing.T) {
 	// How many were held in every failed run depends on the order in which
 	// the server redelivers: most runs have some.
 	t.Logf("%d good messages were written at a later delivery, %d of them past MaxDeliveries", again, past)
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumPending, "nothing left to deliver")
 	assert.Zero(t, info.NumAckPending, "nothing delivered and not acked")
 }

@@ -141,7 +141,7 @@ func TestBrokerRetryRedeliversAfterItsDelay(t *testing.T) {
 	assert.Equal(t, 3, env.Attempts, "one call per delivery")
 	assert.Len(t, env.History, 3, "the story of every delivery")
 	assert.Equal(t, broken[0].at.Truncate(time.Second).IsZero(), env.FirstFailure.IsZero())
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumAckPending)
 	assert.Equal(t, uint64(3), info.AckFloor.Stream, "the dead-lettered message was terminated")
 }
@@ -206,7 +206,7 @@ func TestHandOffNaksWithTheWait(t *testing.T) {
 	assert.GreaterOrEqual(t, calls[1].at.Sub(calls[0].at), 300*time.Millisecond, "the server held it for the wait")
 	assert.Equal(t, int64(1), nodeOf(t, res, "handle").HandedOff)
 	assert.Equal(t, int64(2), nodeOf(t, res, "handle").ItemRetries)
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumAckPending)
 	assert.Equal(t, uint64(1), info.AckFloor.Stream)
 }
@@ -265,7 +265,7 @@ func TestInProgressHoldsALongRetry(t *testing.T) {
 		assert.Equal(t, 1, got[0].deliveries, "%s waited behind the retry, and was not delivered again", k)
 		assert.GreaterOrEqual(t, got[0].at.Sub(calls[0].at), 2400*time.Millisecond, "%s waited", k)
 	}
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumRedelivered)
 	assert.Zero(t, info.NumAckPending)
 	assert.Zero(t, src.Redelivered())
@@ -373,7 +373,7 @@ func TestPoisonGuard(t *testing.T) {
 	require.True(t, ok)
 	assert.Equal(t, 4, m.Deliveries, "3 of the earlier copies, 1 of this one")
 	assert.Equal(t, "order-7", m.MsgID())
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumAckPending)
 	assert.Zero(t, info.NumPending)
 }

@@ -48,7 +48,7 @@ func TestRoundTrip(t *testing.T) {
 	for id, n := range seen {
 		assert.Equal(t, 1, n, id)
 	}
-	info := a.consumer(name, name)
+	info := a.consumerAfterAcks(name, name)
 	assert.Zero(t, info.NumAckPending, "every message acked")
 	assert.Zero(t, info.NumPending)
 	assert.Zero(t, info.NumRedelivered)
@@ -105,5 +105,5 @@ func TestCompetingConsumersShareTheWork(t *testing.T) {
 	}
 	assert.Positive(t, per[0], "the first consumer got a share")
 	assert.Positive(t, per[1], "the second consumer got a share")
-	assert.Zero(t, a.consumer(name, name).NumAckPending)
+	assert.Zero(t, a.consumerAfterAcks(name, name).NumAckPending)
 }
