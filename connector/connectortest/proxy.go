@@ -25,7 +25,7 @@ import (
 //
 // A fault applies to the open connections and to those opened later,
 // until another fault or [Proxy.Clear] replaces it: one fault at a time,
-// as one toxic a connection. [Proxy.Latency], [Proxy.Bandwidth],
+// one toxic on each direction of a connection. [Proxy.Latency], [Proxy.Bandwidth],
 // [Proxy.Slicer], [Proxy.Silence], [Proxy.Reset] and [Proxy.Partition]
 // act each way; [Proxy.Pause] on what the broker sends only; [Proxy.Cut]
 // is no toxic but closes the open connections at once.
