@@ -84,7 +84,7 @@ func TestETLCycleTransientFailuresCostNothing(t *testing.T) {
 
 // The broker pipeline end to end, its length in items: 2,000 items on
 // kfake, consumed by this process and a child consumer in one group,
-// through the proxies; at a quarter of the items every connection is cut,
+// through the proxy; at a quarter of the items every connection is cut,
 // at half the child is SIGKILLed and started again, at three quarters a
 // latency toxic runs to the end. Every item is delivered or
 // dead-lettered, the poison ones dead-lettered, and the duplicates that
@@ -108,9 +108,6 @@ func TestKafkaPipelineUnderFaults(t *testing.T) {
 	cl.Close()
 
 	proxy := connectortest.NewProxy(t, addr)
-	fr, err := newFront(proxy.Addr(), 1)
-	require.NoError(t, err)
-	t.Cleanup(fr.Close)
 
 	const seed = 5
 	fl := calm(seed)
@@ -135,7 +132,7 @@ func TestKafkaPipelineUnderFaults(t *testing.T) {
 	dead := func(id int) { bk.deadLetter(id); progress() }
 
 	startConsumer := func() *child {
-		c, err := startChild("-consumer", "-via", fr.Addr(), "-topic", topic, "-group", group, "-seed", strconv.Itoa(seed))
+		c, err := startChild("-consumer", "-via", proxy.Addr(), "-topic", topic, "-group", group, "-seed", strconv.Itoa(seed))
 		require.NoError(t, err)
 		go func() { c.done <- c.cmd.Wait() }()
 		return c
@@ -143,7 +140,7 @@ func TestKafkaPipelineUnderFaults(t *testing.T) {
 	kid := startConsumer()
 	kidRead := kid.feed(deliver, dead)
 
-	src, p, err := consumer(fr.Addr(), topic, group, fl, deliver, dead)
+	src, p, err := consumer(proxy.Addr(), topic, group, fl, deliver, dead)
 	require.NoError(t, err)
 	ran := make(chan error, 1)
 	go func() { _, err := p.Run(context.WithoutCancel(ctx)); ran <- err }()
@@ -163,7 +160,7 @@ func TestKafkaPipelineUnderFaults(t *testing.T) {
 				kid = startConsumer()
 				kidRead = kid.feed(deliver, dead)
 			case 3 * n / 4:
-				fr.setMode(faultLatency)
+				injectFault(proxy, faultLatency)
 			case n:
 				done = true
 			}
@@ -173,7 +170,7 @@ func TestKafkaPipelineUnderFaults(t *testing.T) {
 			t.Fatalf("%d of %d items after %s", bk.done(), n, "the test's bound")
 		}
 	}
-	fr.setMode("")
+	proxy.Clear()
 	kid.stop(time.Minute)
 	<-kidRead
 	src.Stop()

@@ -5,10 +5,10 @@
 //
 // For the duration, together: a broker pipeline (a kafka.Source on
 // franz-go's kfake, in a process of its own, consumed through a
-// connectortest.Proxy and a forwarder before it that a seeded schedule
-// fills with latency, bandwidth limits, silent links, resets and
-// partitions, by this process and by a child consumer in the same group
-// that the schedule SIGKILLs and starts again), the ETL pipeline (CSV to
+// connectortest.Proxy whose toxiproxy toxics a seeded schedule applies
+// (latency, bandwidth limits, silent links, resets and partitions), by
+// this process and by a child consumer in the same group that the
+// schedule SIGKILLs and starts again), the ETL pipeline (CSV to
 // SQLite with connector/file and connector/sql, run again and again), and
 // between each source and its sink a flaky dependency (transient errors,
 // RetryAfter, poison items that are dead-lettered). Every few seconds it

@@ -75,12 +75,7 @@ func run(ctx context.Context, cfg config, logf func(string, ...any)) (verdict, e
 	tb := &procTB{}
 	defer tb.cleanup()
 	proxy := connectortest.NewProxy(tb, addr)
-	fr, err := newFront(proxy.Addr(), cfg.seed)
-	if err != nil {
-		return verdict{}, err
-	}
-	defer fr.Close()
-	logf("broker %s, proxy %s, front %s; seed %d, %s", addr, proxy.Addr(), fr.Addr(), cfg.seed, cfg.duration)
+	logf("broker %s, proxy %s; seed %d, %s", addr, proxy.Addr(), cfg.seed, cfg.duration)
 
 	fl := newFlaky(cfg.seed)
 	bk := &books{poison: fl.poison}
@@ -130,7 +125,7 @@ func run(ctx context.Context, cfg config, logf func(string, ...any)) (verdict, e
 	)
 	wg.Go(func() {
 		for {
-			src, p, err := consumer(fr.Addr(), topic, group, fl, bk.deliver, bk.deadLetter)
+			src, p, err := consumer(proxy.Addr(), topic, group, fl, bk.deliver, bk.deadLetter)
 			if err != nil {
 				fail(fmt.Errorf("consumer: %w", err))
 				return
@@ -165,7 +160,7 @@ func run(ctx context.Context, cfg config, logf func(string, ...any)) (verdict, e
 	kills := make(chan time.Duration)
 	wg.Go(func() {
 		for {
-			c, err := startChild("-consumer", "-via", fr.Addr(), "-topic", topic, "-group", group, "-seed", strconv.FormatUint(cfg.seed, 10))
+			c, err := startChild("-consumer", "-via", proxy.Addr(), "-topic", topic, "-group", group, "-seed", strconv.FormatUint(cfg.seed, 10))
 			if err != nil {
 				fail(fmt.Errorf("child consumer: %w", err))
 				return
@@ -208,26 +203,16 @@ func run(ctx context.Context, cfg config, logf func(string, ...any)) (verdict, e
 				}
 			}
 			switch e.Kind {
-			case faultLatency, faultBandwidth:
-				fr.setMode(e.Kind)
-				wait()
-				fr.setMode("")
-			case faultTimeout:
-				end := fr.silence()
-				wait()
-				end()
-			case faultReset:
-				proxy.Cut()
-			case faultPartition:
-				proxy.Pause()
-				wait()
-				proxy.Resume()
 			case faultKill:
 				select {
 				case kills <- e.Lasts:
 				case <-runCtx.Done():
 					return
 				}
+			default:
+				injectFault(proxy, e.Kind)
+				wait()
+				proxy.Clear()
 			}
 			mu.Lock()
 			res.faults[e.Kind]++

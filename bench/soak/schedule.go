@@ -3,15 +3,19 @@ package main
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/sluicehq/sluice/connector/connectortest"
 )
 
-// The kinds of fault the soak applies.
+// The kinds of fault the soak applies. All but kill are the Proxy's, on
+// every connection (the open ones and those opened while the fault
+// lasts), each way, until Clear lifts them.
 const (
-	faultLatency   = "latency"    // 40 ms ± 30 ms each way, every connection
-	faultBandwidth = "bandwidth"  // 64 KB/s each way, every connection
-	faultTimeout   = "timeout"    // the open connections go silent (half-open), new ones are sound
-	faultReset     = "reset_peer" // every open connection cut (RST)
-	faultPartition = "partition"  // nothing passes either way, then the held bytes do
+	faultLatency   = "latency"    // 40 ms ± 30 ms each way
+	faultBandwidth = "bandwidth"  // 64 KB/s each way
+	faultTimeout   = "timeout"    // every connection silent (half-open); Clear closes them
+	faultReset     = "reset_peer" // every connection reset (RST) at its next byte
+	faultPartition = "partition"  // nothing passes either way; Clear delivers the held bytes
 	faultKill      = "kill"       // the child consumer SIGKILLed, then started again
 )
 
@@ -43,4 +47,23 @@ func schedule(seed uint64, d, gap time.Duration) []event {
 		at += e.Lasts + gap + time.Duration(r.Int64N(int64(2*gap)))
 	}
 	return out
+}
+
+// injectFault applies the network fault kind (any kind but kill) to
+// every connection through px, until px.Clear.
+func injectFault(px *connectortest.Proxy, kind string) {
+	switch kind {
+	case faultLatency:
+		px.Latency(40*time.Millisecond, 30*time.Millisecond)
+	case faultBandwidth:
+		px.Bandwidth(64)
+	case faultTimeout:
+		px.Silence()
+	case faultReset:
+		px.Reset()
+	case faultPartition:
+		px.Partition()
+	default:
+		panic("soak: no network fault " + kind)
+	}
 }

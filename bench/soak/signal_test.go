@@ -36,7 +36,7 @@ func TestSIGTERMCleansUpAndReports(t *testing.T) {
 	sc := bufio.NewScanner(stderr)
 	etlStarted := false
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "front ") {
+		if strings.Contains(sc.Text(), "proxy ") {
 			break
 		}
 	}

@@ -19,18 +19,27 @@ import (
 // real network does and a real broker cannot be asked to: it cuts them,
 // holds back what the broker sends, and runs toxiproxy's toxics on them
 // (latency with jitter, a bandwidth limit, a slicer, a reset, a link that
-// goes silent). The fault mode of [Run] puts one between a connector and
-// its broker; a connector's own tests use one to cut or pause a
-// connection.
+// goes silent, a partition). The fault mode of [Run] puts one between a
+// connector and its broker; a connector's own tests and the soak
+// (bench/soak) use one to apply faults of their choosing.
+//
+// A fault applies to the open connections and to those opened later,
+// until another fault or [Proxy.Clear] replaces it: one fault at a time,
+// one toxic on each direction of a connection. [Proxy.Latency], [Proxy.Bandwidth],
+// [Proxy.Slicer], [Proxy.Silence], [Proxy.Reset] and [Proxy.Partition]
+// act each way; [Proxy.Pause] on what the broker sends only; [Proxy.Cut]
+// is no toxic but closes the open connections at once.
 //
 // Each direction of each connection runs through one toxiproxy toxic
 // stub: the toxics are toxiproxy's own, and a change of fault interrupts
-// the running toxic and starts the next one on the same stub, so that no
-// byte in flight is lost unless the fault drops it. The proxy takes
-// toxiproxy's toxics package alone, not its server, whose metrics would
-// bring a Prometheus client into every connector module's graph.
+// the running toxic, runs its cleanup as toxiproxy does when a toxic is
+// removed, and starts the next one on the same stub, so that no byte in
+// flight is lost unless the fault drops it. The proxy takes toxiproxy's
+// toxics package alone, not its server, whose metrics would bring a
+// Prometheus client into every connector module's graph.
 //
-// Every goroutine of a Proxy has ended when Close returns.
+// A Proxy is safe for use by several goroutines. Every goroutine of a
+// Proxy has ended when Close returns.
 type Proxy struct {
 	ln     net.Listener
 	target string
@@ -111,12 +120,67 @@ func (p *Proxy) Cut() {
 }
 
 // Pause holds back everything the broker sends, on the open connections
-// and on those opened later, until Resume: a broker gone silent, whose
-// bytes are late but not lost.
+// and on those opened later, until Resume or Clear: a broker gone silent,
+// whose bytes are late but not lost. What the client sends passes.
 func (p *Proxy) Pause() { p.set(nil, holdToxic{}, true, true) }
 
-// Resume lets what the broker sends flow again, what was held first.
-func (p *Proxy) Resume() { p.set(nil, nil, true, true) }
+// Resume lifts Pause, as Clear does: what the broker sent flows again,
+// what was held first.
+func (p *Proxy) Resume() { p.Clear() }
+
+// Latency delays every chunk each way by d, give or take up to jitter
+// (toxiproxy's latency toxic; both in whole milliseconds, as toxiproxy
+// takes them): a round trip takes about 2×d more.
+func (p *Proxy) Latency(d, jitter time.Duration) {
+	p.both(&toxics.LatencyToxic{Latency: d.Milliseconds(), Jitter: jitter.Milliseconds()})
+}
+
+// Bandwidth limits each direction of each connection to kbPerSec
+// kilobytes (1000 bytes) a second (toxiproxy's bandwidth toxic); 0 or
+// less sets no limit.
+func (p *Proxy) Bandwidth(kbPerSec int64) { p.both(&toxics.BandwidthToxic{Rate: kbPerSec}) }
+
+// Slicer cuts every chunk each way into pieces of averageSize bytes,
+// give or take sizeVariation, delay apart (toxiproxy's slicer toxic; delay
+// in whole microseconds): a peer reads its frames a few bytes at a time.
+// It panics unless 0 <= sizeVariation < averageSize, as toxiproxy's
+// slicer would recurse without end.
+func (p *Proxy) Slicer(averageSize, sizeVariation int, delay time.Duration) {
+	if sizeVariation < 0 || sizeVariation >= averageSize {
+		panic("sluice: connectortest: Proxy.Slicer needs 0 <= sizeVariation < averageSize")
+	}
+	p.both(&toxics.SlicerToxic{AverageSize: averageSize, SizeVariation: sizeVariation, Delay: int(delay.Microseconds())})
+}
+
+// Silence makes every connection a half-open link (toxiproxy's timeout
+// toxic with a timeout of 0): what either side sends is dropped, and
+// nothing is closed, so that only a heartbeat notices. New connections
+// are accepted and as silent. Clear, or the next fault, closes the
+// connections it silenced, since their streams lost bytes, as toxiproxy
+// does when a timeout toxic is removed.
+func (p *Proxy) Silence() { p.both(&toxics.TimeoutToxic{}) }
+
+// Reset resets every connection (toxiproxy's reset_peer toxic with a
+// timeout of 0): a connection is closed with an RST, not a FIN, at its
+// next byte either way; an idle one once it next carries a byte, and a
+// new one at its first.
+func (p *Proxy) Reset() { p.both(&toxics.ResetToxic{}) }
+
+// Partition lets nothing pass either way, on every connection, and holds
+// what is sent (up to about a megabyte each way, then the sender waits, as
+// a full TCP window would make it); Clear delivers what was held, in
+// order, as TCP would retransmit it once the network heals.
+func (p *Proxy) Partition() { p.both(holdToxic{}) }
+
+// Clear lifts the fault, on the open connections and on those opened
+// later: held bytes are delivered, and the connections a Silence
+// silenced are closed (the toxic's cleanup, as toxiproxy runs it when a
+// toxic is removed). A connection a Reset reset stays closed.
+func (p *Proxy) Clear() { p.set(nil, nil, true, true) }
+
+// both runs toxic each way, on the open connections and those opened
+// from now on.
+func (p *Proxy) both(toxic toxics.Toxic) { p.set(toxic, toxic, true, true) }
 
 // Close stops the proxy: the open connections are closed, new ones
 // refused, and every goroutine of the proxy has ended when it returns.
@@ -397,15 +461,28 @@ func (l *link) run(stub *toxics.ToxicStub, toxic toxics.Toxic) {
 }
 
 // set replaces the toxics of the link's two stubs, each only if it
-// changes; a stub already closed keeps none.
+// changes.
 func (l *link) set(up, down toxics.Toxic) {
-	if l.cur[0] != up && l.up.InterruptToxic() {
-		l.run(l.up, up)
-	}
-	if l.cur[1] != down && l.down.InterruptToxic() {
-		l.run(l.down, down)
-	}
+	l.replace(l.up, l.cur[0], up)
+	l.replace(l.down, l.cur[1], down)
 	l.cur = [2]toxics.Toxic{up, down}
+}
+
+// replace removes old from stub and runs next on it, as toxiproxy removes
+// a toxic from a link: it interrupts old, runs old's cleanup if it has one
+// (a timeout toxic's closes the stub, and so the connection), and runs
+// next unless the stub is closed; a stub already closed keeps none.
+func (l *link) replace(stub *toxics.ToxicStub, old, next toxics.Toxic) {
+	if old == next || !stub.InterruptToxic() {
+		return
+	}
+	if c, ok := old.(toxics.CleanupToxic); ok {
+		c.Cleanup(stub)
+		if stub.Closed() {
+			return
+		}
+	}
+	l.run(stub, next)
 }
 
 // wrote1 records that a byte went to the broker (dir 0) or the client

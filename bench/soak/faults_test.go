@@ -1,0 +1,96 @@
+package main
+
+import (
+	"bufio"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/connector/connectortest"
+)
+
+// echo starts a server that writes back every line it reads, closed when
+// t ends.
+func echo(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+			wg.Go(func() { _, _ = io.Copy(c, c) })
+		}
+	})
+	t.Cleanup(func() {
+		_ = ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			_ = c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return ln.Addr().String()
+}
+
+func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string) {
+	t.Helper()
+	_, err := io.WriteString(c, msg+"\n")
+	require.NoError(t, err)
+	got, err := r.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, msg+"\n", got)
+}
+
+// Every network fault of the schedule applies to the proxy and lifts with
+// Clear: a connection opened after is sound, and one open through a fault
+// that neither drops nor cuts (latency, bandwidth, partition) goes on.
+func TestNetworkFaultsLiftToASoundLink(t *testing.T) {
+	t.Parallel()
+	for _, kind := range faultKinds {
+		if kind == faultKill {
+			continue
+		}
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			p := connectortest.NewProxy(t, echo(t))
+			dial := func() (net.Conn, *bufio.Reader) {
+				c, err := net.DialTimeout("tcp", p.Addr(), 10*time.Second)
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = c.Close() })
+				require.NoError(t, c.SetDeadline(time.Now().Add(10*time.Second)))
+				return c, bufio.NewReader(c)
+			}
+			c, r := dial()
+			roundTrip(t, c, r, "before")
+			injectFault(p, kind)
+			keeps := kind == faultLatency || kind == faultBandwidth || kind == faultPartition
+			if keeps {
+				_, err := io.WriteString(c, "during\n")
+				require.NoError(t, err)
+			}
+			p.Clear()
+			if keeps {
+				got, err := r.ReadString('\n')
+				require.NoError(t, err)
+				assert.Equal(t, "during\n", got)
+			}
+			c2, r2 := dial()
+			roundTrip(t, c2, r2, "after")
+		})
+	}
+	assert.Panics(t, func() { injectFault(nil, faultKill) }, "kill is no network fault")
+}
