@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"io"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -13,38 +12,6 @@ import (
 
 	"github.com/sluicehq/sluice/connector/connectortest"
 )
-
-// echo starts a server that writes back every line it reads, closed when
-// t ends.
-func echo(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() { _, _ = io.Copy(c, c) })
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
 
 func roundTrip(t *testing.T, c net.Conn, r *bufio.Reader, msg string) {
 	t.Helper()
@@ -66,7 +33,7 @@ func TestNetworkFaultsLiftToASoundLink(t *testing.T) {
 		}
 		t.Run(kind, func(t *testing.T) {
 			t.Parallel()
-			p := connectortest.NewProxy(t, echo(t))
+			p := connectortest.NewProxy(t, connectortest.NewEcho(t).Addr())
 			dial := func() (net.Conn, *bufio.Reader) {
 				c, err := net.DialTimeout("tcp", p.Addr(), 10*time.Second)
 				require.NoError(t, err)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -36,26 +35,10 @@ func (t *exampleTB) cleanup() {
 // Clear: latency makes a round trip slower, a partition holds the bytes
 // and Clear delivers them.
 func ExampleProxy() {
-	ln, _ := net.Listen("tcp", "127.0.0.1:0")
-	var server sync.WaitGroup
-	defer server.Wait()
-	defer ln.Close()
-	server.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			server.Go(func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c) // until the proxy closes its side
-			})
-		}
-	})
-
 	t := &exampleTB{}
 	defer t.cleanup()
-	p := connectortest.NewProxy(t, ln.Addr().String())
+	echo := connectortest.NewEcho(t) // a server that writes back what it reads
+	p := connectortest.NewProxy(t, echo.Addr())
 	c, _ := net.Dial("tcp", p.Addr()) // a client dials the proxy, not the server
 	defer c.Close()
 	buf := make([]byte, 4)

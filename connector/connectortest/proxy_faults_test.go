@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -28,61 +26,6 @@ const (
 	faultWait = 10 * time.Second
 	quiet     = 300 * time.Millisecond
 )
-
-// An echoServer writes back what it reads and counts the bytes it read.
-type echoServer struct {
-	addr string
-	read atomic.Int64
-}
-
-// newEcho starts an echo server; it stops when t ends, and waits for its
-// goroutines.
-func newEcho(t *testing.T) *echoServer {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	e := &echoServer{addr: ln.Addr().String()}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer c.Close()
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					e.read.Add(int64(n))
-					if n > 0 {
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-					}
-					if err != nil {
-						return
-					}
-				}
-			})
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return e
-}
 
 // dial connects to p, with every read and write bounded by faultWait.
 func dial(t *testing.T, p *connectortest.Proxy) net.Conn {
@@ -123,7 +66,7 @@ func assertQuiet(t *testing.T, c net.Conn, msg string) {
 // a second more than twice the latency plus the jitter. Clear lifts it.
 func TestProxyLatency(t *testing.T) {
 	t.Parallel()
-	p := connectortest.NewProxy(t, newEcho(t).addr)
+	p := connectortest.NewProxy(t, connectortest.NewEcho(t).Addr())
 	c := dial(t, p)
 	roundTrip(t, c, []byte("up"))
 	p.Latency(80*time.Millisecond, 40*time.Millisecond)
@@ -151,7 +94,7 @@ func TestProxyLatency(t *testing.T) {
 // about half a second to go and come back, and arrive unchanged.
 func TestProxyBandwidth(t *testing.T) {
 	t.Parallel()
-	p := connectortest.NewProxy(t, newEcho(t).addr)
+	p := connectortest.NewProxy(t, connectortest.NewEcho(t).Addr())
 	c := dial(t, p)
 	roundTrip(t, c, []byte("up"))
 	p.Bandwidth(100)
@@ -169,7 +112,7 @@ func TestProxyBandwidth(t *testing.T) {
 // order.
 func TestProxySlicer(t *testing.T) {
 	t.Parallel()
-	p := connectortest.NewProxy(t, newEcho(t).addr)
+	p := connectortest.NewProxy(t, connectortest.NewEcho(t).Addr())
 	c := dial(t, p)
 	p.Slicer(7, 5, time.Microsecond)
 	want := make([]byte, 20_000)
@@ -184,8 +127,8 @@ func TestProxySlicer(t *testing.T) {
 // streams lost bytes), and a new connection is sound.
 func TestProxySilenceThenClearReconnects(t *testing.T) {
 	t.Parallel()
-	e := newEcho(t)
-	p := connectortest.NewProxy(t, e.addr)
+	e := connectortest.NewEcho(t)
+	p := connectortest.NewProxy(t, e.Addr())
 	c := dial(t, p)
 	roundTrip(t, c, []byte("a"))
 	p.Silence()
@@ -195,7 +138,7 @@ func TestProxySilenceThenClearReconnects(t *testing.T) {
 		require.NoError(t, err, "a silent link takes bytes")
 		assertQuiet(t, conn, "no byte and no end on a silent link")
 	}
-	assert.EqualValues(t, 1, e.read.Load(), "nothing reached the server")
+	assert.EqualValues(t, 1, e.Read(), "nothing reached the server")
 
 	p.Clear()
 	for _, conn := range []net.Conn{c, later} {
@@ -212,7 +155,7 @@ func TestProxySilenceThenClearReconnects(t *testing.T) {
 // and one opened while it lasts. After Clear a new connection is sound.
 func TestProxyReset(t *testing.T) {
 	t.Parallel()
-	p := connectortest.NewProxy(t, newEcho(t).addr)
+	p := connectortest.NewProxy(t, connectortest.NewEcho(t).Addr())
 	c := dial(t, p)
 	roundTrip(t, c, []byte("a"))
 	p.Reset()
@@ -233,8 +176,8 @@ func TestProxyReset(t *testing.T) {
 // order, with nothing lost.
 func TestProxyPartitionHoldsThenReleases(t *testing.T) {
 	t.Parallel()
-	e := newEcho(t)
-	p := connectortest.NewProxy(t, e.addr)
+	e := connectortest.NewEcho(t)
+	p := connectortest.NewProxy(t, e.Addr())
 	c := dial(t, p)
 	roundTrip(t, c, []byte("a"))
 	p.Partition()
@@ -246,7 +189,7 @@ func TestProxyPartitionHoldsThenReleases(t *testing.T) {
 		}
 		assertQuiet(t, conn, "nothing comes back while partitioned")
 	}
-	assert.EqualValues(t, 1, e.read.Load(), "nothing reached the server while partitioned")
+	assert.EqualValues(t, 1, e.Read(), "nothing reached the server while partitioned")
 
 	p.Clear()
 	for _, conn := range []net.Conn{c, later} {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,42 +19,6 @@ import (
 // The proxy's tests run against an echo server of their own: they need no
 // broker. Their waits are on a real network, each bounded by proxyWait.
 const proxyWait = 10 * time.Second
-
-// echoServer starts a server that writes back what it reads; it stops
-// when t ends, and waits for its goroutines.
-func echoServer(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Go(func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-			wg.Go(func() {
-				defer c.Close()
-				_, _ = io.Copy(c, c)
-			})
-		}
-	})
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return ln.Addr().String()
-}
 
 func dialProxy(t *testing.T, p *Proxy) net.Conn {
 	t.Helper()
@@ -96,7 +59,7 @@ func TestProxyPassesEveryByte(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			p := NewProxy(t, echoServer(t))
+			p := NewProxy(t, NewEcho(t).Addr())
 			c := dialProxy(t, p)
 			want := randomBytes(200 << 10)
 			got := echo(t, c, want[:1]) // the connection is up
@@ -111,7 +74,7 @@ func TestProxyPassesEveryByte(t *testing.T) {
 // Latency delays each chunk by about its amount, each way.
 func TestProxyLatencyDelays(t *testing.T) {
 	t.Parallel()
-	p := NewProxy(t, echoServer(t))
+	p := NewProxy(t, NewEcho(t).Addr())
 	c := dialProxy(t, p)
 	echo(t, c, []byte("x"))
 	p.set(&toxics.LatencyToxic{Latency: 100}, &toxics.LatencyToxic{Latency: 100}, true, true)
@@ -129,7 +92,7 @@ func TestProxyLatencyDelays(t *testing.T) {
 // one opened while it holds, and Resume lets it through, nothing lost.
 func TestProxyPauseHoldsAndResumeReleases(t *testing.T) {
 	t.Parallel()
-	p := NewProxy(t, echoServer(t))
+	p := NewProxy(t, NewEcho(t).Addr())
 	c := dialProxy(t, p)
 	echo(t, c, []byte("a"))
 	p.Pause()
@@ -156,7 +119,7 @@ func TestProxyPauseHoldsAndResumeReleases(t *testing.T) {
 // Cut closes the open connections and accepts new ones.
 func TestProxyCutClosesAndAcceptsAgain(t *testing.T) {
 	t.Parallel()
-	p := NewProxy(t, echoServer(t))
+	p := NewProxy(t, NewEcho(t).Addr())
 	c := dialProxy(t, p)
 	echo(t, c, []byte("a"))
 	p.Cut()
@@ -171,7 +134,7 @@ func TestProxyCutClosesAndAcceptsAgain(t *testing.T) {
 // ECONNRESET, not an orderly EOF.
 func TestProxyResetPeerResets(t *testing.T) {
 	t.Parallel()
-	p := NewProxy(t, echoServer(t))
+	p := NewProxy(t, NewEcho(t).Addr())
 	c := dialProxy(t, p)
 	echo(t, c, []byte("a"))
 	p.set(&toxics.ResetToxic{}, &toxics.ResetToxic{}, true, false)
@@ -187,7 +150,7 @@ func TestProxyResetPeerResets(t *testing.T) {
 // the client sees neither bytes nor an end, as on a half-open link.
 func TestProxyTimeoutIsSilent(t *testing.T) {
 	t.Parallel()
-	p := NewProxy(t, echoServer(t))
+	p := NewProxy(t, NewEcho(t).Addr())
 	c := dialProxy(t, p)
 	echo(t, c, []byte("a"))
 	p.set(&toxics.TimeoutToxic{}, &toxics.TimeoutToxic{}, true, false)
@@ -205,7 +168,7 @@ func TestProxyTimeoutIsSilent(t *testing.T) {
 // toxic that holds bytes, and refuses new connections.
 func TestProxyCloseEndsEverything(t *testing.T) {
 	t.Parallel()
-	p := NewProxy(t, echoServer(t))
+	p := NewProxy(t, NewEcho(t).Addr())
 	c := dialProxy(t, p)
 	echo(t, c, []byte("a"))
 	p.Pause()
