@@ -136,9 +136,16 @@ func (p *Proxy) Latency(d, jitter time.Duration) {
 }
 
 // Bandwidth limits each direction of each connection to kbPerSec
-// kilobytes (1000 bytes) a second (toxiproxy's bandwidth toxic); 0 or
-// less sets no limit.
-func (p *Proxy) Bandwidth(kbPerSec int64) { p.both(&toxics.BandwidthToxic{Rate: kbPerSec}) }
+// kilobytes (1000 bytes) a second (toxiproxy's bandwidth toxic). A
+// kbPerSec of 0 or less sets no limit: it is Clear (toxiproxy's toxic
+// would pass nothing at 0 and panic below it).
+func (p *Proxy) Bandwidth(kbPerSec int64) {
+	if kbPerSec <= 0 {
+		p.Clear()
+		return
+	}
+	p.both(&toxics.BandwidthToxic{Rate: kbPerSec})
+}
 
 // Slicer cuts every chunk each way into pieces of averageSize bytes,
 // give or take sizeVariation, delay apart (toxiproxy's slicer toxic; delay
