@@ -1,6 +1,7 @@
 package connectortest
 
 import (
+	"context"
 	"net"
 	"net/url"
 	"sync"
@@ -41,9 +42,10 @@ import (
 // A Proxy is safe for use by several goroutines. Every goroutine of a
 // Proxy has ended when Close returns.
 type Proxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup // the accept loop and every connection's goroutines
+	ln       net.Listener
+	target   string
+	stopDial context.CancelFunc // ends a dial to the broker under way: Close waits for none
+	wg       sync.WaitGroup     // the accept loop and every connection's goroutines
 
 	// change serialises changes of the toxics: a stub is interrupted by
 	// one change at a time.
@@ -70,8 +72,9 @@ func NewProxy(t testing.TB, addr string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err, "connectortest: proxy listen")
-	p := &Proxy{ln: ln, target: addr, links: map[*link]struct{}{}}
-	p.wg.Go(p.accept)
+	ctx, stopDial := context.WithCancel(context.Background())
+	p := &Proxy{ln: ln, target: addr, stopDial: stopDial, links: map[*link]struct{}{}}
+	p.wg.Go(func() { p.accept(ctx) })
 	t.Cleanup(p.Close)
 	return p
 }
@@ -198,6 +201,7 @@ func (p *Proxy) Close() {
 	p.mu.Unlock()
 	if !already {
 		_ = p.ln.Close()
+		p.stopDial()
 		p.Cut()
 	}
 	p.wg.Wait()
@@ -232,13 +236,14 @@ func (p *Proxy) open() []*link {
 	return out
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ctx context.Context) {
+	d := net.Dialer{Timeout: 10 * time.Second}
 	for {
 		client, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+		server, err := d.DialContext(ctx, "tcp", p.target)
 		if err != nil {
 			_ = client.Close()
 			continue
