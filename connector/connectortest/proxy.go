@@ -262,9 +262,13 @@ func (p *Proxy) accept(ctx context.Context) {
 		p.accepted++
 		l := &link{p: p, seq: p.accepted, client: client, server: server, dead: make(chan struct{})}
 		p.links[l] = struct{}{}
+		// l.mu until both stubs are in place: a goroutine of the link that
+		// tears it down at once stops them.
+		l.mu.Lock()
 		l.cur = p.fresh
 		l.up = l.start(client, server, l.cur[0])
 		l.down = l.start(server, client, l.cur[1])
+		l.mu.Unlock()
 		p.mu.Unlock()
 	}
 }
@@ -276,10 +280,16 @@ type link struct {
 	seq            int // the proxy's count of connections when it was accepted
 	client, server net.Conn
 	wrote          [2]atomic.Bool // a byte was written to the broker, to the client
-	up, down       *toxics.ToxicStub
-	cur            [2]toxics.Toxic // what up and down run; set under p.change once the link is listed
-	once           sync.Once
-	dead           chan struct{} // closed by teardown
+
+	// mu is held while a stub's toxic is replaced or stopped, so that one
+	// goroutine at a time interrupts a stub.
+	mu       sync.Mutex
+	up, down *toxics.ToxicStub
+	cur      [2]toxics.Toxic // what up and down run
+	stopped  bool            // teardown stopped the toxics: none runs again
+
+	once sync.Once
+	dead chan struct{} // closed by teardown
 }
 
 // linkBudget is how many bytes of one direction of a link may be on their
@@ -348,8 +358,7 @@ func (l *link) start(src, dst net.Conn, toxic toxics.Toxic) *toxics.ToxicStub {
 			l.wrote1(dir)
 		}
 		// What the stub passes from now on has nowhere to go: the
-		// forwarder goes on taking it, so that the toxic ends once the
-		// reader closes its input.
+		// forwarder goes on taking it until teardown stops the toxic.
 		l.teardown()
 	})
 	return stub
@@ -475,13 +484,32 @@ func (l *link) run(stub *toxics.ToxicStub, toxic toxics.Toxic) {
 // set replaces the toxics of the link's two stubs, each only if it
 // changes.
 func (l *link) set(up, down toxics.Toxic) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
 	l.replace(l.up, l.cur[0], up)
 	l.replace(l.down, l.cur[1], down)
 	l.cur = [2]toxics.Toxic{up, down}
 }
 
+// stop interrupts the toxics of the link's two stubs, without waiting
+// out the pace of any, runs none again, and closes the stubs, so that
+// their forwarders end.
+func (l *link) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	for _, stub := range []*toxics.ToxicStub{l.up, l.down} {
+		if stub.InterruptToxic() {
+			stub.Close()
+		}
+	}
+}
+
 // replace removes old from stub and runs next on it, as toxiproxy removes
-// a toxic from a link: it interrupts old, runs old's cleanup if it has one
+// a toxic from a link (under l.mu): it interrupts old, runs old's cleanup if it has one
 // (a timeout toxic's closes the stub, and so the connection), and runs
 // next unless the stub is closed; a stub already closed keeps none.
 func (l *link) replace(stub *toxics.ToxicStub, old, next toxics.Toxic) {
@@ -509,12 +537,14 @@ func (l *link) wrote1(dir int) {
 	l.p.mu.Unlock()
 }
 
-// teardown closes both sides of the connection, once, and forgets it.
+// teardown closes both sides of the connection and stops its toxics,
+// once, and forgets it.
 func (l *link) teardown() {
 	l.once.Do(func() {
 		close(l.dead)
 		_ = l.client.Close()
 		_ = l.server.Close()
+		l.stop()
 		l.p.mu.Lock()
 		delete(l.p.links, l)
 		l.p.mu.Unlock()
