@@ -201,8 +201,9 @@ func (p *Proxy) Partition() { p.both(holdToxic{}) }
 
 // Clear lifts the fault, on the open connections and on those opened
 // later: held bytes are delivered (and then a held close), and the
-// connections a Silence silenced are closed (the toxic's cleanup, as toxiproxy runs it when a
-// toxic is removed). A connection a Reset reset stays closed.
+// connections a Silence silenced are closed (the toxic's cleanup, as
+// toxiproxy runs it when a toxic is removed). A connection a Reset reset
+// stays closed.
 func (p *Proxy) Clear() { p.set(nil, nil, true, true) }
 
 // both runs toxic each way, on the open connections and those opened
