@@ -1,6 +1,9 @@
 package connectortest
 
 import (
+	"context"
+	"errors"
+	"io"
 	"net"
 	"net/url"
 	"sync"
@@ -31,19 +34,30 @@ import (
 // is no toxic but closes the open connections at once.
 //
 // Each direction of each connection runs through one toxiproxy toxic
-// stub: the toxics are toxiproxy's own, and a change of fault interrupts
-// the running toxic, runs its cleanup as toxiproxy does when a toxic is
-// removed, and starts the next one on the same stub, so that no byte in
-// flight is lost unless the fault drops it. The proxy takes toxiproxy's
-// toxics package alone, not its server, whose metrics would bring a
-// Prometheus client into every connector module's graph.
+// stub: the toxics are toxiproxy's own (but for Silence's and Reset's,
+// which differ from them in how they treat a close, as their docs say),
+// and a change of fault interrupts the running toxic, runs its cleanup as
+// toxiproxy does when a toxic is removed, and starts the next one on the
+// same stub, so that no byte in flight is lost unless the fault drops it.
+// The proxy takes toxiproxy's toxics package alone, not its server, whose
+// metrics would bring a Prometheus client into every connector module's
+// graph.
+//
+// A close passes through the proxy behind the bytes before it, as a FIN
+// does: when one side closes (or half-closes with
+// [net.TCPConn.CloseWrite]), the proxy half-closes the other side's
+// connection once it wrote what came before, while the other direction
+// still flows; the connection ends once both sides closed. A fault that
+// holds bytes holds a close behind them; one that ends a connection
+// (Reset, Cut, Clear after Silence) closes both sides at once.
 //
 // A Proxy is safe for use by several goroutines. Every goroutine of a
 // Proxy has ended when Close returns.
 type Proxy struct {
-	ln     net.Listener
-	target string
-	wg     sync.WaitGroup // the accept loop and every connection's goroutines
+	ln       net.Listener
+	target   string
+	stopDial context.CancelFunc // ends a dial to the broker under way: Close waits for none
+	wg       sync.WaitGroup     // the accept loop and every connection's goroutines
 
 	// change serialises changes of the toxics: a stub is interrupted by
 	// one change at a time.
@@ -70,8 +84,9 @@ func NewProxy(t testing.TB, addr string) *Proxy {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err, "connectortest: proxy listen")
-	p := &Proxy{ln: ln, target: addr, links: map[*link]struct{}{}}
-	p.wg.Go(p.accept)
+	ctx, stopDial := context.WithCancel(context.Background())
+	p := &Proxy{ln: ln, target: addr, stopDial: stopDial, links: map[*link]struct{}{}}
+	p.wg.Go(func() { p.accept(ctx) })
 	t.Cleanup(p.Close)
 	return p
 }
@@ -119,13 +134,14 @@ func (p *Proxy) Cut() {
 	}
 }
 
-// Pause holds back everything the broker sends, on the open connections
-// and on those opened later, until Resume or Clear: a broker gone silent,
-// whose bytes are late but not lost. What the client sends passes.
+// Pause holds back everything the broker sends, and its close, on the
+// open connections and on those opened later, until Resume or Clear: a
+// broker gone silent, whose bytes are late but not lost. What the client
+// sends passes.
 func (p *Proxy) Pause() { p.set(nil, holdToxic{}, true, true) }
 
 // Resume lifts Pause, as Clear does: what the broker sent flows again,
-// what was held first.
+// what was held first, and then the broker's close if it closed.
 func (p *Proxy) Resume() { p.Clear() }
 
 // Latency delays every chunk each way by d, give or take up to jitter
@@ -136,9 +152,16 @@ func (p *Proxy) Latency(d, jitter time.Duration) {
 }
 
 // Bandwidth limits each direction of each connection to kbPerSec
-// kilobytes (1000 bytes) a second (toxiproxy's bandwidth toxic); 0 or
-// less sets no limit.
-func (p *Proxy) Bandwidth(kbPerSec int64) { p.both(&toxics.BandwidthToxic{Rate: kbPerSec}) }
+// kilobytes (1000 bytes) a second (toxiproxy's bandwidth toxic). A
+// kbPerSec of 0 or less sets no limit: it is Clear (toxiproxy's toxic
+// would pass nothing at 0 and panic below it).
+func (p *Proxy) Bandwidth(kbPerSec int64) {
+	if kbPerSec <= 0 {
+		p.Clear()
+		return
+	}
+	p.both(&toxics.BandwidthToxic{Rate: kbPerSec})
+}
 
 // Slicer cuts every chunk each way into pieces of averageSize bytes,
 // give or take sizeVariation, delay apart (toxiproxy's slicer toxic; delay
@@ -154,28 +177,33 @@ func (p *Proxy) Slicer(averageSize, sizeVariation int, delay time.Duration) {
 
 // Silence makes every connection a half-open link (toxiproxy's timeout
 // toxic with a timeout of 0): what either side sends is dropped, and
-// nothing is closed, so that only a heartbeat notices. New connections
-// are accepted and as silent. Clear, or the next fault, closes the
-// connections it silenced, since their streams lost bytes, as toxiproxy
-// does when a timeout toxic is removed.
+// nothing is closed, so that only a heartbeat notices. A side that closes
+// is not heard either (toxiproxy's toxic would pass its close on). New
+// connections are accepted and as silent. Clear, or the next fault,
+// closes the connections it silenced, since their streams lost bytes, as
+// toxiproxy does when a timeout toxic is removed.
 func (p *Proxy) Silence() { p.both(&toxics.TimeoutToxic{}) }
 
 // Reset resets every connection (toxiproxy's reset_peer toxic with a
 // timeout of 0): a connection is closed with an RST, not a FIN, at its
-// next byte either way; an idle one once it next carries a byte, and a
-// new one at its first.
+// next byte (or close) either way; an idle one once it next carries a
+// byte, and a new one at its first. A connection that carried no byte
+// while the Reset lasted is not reset: once the fault is lifted, its
+// closes are FINs again, and lose no byte on the way.
 func (p *Proxy) Reset() { p.both(&toxics.ResetToxic{}) }
 
 // Partition lets nothing pass either way, on every connection, and holds
 // what is sent (up to about a megabyte each way, then the sender waits, as
-// a full TCP window would make it); Clear delivers what was held, in
-// order, as TCP would retransmit it once the network heals.
+// a full TCP window would make it) and a close behind it; Clear delivers
+// what was held, in order, and then the close, as TCP would retransmit
+// them once the network heals.
 func (p *Proxy) Partition() { p.both(holdToxic{}) }
 
 // Clear lifts the fault, on the open connections and on those opened
-// later: held bytes are delivered, and the connections a Silence
-// silenced are closed (the toxic's cleanup, as toxiproxy runs it when a
-// toxic is removed). A connection a Reset reset stays closed.
+// later: held bytes are delivered (and then a held close), and the
+// connections a Silence silenced are closed (the toxic's cleanup, as
+// toxiproxy runs it when a toxic is removed). A connection a Reset reset
+// stays closed.
 func (p *Proxy) Clear() { p.set(nil, nil, true, true) }
 
 // both runs toxic each way, on the open connections and those opened
@@ -184,6 +212,9 @@ func (p *Proxy) both(toxic toxics.Toxic) { p.set(toxic, toxic, true, true) }
 
 // Close stops the proxy: the open connections are closed, new ones
 // refused, and every goroutine of the proxy has ended when it returns.
+// It interrupts the running toxics and cancels a dial to the broker under
+// way rather than wait out their pace (an hour of latency, say, or the
+// dial's 10 s timeout).
 func (p *Proxy) Close() {
 	p.mu.Lock()
 	already := p.closed
@@ -191,6 +222,7 @@ func (p *Proxy) Close() {
 	p.mu.Unlock()
 	if !already {
 		_ = p.ln.Close()
+		p.stopDial()
 		p.Cut()
 	}
 	p.wg.Wait()
@@ -225,13 +257,14 @@ func (p *Proxy) open() []*link {
 	return out
 }
 
-func (p *Proxy) accept() {
+func (p *Proxy) accept(ctx context.Context) {
+	d := net.Dialer{Timeout: 10 * time.Second}
 	for {
 		client, err := p.ln.Accept()
 		if err != nil {
 			return
 		}
-		server, err := net.DialTimeout("tcp", p.target, 10*time.Second)
+		server, err := d.DialContext(ctx, "tcp", p.target)
 		if err != nil {
 			_ = client.Close()
 			continue
@@ -250,9 +283,13 @@ func (p *Proxy) accept() {
 		p.accepted++
 		l := &link{p: p, seq: p.accepted, client: client, server: server, dead: make(chan struct{})}
 		p.links[l] = struct{}{}
+		// l.mu until both stubs are in place: a goroutine of the link that
+		// tears it down at once stops them.
+		l.mu.Lock()
 		l.cur = p.fresh
-		l.up = l.start(client, server, l.cur[0])
-		l.down = l.start(server, client, l.cur[1])
+		l.up = l.start(0, client, server, l.cur[0])
+		l.down = l.start(1, server, client, l.cur[1])
+		l.mu.Unlock()
 		p.mu.Unlock()
 	}
 }
@@ -264,10 +301,24 @@ type link struct {
 	seq            int // the proxy's count of connections when it was accepted
 	client, server net.Conn
 	wrote          [2]atomic.Bool // a byte was written to the broker, to the client
-	up, down       *toxics.ToxicStub
-	cur            [2]toxics.Toxic // what up and down run; set under p.change once the link is listed
-	once           sync.Once
-	dead           chan struct{} // closed by teardown
+	// eof records that the client (up) or the broker (down) closed its
+	// side in order: its reader read to io.EOF.
+	eof [2]atomic.Bool
+	// halves counts the directions whose end was forwarded as a
+	// half-close; at two the link is done.
+	halves atomic.Int32
+	// reset records that a reset fired: the link ends with an RST.
+	reset atomic.Bool
+
+	// mu is held while a stub's toxic is replaced or stopped, so that one
+	// goroutine at a time interrupts a stub.
+	mu       sync.Mutex
+	up, down *toxics.ToxicStub
+	cur      [2]toxics.Toxic // what up and down run
+	stopped  bool            // teardown stopped the toxics: none runs again
+
+	once sync.Once
+	dead chan struct{} // closed by teardown
 }
 
 // linkBudget is how many bytes of one direction of a link may be on their
@@ -276,7 +327,8 @@ type link struct {
 // nothing holds back the other, as a network would.
 const linkBudget = 1 << 20
 
-// start runs the bytes from src to dst through a stub running toxic:
+// start runs the bytes from src to dst, the direction dir (0 up, 1
+// down), through a stub running toxic:
 // a reader turns src's bytes into chunks, the stub passes them through
 // the toxic, a forwarder takes what the toxic sends at once and a writer
 // writes it to dst. The toxic never waits for dst: a change of toxics,
@@ -284,7 +336,7 @@ const linkBudget = 1 << 20
 // reads nothing (toxiproxy's toxics send their output without watching
 // for the interruption). The reader waits instead, once linkBudget bytes
 // are on their way.
-func (l *link) start(src, dst net.Conn, toxic toxics.Toxic) *toxics.ToxicStub {
+func (l *link) start(dir int, src, dst net.Conn, toxic toxics.Toxic) *toxics.ToxicStub {
 	in := make(chan *stream.StreamChunk, 32)
 	out := make(chan *stream.StreamChunk)
 	stub := toxics.NewToxicStub(in, out)
@@ -307,15 +359,14 @@ func (l *link) start(src, dst net.Conn, toxic toxics.Toxic) *toxics.ToxicStub {
 				}
 			}
 			if err != nil {
+				// Before in closes: the writer learns of it once the
+				// toxic has passed the close on.
+				l.eof[dir].Store(errors.Is(err, io.EOF))
 				return
 			}
 		}
 	})
 	l.run(stub, toxic)
-	dir := 0
-	if dst == l.client {
-		dir = 1
-	}
 	q := &chunkQueue{ready: make(chan struct{}, 1)}
 	l.p.wg.Go(func() {
 		for c := range out {
@@ -330,17 +381,40 @@ func (l *link) start(src, dst net.Conn, toxic toxics.Toxic) *toxics.ToxicStub {
 				break
 			}
 			if _, err := dst.Write(c.Data); err != nil {
-				break
+				// What the stub passes from now on has nowhere to go:
+				// the forwarder goes on taking it until teardown stops
+				// the toxic.
+				l.teardown()
+				return
 			}
 			room.give(len(c.Data))
 			l.wrote1(dir)
 		}
-		// What the stub passes from now on has nowhere to go: the
-		// forwarder goes on taking it, so that the toxic ends once the
-		// reader closes its input.
-		l.teardown()
+		l.end(dir, dst)
 	})
 	return stub
+}
+
+// end ends the direction dir, to dst, once its toxic closed its output
+// and the writer wrote everything in it. A source that closed its side in
+// order, whose close a toxic passed on, closes dst's side in turn (a
+// half-close, after the bytes before it), and the link is done once both
+// directions did; anything else (a reset, an error, a toxic's cleanup)
+// tears the link down.
+func (l *link) end(dir int, dst net.Conn) {
+	select {
+	case <-l.dead:
+		return
+	default:
+	}
+	tc, ok := dst.(*net.TCPConn)
+	if l.reset.Load() || !l.eof[dir].Load() || !ok || tc.CloseWrite() != nil {
+		l.teardown()
+		return
+	}
+	if l.halves.Add(1) == 2 {
+		l.teardown()
+	}
 }
 
 // A budget is a count of bytes that one reader takes before it reads and
@@ -441,16 +515,18 @@ func (q *chunkQueue) pop(dead <-chan struct{}) (*stream.StreamChunk, bool) {
 }
 
 // run runs toxic on stub (a no-op one for nil) in a goroutine of the
-// proxy. A reset makes the connection's close an RST.
+// proxy. toxiproxy's reset_peer toxic runs as resetToxic, which makes the
+// link's close an RST when it fires, and its timeout toxic with a
+// timeout of 0 as silenceToxic, which holds a close back too.
 func (l *link) run(stub *toxics.ToxicStub, toxic toxics.Toxic) {
-	if toxic == nil {
+	switch t := toxic.(type) {
+	case nil:
 		toxic = new(toxics.NoopToxic)
-	}
-	if _, ok := toxic.(*toxics.ResetToxic); ok {
-		for _, c := range []net.Conn{l.client, l.server} {
-			if tc, ok := c.(*net.TCPConn); ok {
-				_ = tc.SetLinger(0)
-			}
+	case *toxics.ResetToxic:
+		toxic = resetToxic{l: l, after: time.Duration(t.Timeout) * time.Millisecond}
+	case *toxics.TimeoutToxic:
+		if t.Timeout == 0 {
+			toxic = silenceToxic{}
 		}
 	}
 	if st, ok := toxic.(toxics.StatefulToxic); ok {
@@ -463,13 +539,32 @@ func (l *link) run(stub *toxics.ToxicStub, toxic toxics.Toxic) {
 // set replaces the toxics of the link's two stubs, each only if it
 // changes.
 func (l *link) set(up, down toxics.Toxic) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.stopped {
+		return
+	}
 	l.replace(l.up, l.cur[0], up)
 	l.replace(l.down, l.cur[1], down)
 	l.cur = [2]toxics.Toxic{up, down}
 }
 
+// stop interrupts the toxics of the link's two stubs, without waiting
+// out the pace of any, runs none again, and closes the stubs, so that
+// their forwarders end.
+func (l *link) stop() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.stopped = true
+	for _, stub := range []*toxics.ToxicStub{l.up, l.down} {
+		if stub.InterruptToxic() {
+			stub.Close()
+		}
+	}
+}
+
 // replace removes old from stub and runs next on it, as toxiproxy removes
-// a toxic from a link: it interrupts old, runs old's cleanup if it has one
+// a toxic from a link (under l.mu): it interrupts old, runs old's cleanup if it has one
 // (a timeout toxic's closes the stub, and so the connection), and runs
 // next unless the stub is closed; a stub already closed keeps none.
 func (l *link) replace(stub *toxics.ToxicStub, old, next toxics.Toxic) {
@@ -478,9 +573,9 @@ func (l *link) replace(stub *toxics.ToxicStub, old, next toxics.Toxic) {
 	}
 	if c, ok := old.(toxics.CleanupToxic); ok {
 		c.Cleanup(stub)
-		if stub.Closed() {
-			return
-		}
+	}
+	if stub.Closed() { // by the cleanup, or by a reset that fired as it was interrupted
+		return
 	}
 	l.run(stub, next)
 }
@@ -497,24 +592,40 @@ func (l *link) wrote1(dir int) {
 	l.p.mu.Unlock()
 }
 
-// teardown closes both sides of the connection, once, and forgets it.
+// abort makes the link's close an RST, not a FIN, and its end a
+// teardown: a reset fired.
+func (l *link) abort() {
+	l.reset.Store(true)
+	for _, c := range []net.Conn{l.client, l.server} {
+		if tc, ok := c.(*net.TCPConn); ok {
+			_ = tc.SetLinger(0)
+		}
+	}
+}
+
+// teardown closes both sides of the connection and stops its toxics,
+// once, and forgets it.
 func (l *link) teardown() {
 	l.once.Do(func() {
 		close(l.dead)
 		_ = l.client.Close()
 		_ = l.server.Close()
+		l.stop()
 		l.p.mu.Lock()
 		delete(l.p.links, l)
 		l.p.mu.Unlock()
 	})
 }
 
-// holdToxic holds every chunk until it is interrupted, and then passes
-// them on, in order: a peer whose bytes are late, not lost.
+// holdToxic holds every chunk, and the close of its input, until it is
+// interrupted, and then passes the chunks on, in order, and leaves the
+// close to the next toxic: a peer whose bytes and close are late, not
+// lost.
 type holdToxic struct{}
 
 func (holdToxic) Pipe(stub *toxics.ToxicStub) {
 	var held []*stream.StreamChunk
+	in := stub.Input
 	for {
 		select {
 		case <-stub.Interrupt:
@@ -522,14 +633,63 @@ func (holdToxic) Pipe(stub *toxics.ToxicStub) {
 				stub.Output <- c
 			}
 			return
-		case c := <-stub.Input:
-			if c == nil {
-				stub.Close()
-				return
+		case c := <-in:
+			if c == nil { // the source closed: read no more
+				in = nil
+				continue
 			}
 			held = append(held, c)
 		}
 	}
+}
+
+// silenceToxic is toxiproxy's timeout toxic with a timeout of 0, which
+// drops every chunk, except that the close of its input is held back too
+// (toxiproxy's passes it on): a silent link passes nothing, not even a
+// close. Its removal closes the stub all the same: replace runs the
+// timeout toxic's cleanup.
+type silenceToxic struct{}
+
+func (silenceToxic) Pipe(stub *toxics.ToxicStub) {
+	in := stub.Input
+	for {
+		select {
+		case <-stub.Interrupt:
+			return
+		case c := <-in:
+			if c == nil { // the source closed: read no more
+				in = nil
+			}
+		}
+	}
+}
+
+// resetToxic is toxiproxy's reset_peer toxic, bound to its link: at the
+// first chunk (or the close of its input), after the toxic's timeout, it
+// makes the link's close an RST and closes the stub. The RST is set as
+// the reset fires, not when the toxic is set: a reset lifted before it
+// fired leaves the link's closes orderly. Unlike toxiproxy's, an
+// interruption cuts its timeout short: it fires at once, since it
+// dropped a chunk.
+type resetToxic struct {
+	l     *link
+	after time.Duration
+}
+
+func (t resetToxic) Pipe(stub *toxics.ToxicStub) {
+	select {
+	case <-stub.Interrupt:
+		return
+	case <-stub.Input:
+	}
+	if t.after > 0 {
+		select {
+		case <-stub.Interrupt:
+		case <-time.After(t.after):
+		}
+	}
+	t.l.abort()
+	stub.Close()
 }
 
 // toxiproxy's bandwidth toxic logs each interruption at the trace level

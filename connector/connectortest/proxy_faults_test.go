@@ -108,6 +108,26 @@ func TestProxyBandwidth(t *testing.T) {
 	assert.Less(t, took, 5*time.Second, "the limit is 100 KB/s, not less")
 }
 
+// Bandwidth(0) and Bandwidth(-1) set no limit, as Clear does: every byte
+// passes, unchanged (toxiproxy's toxic would block everything at 0 and
+// panic below it).
+func TestProxyBandwidthZeroOrLessIsNoLimit(t *testing.T) {
+	t.Parallel()
+	for _, rate := range []int64{0, -1} {
+		p := connectortest.NewProxy(t, connectortest.NewEcho(t).Addr())
+		c := dial(t, p)
+		roundTrip(t, c, []byte("up"))
+		p.Bandwidth(rate)
+		want := make([]byte, 60_000)
+		_, _ = rand.Read(want)
+		got, _ := roundTrip(t, c, want)
+		assert.True(t, bytes.Equal(want, got), "rate %d: the bytes came back unchanged", rate)
+		later := dial(t, p)
+		got, _ = roundTrip(t, later, []byte("new"))
+		assert.Equal(t, "new", string(got), "rate %d: a connection opened later passes too", rate)
+	}
+}
+
 // Slicer cuts what passes into small pieces, and every byte arrives, in
 // order.
 func TestProxySlicer(t *testing.T) {
