@@ -61,7 +61,7 @@ func TestWindowLogPrunesWhatThePositionMakesMoot(t *testing.T) {
 // lossyKey encodes every key as 0: it does not round-trip.
 type lossyKey int
 
-func (lossyKey) MarshalJSON() ([]byte, error)   { return []byte("0"), nil }
+func (lossyKey) MarshalJSON() ([]byte, error)  { return []byte("0"), nil }
 func (*lossyKey) UnmarshalJSON(b []byte) error { return nil }
 
 // A key whose own JSON methods do not round-trip passes Build (its
