@@ -37,6 +37,19 @@ import (
 // ([node.Flusher]) holds every position back until its Flush: with one,
 // positions are saved only at the end of a run that succeeded. store must
 // not be nil and every must be positive.
+//
+// In a pipeline of one source that implements node.Resumable, an
+// [EventTime] [Aggregate] of time windows, without [AllowedLateness] and
+// without an idle timeout, keeps a window log: the windows it handed on
+// complete and whose output settled are saved with the position, so
+// that a run resumed after a crash settles the items it reads again of
+// those windows as Filtered instead of handing the windows on again. The
+// saved bytes are then a position envelope around the source's position;
+// a position saved before still loads. A window written after the last
+// save is handed on again, whole. With several sources no log is kept.
+// Build refuses a window key that does not come back equal from JSON
+// where a log is kept. See "Positions with open windows" in
+// docs/nodes.md.
 func WithCheckpoint(store checkpoint.Store, every time.Duration) Option {
 	return func(c *config) {
 		c.checkpoint, c.checkpointEvery, c.checkpointSet = store, every, true

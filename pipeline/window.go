@@ -81,10 +81,14 @@ type Window[K comparable, A any] struct {
 	// watermark passed its end. Count and Value are the whole window's,
 	// the earlier items and the late ones; within a run, the later
 	// hand-over replaces the earlier. Under WithCheckpoint, a run resumed
-	// after a crash may hand on again a window handed on before the
-	// crash, rebuilt from only the items it read again, with neither
-	// Update nor Partial set: keeping the first copy by Key and Start is
-	// then right only without AllowedLateness and without EventTime's
+	// after a crash does not hand on again a window that the last save
+	// recorded as written (see WithCheckpoint's window log), and hands on
+	// again, whole, one written after that save. Where no window log is
+	// kept (AllowedLateness, EventTime's idle timeout, count and session
+	// windows, several sources), it may hand on again a window handed on
+	// before the crash, rebuilt from only the items it read again, with
+	// neither Update nor Partial set: keeping the first copy by Key and
+	// Start is then right only without AllowedLateness and without the
 	// idle timeout, and with updates no sink rule is right.
 	Update bool
 }
