@@ -165,6 +165,11 @@ func TestWindowLogCorruptEnvelope(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 			var ne *pipeline.NodeError
 			require.True(t, errors.As(err, &ne))
+			if tc.name != "key" {
+				assert.Equal(t, "src", ne.Node)
+			} else {
+				assert.Equal(t, "sum", ne.Node, "the key is the Aggregate's")
+			}
 			assert.Empty(t, got, "nothing written")
 			assert.Equal(t, int64(0), nodeOf(t, res, "store").In)
 			after, err := store.Load(t.Context(), "wl", "src")
@@ -353,4 +358,49 @@ func TestWindowLogRefusesKeysThatDoNotRoundTrip(t *testing.T) {
 		})
 	}
 	assert.NoError(t, try(t, cp, 1, 0, keyed(func(ev) fine { return fine{} })), "strings and arrays of numbers round-trip")
+}
+
+// plainSource emits its items with EmitAt, and does not resume.
+type plainSource struct{ items []ev }
+
+func (s plainSource) Run(ctx context.Context, emit node.Emitter[ev]) error {
+	for i, e := range s.items {
+		if err := emit.EmitAt(ctx, e, []byte(strconv.Itoa(i+1))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// No window log is kept with two sources, nor with a source that does
+// not resume: the saved positions are the sources' bare bytes, as
+// before window logs.
+func TestWindowLogNotKeptWithSeveralSourcesOrWithoutResume(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		in   func(*pipeline.Builder) pipeline.Stream[ev]
+	}{
+		{"two sources", func(b *pipeline.Builder) pipeline.Stream[ev] {
+			return pipeline.Merge(b, "both", pipeline.Source(b, "src", &logSource{items: logItems}),
+				pipeline.Source(b, "src2", &logSource{items: logItems[:2]}))
+		}},
+		{"no Resume", func(b *pipeline.Builder) pipeline.Stream[ev] {
+			return pipeline.Source(b, "src", plainSource{items: logItems})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			store := checkpoint.NewMemory()
+			b := pipeline.New("wl", pipeline.WithClock(clockwork.NewFakeClock()), pipeline.WithCheckpoint(store, time.Hour),
+				pipeline.WithDeadLetter(deadletter.NewMemory(10)))
+			wins := pipeline.Aggregate(b, "sum", tc.in(b), evKey, pipeline.TimeWindow(time.Minute), evZero, evSum, pipeline.EventTime(evAt, 0, 0))
+			pipeline.Sink(b, "store", wins, &winSink{})
+			_, err := build(t, b).Run(t.Context())
+			require.NoError(t, err)
+			data, err := store.Load(t.Context(), "wl", "src")
+			require.NoError(t, err)
+			assert.Equal(t, []byte("6"), data, "the bare position")
+		})
+	}
 }
