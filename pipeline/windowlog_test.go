@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -403,4 +404,61 @@ func TestWindowLogNotKeptWithSeveralSourcesOrWithoutResume(t *testing.T) {
 			assert.Equal(t, []byte("6"), data, "the bare position")
 		})
 	}
+}
+
+// holdSource emits its items with EmitAt, then waits for the run's end.
+type holdSource struct{ items []ev }
+
+func (s holdSource) Resume([]byte) error { return nil }
+
+func (s holdSource) Run(ctx context.Context, emit node.Emitter[ev]) error {
+	for i, e := range s.items {
+		if err := emit.EmitAt(ctx, e, []byte(strconv.Itoa(i+1))); err != nil {
+			return err
+		}
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A window that settles while an older item holds the position moves no
+// position, and is saved all the same: the log changed.
+func TestWindowLogSavedWhenOnlyTheLogChanged(t *testing.T) {
+	t.Parallel()
+	items := []ev{
+		{ID: 0, Key: 1, V: 1, At: epoch.Add(70 * time.Second)}, // [1:00, 2:00) of key 1 stays open
+		{ID: 1, Key: 2, V: 2, At: epoch.Add(20 * time.Second)}, // [0:00, 1:00) of key 2
+		{ID: 2, Key: 2, V: 4, At: epoch.Add(125 * time.Second)},
+	}
+	clock := clockwork.NewFakeClock()
+	store := checkpoint.NewMemory()
+	b := pipeline.New("wl", pipeline.WithClock(clock), pipeline.WithCheckpoint(store, time.Second), pipeline.WithDeadLetter(deadletter.NewMemory(10)))
+	wins := pipeline.Aggregate(b, "sum", pipeline.Source(b, "src", holdSource{items: items}), evKey, pipeline.TimeWindow(time.Minute), evZero, evSum,
+		pipeline.EventTime(evAt, time.Minute, 0))
+	sink := &winSink{}
+	pipeline.Sink(b, "store", wins, sink)
+	p := build(t, b)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { _, err := p.Run(ctx); done <- err }()
+	var got []string
+	// The saver saves on its ticker once the window settled: move the
+	// clock until it did (no wait on the real clock).
+	for i := 0; i < 100000 && len(got) == 0; i++ {
+		require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+		clock.Advance(time.Second)
+		data, err := store.Load(t.Context(), "wl", "src")
+		require.NoError(t, err)
+		if data != nil {
+			var pos []byte
+			pos, got, err = pipeline.DecodeSavedPosition(data)
+			require.NoError(t, err)
+			assert.Nil(t, pos, "item 1 holds the position")
+		}
+		runtime.Gosched()
+	}
+	cancel()
+	require.ErrorIs(t, <-done, context.Canceled)
+	assert.Equal(t, []string{"sum 2 " + strconv.FormatInt(epoch.UnixNano(), 10)}, got)
+	require.Len(t, sink.got(), 1)
 }
