@@ -249,7 +249,7 @@ func checkWindowLog(cfg config, nodes []*spec, n *spec) []error {
 		return nil
 	}
 	if err := n.windowKey(); err != nil {
-		return []error{fmt.Errorf("Aggregate key: %w; under WithCheckpoint the keys of the windows written are saved as JSON, so that a resumed run does not write them again: use a key of strings, numbers, booleans, or arrays or structs of them with exported fields", err)}
+		return []error{fmt.Errorf("Aggregate key: %w; under WithCheckpoint the keys of the windows written are saved as JSON, so that a resumed run does not write them again: use a key of strings, integers or booleans, or of arrays or structs of them with exported fields", err)}
 	}
 	return nil
 }
