@@ -15,7 +15,9 @@ import "context"
 // A Store keeps one position per pipeline and source name. Save replaces
 // the position kept for the pair; Load returns it, or nil when none was
 // saved. A position is opaque bytes that the source gave (node.Emitter's
-// EmitAt); a store keeps them as given, byte for byte: an empty position
+// EmitAt), or, where an event-time Aggregate keeps a window log, an
+// envelope of the pipeline's around them (see pipeline.WithCheckpoint);
+// a store keeps them as given, byte for byte: an empty position
 // (nil or not) loads as an empty, non-nil slice, so that nil from Load
 // always means "none saved". The store keeps a copy: the caller may change
 // the slice it passed to Save, or the one Load returned, afterwards.

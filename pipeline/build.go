@@ -40,11 +40,15 @@ func (b *Builder) Build() (*Pipeline, error) {
 			resolveResilience(b.cfg, n, &breakers),
 			checkEventTimeKind(b.cfg, n),
 			checkJoinTimeKind(b.cfg, n),
+			checkWindowLog(b.cfg, nodes, n),
 		)
 	}
 	c.pipelineProblems(breakers.check(b.cfg.profile), checkEnds(nodes))
 	if len(c.errs) > 0 {
 		return nil, errors.Join(c.errs...)
+	}
+	for _, n := range nodes {
+		n.logWindows = logsWindows(b.cfg, nodes, n)
 	}
 	return b.assemble(nodes)
 }

@@ -37,6 +37,19 @@ import (
 // ([node.Flusher]) holds every position back until its Flush: with one,
 // positions are saved only at the end of a run that succeeded. store must
 // not be nil and every must be positive.
+//
+// In a pipeline of one source that implements node.Resumable, an
+// [EventTime] [Aggregate] of time windows, without [AllowedLateness] and
+// without an idle timeout, keeps a window log: the windows it handed on
+// complete and whose output settled are saved with the position, so
+// that a run resumed after a crash settles the items it reads again of
+// those windows as Filtered instead of handing the windows on again. The
+// saved bytes are then a position envelope around the source's position;
+// a position saved before still loads. A window written after the last
+// save is handed on again, whole. With several sources no log is kept.
+// Build refuses a window key that does not come back equal from JSON
+// where a log is kept. See "Positions with open windows" in
+// docs/nodes.md.
 func WithCheckpoint(store checkpoint.Store, every time.Duration) Option {
 	return func(c *config) {
 		c.checkpoint, c.checkpointEvery, c.checkpointSet = store, every, true
@@ -77,8 +90,12 @@ type ledger struct {
 	stuck bool   // an item failed: q ends with it
 	pos   []byte // the committed position
 	seq   uint64 // how often pos moved
-	// saved is the seq of the last position saved; the saver's own.
-	saved uint64
+	// added counts the items added; idx is the index of the committed
+	// one (0: none yet).
+	added, idx uint64
+	// saved is the seq of the last position saved, and savedLogs the
+	// window logs' change count then; the saver's own.
+	saved, savedLogs uint64
 }
 
 // ledger marks of a tracker, guarded by the ledger's mu.
@@ -92,10 +109,22 @@ const (
 // so that the order is the emission order.
 func (l *ledger) add(t *tracker) {
 	l.mu.Lock()
+	l.added++
+	t.idx = l.added
 	if !l.stuck {
 		l.q = append(l.q, t)
 	}
 	l.mu.Unlock()
+}
+
+// settles reports whether an item that ended in o settled: its position
+// may be committed.
+func settles(o node.Outcome) bool {
+	switch o {
+	case node.Delivered, node.Filtered, node.Skipped, node.DeadLettered, node.HandedOff:
+		return true
+	}
+	return false
 }
 
 // settle records t's outcome and moves the committed position over every
@@ -103,8 +132,8 @@ func (l *ledger) add(t *tracker) {
 func (l *ledger) settle(t *tracker, o node.Outcome) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	switch o {
-	case node.Delivered, node.Filtered, node.Skipped, node.DeadLettered, node.HandedOff:
+	switch {
+	case settles(o):
 		t.mark = markSettled
 	default:
 		t.mark = markFailed
@@ -120,18 +149,19 @@ func (l *ledger) settle(t *tracker, o node.Outcome) {
 		}
 	}
 	for len(l.q) > 0 && l.q[0].mark == markSettled {
-		l.pos = l.q[0].pos
+		l.pos, l.idx = l.q[0].pos, l.q[0].idx
 		l.seq++
 		l.q[0] = nil
 		l.q = l.q[1:]
 	}
 }
 
-// committed returns the committed position and how often it moved.
-func (l *ledger) committed() ([]byte, uint64) {
+// committed returns the committed position, how often it moved, and the
+// committed item's index.
+func (l *ledger) committed() ([]byte, uint64, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.pos, l.seq
+	return l.pos, l.seq, l.idx
 }
 
 // settledByLedger is the done of a root tracker that only a ledger
@@ -192,6 +222,17 @@ func (rs *runState) resume(ctx context.Context) error {
 			if err != nil {
 				return &NodeError{Node: n.name, Err: fmt.Errorf("pipeline: checkpoint of source %q: Load: %w", n.name, err)}
 			}
+			var wins map[string][]loggedWindow
+			if pos, wins, err = decodePosition(pos); err != nil {
+				return &NodeError{Node: n.name, Err: fmt.Errorf("pipeline: checkpoint of source %q: %w", n.name, err)}
+			}
+			if rs.loaded == nil {
+				rs.loaded = map[string][]byte{}
+			}
+			rs.loaded[n.name] = pos
+			// Only a pipeline of one source keeps window logs
+			// (logsWindows): with several, none reads them.
+			rs.restored = wins
 		}
 		var err error
 		if perr := protect(func() { err = n.resume(pos) }); perr != nil {
@@ -280,19 +321,61 @@ func (rs *runState) finalSave(parent context.Context, succeeded bool) error {
 func (rs *runState) save(ctx context.Context) error {
 	var errs []error
 	for _, l := range rs.ledgers {
-		pos, seq := l.committed()
-		if seq == l.saved {
+		pos, seq, idx := l.committed()
+		var logs uint64
+		var err error
+		if len(rs.windowLogs) > 0 {
+			// Only with one source (logsWindows): its ledger is l. The
+			// ledger is read first: a window whose items it committed
+			// was recorded before they settled.
+			if seq == 0 {
+				pos = rs.loaded[l.src] // nothing committed yet in this run
+			}
+			pos, logs, err = rs.envelope(pos, idx, seq == l.saved, l.savedLogs)
+			if err == nil && pos == nil {
+				continue // neither moved
+			}
+		} else if seq == l.saved {
 			continue
 		}
-		var err error
-		if perr := protect(func() { err = rs.p.cfg.checkpoint.Save(ctx, rs.p.name, l.src, pos) }); perr != nil {
-			err = perr
+		if err == nil {
+			if perr := protect(func() { err = rs.p.cfg.checkpoint.Save(ctx, rs.p.name, l.src, pos) }); perr != nil {
+				err = perr
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("pipeline: checkpoint of source %q: %w", l.src, err))
 			continue
 		}
-		l.saved = seq
+		l.saved, l.savedLogs = seq, logs
 	}
 	return errors.Join(errs...)
+}
+
+// envelope returns pos in a position envelope with the run's window logs,
+// pruned by the committed item idx, and the logs' change count; nil
+// when the position did not move (same) and no log changed since
+// savedLogs.
+func (rs *runState) envelope(pos []byte, idx uint64, same bool, savedLogs uint64) ([]byte, uint64, error) {
+	wins := make(map[string][]loggedWindow, len(rs.windowLogs))
+	var changed uint64
+	var errs []error
+	for _, wl := range rs.windowLogs {
+		ws, n, err := wl.snapshot(idx)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		changed += n
+		if len(ws) > 0 {
+			wins[wl.name()] = ws
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, 0, err
+	}
+	if same && changed == savedLogs {
+		return nil, changed, nil
+	}
+	data, err := encodePosition(pos, wins)
+	return data, changed, err
 }

@@ -17,16 +17,16 @@ func TestLedgerCommitsInOrder(t *testing.T) {
 		ts[i] = &tracker{pos: []byte{byte('1' + i)}, positioned: true, led: l}
 		l.add(ts[i])
 	}
-	pos, seq := l.committed()
+	pos, seq, _ := l.committed()
 	assert.Nil(t, pos)
 	assert.Equal(t, uint64(0), seq)
 
 	l.settle(ts[1], node.Delivered)
-	pos, _ = l.committed()
+	pos, _, _ = l.committed()
 	assert.Nil(t, pos, "item 0 is not settled")
 
 	l.settle(ts[0], node.Filtered)
-	pos, seq = l.committed()
+	pos, seq, _ = l.committed()
 	assert.Equal(t, "2", string(pos))
 	assert.Equal(t, uint64(2), seq)
 
@@ -34,14 +34,14 @@ func TestLedgerCommitsInOrder(t *testing.T) {
 	l.settle(ts[4], node.DeadLettered)
 	l.settle(ts[5], node.Skipped)
 	l.settle(ts[2], node.HandedOff)
-	pos, _ = l.committed()
+	pos, _, _ = l.committed()
 	assert.Equal(t, "3", string(pos), "item 3 failed: nothing after it commits")
 	assert.Len(t, l.q, 1)
 
 	late := &tracker{pos: []byte("9"), positioned: true, led: l}
 	l.add(late)
 	l.settle(late, node.Delivered)
-	pos, _ = l.committed()
+	pos, _, _ = l.committed()
 	assert.Equal(t, "3", string(pos))
 	assert.Len(t, l.q, 1)
 }
@@ -55,7 +55,7 @@ func TestLedgerRejectedHolds(t *testing.T) {
 	l.add(b)
 	l.settle(a, node.Rejected)
 	l.settle(b, node.Delivered)
-	pos, seq := l.committed()
+	pos, seq, _ := l.committed()
 	assert.Nil(t, pos)
 	assert.Equal(t, uint64(0), seq)
 }

@@ -25,11 +25,13 @@ import (
 
 // The event-time crash test runs its own test binary as a child that
 // aggregates crashItems under a checkpoint file in $SLUICE_EVENTTIME_CRASH_DIR,
-// writing each window once to a file there, and holds where
-// $SLUICE_EVENTTIME_CRASH_STOP says, to be killed.
+// appending every window it writes to a file there, tagged with
+// $SLUICE_EVENTTIME_CRASH_RUN, and holds where $SLUICE_EVENTTIME_CRASH_STOP
+// says, to be killed.
 const (
 	etCrashDirEnv  = "SLUICE_EVENTTIME_CRASH_DIR"
 	etCrashStopEnv = "SLUICE_EVENTTIME_CRASH_STOP"
+	etCrashRunEnv  = "SLUICE_EVENTTIME_CRASH_RUN"
 )
 
 // crashWindow is the window of the crash test, and crashBound the
@@ -85,35 +87,45 @@ func (s *crashSource) Run(ctx context.Context, emit node.Emitter[ev]) error {
 	return nil
 }
 
-// windowSink writes each window to a file as a line "key start count
-// value", once: a window the file holds already (a replay after a crash
-// handed it on again) is taken and not written again. With hold > 0 it
-// prints "holding" once it wrote its hold-th line of the run, and waits
-// for the run's end (or the kill) before it returns: the window is
-// written and its items have not settled.
+// windowSink appends each window it is given to a file as a line "run
+// key start count value", every copy: a window handed on again after a
+// crash is written again. With hold > 0 it prints "holding" once it wrote
+// its hold-th line of the run, and waits for the run's end (or the kill)
+// before it returns: the window is written and its items have not
+// settled.
+//
+// With saves set, each window after the first waits for a checkpoint save
+// after the one before it settled: the child then saves the state after
+// each window, and a kill right after a save finds windows recorded as
+// written whose items are after the saved position.
 type windowSink struct {
 	f     *os.File
-	have  map[string]bool
+	run   string
 	hold  int
 	wrote int
-}
-
-func windowLine(w pipeline.Window[int, int]) (id, line string) {
-	id = fmt.Sprintf("%d %d", w.Key, w.Start.UnixNano())
-	return id, fmt.Sprintf("%s %d %d\n", id, w.Count, w.Value)
+	saves <-chan struct{}
 }
 
 func (s *windowSink) Write(ctx context.Context, w pipeline.Window[int, int]) error {
-	id, line := windowLine(w)
-	if s.have[id] {
-		fmt.Printf("again %s\n", id)
-		return nil
+	if s.saves != nil && s.wrote > 0 {
+		select {
+		case <-s.saves:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	line := fmt.Sprintf("%s %d %d %d %d\n", s.run, w.Key, w.Start.UnixNano(), w.Count, w.Value)
 	if _, err := s.f.WriteString(line); err != nil {
 		return err
 	}
-	s.have[id] = true
 	s.wrote++
+	if s.saves != nil {
+		// Only a save that follows this window counts.
+		select {
+		case <-s.saves:
+		default:
+		}
+	}
 	if s.wrote == s.hold {
 		fmt.Println("holding")
 		<-ctx.Done()
@@ -122,8 +134,17 @@ func (s *windowSink) Write(ctx context.Context, w pipeline.Window[int, int]) err
 	return nil
 }
 
-// readWindows returns the lines of the windows file, each "key start count value".
-func readWindows(path string) ([]string, error) {
+// A windowCopy is one line of the windows file: a copy of a window
+// written by run.
+type windowCopy struct {
+	run int
+	id  winKey
+	sum winSum
+}
+
+// readWindows returns the copies in the windows file, in the order
+// written.
+func readWindows(path string) ([]windowCopy, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -131,13 +152,28 @@ func readWindows(path string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	return strings.Fields(strings.ReplaceAll(string(data), " ", "_")), nil
+	var copies []windowCopy
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if l == "" {
+			continue
+		}
+		var c windowCopy
+		var start int64
+		if _, err := fmt.Sscanf(l, "%d %d %d %d %d", &c.run, &c.id.key, &start, &c.sum.count, &c.sum.value); err != nil {
+			return nil, fmt.Errorf("%q: %w", l, err)
+		}
+		c.id.start = time.Unix(0, start).UTC()
+		copies = append(copies, c)
+	}
+	return copies, nil
 }
 
-// savedStore prints "saved N" once it saved position N.
+// savedStore prints "saved N W" once it saved position N with W windows
+// recorded as written.
 type savedStore struct {
 	checkpoint.Store
-	mu sync.Mutex
+	mu    sync.Mutex
+	saves chan struct{} // a token after each save
 }
 
 func (s *savedStore) Save(ctx context.Context, pipe, src string, pos []byte) error {
@@ -146,7 +182,15 @@ func (s *savedStore) Save(ctx context.Context, pipe, src string, pos []byte) err
 	if err := s.Store.Save(ctx, pipe, src, pos); err != nil {
 		return err
 	}
-	fmt.Printf("saved %s\n", pos)
+	p, wins, err := pipeline.DecodeSavedPosition(pos)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("saved %s %d\n", p, len(wins))
+	select {
+	case s.saves <- struct{}{}:
+	default:
+	}
 	return nil
 }
 
@@ -158,7 +202,7 @@ func TestEventTimeCrashChild(t *testing.T) {
 		t.Skip("the child of TestEventTimeWindowsSurviveSIGKILL")
 	}
 	src := &crashSource{items: crashItems(), hold: -1}
-	sink := &windowSink{have: map[string]bool{}}
+	sink := &windowSink{run: os.Getenv(etCrashRunEnv)}
 	if stop, n, ok := strings.Cut(os.Getenv(etCrashStopEnv), ":"); ok {
 		k, err := strconv.Atoi(n)
 		require.NoError(t, err)
@@ -169,18 +213,18 @@ func TestEventTimeCrashChild(t *testing.T) {
 			sink.hold = k
 		}
 	}
-	lines, err := readWindows(filepath.Join(dir, "windows"))
-	require.NoError(t, err)
-	for _, l := range lines {
-		f := strings.Split(l, "_")
-		sink.have[f[0]+" "+f[1]] = true
+	store := &savedStore{saves: make(chan struct{}, 1)}
+	if os.Getenv(etCrashStopEnv) == "saves" {
+		sink.saves = store.saves
 	}
+	var err error
 	sink.f, err = os.OpenFile(filepath.Join(dir, "windows"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	require.NoError(t, err)
 	defer sink.f.Close()
 	file, err := checkpoint.OpenFile(filepath.Join(dir, "checkpoint"))
 	require.NoError(t, err)
-	b := pipeline.New("crash", pipeline.WithCheckpoint(&savedStore{Store: file}, time.Millisecond))
+	store.Store = file
+	b := pipeline.New("crash", pipeline.WithCheckpoint(store, time.Millisecond))
 	var late pipeline.Stream[ev]
 	wins := pipeline.Aggregate(b, "sum", pipeline.Source(b, "src", src), evKey, pipeline.TimeWindow(crashWindow), evZero, evSum,
 		pipeline.EventTime(evAt, crashBound, 0), pipeline.Late(&late))
@@ -196,13 +240,13 @@ func TestEventTimeCrashChild(t *testing.T) {
 // runCrashChild runs the child until it prints "done" or kill(line)
 // says to SIGKILL it; it returns the lines the child printed and whether
 // it was killed.
-func runCrashChild(t *testing.T, dir, stop string, kill func(line string) bool) (lines []string, killed bool) {
+func runCrashChild(t *testing.T, dir string, run int, stop string, kill func(line string) bool) (lines []string, killed bool) {
 	t.Helper()
 	// A guard against a child that hangs, not a wait.
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestEventTimeCrashChild$")
-	cmd.Env = append(os.Environ(), etCrashDirEnv+"="+dir, etCrashStopEnv+"="+stop)
+	cmd.Env = append(os.Environ(), etCrashDirEnv+"="+dir, etCrashStopEnv+"="+stop, etCrashRunEnv+"="+strconv.Itoa(run))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -225,13 +269,15 @@ func runCrashChild(t *testing.T, dir, stop string, kill func(line string) bool) 
 }
 
 // An event-time Aggregate under a checkpoint file is killed with SIGKILL
-// while items wait in open windows, after a window was written but before
-// its items settled, and after windows settled and their position was
-// saved, and resumed each time from the checkpoint: in the end each window
-// was written exactly once, with the totals of a recomputation over all
-// the items. Open windows hold the position back, so a resumed run reads
-// every item of each window not written yet again; the windows it hands
-// on again that were written already are taken by the sink's check.
+// while items wait in open windows, right after saves that recorded
+// windows as written, and after a window was written but before its
+// items settled, and resumed each time from the checkpoint. Every copy of
+// every window holds the window's whole total (a recomputation over all
+// the items), and a window the checkpoint recorded as written at a kill
+// is never written again: the resumed run reads its items again and
+// settles them Filtered. The only windows written twice are those
+// written after the last save before a kill (the window the sink held,
+// written and not settled, among them), which the design writes again.
 func TestEventTimeWindowsSurviveSIGKILL(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -253,20 +299,43 @@ func TestEventTimeWindowsSurviveSIGKILL(t *testing.T) {
 		return 0
 	}
 	holding := func() func(string) bool { return func(line string) bool { return line == "holding" } }
-	// savedPast kills the child once it saved a position n items past
-	// where it resumed: windows were written and their items settled.
-	savedPast := func(n int) func(string) bool {
+	// savedPast kills the child right after it saved a position n items
+	// past where it resumed, with at least wins windows recorded as
+	// written: windows were written and their items settled.
+	savedPast := func(n, wins int) func(string) bool {
 		start := -1
 		return func(line string) bool {
 			if v, ok := strings.CutPrefix(line, "from "); ok {
 				start, _ = strconv.Atoi(v)
 			}
 			v, ok := strings.CutPrefix(line, "saved ")
-			p, _ := strconv.Atoi(v)
-			return ok && start >= 0 && p >= start+n
+			var p, w int
+			if _, err := fmt.Sscanf(v, "%d %d", &p, &w); err != nil {
+				return false
+			}
+			return ok && start >= 0 && p >= start+n && w >= wins
 		}
 	}
-	prev, again, limit := 0, 0, len(items)
+	// saved returns the windows the checkpoint file records as written.
+	saved := func() map[winKey]bool {
+		f, err := checkpoint.OpenFile(filepath.Join(dir, "checkpoint"))
+		require.NoError(t, err)
+		defer f.Close()
+		data, err := f.Load(t.Context(), "crash", "src")
+		require.NoError(t, err)
+		_, wins, err := pipeline.DecodeSavedPosition(data)
+		require.NoError(t, err)
+		got := map[winKey]bool{}
+		for _, w := range wins {
+			var k int
+			var start int64
+			_, err := fmt.Sscanf(w, "sum %d %d", &k, &start)
+			require.NoError(t, err, w)
+			got[winKey{k, time.Unix(0, start).UTC()}] = true
+		}
+		return got
+	}
+	prev, limit := 0, len(items)
 	steps := []struct {
 		name, stop string
 		kill       func(line string) bool
@@ -275,15 +344,16 @@ func TestEventTimeWindowsSurviveSIGKILL(t *testing.T) {
 		{"windows open, none fired", "source:10", holding()},
 		// The source holds after 80 items; the windows the watermark
 		// passed fire and settle, the later ones stay open.
-		{"windows open, some fired and saved", "source:80", savedPast(20)},
+		{"windows open, some written and saved", "source:80", savedPast(20, 0)},
 		{"a window written, its items not settled", "sink:2", holding()},
-		{"windows settled and saved", "source:80", savedPast(20)},
+		{"right after a save", "saves", savedPast(20, 1)},
 		{"the first window written, not settled", "sink:1", holding()},
+		{"right after a save, again", "saves", savedPast(20, 1)},
 		{"to the end", "", func(string) bool { return false }},
 	}
+	savedAt := map[int]map[winKey]bool{} // by run: what the checkpoint held after its kill
 	for i, st := range steps {
-		kill := st.kill
-		lines, killed := runCrashChild(t, dir, st.stop, kill)
+		lines, killed := runCrashChild(t, dir, i, st.stop, st.kill)
 		at := from(lines)
 		assert.GreaterOrEqual(t, at, prev, "step %d (%s): a resumed run never goes back past a saved position", i, st.name)
 		assert.LessOrEqual(t, at, limit, "step %d (%s): the item the source held at was in an open window, which holds its position", i, st.name)
@@ -293,30 +363,44 @@ func TestEventTimeWindowsSurviveSIGKILL(t *testing.T) {
 			require.NoError(t, err)
 			limit = at + n
 		}
-		t.Logf("step %d (%s): resumed at item %d", i, st.name, at)
-		for _, l := range lines {
-			if strings.HasPrefix(l, "again ") {
-				again++
-			}
+		require.Equal(t, i < len(steps)-1, killed, "step %d (%s)", i, st.name)
+		if killed {
+			savedAt[i] = saved()
 		}
-		assert.Equal(t, i < len(steps)-1, killed, "step %d (%s)", i, st.name)
+		t.Logf("step %d (%s): resumed at item %d; %d windows recorded as written at the kill", i, st.name, at, len(savedAt[i]))
 	}
-	lines, err := readWindows(filepath.Join(dir, "windows"))
+	copies, err := readWindows(filepath.Join(dir, "windows"))
 	require.NoError(t, err)
+	runs := map[winKey][]int{}
 	got := map[winKey]winSum{}
-	for _, l := range lines {
-		var k, c, v int
-		var start int64
-		_, err := fmt.Sscanf(strings.ReplaceAll(l, "_", " "), "%d %d %d %d", &k, &start, &c, &v)
-		require.NoError(t, err, l)
-		id := winKey{k, time.Unix(0, start).UTC()}
-		_, dup := got[id]
-		assert.False(t, dup, "window %v written twice", id)
-		got[id] = winSum{c, v}
+	for _, c := range copies {
+		assert.Equal(t, want[c.id], c.sum, "window %d %s, written by run %d: every copy is whole", c.id.key, c.id.start.Format(time.TimeOnly), c.run)
+		runs[c.id] = append(runs[c.id], c.run)
+		got[c.id] = c.sum
 	}
-	assert.Equal(t, want, got, "each window once, with its whole total")
-	// The kill after a written, unsettled window makes the next run hand
-	// it on again.
-	assert.Greater(t, again, 0, "a resumed run handed on windows written before the kill")
-	t.Logf("%d windows; %d handed on again after a kill and taken by the sink's check", len(got), again)
+	assert.Equal(t, want, got, "every window written, with its whole total")
+	recorded, twice := 0, 0
+	for run, wins := range savedAt {
+		for id := range wins {
+			recorded++
+			rs := runs[id]
+			require.NotEmpty(t, rs, "window %v recorded as written at the kill of run %d was written", id, run)
+			assert.LessOrEqual(t, rs[0], run, "window %v recorded at the kill of run %d was written by then", id, run)
+			assert.LessOrEqual(t, rs[len(rs)-1], run, "window %v, recorded as written at the kill of run %d, is not written again after it", id, run)
+		}
+	}
+	for id, rs := range runs {
+		for j := 1; j < len(rs); j++ {
+			assert.NotEqual(t, rs[j-1], rs[j], "window %v written twice by one run", id)
+			assert.False(t, savedAt[rs[j-1]][id], "window %v written again after the checkpoint recorded it", id)
+		}
+		if len(rs) > 1 {
+			twice++
+		}
+	}
+	assert.Greater(t, recorded, 0, "some kill came after windows were recorded as written")
+	// The sink's holds leave a window written and not settled: the next
+	// run writes it again.
+	assert.Greater(t, twice, 0, "a window written and not settled at a kill is written again")
+	t.Logf("%d windows; %d recorded as written at kills; %d written twice (after the last save before a kill)", len(got), recorded, twice)
 }

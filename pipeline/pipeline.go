@@ -117,6 +117,11 @@ type spec struct {
 	givesBatches    bool
 	inSize, outSize any
 	itemSize        func(any) int64
+	// windowKey is an event-time Aggregate's check of its key type for
+	// the window log (see windowlog.go), nil on any other node or window;
+	// logWindows says, on the Pipeline's copy, that the node keeps one.
+	windowKey  func() error
+	logWindows bool
 	// callsOnSlices marks a MapBatch or a ForEachBatch, whose function
 	// takes a slice: the nodes that take ReuseSlice.
 	callsOnSlices bool

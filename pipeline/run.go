@@ -50,6 +50,13 @@ type runState struct {
 	// ledgers are the sources' ledgers of positions, in a run with
 	// checkpoints (see checkpoint.go); set before any node starts.
 	ledgers []*ledger
+	// loaded is each source's position as loaded from the store, and
+	// restored the window logs saved with it, by Aggregate; windowLogs
+	// are the run's window logs (see windowlog.go), set before any node
+	// starts.
+	loaded     map[string][]byte
+	restored   map[string][]loggedWindow
+	windowLogs []windowLogger
 }
 
 func (p *Pipeline) run(parent context.Context) (Result, error) {

@@ -49,6 +49,11 @@ type tracker struct {
 	positioned bool
 	led        *ledger
 	mark       uint8
+	// idx is the item's index in its ledger, in emission order from 1.
+	idx uint64
+	// settled, on a window's group tracker, records the window in its
+	// node's window log once its output settled, before its items settle.
+	settled func()
 }
 
 // links returns the trace headers of t's item: a root's, or for a group
@@ -204,6 +209,9 @@ func (t *tracker) fire(o node.Outcome) {
 		}
 		t.reg.call(t.src, t.done, o)
 		return
+	}
+	if t.settled != nil && settles(o) {
+		t.settled()
 	}
 	for _, p := range t.parents {
 		if p != nil { // an untracked item of the batch, window or pair

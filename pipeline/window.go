@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -79,10 +81,14 @@ type Window[K comparable, A any] struct {
 	// watermark passed its end. Count and Value are the whole window's,
 	// the earlier items and the late ones; within a run, the later
 	// hand-over replaces the earlier. Under WithCheckpoint, a run resumed
-	// after a crash may hand on again a window handed on before the
-	// crash, rebuilt from only the items it read again, with neither
-	// Update nor Partial set: keeping the first copy by Key and Start is
-	// then right only without AllowedLateness and without EventTime's
+	// after a crash does not hand on again a window that the last save
+	// recorded as written (see WithCheckpoint's window log), and hands on
+	// again, whole, one written after that save. Where no window log is
+	// kept (AllowedLateness, EventTime's idle timeout, count and session
+	// windows, several sources), it may hand on again a window handed on
+	// before the crash, rebuilt from only the items it read again, with
+	// neither Update nor Partial set: keeping the first copy by Key and
+	// Start is then right only without AllowedLateness and without the
 	// idle timeout, and with updates no sink rule is right.
 	Update bool
 }
@@ -114,6 +120,11 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 		errs = append(errs, checkEventTime[T](cfg, spec)...)
 		return append(errs, checkLate[T](cfg)...)
 	}
+	if et := cfg.eventTime; et != nil && et.idle == 0 && cfg.allowedLateness == 0 && spec.count == 0 && !spec.session {
+		// A window of this node is handed on once, complete: it can be
+		// recorded as written (see windowlog.go).
+		s.windowKey = func() error { return jsonKeyProblem(reflect.TypeFor[K]()) }
+	}
 	newAggregator := func(nr *nodeRun) *aggregator[T, K, A] {
 		n := nr.spec
 		a := &aggregator[T, K, A]{nr: nr, in: newReader(nr.rs.edges[n.id].(edge[T]), n),
@@ -125,6 +136,15 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 		}
 		if spec.session {
 			a.sessions = map[K][]windowID[K]{}
+		}
+		if n.logWindows {
+			l, err := newWindowLog[K](n.name, nr.rs.restored[n.name])
+			if err != nil {
+				a.logErr = err
+			} else {
+				a.log = l
+				nr.rs.windowLogs = append(nr.rs.windowLogs, l)
+			}
 		}
 		return a
 	}
@@ -186,6 +206,14 @@ type aggregator[T any, K comparable, A any] struct {
 	pending  pendingItems[T]     // event-time count windows: items the watermark has not passed
 	took     bool
 	emitted  int64
+
+	// log records the windows written, when the node keeps a window log
+	// (see windowlog.go), else nil; logErr is why the saved one could not
+	// be read. logWM is the watermark last given to log.
+	log    *windowLog[K]
+	logErr error
+	logWM  time.Time
+	logSet bool
 }
 
 func (a *aggregator[T, K, A]) open(context.Context) error       { return nil }
@@ -213,6 +241,9 @@ func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 		}
 	}()
 	defer recovered(&err)
+	if a.logErr != nil {
+		return &notRestartable{a.logErr}
+	}
 	var timer clockwork.Timer
 	arm := func() {
 		if timer != nil {
@@ -277,6 +308,12 @@ func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 func (a *aggregator[T, K, A]) take(ctx context.Context, env envelope[T]) error {
 	now := a.clock.Now()
 	t := a.tl.take(env.val, now)
+	if a.log != nil {
+		if wm := a.tl.mark(now); !a.logSet || !wm.Equal(a.logWM) {
+			a.log.mark(wm)
+			a.logWM, a.logSet = wm, true
+		}
+	}
 	if a.event {
 		if wm := a.tl.mark(now); t.Before(wm.Add(-a.allowed)) {
 			return a.late(ctx, env, t, wm)
@@ -312,8 +349,13 @@ func (a *aggregator[T, K, A]) place(ctx context.Context, env envelope[T], t time
 	slices.Reverse(ids)
 	slices.Reverse(starts)
 	var corrected []windowID[K]
+	placed := 0
 	for i, id := range ids {
 		w := a.wins[id]
+		if w == nil && a.log != nil && a.log.written(id, starts[i].Add(a.spec.size), env.tr.ledgerIdx()) {
+			// Written before a crash, and read again: not again.
+			continue
+		}
 		if w == nil {
 			w = &openWindow[T, K, A]{win: Window[K, A]{Key: k, Value: a.init(), Start: starts[i]}}
 			w.win.End = w.win.Start.Add(a.spec.size)
@@ -325,11 +367,22 @@ func (a *aggregator[T, K, A]) place(ctx context.Context, env envelope[T], t time
 		}
 		w.win.Value = a.add(w.win.Value, env.val)
 		w.win.Count++
-		if env.tr != nil && i > 0 {
+		if env.tr != nil && placed > 0 {
 			// One more window waits on the item.
 			env.tr.add(1)
 		}
+		placed++
 		w.items = append(w.items, env)
+	}
+	if placed == 0 {
+		// Every window of the item was written (the window log's):
+		// dropped on purpose, as a Filter drops.
+		n := a.nr.spec
+		n.stats.filtered.Add(n.items(env.val))
+		if env.tr != nil {
+			env.tr.finish(node.Filtered)
+		}
+		return nil
 	}
 	for _, id := range corrected {
 		if err := a.correct(ctx, id); err != nil {
@@ -412,6 +465,15 @@ func (a *aggregator[T, K, A]) hand(ctx context.Context, id windowID[K], partial 
 		delete(a.wins, id)
 	}
 	w.win.Partial = partial
+	if a.log != nil && !partial {
+		// Complete, and handed on once: recorded as written once its
+		// output settles. A Partial window is not: input that comes
+		// later may fall in it.
+		return a.sendThen(ctx, w, func(tr *tracker) {
+			end := w.win.End
+			tr.settled = func() { a.log.record(id, end, tr) }
+		})
+	}
 	return a.send(ctx, w)
 }
 
@@ -430,9 +492,18 @@ func (a *aggregator[T, K, A]) correct(ctx context.Context, id windowID[K]) error
 // send hands w's aggregate on, its items' trackers grouped into the
 // window's.
 func (a *aggregator[T, K, A]) send(ctx context.Context, w *openWindow[T, K, A]) error {
+	return a.sendThen(ctx, w, nil)
+}
+
+// sendThen is send, with then called on the window's tracker, if it has
+// one, before the window is handed on.
+func (a *aggregator[T, K, A]) sendThen(ctx context.Context, w *openWindow[T, K, A], then func(*tracker)) error {
 	tr := group(w.items)
 	if tr != nil {
 		tr.window = true
+		if then != nil {
+			then(tr)
+		}
 	}
 	w.items = nil
 	a.emitted++

@@ -86,6 +86,12 @@ func (s *SliceSource[T]) Runs() int {
 
 // A Collector is a sink that keeps every item written to it, and records
 // calls of Open, Close and Flush. Its zero value is ready to use.
+//
+// Having a Flush, it is a sink that buffers (node.Flusher) to the
+// pipeline: under pipeline.WithCheckpoint, a pipeline with a Collector
+// makes no periodic save and saves its positions only at the end of a run
+// that succeeded. To test saves during a run, use a sink without Flush
+// (a node.SinkFunc that appends to a slice).
 type Collector[T any] struct {
 	mu                     sync.Mutex
 	items                  []T

@@ -1,0 +1,305 @@
+package pipeline
+
+import (
+	"bytes"
+	"cmp"
+	"encoding"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"time"
+)
+
+// The window log keeps an event-time Aggregate's windows from being
+// written twice across a crash. A window that was handed on, complete,
+// and whose output settled (the sink wrote it) is recorded in the node's
+// log; each checkpoint saves the log beside the source's position, in a
+// position envelope. A run resumed from that checkpoint reads again the
+// items after the position, some of which fell in windows written before
+// the crash: an item that falls only in windows the log holds settles
+// Filtered, so that those windows are not handed on again.
+//
+//	position envelope = envelopeMagic + JSON {"v":1,"pos":…,"windows":{node: [{key,start,end}]}}
+//
+// A window is recorded before its items settle in the ledger, and a save
+// reads the ledger before the log: every window whose items the saved
+// position passed is in the saved log, or was pruned because the position
+// passed all its items.
+
+// envelopeMagic starts a position envelope. A position saved by an
+// earlier version, or by a pipeline without a window log, is the source's
+// own bytes, which do not start so.
+const envelopeMagic = "\x00sluice.position\x00"
+
+// envelopeVersion is the format version of the position envelopes this
+// version writes and reads.
+const envelopeVersion = 1
+
+// A posEnvelope is a source's position with the window logs of the
+// event-time Aggregates that take its items, by node name.
+type posEnvelope struct {
+	V       int                       `json:"v"`
+	Pos     []byte                    `json:"pos"`
+	Windows map[string][]loggedWindow `json:"windows,omitempty"`
+}
+
+// A loggedWindow is a written window: its key, as JSON, and its bounds in
+// Unix nanoseconds.
+type loggedWindow struct {
+	Key   json.RawMessage `json:"key"`
+	Start int64           `json:"start"`
+	End   int64           `json:"end"`
+}
+
+// encodePosition returns the envelope of pos with the window logs wins.
+func encodePosition(pos []byte, wins map[string][]loggedWindow) ([]byte, error) {
+	data, err := json.Marshal(posEnvelope{V: envelopeVersion, Pos: pos, Windows: wins})
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(envelopeMagic), data...), nil
+}
+
+// decodePosition returns the source's position in saved and the window
+// logs saved with it: saved itself and none when it is not an envelope
+// (a checkpoint written before window logs, or without one).
+func decodePosition(saved []byte) ([]byte, map[string][]loggedWindow, error) {
+	rest, ok := bytes.CutPrefix(saved, []byte(envelopeMagic))
+	if !ok {
+		return saved, nil, nil
+	}
+	var env posEnvelope
+	if err := json.Unmarshal(rest, &env); err != nil {
+		return nil, nil, fmt.Errorf("the position envelope is corrupt: %w", err)
+	}
+	if env.V != envelopeVersion {
+		return nil, nil, fmt.Errorf("the position envelope has format version %d; this version of sluice reads version %d", env.V, envelopeVersion)
+	}
+	return env.Pos, env.Windows, nil
+}
+
+// A windowLogger is a node's window log, as the saver sees it.
+type windowLogger interface {
+	// name is the node's.
+	name() string
+	// snapshot prunes the windows whose every item is at or before the
+	// committed item idx and the watermark passed, and returns the rest,
+	// with how often the log changed.
+	snapshot(idx uint64) ([]loggedWindow, uint64, error)
+}
+
+// A windowLog is the log of one Aggregate's written windows in a run:
+// those written in the run and those the checkpoint held at its start.
+// The node's goroutine asks it and moves its watermark; the sink's
+// records a window when its output settles; the saver snapshots it.
+type windowLog[K comparable] struct {
+	node string
+	mu   sync.Mutex
+	wins map[windowID[K]]*logEntry
+	// changed counts the windows recorded, for the saver to know that a
+	// save is due.
+	changed uint64
+	wm      time.Time
+	seen    bool // wm is set
+}
+
+// A logEntry is one written window. maxIdx is the latest item of it
+// this run emitted (the ledger's index; 0: none).
+type logEntry struct {
+	end    int64
+	maxIdx uint64
+}
+
+func (l *windowLog[K]) name() string { return l.node }
+
+// newWindowLog returns node's log, with the windows saved.
+func newWindowLog[K comparable](node string, saved []loggedWindow) (*windowLog[K], error) {
+	l := &windowLog[K]{node: node, wins: make(map[windowID[K]]*logEntry, len(saved))}
+	for _, s := range saved {
+		var k K
+		if err := json.Unmarshal(s.Key, &k); err != nil {
+			return nil, fmt.Errorf("pipeline: Aggregate %q: the checkpoint's window key %s does not decode into %T: %w", node, s.Key, k, err)
+		}
+		l.wins[windowID[K]{key: k, start: s.Start}] = &logEntry{end: s.End}
+	}
+	return l, nil
+}
+
+// written reports whether window id, which ends at end, was written, and
+// if so notes that item idx fell in it.
+func (l *windowLog[K]) written(id windowID[K], end time.Time, idx uint64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := l.wins[id]
+	if e == nil || e.end != end.UnixNano() {
+		return false
+	}
+	e.maxIdx = max(e.maxIdx, idx)
+	return true
+}
+
+// record records window id, which ends at end, as written; tr is its
+// tracker.
+func (l *windowLog[K]) record(id windowID[K], end time.Time, tr *tracker) {
+	idx := tr.ledgerIdx()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.wins[id] = &logEntry{end: end.UnixNano(), maxIdx: idx}
+	l.changed++
+}
+
+// mark moves the log's watermark to the node's.
+func (l *windowLog[K]) mark(wm time.Time) {
+	l.mu.Lock()
+	l.wm, l.seen = wm, true
+	l.mu.Unlock()
+}
+
+func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	wm := l.wm.UnixNano()
+	var out []loggedWindow
+	var errs []error
+	for id, e := range l.wins {
+		// Moot: no item the run reads again falls in it. Its items are
+		// all at or before the position, and, once the watermark passed
+		// its end, an item after the position that falls in it is late.
+		if l.seen && wm >= e.end && e.maxIdx <= idx {
+			delete(l.wins, id)
+			continue
+		}
+		key, err := keyJSON(id.key)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pipeline: Aggregate %q: window key %v: %w", l.node, id.key, err))
+			continue
+		}
+		out = append(out, loggedWindow{Key: key, Start: id.start, End: e.end})
+	}
+	// In a stable order, so that equal logs save equal bytes.
+	slices.SortFunc(out, func(a, b loggedWindow) int {
+		if c := bytes.Compare(a.Key, b.Key); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Start, b.Start)
+	})
+	return out, l.changed, errors.Join(errs...)
+}
+
+// keyJSON returns k as JSON, once it checked that it decodes to k again:
+// a key with a JSON method of its own may not.
+func keyJSON[K comparable](k K) (json.RawMessage, error) {
+	data, err := json.Marshal(k)
+	if err != nil {
+		return nil, fmt.Errorf("does not encode to JSON: %w", err)
+	}
+	var back K
+	if err := json.Unmarshal(data, &back); err != nil || back != k {
+		return nil, fmt.Errorf("does not round-trip through JSON (%s)", data)
+	}
+	return data, nil
+}
+
+// ledgerIdx returns the latest ledger index of the items t's item derives
+// from; 0 when none was emitted with EmitAt under a ledger.
+func (t *tracker) ledgerIdx() uint64 {
+	switch {
+	case t == nil:
+		return 0
+	case t.parents == nil:
+		if t.led == nil {
+			return 0
+		}
+		return t.idx
+	}
+	var m uint64
+	for _, p := range t.parents {
+		m = max(m, p.ledgerIdx())
+	}
+	return m
+}
+
+// logsWindows reports whether the Aggregate n keeps a window log in
+// pipeline cfg of nodes: an event-time time window (tumbling or sliding)
+// without AllowedLateness or an idle timeout, under WithCheckpoint, in a
+// pipeline of exactly one source, which implements node.Resumable.
+func logsWindows(cfg config, nodes []*spec, n *spec) bool {
+	if n.windowKey == nil || !cfg.checkpointSet {
+		return false
+	}
+	var src *spec
+	for _, m := range nodes {
+		if !m.consumes {
+			if src != nil {
+				return false // several sources: see docs/nodes.md
+			}
+			src = m
+		}
+	}
+	return src != nil && src.resume != nil
+}
+
+// checkWindowLog returns the Build error of an Aggregate that keeps a
+// window log with a key type that does not round-trip through JSON.
+func checkWindowLog(cfg config, nodes []*spec, n *spec) []error {
+	if !logsWindows(cfg, nodes, n) {
+		return nil
+	}
+	if err := n.windowKey(); err != nil {
+		return []error{fmt.Errorf("Aggregate key: %w; under WithCheckpoint the keys of the windows written are saved as JSON, so that a resumed run does not write them again: use a key of strings, integers or booleans, or of arrays or structs of them with exported fields", err)}
+	}
+	return nil
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+	jsonUnmarsh   = reflect.TypeFor[json.Unmarshaler]()
+	textUnmarsh   = reflect.TypeFor[encoding.TextUnmarshaler]()
+)
+
+// jsonKeyProblem says why a key of type t may not round-trip through
+// JSON (decode to a value == to the one encoded); nil when it does.
+func jsonKeyProblem(t reflect.Type) error {
+	if t == reflect.TypeFor[time.Time]() {
+		return errors.New("time.Time does not round-trip through JSON: == compares its location and monotonic reading, which JSON does not keep; use its UnixNano")
+	}
+	if t.Implements(jsonMarshaler) || t.Implements(textMarshaler) {
+		if !reflect.PointerTo(t).Implements(jsonUnmarsh) && !reflect.PointerTo(t).Implements(textUnmarsh) {
+			return fmt.Errorf("%s encodes to JSON by a method of its own and has no method to decode it back", t)
+		}
+		// Its methods are trusted here; each key is checked when saved.
+		return nil
+	}
+	switch t.Kind() {
+	case reflect.Bool, reflect.String,
+		reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr:
+		return nil
+	case reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return fmt.Errorf("%s does not round-trip through JSON (NaN and infinities do not encode)", t)
+	case reflect.Array:
+		if err := jsonKeyProblem(t.Elem()); err != nil {
+			return fmt.Errorf("%s: %w", t, err)
+		}
+		return nil
+	case reflect.Struct:
+		for i := range t.NumField() {
+			f := t.Field(i)
+			switch {
+			case !f.IsExported():
+				return fmt.Errorf("%s: field %s is unexported, and JSON leaves it out", t, f.Name)
+			case f.Tag.Get("json") == "-":
+				return fmt.Errorf("%s: field %s is tagged json:\"-\", and JSON leaves it out", t, f.Name)
+			}
+			if err := jsonKeyProblem(f.Type); err != nil {
+				return fmt.Errorf("%s.%s: %w", t, f.Name, err)
+			}
+		}
+		return nil
+	}
+	return fmt.Errorf("%s (a %s) does not round-trip through JSON", t, t.Kind())
+}
