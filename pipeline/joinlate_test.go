@@ -235,7 +235,7 @@ func TestJoinLateEachSideToItsStream(t *testing.T) {
 	right := &phasedSource{phases: []phase{
 		{items: []ev{{ID: 100, Key: 1, At: at(10 * time.Minute)}}},
 		{gate: joinIn(4), items: []ev{
-			{ID: 101, Key: 1, At: at(2 * time.Minute)},                    // 7 minutes behind the watermark 9:00
+			{ID: 101, Key: 1, At: at(2 * time.Minute)},                // 7 minutes behind the watermark 9:00
 			{ID: 102, Key: 1, At: at(9*time.Minute + 50*time.Second)}, // joins 0 and 2
 		}},
 	}}
