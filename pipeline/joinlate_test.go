@@ -286,14 +286,13 @@ func TestJoinLateEachSideToItsStream(t *testing.T) {
 // negative idle timeout.
 func TestJoinLateBuildErrors(t *testing.T) {
 	t.Parallel()
-	var lateL, lateR pipeline.Stream[ev]
 	join := func(b *pipeline.Builder, opts ...pipeline.NodeOption) {
 		l := pipeline.Source(b, "l", pipelinetest.NewSliceSource[ev]())
 		r := pipeline.Source(b, "r", pipelinetest.NewSliceSource[ev]())
 		pipeline.Sink(b, "store", pipeline.Join(b, "j", l, r, evKey, evKey, time.Minute, func(l, r ev) int { return 0 }, opts...),
 			&pipelinetest.Collector[int]{})
 	}
-	readLate := func(b *pipeline.Builder) {
+	readLate := func(b *pipeline.Builder, lateL, lateR pipeline.Stream[ev]) {
 		pipeline.Sink(b, "late left", lateL, &pipelinetest.Collector[ev]{})
 		pipeline.Sink(b, "late right", lateR, &pipelinetest.Collector[ev]{})
 	}
@@ -302,15 +301,24 @@ func TestJoinLateBuildErrors(t *testing.T) {
 		build func(*pipeline.Builder)
 		want  string
 	}{
-		"without JoinEventTime": {func(b *pipeline.Builder) { join(b, pipeline.JoinLate(&lateL, &lateR)); readLate(b) },
+		"without JoinEventTime": {func(b *pipeline.Builder) {
+			var lateL, lateR pipeline.Stream[ev]
+			join(b, pipeline.JoinLate(&lateL, &lateR))
+			readLate(b, lateL, lateR)
+		},
 			`node "j": JoinLate: needs JoinEventTime`},
-		"nil pointer": {func(b *pipeline.Builder) { join(b, et, pipeline.JoinLate[ev, ev](&lateL, nil)) },
+		"nil pointer": {func(b *pipeline.Builder) {
+			var lateL pipeline.Stream[ev]
+			join(b, et, pipeline.JoinLate[ev, ev](&lateL, nil))
+		},
 			`node "j": JoinLate: a stream pointer is nil`},
 		"wrong type": {func(b *pipeline.Builder) {
+			var lateL pipeline.Stream[ev]
 			var ints pipeline.Stream[int]
 			join(b, et, pipeline.JoinLate(&lateL, &ints))
 		}, `node "j": JoinLate: the streams are of pipeline_test.ev and int`},
 		"on a transform": {func(b *pipeline.Builder) {
+			var lateL, lateR pipeline.Stream[ev]
 			s := pipeline.Source(b, "src", pipelinetest.NewSliceSource[ev]())
 			pipeline.Sink(b, "store", pipeline.Map(b, "m", s, func(_ context.Context, e ev) (ev, error) { return e, nil },
 				pipeline.JoinLate(&lateL, &lateR)), &pipelinetest.Collector[ev]{})
@@ -320,6 +328,7 @@ func TestJoinLateBuildErrors(t *testing.T) {
 			join(b, et, pipeline.Late(&late))
 		}, `node "j": Late: a Join's late items come from two inputs; take them with JoinLate(&lateLeft, &lateRight)`},
 		"late stream unread": {func(b *pipeline.Builder) {
+			var lateL, lateR pipeline.Stream[ev]
 			join(b, et, pipeline.JoinLate(&lateL, &lateR))
 			pipeline.Sink(b, "late left", lateL, &pipelinetest.Collector[ev]{})
 		}, `node "j[late right]": output stream is consumed by no node`},
@@ -337,8 +346,9 @@ func TestJoinLateBuildErrors(t *testing.T) {
 	}
 	// JoinLate stands in for the dead-letter sink.
 	b := pipeline.New("join")
+	var lateL, lateR pipeline.Stream[ev]
 	join(b, et, pipeline.JoinLate(&lateL, &lateR))
-	readLate(b)
+	readLate(b, lateL, lateR)
 	_, err := b.Build()
 	require.NoError(t, err)
 }
