@@ -29,11 +29,13 @@ type either[L, R any] struct {
 // dropped on purpose: a tracked one ends Filtered; one that joined
 // completes when its joins do. At the end of input, items still waiting
 // are dropped the same way. With [JoinEventTime], items join on their
-// own times instead, and wait until the watermark passes them.
+// own times instead, and wait until the watermark passes them; late ones
+// go to the dead letter, or with [JoinLate] to two streams.
 //
 // The join reads both inputs through two nodes, "name/left" and
 // "name/right", that tag each item with its side; the node called name
-// holds the items of the window (kind join). key functions run once per
+// holds the items of the window (kind join). With JoinLate, its pairs
+// come out of a branch node "name[joins]". key functions run once per
 // item; join once per pair, on one goroutine.
 func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[L], right Stream[R], keyL func(L) K, keyR func(R) K, within time.Duration, join func(L, R) Out, opts ...NodeOption) Stream[Out] {
 	var tagL func(context.Context, L) (either[L, R], error)
