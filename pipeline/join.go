@@ -219,7 +219,12 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 			if err := j.onEventTime(ctx, env, timedOut); err != nil {
 				return err
 			}
-			arm()
+			if timedOut || timer == nil {
+				// An item only moves its input's idle instant later: a
+				// timer still armed fires at or before the next one, and
+				// is armed again then.
+				arm()
+			}
 			continue
 		}
 		j.expire(j.clock.Now(), false)

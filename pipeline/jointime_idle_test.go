@@ -38,6 +38,21 @@ func waitLen[T any](c *pipelinetest.Collector[T], n int) {
 	}
 }
 
+// wait waits until the join took the time of n items: it read the clock
+// for each before.
+func (a *arrivals) wait(n int) {
+	deadline := time.Now().Add(spinBound)
+	for {
+		a.mu.Lock()
+		got := len(a.seen)
+		a.mu.Unlock()
+		if got >= n {
+			return
+		}
+		spun(deadline, fmt.Sprintf("the join to take %d items", n))
+	}
+}
+
 func newTrackedFeed() *evTrackedFeed {
 	return &evTrackedFeed{items: make(chan ev), outcomes: map[int][]node.Outcome{}}
 }
@@ -56,9 +71,10 @@ func TestJoinEventTimeIdleQuietInputStopsHoldingTheWatermark(t *testing.T) {
 	left, right := newTrackedFeed(), newTrackedFeed()
 	b := pipeline.New("join", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1))
 	var lateL, lateR pipeline.Stream[ev]
+	arr := &arrivals{}
 	joined := pipeline.Join(b, "j", pipeline.Source[ev](b, "l", left), pipeline.Source[ev](b, "r", right), evKey, evKey, time.Minute,
 		func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) },
-		pipeline.JoinEventTime(evAt, evAt, 0, 5*time.Second), pipeline.JoinLate(&lateL, &lateR))
+		pipeline.JoinEventTime(arr.at(true), arr.at(false), 0, 5*time.Second), pipeline.JoinLate(&lateL, &lateR))
 	col := &pipelinetest.Collector[string]{}
 	pipeline.Sink(b, "store", joined, col)
 	colL, colR := &pipelinetest.Collector[ev]{}, &pipelinetest.Collector[ev]{}
@@ -68,11 +84,11 @@ func TestJoinEventTimeIdleQuietInputStopsHoldingTheWatermark(t *testing.T) {
 	run := pipelinetest.Start(t.Context(), p)
 
 	right.items <- ev{ID: 100, At: at(10 * time.Minute)}
-	taken(p, "j", 1)
+	arr.wait(1)
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
 	clock.Advance(3 * time.Second)
 	right.items <- ev{ID: 101, At: at(12 * time.Minute)}
-	taken(p, "j", 2)
+	arr.wait(2)
 	assert.Len(t, right.get()[100], 0, "the left input brought nothing and is not idle yet: item 100 waits")
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
 	clock.Advance(2 * time.Second) // the left input is idle; the right one brought 101 2 s ago
@@ -107,8 +123,10 @@ func TestJoinEventTimeIdleBothInputsLetGo(t *testing.T) {
 	left, right := newTrackedFeed(), newTrackedFeed()
 	dlq := deadletter.NewMemory(1)
 	b := pipeline.New("join", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithDeadLetter(dlq))
+	arr := &arrivals{}
 	joined := pipeline.Join(b, "j", pipeline.Source[ev](b, "l", left), pipeline.Source[ev](b, "r", right), evKey, evKey, time.Minute,
-		func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) }, pipeline.JoinEventTime(evAt, evAt, time.Hour, 5*time.Second))
+		func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) },
+		pipeline.JoinEventTime(arr.at(true), arr.at(false), time.Hour, 5*time.Second))
 	col := &pipelinetest.Collector[string]{}
 	pipeline.Sink(b, "store", joined, col)
 	p := build(t, b)
@@ -116,7 +134,7 @@ func TestJoinEventTimeIdleBothInputsLetGo(t *testing.T) {
 
 	left.items <- ev{ID: 0, At: at(10 * time.Hour)}
 	right.items <- ev{ID: 100, At: at(10*time.Hour + 30*time.Minute)}
-	taken(p, "j", 2)
+	arr.wait(2)
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
 	clock.Advance(4 * time.Second)
 	assert.Len(t, left.get()[0], 0, "not idle yet")
@@ -139,6 +157,50 @@ func TestJoinEventTimeIdleBothInputsLetGo(t *testing.T) {
 	assert.Len(t, dlq.Envelopes(), 0)
 	assert.Equal(t, map[int][]node.Outcome{0: {node.Filtered}, 1: {node.Delivered}}, left.get())
 	assert.Equal(t, map[int][]node.Outcome{100: {node.Filtered}, 101: {node.Delivered}}, right.get())
+}
+
+// With one input quiet, the other's idle instant moves with each of its
+// items: the idle timer that fires for the quiet input does not make the
+// busy one idle, and each item moves the watermark and lets go of the one
+// it passed by within; once the busy input is quiet for idle too, its
+// last item is let go.
+func TestJoinEventTimeIdleFollowsEachInputsLastItem(t *testing.T) {
+	t.Parallel()
+	at := func(d time.Duration) time.Time { return epoch.Add(d) }
+	clock := clockwork.NewFakeClockAt(epoch.Add(24 * time.Hour))
+	left, right := newTrackedFeed(), newTrackedFeed()
+	b := pipeline.New("join", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithDeadLetter(deadletter.NewMemory(1)))
+	arr := &arrivals{}
+	joined := pipeline.Join(b, "j", pipeline.Source[ev](b, "l", left), pipeline.Source[ev](b, "r", right), evKey, evKey, time.Minute,
+		func(l, r ev) string { return "" }, pipeline.JoinEventTime(arr.at(true), arr.at(false), 0, 5*time.Second))
+	pipeline.Sink(b, "store", joined, &pipelinetest.Collector[string]{})
+	p := build(t, b)
+	run := pipelinetest.Start(t.Context(), p)
+	for i := range 4 { // at 0, 3, 6 and 9 s on the clock; 10:00, 10:02, 10:04, 10:06 in event time
+		if i > 0 {
+			require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+			clock.Advance(3 * time.Second)
+		}
+		right.items <- ev{ID: i, At: at(10*time.Minute + time.Duration(2*i)*time.Minute)}
+		arr.wait(i + 1)
+		if i >= 2 {
+			// The left input went idle at 5 s: the watermark is this item's time.
+			assert.Equal(t, []node.Outcome{node.Filtered}, outcomeOf(right, i-1), "item %d, passed by item %d", i-1, i)
+		}
+	}
+	assert.Equal(t, []node.Outcome{node.Filtered}, outcomeOf(right, 0))
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(4 * time.Second) // 13 s: the right input brought its last item 4 s ago
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	assert.Len(t, right.get()[3], 0, "the right input is not idle yet")
+	clock.Advance(time.Second)
+	assert.Equal(t, []node.Outcome{node.Filtered}, outcomeOf(right, 3), "both inputs idle")
+	close(left.items)
+	close(right.items)
+	res, err := run.Wait()
+	require.NoError(t, err)
+	assert.Equal(t, int64(4), nodeOf(t, res, "j").Filtered)
+	assert.Equal(t, int64(0), nodeOf(t, res, "j").Late)
 }
 
 // gatedSink holds the first item it gets until gate closes or the run is
