@@ -160,7 +160,8 @@ type NodeStats struct {
 	// behind its watermark, less an Aggregate's allowed lateness: too late
 	// for their windows or partners. Each is counted as well where it
 	// went: by the failure action (Failed, and DeadLettered or Skipped),
-	// or in Out when an Aggregate hands them on through its Late output.
+	// or in Out when an Aggregate hands them on through its Late output,
+	// or a Join through its JoinLate streams.
 	Late int64
 	// Fallbacks counts the items a Fallback rescued: layer 1 gave up on
 	// them, and the fallback's result was handed on (they count in Out).

@@ -103,16 +103,18 @@ func checkEventTime[T any](c nodeConfig, spec WindowSpec) []error {
 }
 
 // ErrLate is matched by the error of a late item: an [EventTime] item
-// older than the node's watermark less its [AllowedLateness], whose
-// windows were handed on and are gone. A late item goes to the node's
-// failure action: the first failure rule that matches it, else DeadLetter
-// (not OnItemFailure: a late item is not a failed call). Build therefore
-// needs a dead-letter sink for an event-time Aggregate without a [Late]
-// output, even with a failure rule for ErrLate (a rule may take only some
-// late items). Only an Aggregate's late items get DeadLetter by default: an
-// error of another node that wraps ErrLate goes to that node's failure
-// rules and OnItemFailure like any other. It is counted in NodeStats.Late as well as by its
-// action.
+// older than an Aggregate's watermark less its [AllowedLateness], whose
+// windows were handed on and are gone, or a [JoinEventTime] item older
+// than a Join's watermark, whose partners may have been let go. A late
+// item goes to the node's failure action: the first failure rule that
+// matches it, else DeadLetter (not OnItemFailure: a late item is not a
+// failed call). Build therefore needs a dead-letter sink for an
+// event-time Aggregate without a [Late] output and an event-time Join
+// without [JoinLate] streams, even with a failure rule for ErrLate (a
+// rule may take only some late items). Only an Aggregate's and a Join's
+// late items get DeadLetter by default: an error of another node that
+// wraps ErrLate goes to that node's failure rules and OnItemFailure like
+// any other. It is counted in NodeStats.Late as well as by its action.
 var ErrLate = errors.New("pipeline: late item")
 
 // A LateError is the error of a late item; it matches [ErrLate].

@@ -71,8 +71,9 @@ type GraphEdge struct {
 	// the pipeline's (WithBuffer or the profile's).
 	Buffer int
 	// Broadcast says that From's stream has several consumers, each of
-	// which gets every item. A route's branches are not a broadcast: each
-	// item goes to one of them.
+	// which gets every item. Branches are not a broadcast: each item
+	// goes to one of them (a Route's, an Aggregate's with Late, a Join's
+	// with JoinLate).
 	Broadcast bool
 }
 
@@ -86,7 +87,9 @@ func (p *Pipeline) Graph() Graph {
 		if n.output == nil {
 			continue
 		}
-		broadcast := len(n.output.consumers) > 1 && n.kind != KindRoute
+		// A node whose consumers are branches (a Route, an Aggregate with
+		// Late, a Join with JoinLate) routes each item to one of them.
+		broadcast := len(n.output.consumers) > 1 && n.output.consumers[0].kind != KindBranch
 		for _, c := range n.output.consumers {
 			buffer := p.cfg.buffer
 			if c.cfg.buffer >= 0 {

@@ -29,11 +29,13 @@ type either[L, R any] struct {
 // dropped on purpose: a tracked one ends Filtered; one that joined
 // completes when its joins do. At the end of input, items still waiting
 // are dropped the same way. With [JoinEventTime], items join on their
-// own times instead, and wait until the watermark passes them.
+// own times instead, and wait until the watermark passes them; late ones
+// go to the dead letter, or with [JoinLate] to two streams.
 //
 // The join reads both inputs through two nodes, "name/left" and
 // "name/right", that tag each item with its side; the node called name
-// holds the items of the window (kind join). key functions run once per
+// holds the items of the window (kind join). With JoinLate, its pairs
+// come out of a branch node "name[joins]". key functions run once per
 // item; join once per pair, on one goroutine.
 func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[L], right Stream[R], keyL func(L) K, keyR func(R) K, within time.Duration, join func(L, R) Out, opts ...NodeOption) Stream[Out] {
 	var tagL func(context.Context, L) (either[L, R], error)
@@ -57,15 +59,25 @@ func Join[L, R any, K comparable, Out any](b *Builder, name string, left Stream[
 		return append(errs, checkJoinTime[L, R](s.cfg)...)
 	}
 	s.newEdge = edgeOf[either[L, R]]
-	s.newRunner = func(nr *nodeRun) runner {
+	newJoiner := func(nr *nodeRun) *joiner[L, R, K, Out] {
 		n := nr.spec
-		r := newReader(nr.rs.edges[n.id].(edge[either[L, R]]), n)
-		j := &joiner[L, R, K, Out]{nr: nr, in: r, w: newWriter(outEdges[Out](nr), n), keyL: keyL, keyR: keyR,
+		j := &joiner[L, R, K, Out]{nr: nr, in: newReader(nr.rs.edges[n.id].(edge[either[L, R]]), n), keyL: keyL, keyR: keyR,
 			join: join, within: within, clock: nr.rs.p.cfg.clock, lefts: map[K][]*waiting[L]{}, rights: map[K][]*waiting[R]{}}
 		if jt := s.cfg.joinTime; jt != nil {
-			j.et = &joinWatermark[L, R]{atL: jt.atL.(func(L) time.Time), atR: jt.atR.(func(R) time.Time), maxLateness: jt.maxLateness}
+			j.et = &joinWatermark[L, R]{atL: jt.atL.(func(L) time.Time), atR: jt.atR.(func(R) time.Time),
+				maxLateness: jt.maxLateness, idle: jt.idle}
 		}
-		r.idle = j.w.flush
+		return j
+	}
+	if late := s.cfg.joinLate; late != nil {
+		return joinLateSplit(b, s, late, newJoiner)
+	}
+	s.newRunner = func(nr *nodeRun) runner {
+		j := newJoiner(nr)
+		w := newWriter(outEdges[Out](nr), nr.spec)
+		j.out = w.push
+		j.flushOut, j.in.idle = w.out.flush, w.flush
+		j.closeOut = w.close
 		return j
 	}
 	return Stream[Out]{b.output(s)}
@@ -121,17 +133,22 @@ func (h *expiries[L, R, K]) push(q queued[L, R, K]) {
 }
 
 type joiner[L, R any, K comparable, Out any] struct {
-	nr     *nodeRun
-	in     *reader[either[L, R]]
-	w      *writer[Out]
-	keyL   func(L) K
-	keyR   func(R) K
-	join   func(L, R) Out
-	within time.Duration
-	clock  clockwork.Clock
-	lefts  map[K][]*waiting[L]
-	rights map[K][]*waiting[R]
-	queue  expiries[L, R, K]
+	nr *nodeRun
+	in *reader[either[L, R]]
+	// out hands a pair on; lateOut a late item, with JoinLate (nil: the
+	// failure action takes it).
+	out      func(context.Context, envelope[Out]) error
+	lateOut  func(context.Context, envelope[either[L, R]]) error
+	flushOut func()
+	closeOut func(context.Context) error
+	keyL     func(L) K
+	keyR     func(R) K
+	join     func(L, R) Out
+	within   time.Duration
+	clock    clockwork.Clock
+	lefts    map[K][]*waiting[L]
+	rights   map[K][]*waiting[R]
+	queue    expiries[L, R, K]
 	// et is the watermark with JoinEventTime; nil on the clock.
 	et    *joinWatermark[L, R]
 	took  bool
@@ -144,11 +161,11 @@ func (j *joiner[L, R, K, Out]) consumed() bool                   { return j.took
 func (j *joiner[L, R, K, Out]) progress() int64                  { return j.joins }
 func (j *joiner[L, R, K, Out]) restarting()                      {}
 func (j *joiner[L, R, K, Out]) reopens() bool                    { return false }
-func (j *joiner[L, R, K, Out]) finish(ctx context.Context) error { return j.w.close(ctx) }
+func (j *joiner[L, R, K, Out]) finish(ctx context.Context) error { return j.closeOut(ctx) }
 
 func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 	defer j.in.n.flush()
-	defer j.w.out.flush()
+	defer j.flushOut()
 	defer func() {
 		// A panic in a key function or join leaves the item it was
 		// placing nowhere: the node fails for good, not restarted.
@@ -164,7 +181,13 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 			timer.Stop()
 			timer = nil
 		}
-		if len(j.queue.q) > 0 && j.et == nil {
+		switch {
+		case j.et != nil:
+			// On event time only the idle timeout waits on the clock.
+			if at, ok := j.et.idleAt(); ok {
+				timer = newTimerAt(j.clock, at)
+			}
+		case len(j.queue.q) > 0:
 			// At the expiry itself: a duration from a reading would fire
 			// late by however far the clock moved before it was armed.
 			timer = newTimerAt(j.clock, j.queue.q[0].expires)
@@ -175,6 +198,9 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 			timer.Stop()
 		}
 	}()
+	if j.et != nil {
+		j.et.started(j.clock.Now())
+	}
 	arm()
 	for {
 		var expired <-chan time.Time
@@ -190,14 +216,14 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 			return nil
 		}
 		if j.et != nil {
-			j.took = true
-			if err := j.arriveAt(ctx, env); err != nil {
+			if err := j.onEventTime(ctx, env, timedOut); err != nil {
 				return err
 			}
-			if wm, ok := j.et.mark(); ok {
-				// An item waits until no partner that is not late can
-				// come: one within of it is behind the watermark.
-				j.expire(wm, false)
+			if timedOut || timer == nil {
+				// An item only moves its input's idle instant later: a
+				// timer still armed fires at or before the next one, and
+				// is armed again then.
+				arm()
 			}
 			continue
 		}
@@ -213,11 +239,35 @@ func (j *joiner[L, R, K, Out]) body(ctx context.Context) (err error) {
 	}
 }
 
-// arriveAt places an item on event time: a late one goes to the failure
-// action; another joins its partners within of its time and waits until
+// onEventTime takes an item on event time, or, when timedOut, marks the
+// inputs that went idle, then lets go of the items the watermark passed.
+func (j *joiner[L, R, K, Out]) onEventTime(ctx context.Context, env envelope[either[L, R]], timedOut bool) error {
+	if timedOut {
+		if j.et.idled(j.clock.Now()) {
+			// Both inputs are quiet: what waits is let go as at the end
+			// of input, and the watermark stays where it is.
+			j.expire(time.Time{}, true)
+			return nil
+		}
+	} else {
+		j.took = true
+		if err := j.arriveAt(ctx, env); err != nil {
+			return err
+		}
+	}
+	if wm, ok := j.et.mark(); ok {
+		// An item waits until no partner that is not late can come: one
+		// within of it is behind the watermark.
+		j.expire(wm, false)
+	}
+	return nil
+}
+
+// arriveAt places an item on event time: a late one goes to the JoinLate
+// stream or the failure action; another joins its partners within of its time and waits until
 // the watermark passes its time by within.
 func (j *joiner[L, R, K, Out]) arriveAt(ctx context.Context, env envelope[either[L, R]]) error {
-	t := j.et.take(env.val)
+	t := j.et.take(env.val, j.clock.Now())
 	if wm, ok := j.et.mark(); ok && t.Before(wm) {
 		return j.lateJoin(ctx, env, t, wm)
 	}
@@ -285,7 +335,7 @@ func (j *joiner[L, R, K, Out]) emit(ctx context.Context, l L, r R, lt, rt *track
 		}
 	}
 	j.joins++
-	return j.w.push(ctx, envelope[Out]{val: v, tr: tr})
+	return j.out(ctx, envelope[Out]{val: v, tr: tr})
 }
 
 // expire lets go of the items whose window ended by now (all of them with

@@ -60,7 +60,7 @@ func TestJoinEventTimeShuffledMatchesRecomputation(t *testing.T) {
 				b := pipeline.New("join", append([]pipeline.Option{pipeline.WithClock(clockwork.NewFakeClock()), pipeline.WithDeadLetter(dlq)}, m.opts...)...)
 				ls, rs := pipelinetest.NewTrackedSource(lefts...), pipelinetest.NewTrackedSource(rights...)
 				joined := pipeline.Join(b, "j", pipeline.Source(b, "l", ls), pipeline.Source(b, "r", rs), evKey, evKey, within,
-					func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) }, pipeline.JoinEventTime(evAt, evAt, bound))
+					func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) }, pipeline.JoinEventTime(evAt, evAt, bound, 0))
 				col := &pipelinetest.Collector[string]{}
 				pipeline.Sink(b, "store", joined, col)
 				res, err := build(t, b).Run(t.Context())
@@ -145,7 +145,7 @@ func TestJoinEventTimeLateItemsDeadLettered(t *testing.T) {
 		{ID: 3, Key: 2, At: at(9 * time.Minute)},                // at the watermark: not late
 	}}
 	joined := pipeline.Join(b, "j", pipeline.Source[ev](b, "l", left), pipeline.Source(b, "r", right), evKey, evKey, time.Minute,
-		func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) }, pipeline.JoinEventTime(evAt, evAt, time.Minute))
+		func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) }, pipeline.JoinEventTime(evAt, evAt, time.Minute, 0))
 	col := &pipelinetest.Collector[string]{}
 	pipeline.Sink(b, "store", joined, col)
 	p = build(t, b)
@@ -185,7 +185,7 @@ func TestResultStringWithoutLateItemsHasNoLateColumn(t *testing.T) {
 	l := pipeline.Source(b, "l", pipelinetest.NewSliceSource(ev{ID: 1, At: epoch}))
 	r := pipeline.Source(b, "r", pipelinetest.NewSliceSource(ev{ID: 2, At: epoch}))
 	pipeline.Sink(b, "store", pipeline.Join(b, "j", l, r, evKey, evKey, time.Minute, func(l, r ev) int { return l.ID + r.ID },
-		pipeline.JoinEventTime(evAt, evAt, 0)), &pipelinetest.Collector[int]{})
+		pipeline.JoinEventTime(evAt, evAt, 0, 0)), &pipelinetest.Collector[int]{})
 	res, err := build(t, b).Run(t.Context())
 	require.NoError(t, err)
 	head := strings.Split(res.String(), "\n")[1]
@@ -213,16 +213,16 @@ func TestJoinEventTimeBuildErrors(t *testing.T) {
 		"on a transform": {func(b *pipeline.Builder) {
 			s := pipeline.Source(b, "src", pipelinetest.NewSliceSource[ev]())
 			pipeline.Sink(b, "store", pipeline.Map(b, "m", s, func(_ context.Context, e ev) (ev, error) { return e, nil },
-				pipeline.JoinEventTime(evAt, evAt, 0)), &pipelinetest.Collector[ev]{})
+				pipeline.JoinEventTime(evAt, evAt, 0, 0)), &pipelinetest.Collector[ev]{})
 		}, []pipeline.Option{dl}, `node "m": JoinEventTime: only a Join matches on event time`},
-		"nil function": {func(b *pipeline.Builder) { join(b, pipeline.JoinEventTime[ev, ev](evAt, nil, 0)) },
+		"nil function": {func(b *pipeline.Builder) { join(b, pipeline.JoinEventTime[ev, ev](evAt, nil, 0, 0)) },
 			[]pipeline.Option{dl}, `node "j": JoinEventTime: a time function is nil`},
-		"negative": {func(b *pipeline.Builder) { join(b, pipeline.JoinEventTime(evAt, evAt, -time.Second)) },
+		"negative": {func(b *pipeline.Builder) { join(b, pipeline.JoinEventTime(evAt, evAt, -time.Second, 0)) },
 			[]pipeline.Option{dl}, `node "j": JoinEventTime: maxLateness -1s: must not be negative`},
 		"wrong type": {func(b *pipeline.Builder) {
-			join(b, pipeline.JoinEventTime(evAt, func(int) time.Time { return epoch }, 0))
+			join(b, pipeline.JoinEventTime(evAt, func(int) time.Time { return epoch }, 0, 0))
 		}, []pipeline.Option{dl}, `node "j": JoinEventTime: the time functions take pipeline_test.ev and int`},
-		"no dead-letter sink": {func(b *pipeline.Builder) { join(b, pipeline.JoinEventTime(evAt, evAt, 0)) },
+		"no dead-letter sink": {func(b *pipeline.Builder) { join(b, pipeline.JoinEventTime(evAt, evAt, 0, 0)) },
 			nil, `node "j": JoinEventTime: late items are dead-lettered, and the pipeline has no dead-letter sink`},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -259,7 +259,7 @@ func TestJoinEventTimeWithinIsExclusive(t *testing.T) {
 	b := pipeline.New("join", pipeline.WithClock(clockwork.NewFakeClock()), pipeline.WithDeadLetter(deadletter.NewMemory(1)))
 	joined := pipeline.Join(b, "j", pipeline.Source(b, "l", pipelinetest.NewSliceSource(lefts...)),
 		pipeline.Source(b, "r", pipelinetest.NewSliceSource(rights...)), evKey, evKey, within,
-		func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) }, pipeline.JoinEventTime(evAt, evAt, time.Hour))
+		func(l, r ev) string { return fmt.Sprintf("%d-%d", l.ID, r.ID) }, pipeline.JoinEventTime(evAt, evAt, time.Hour, 0))
 	col := &pipelinetest.Collector[string]{}
 	pipeline.Sink(b, "store", joined, col)
 	_, err := build(t, b).Run(t.Context())
@@ -315,7 +315,7 @@ func TestJoinEventTimeQuietInputHoldsTheOther(t *testing.T) {
 		ended: func() { heldAtEnd = len(lefts) - len(ls.Outcomes()) },
 	}
 	joined := pipeline.Join(b, "j", pipeline.Source(b, "l", ls), pipeline.Source[ev](b, "r", quiet), evKey, evKey, time.Minute,
-		func(l, r ev) string { return "" }, pipeline.JoinEventTime(evAt, evAt, 0))
+		func(l, r ev) string { return "" }, pipeline.JoinEventTime(evAt, evAt, 0, 0))
 	pipeline.Sink(b, "store", joined, &pipelinetest.Collector[string]{})
 	p = build(t, b)
 	_, err := p.Run(t.Context())

@@ -168,8 +168,10 @@ type nodeConfig struct {
 	allowedLateness time.Duration
 	allowedSet      bool
 	late            *lateOutput
-	// JoinEventTime (jointime.go), checked by Join and refused elsewhere.
+	// JoinEventTime and JoinLate (jointime.go), checked by Join and
+	// refused elsewhere.
 	joinTime *joinTimeConfig
+	joinLate *joinLateOutput
 	// refused are the problems Refuse gave, for Build.
 	refused []error
 }

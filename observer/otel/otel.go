@@ -148,7 +148,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	o.deadLetters = counter(DeadLetters, "{item}", "Items a node sent to the dead-letter sink, which stored them.")
 	o.brokerRetries = counter(BrokerRetries, "{item}",
 		"Items a node sent to the dead-letter sink, which gave them back to their broker's retry path instead of storing them: not dead letters.")
-	o.late = counter(LateItems, "{item}", "Items an event-time Aggregate took in behind its watermark, less its allowed lateness: too late for their windows.")
+	o.late = counter(LateItems, "{item}", "Items an event-time Aggregate or Join took in behind its watermark (less an Aggregate's allowed lateness): too late for their windows or partners.")
 	o.handedOff = counter(HandedOff, "{item}", "Items whose item retry a node handed to their source's broker, to be delivered again after the wait.")
 	o.drops = counter(Drops, "{item}", "Items a node dropped because its failure action is skip.")
 	o.fallbacks = counter(Fallbacks, "{item}", "Items a node's Fallback rescued after its item retries gave up.")

@@ -110,7 +110,7 @@ func New(opts ...Option) *Collector {
 		deadLetters: promclient.NewDesc(DeadLetters, "Items a node sent to the dead-letter sink, which stored them.", node, nil),
 		brokerRetries: promclient.NewDesc(BrokerRetries,
 			"Items a node sent to the dead-letter sink, which gave them back to their broker's retry path instead of storing them: not dead letters.", node, nil),
-		late:      promclient.NewDesc(LateItems, "Items an event-time Aggregate took in behind its watermark, less its allowed lateness: too late for their windows.", node, nil),
+		late:      promclient.NewDesc(LateItems, "Items an event-time Aggregate or Join took in behind its watermark (less an Aggregate's allowed lateness): too late for their windows or partners.", node, nil),
 		handedOff: promclient.NewDesc(HandedOff, "Items whose item retry a node handed to their source's broker, to be delivered again after the wait.", node, nil),
 		drops:     promclient.NewDesc(Drops, "Items a node dropped because its failure action is skip.", node, nil),
 		fallbacks: promclient.NewDesc(Fallbacks, "Items a node's Fallback rescued after its item retries gave up.", node, nil),
