@@ -51,6 +51,16 @@ import (
 // holds bytes holds a close behind them; one that ends a connection
 // (Reset, Cut, Clear after Silence) closes both sides at once.
 //
+// Where the proxy differs from a network: a write that fails one way (the
+// peer is gone) ends the whole connection at once, so bytes the other way
+// that were held (Partition, Pause) or in flight (Latency) and not yet
+// written are dropped, and that side sees a FIN, not a reset; a network
+// would deliver them first. A Reset that fires while its direction's
+// writer is blocked on a peer that reads nothing resets the sockets only
+// once that write ends. Cut cuts the connections the proxy has accepted
+// (including one whose dial to the broker is under way), not one still
+// in the listener's queue.
+//
 // A Proxy is safe for use by several goroutines. Every goroutine of a
 // Proxy has ended when Close returns.
 type Proxy struct {
@@ -67,6 +77,8 @@ type Proxy struct {
 	closed   bool
 	links    map[*link]struct{}
 	accepted int
+	cuts     int // the number of Cuts so far
+	dialing  int // connections accepted whose dial to the broker is under way
 	// carried holds, in order, the number (1 for the first accepted) of
 	// each connection that carried bytes both ways through the proxy: a
 	// connection reset at its first byte never carried a delivery or a
@@ -126,9 +138,12 @@ func (p *Proxy) carriedSince(n int) int {
 	return k
 }
 
-// Cut closes every open connection, as a network failure would; new
+// Cut closes every connection the proxy has accepted, as a network failure would; new
 // connections are accepted as before.
 func (p *Proxy) Cut() {
+	p.mu.Lock()
+	p.cuts++
+	p.mu.Unlock()
 	for _, l := range p.open() {
 		l.teardown()
 	}
@@ -261,10 +276,28 @@ func (p *Proxy) accept(ctx context.Context) {
 	d := net.Dialer{Timeout: 10 * time.Second}
 	for {
 		client, err := p.ln.Accept()
-		if err != nil {
+		if errors.Is(err, net.ErrClosed) {
 			return
 		}
+		if err != nil {
+			// Out of descriptors, or a connection aborted before it was
+			// taken: the next Accept may succeed, so the proxy keeps
+			// serving, after a pause that keeps the loop from spinning.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+			continue
+		}
+		p.mu.Lock()
+		cuts := p.cuts
+		p.dialing++
+		p.mu.Unlock()
 		server, err := d.DialContext(ctx, "tcp", p.target)
+		p.mu.Lock()
+		p.dialing--
+		p.mu.Unlock()
 		if err != nil {
 			_ = client.Close()
 			continue
@@ -279,6 +312,14 @@ func (p *Proxy) accept(ctx context.Context) {
 			_ = client.Close()
 			_ = server.Close()
 			return
+		}
+		if p.cuts != cuts {
+			// Cut while this connection's dial was under way: it was
+			// open for the client before the Cut, so it is cut too.
+			p.mu.Unlock()
+			_ = client.Close()
+			_ = server.Close()
+			continue
 		}
 		p.accepted++
 		l := &link{p: p, seq: p.accepted, client: client, server: server, dead: make(chan struct{})}
