@@ -46,8 +46,10 @@ import (
 // those windows as Filtered instead of handing the windows on again. The
 // saved bytes are then a position envelope around the source's position;
 // a position saved before still loads. A window written after the last
-// save is handed on again, whole. With several sources no log is kept.
-// Build refuses a window key that does not come back equal from JSON
+// save is handed on again, whole; a window the log pruned may be handed
+// on again by an item that was late before the crash. With several
+// sources no log is kept. Build refuses a window key type that does not
+// come back equal from JSON
 // where a log is kept. See "Positions with open windows" in
 // docs/nodes.md.
 func WithCheckpoint(store checkpoint.Store, every time.Duration) Option {

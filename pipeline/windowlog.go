@@ -104,6 +104,9 @@ type windowLog[K comparable] struct {
 	changed uint64
 	wm      time.Time
 	seen    bool // wm is set
+	// unlogged counts the windows left out because their key does not
+	// come back equal from JSON.
+	unlogged int
 }
 
 // A logEntry is one written window. maxIdx is the latest item of it
@@ -163,7 +166,6 @@ func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, uint64, error) {
 	defer l.mu.Unlock()
 	wm := l.wm.UnixNano()
 	var out []loggedWindow
-	var errs []error
 	for id, e := range l.wins {
 		// Moot: no item the run reads again falls in it. Its items are
 		// all at or before the position, and, once the watermark passed
@@ -174,7 +176,14 @@ func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, uint64, error) {
 		}
 		key, err := keyJSON(id.key)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("pipeline: Aggregate %q: window key %v: %w", l.node, id.key, err))
+			// A key value that does not come back equal from JSON (a
+			// string that is not UTF-8, a key whose JSON methods lose
+			// it) is left out of the log rather than failing the save:
+			// a failed periodic save would stop every save, the
+			// position's too. Its window may be written again after a
+			// crash, as where no log is kept.
+			delete(l.wins, id)
+			l.unlogged++
 			continue
 		}
 		out = append(out, loggedWindow{Key: key, Start: id.start, End: e.end})
@@ -186,7 +195,7 @@ func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, uint64, error) {
 		}
 		return cmp.Compare(a.Start, b.Start)
 	})
-	return out, l.changed, errors.Join(errs...)
+	return out, l.changed, nil
 }
 
 // keyJSON returns k as JSON, once it checked that it decodes to k again:

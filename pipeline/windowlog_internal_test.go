@@ -65,14 +65,35 @@ func (lossyKey) MarshalJSON() ([]byte, error)  { return []byte("0"), nil }
 func (*lossyKey) UnmarshalJSON(b []byte) error { return nil }
 
 // A key whose own JSON methods do not round-trip passes Build (its
-// methods are trusted there) and fails the save, naming the node and the
-// key, rather than being saved as another key.
-func TestWindowLogKeyThatDoesNotRoundTripFailsTheSave(t *testing.T) {
+// methods are trusted there); at a save its window is left out of the
+// log, rather than saved as another key or failing the save (a failed
+// periodic save would stop the position's saves too).
+func TestWindowLogLeavesOutAKeyThatDoesNotRoundTrip(t *testing.T) {
 	require.NoError(t, jsonKeyProblem(reflect.TypeFor[lossyKey]()))
 	l, err := newWindowLog[lossyKey]("sum", nil)
 	require.NoError(t, err)
 	l.record(windowID[lossyKey]{key: 3}, time.Unix(0, 1), &tracker{parents: []*tracker{nil}})
-	_, _, err = l.snapshot(0)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `Aggregate "sum": window key 3: does not round-trip through JSON (0)`)
+	l.record(windowID[lossyKey]{key: 0}, time.Unix(0, 1), &tracker{parents: []*tracker{nil}})
+	wins, _, err := l.snapshot(0)
+	require.NoError(t, err)
+	require.Len(t, wins, 1, "the key 0 comes back equal and is kept")
+	assert.JSONEq(t, "0", string(wins[0].Key))
+	assert.Equal(t, 1, l.unlogged)
+}
+
+// A string key passes Build, but a value that is not UTF-8 comes back
+// from JSON with U+FFFD: its window is left out, the others are saved.
+func TestWindowLogLeavesOutAStringKeyThatIsNotUTF8(t *testing.T) {
+	l, err := newWindowLog[string]("sum", nil)
+	require.NoError(t, err)
+	l.record(windowID[string]{key: "k\xff2"}, time.Unix(0, 1), &tracker{parents: []*tracker{nil}})
+	l.record(windowID[string]{key: "ok"}, time.Unix(0, 1), &tracker{parents: []*tracker{nil}})
+	wins, _, err := l.snapshot(0)
+	require.NoError(t, err)
+	require.Len(t, wins, 1)
+	assert.JSONEq(t, `"ok"`, string(wins[0].Key))
+	wins, _, err = l.snapshot(0)
+	require.NoError(t, err)
+	assert.Len(t, wins, 1, "the key left out stays out")
+	assert.Equal(t, 1, l.unlogged)
 }
