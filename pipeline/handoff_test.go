@@ -20,7 +20,7 @@ import (
 )
 
 // A simBroker is a source whose "broker" takes items over: every item is
-// delivered, and delivered again at once after a hand-off, until each
+// delivered, and delivered again once a hand-off settled, until each
 // delivery reached another outcome. The broker's wait itself is not the
 // engine's business, so it is not simulated.
 type simBroker struct {
@@ -36,6 +36,8 @@ type simBroker struct {
 	handOffs []deadletter.HandOff
 	resumes  []delivery
 	outcomes map[int][]node.Outcome
+	// handedOff holds each id's hand-offs until the delivery settles.
+	handedOff map[int][]delivery
 }
 
 type delivery struct {
@@ -57,7 +59,10 @@ func (d delivery) HandOff(_ context.Context, h deadletter.HandOff) error {
 	defer d.b.mu.Unlock()
 	d.b.handOffs = append(d.b.handOffs, h)
 	d.b.pending++
-	d.b.queue <- delivery{id: d.id, node: h.Envelope.DecisionNode, retry: h.Retry, since: h.Since, b: d.b}
+	// Delivered again once this delivery settled HandedOff, not at
+	// once: a broker redelivers after its wait, and a redelivery that
+	// raced the settle could record Delivered before HandedOff.
+	d.b.handedOff[d.id] = append(d.b.handedOff[d.id], delivery{id: d.id, node: h.Envelope.DecisionNode, retry: h.Retry, since: h.Since, b: d.b})
 	return nil
 }
 
@@ -66,7 +71,7 @@ func (d delivery) Resumed() (deadletter.Resume, bool) {
 }
 
 func newSimBroker(after time.Duration, ids ...int) *simBroker {
-	b := &simBroker{after: after, handable: true, ids: ids, queue: make(chan delivery, 64), outcomes: map[int][]node.Outcome{}}
+	b := &simBroker{after: after, handable: true, ids: ids, queue: make(chan delivery, 64), outcomes: map[int][]node.Outcome{}, handedOff: map[int][]delivery{}}
 	for _, id := range ids {
 		b.pending++
 		b.queue <- delivery{id: id, b: b}
@@ -104,6 +109,10 @@ func (b *simBroker) Run(ctx context.Context, out node.Emitter[delivery]) error {
 				b.mu.Lock()
 				defer b.mu.Unlock()
 				b.outcomes[d.id] = append(b.outcomes[d.id], o)
+				if o == node.HandedOff && len(b.handedOff[d.id]) > 0 {
+					b.queue <- b.handedOff[d.id][0]
+					b.handedOff[d.id] = b.handedOff[d.id][1:]
+				}
 				b.pending--
 				if b.pending == 0 {
 					close(b.queue)
