@@ -338,7 +338,7 @@ func TestWindowLogRefusesKeysThatDoNotRoundTrip(t *testing.T) {
 		key  any
 		want string
 	}{
-		{"unexported field", func(ev) hidden { return hidden{} }, "field a is unexported"},
+		{"unexported field", func(ev) hidden { return hidden{a: 1} }, "field a is unexported"},
 		{"json:\"-\"", func(ev) dropped { return dropped{} }, "field B is tagged json:\"-\""},
 		{"float", func(ev) float64 { return 0 }, "float64 does not round-trip through JSON"},
 		{"time", func(ev) time.Time { return time.Time{} }, "use its UnixNano"},
