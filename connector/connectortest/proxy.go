@@ -78,6 +78,9 @@ type Proxy struct {
 	links    map[*link]struct{}
 	accepted int
 	cuts     int // the number of Cuts so far
+	// acceptFailed, when set (by a test), is called after each failed
+	// Accept, under mu.
+	acceptFailed func(error)
 	dialing  int // connections accepted whose dial to the broker is under way
 	// carried holds, in order, the number (1 for the first accepted) of
 	// each connection that carried bytes both ways through the proxy: a
@@ -283,6 +286,11 @@ func (p *Proxy) accept(ctx context.Context) {
 			// Out of descriptors, or a connection aborted before it was
 			// taken: the next Accept may succeed, so the proxy keeps
 			// serving, after a pause that keeps the loop from spinning.
+			p.mu.Lock()
+			if p.acceptFailed != nil {
+				p.acceptFailed(err)
+			}
+			p.mu.Unlock()
 			select {
 			case <-ctx.Done():
 				return
