@@ -81,7 +81,7 @@ type Proxy struct {
 	// acceptFailed, when set (by a test), is called after each failed
 	// Accept, under mu.
 	acceptFailed func(error)
-	dialing  int // connections accepted whose dial to the broker is under way
+	dialing      int // connections accepted whose dial to the broker is under way
 	// carried holds, in order, the number (1 for the first accepted) of
 	// each connection that carried bytes both ways through the proxy: a
 	// connection reset at its first byte never carried a delivery or a
