@@ -24,23 +24,34 @@ import (
 )
 
 // onceFlaky fails item v's first call when fails(v), and succeeds after.
-// Every tenth call moves the budget's clock a second on: the budget's
-// time is the calls made, so that its Window holds a hundred calls however
-// the goroutines are scheduled against the pipeline's clock.
+// Every tenth first call moves the budget's clock a second on: the
+// budget's time is the first calls made, so that its Window holds a
+// hundred of them however the goroutines are scheduled against the
+// pipeline's clock. Retries do not move it: the retries one step of the
+// pipeline's clock releases come in a burst, and a burst of calls that
+// were not first calls, counted as time, would push the first calls out
+// of the Window and leave too little allowance for the next failure (one
+// retry in 2 000 was refused, now and then).
 type onceFlaky struct {
 	fails       func(int64) bool
 	budgetClock *clockwork.FakeClock
 	mu          sync.Mutex
+	seen        map[int64]bool
 	failed      map[int64]bool
+	firsts      int64
 	calls       atomic.Int64
 }
 
 func (f *onceFlaky) call(_ context.Context, v int64) (int64, error) {
-	if f.calls.Add(1)%10 == 0 {
-		f.budgetClock.Advance(time.Second)
-	}
+	f.calls.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if !f.seen[v] {
+		f.seen[v] = true
+		if f.firsts++; f.firsts%10 == 0 {
+			f.budgetClock.Advance(time.Second)
+		}
+	}
 	if f.fails(v) && !f.failed[v] {
 		f.failed[v] = true
 		return 0, errFlaky
@@ -62,7 +73,7 @@ func budgetTail(clock clockwork.Clock, src node.Source[int64], nodeOpts []pipeli
 	budgetClock := clockwork.NewFakeClock()
 	budget := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.2, Window: 10 * time.Second, Clock: budgetClock})
 	dlq := deadletter.NewMemory(100_000)
-	f := &onceFlaky{fails: tailFails, budgetClock: budgetClock, failed: map[int64]bool{}}
+	f := &onceFlaky{fails: tailFails, budgetClock: budgetClock, seen: map[int64]bool{}, failed: map[int64]bool{}}
 	b := pipeline.New("budget-tail", append(opts, pipeline.WithClock(clock), pipeline.WithDeadLetter(dlq))...)
 	work := pipeline.Map(b, "work", pipeline.Source(b, "src", src), f.call, append(nodeOpts, pipeline.NodeResilience(func(o *resilience.Options) {
 		o.ItemRetry.MaxRetries = 3
