@@ -385,3 +385,47 @@ func TestGraphShowsAFailedRun(t *testing.T) {
 	assert.Regexp(t, `n1_call\["call<br>transform · retry 2, node retry 3<br>in \d · out \d · failed 1 · retries 2"\]:::work`, m)
 	assert.Contains(t, m, "    style n1_call stroke:#c62828,stroke-width:3px\n")
 }
+
+// The branches of an Aggregate with Late and of a Join with JoinLate are
+// not a broadcast: each item goes to one of them. A stream read by two
+// nodes still is.
+func TestGraphBranchesAreNoBroadcast(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("branches", pipeline.WithDeadLetter(deadletter.NewMemory(10)))
+	src := pipeline.Source(b, "read", pipelinetest.NewSliceSource(1, 2, 3))
+	at := func(v int) time.Time { return time.Unix(int64(v), 0) }
+	var late pipeline.Stream[int]
+	sums := pipeline.Aggregate(b, "sum", src, func(int) int { return 0 }, pipeline.TimeWindow(time.Minute),
+		func() int { return 0 }, func(s, v int) int { return s + v }, pipeline.EventTime(at, 0, 0), pipeline.Late(&late))
+	pipeline.Sink(b, "windows", sums, &pipelinetest.Collector[pipeline.Window[int, int]]{})
+	pipeline.Sink(b, "late", late, &pipelinetest.Collector[int]{})
+	var lateL, lateR pipeline.Stream[int]
+	joined := pipeline.Join(b, "j", src, src, func(v int) int { return v }, func(v int) int { return v }, time.Minute,
+		func(l, r int) int { return l + r }, pipeline.JoinEventTime(at, at, 0, 0), pipeline.JoinLate(&lateL, &lateR))
+	pipeline.Sink(b, "pairs", joined, &pipelinetest.Collector[int]{})
+	pipeline.Sink(b, "late left", lateL, &pipelinetest.Collector[int]{})
+	pipeline.Sink(b, "late right", lateR, &pipelinetest.Collector[int]{})
+	g := build(t, b).Graph()
+	broadcast := map[string]bool{}
+	for _, e := range g.Edges {
+		broadcast[g.Nodes[e.From].Name+" -> "+g.Nodes[e.To].Name] = e.Broadcast
+	}
+	assert.Equal(t, map[string]bool{
+		"read -> sum":                 true, // one stream, three consumers
+		"read -> j/left":              true,
+		"read -> j/right":             true,
+		"sum -> sum[windows]":         false,
+		"sum -> sum[late]":            false,
+		"sum[windows] -> windows":     false,
+		"sum[late] -> late":           false,
+		"j/left -> j/in":              false,
+		"j/right -> j/in":             false,
+		"j/in -> j":                   false,
+		"j -> j[joins]":               false,
+		"j -> j[late left]":           false,
+		"j -> j[late right]":          false,
+		"j[joins] -> pairs":           false,
+		"j[late left] -> late left":   false,
+		"j[late right] -> late right": false,
+	}, broadcast)
+}
