@@ -171,13 +171,24 @@ func TestOpenPauseProbesOncePerOpenDuration(t *testing.T) {
 func TestOpenPauseEndsAtMaxPause(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
+	start := clock.Now()
+	rec := &pipelinetest.Recorder{}
 	probing := make(chan struct{})
-	var n atomic.Int32
-	// Calls 1-3 fail and trip the breaker; call 4, the probe, hangs on the
-	// clock far longer than MaxPause, so the other worker's pause runs out.
+	var probes atomic.Int32
+	// Every call before the open duration passed fails: three failures
+	// trip the breaker. Which calls those are is the workers' race: one
+	// worker's next call may start while the other's third failure is
+	// not recorded yet, under a permit of the closed breaker; it fails
+	// too, and the breaker opens once. So the calls are told apart by the
+	// clock, not counted: the first call once the open duration passed,
+	// the probe, hangs on the clock far longer than MaxPause, so the other
+	// worker's pause runs out.
 	dep := node.TransformFunc[int, int](func(ctx context.Context, x int) (int, error) {
-		if n.Add(1) <= 3 {
+		if clock.Since(start) < 10*time.Second {
 			return 0, errFlaky
+		}
+		if probes.Add(1) > 1 {
+			return 0, errFlaky // a second probe: counted, and asserted below
 		}
 		close(probing)
 		select {
@@ -187,7 +198,7 @@ func TestOpenPauseEndsAtMaxPause(t *testing.T) {
 		}
 		return x, nil
 	})
-	b := pipeline.New("max-pause", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1),
+	b := pipeline.New("max-pause", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithObserver(rec),
 		pipeline.WithResilience(func(o *resilience.Options) {
 			breaker(resilience.OpenPause, resilience.Skip)(o)
 			o.CircuitBreaker.MaxPause = 15 * time.Second
@@ -196,12 +207,17 @@ func TestOpenPauseEndsAtMaxPause(t *testing.T) {
 		pipeline.Parallel(2), pipeline.Unordered())
 	pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
 	run := pipelinetest.Start(t.Context(), build(t, b))
-	// Both workers pause on the clock once the breaker opened.
+	// The breaker opens, and both workers pause on the clock: until the
+	// clock moves nothing else waits on it (the calls fail at once, and
+	// there are no retries), and one pause arms one timer.
+	_, err := pipelinetest.WaitFor[observer.CircuitEvent](t.Context(), rec, 1)
+	require.NoError(t, err)
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 2))
 	clock.Advance(10 * time.Second)
 	<-probing
-	// The probe waits an hour; the other worker waits for the probe or its
-	// deadline, 5s later.
+	// The probe waits an hour; the other worker, refused while the probe
+	// holds the half-open breaker's one slot, waits for its deadline, 5s
+	// later (MaxPause after its first refusal).
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 2))
 	clock.Advance(5 * time.Second)
 	// The node fails; the probe, a call in flight, has the grace period
@@ -209,10 +225,21 @@ func TestOpenPauseEndsAtMaxPause(t *testing.T) {
 	// wait on the clock.
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 2))
 	clock.Advance(pipeline.DefaultFailGrace)
-	_, err := run.Wait()
+	_, err = run.Wait()
 	var coe *resilience.CircuitOpenError
 	require.ErrorAs(t, err, &coe)
 	assert.Equal(t, "call", coe.Node)
+	assert.Equal(t, int32(1), probes.Load(), "one probe, which held the half-open breaker to the end")
+	assert.Equal(t, [][2]resilience.CircuitState{closedOpen, openHalf}, transitions(rec))
+	// The node failed MaxPause after the first refusal and ended once the
+	// probe's grace period had passed.
+	endedAt := time.Time{}
+	for _, e := range pipelinetest.Of[observer.NodeEvent](rec) {
+		if e.Node == "call" && e.Err != nil && !e.Stopped {
+			endedAt = e.Time
+		}
+	}
+	assert.Equal(t, 15*time.Second+pipeline.DefaultFailGrace, endedAt.Sub(start))
 }
 
 func TestBreakerCountsOnlyTransientFailures(t *testing.T) {
