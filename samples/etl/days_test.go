@@ -28,7 +28,7 @@ import (
 func TestResumeAtALateRowCountsItOnce(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
-	cfg.failRate, cfg.outage = 0, 0
+	cfg.rows, cfg.failRate, cfg.outage = 1000, 0, 0
 	s := runOnFakeClock(t, cfg)
 	late := lateOrders(t, cfg.db)
 	require.NotEmpty(t, late)
