@@ -40,8 +40,15 @@ import (
 // its day (a row is never late in the resumed run and not in the killed
 // one: its watermark is never higher). So writing a window takes its
 // orders out of late_orders: each order counts once, in a window or as
-// late. The window a row lets in is one of its own, named by its line,
-// so it adds to the day's part written before rather than replacing it.
+// late. The window that lets such a row in holds no row of the day's
+// part the killed run wrote (that part's rows are all before the saved
+// position, or the window log holds the part and filters the row), so
+// its first line is another, and it adds to that part rather than
+// replacing it. (Where the window log holds the part, a row it filters
+// that the killed run had taken as late, and not yet written, would be
+// counted nowhere: the log drops a part once the watermark passed its
+// day and its rows are all before the saved position, and a late row
+// here is a week or more late, long after that.)
 //
 // After each write, in the same transaction, the customer_day_totals row
 // of each customer-day written is replaced by the sum of the day's parts

@@ -78,11 +78,6 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 			o.CircuitBreaker.MaxPause = 30 * time.Second
 		}))
 	valid := pipeline.Transform(b, "validate", priced, node.TransformFunc[Order, Order](validate))
-	// connector/sql's upsert, in batches of 500 rows (a part batch waits
-	// 250 ms for more), one transaction per batch: sluicesql.Upsert, built
-	// by hand from the store's Upserter so that the summary can say how
-	// many rows the run inserted or changed. Each order is settled, and
-	// its position may be saved, only once its batch committed.
 	// A database that refuses a row or a total fails the job: validate
 	// lets no such row through, so one is a bug, not bad input, and a
 	// database that refuses every row (a full disk) would dead-letter
