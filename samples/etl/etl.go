@@ -59,9 +59,12 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 	rows := pipeline.Source(b, "read", src)
 	orders := pipeline.Transform(b, "parse", rows, node.TransformFunc[file.Record, Order](parse))
 	priced := pipeline.Transform(b, "enrich", orders, node.TransformFunc[Order, Order](rates.enrich),
-		// Order does not matter to a database, and ordered output would hold
-		// every result back behind each item that waits for a retry.
-		pipeline.Parallel(cfg.workers), pipeline.Unordered(),
+		// In the order of the file: the day windows' watermark follows the
+		// orders' dates as they come, and a row handed on seconds late,
+		// after its retries, would come days behind the rows read since,
+		// and be late. Ordered output holds the results behind a row that
+		// waits for a retry; the workers go on meanwhile.
+		pipeline.Parallel(cfg.workers),
 		pipeline.NodeResilience(func(o *resilience.Options) {
 			// A flaky dependency: a few quick retries with full jitter...
 			o.ItemRetry.MaxRetries = 4
@@ -75,30 +78,26 @@ func build(cfg config, clock clockwork.Clock, dlq deadletter.Sink, obs observer.
 			o.CircuitBreaker.MaxPause = 30 * time.Second
 		}))
 	valid := pipeline.Transform(b, "validate", priced, node.TransformFunc[Order, Order](validate))
+	// A database that refuses a row or a total fails the job: validate
+	// lets no such row through, so one is a bug, not bad input, and a
+	// database that refuses every row (a full disk) would dead-letter
+	// them all. A locked database file is worth a retry.
+	strict := pipeline.NodeResilience(func(o *resilience.Options) {
+		o.OnItemFailure = resilience.Fail
+		o.NodeRestart.MaxRestarts = 2
+	})
 	// connector/sql's upsert, in batches of 500 rows (a part batch waits
 	// 250 ms for more), one transaction per batch: sluicesql.Upsert, built
 	// by hand from the store's Upserter so that the summary can say how
 	// many rows the run inserted or changed. Each order is settled, and
-	// its position may be saved, only once its batch committed.
-	pipeline.ForEachBatch(b, "load", valid, sluicesql.DefaultBatchSize, 250*time.Millisecond, st.Write, pipeline.NodeResilience(func(o *resilience.Options) {
-		// A locked database file is worth a retry. A row the database
-		// refuses is split out of its batch and fails alone, and it
-		// fails the job, naming the constraint: validate lets no such
-		// row through, so one is a bug, not bad input, and a database
-		// that refuses every row (a full disk) would dead-letter them all.
-		o.OnItemFailure = resilience.Fail
-		o.NodeRestart.MaxRestarts = 2
-	}))
-	// The customers' totals per day (by the order's own date) are not
-	// summed in the pipeline: the rows come in no order of their dates,
-	// any of the last 30 days, so an event-time window of a day would
-	// need a watermark 30 days behind, and every window would stay open,
-	// holding every row's position back until the input ends (an open
-	// window has not settled its rows): no checkpoint could be saved
-	// before the end, and after a resume the windows would count only the
-	// rows read since. They are computed from the orders table when the
-	// run ends instead (sumTotals), which is right however many runs
-	// loaded the rows.
+	// its position may be saved, only once its batch committed. A row the
+	// database refuses is split out of its batch and fails alone, naming
+	// the constraint.
+	pipeline.ForEachBatch(b, "load", valid, sluicesql.DefaultBatchSize, 250*time.Millisecond, st.Write, strict)
+	// The customers' totals per day, by the order's own date: event-time
+	// windows of a day, and the late orders beside them (see days.go).
+	// An order settles once it is loaded and its day's total is written.
+	addDays(b, valid, st, strict)
 	p, err := b.Build()
 	return p, st, src, err
 }
@@ -183,12 +182,12 @@ func runETL(ctx context.Context, cfg config, clock clockwork.Clock, progress io.
 	err = errors.Join(runErr, dlq.Close(), cp.close(), m.stop(), writeGraph(graphPath(cfg), p))
 	letters := dlq.Stats()
 	// The loader's connection closes once the run ended, before the
-	// totals are summed from the table in a connection of their own.
+	// summary reads the tables in a connection of its own.
 	err = errors.Join(err, st.Close(ctx))
 	// With a context of its own: after a cancelled run, what the tables
-	// hold is still worth saying, and the totals still follow the orders.
+	// hold is still worth saying.
 	wctx := context.WithoutCancel(ctx)
-	totals, terr := sumTotals(wctx, cfg.db)
+	totals, terr := readTotals(wctx, cfg.db)
 	if terr != nil {
 		err = errors.Join(err, fmt.Errorf("etl: customer totals: %w", terr))
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"database/sql"
@@ -196,7 +197,16 @@ func TestETLEndToEnd(t *testing.T) {
 	// The customers' totals agree with the orders loaded, customer by
 	// customer and day by day, on the orders' own dates.
 	assertTotalsMatchOrders(t, cfg.db)
+	assertDaysSpread(t, cfg.db)
 	assert.Positive(t, s.totals.days)
+	// The rows entered late are late, and only they: each valid order
+	// dated more than a day before the latest date of the valid orders
+	// above it in the file.
+	late := lateInFile(t, s.cfg.input, cfg.db)
+	assert.NotEmpty(t, late, "the data set has late rows")
+	assert.Equal(t, late, lateOrders(t, cfg.db))
+	assert.Equal(t, int64(len(late)), s.node("days").Late)
+	assert.Equal(t, int64(len(late)), s.totals.late)
 
 	// The summary says all of it.
 	var out bytes.Buffer
@@ -208,7 +218,8 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Regexp(t, regexp.MustCompile(`dead-lettered\s+`+strconv.FormatInt(s.deadLettered(), 10)), text)
 	assert.Contains(t, text, "go run ./cmd/sluice dlq stats "+cfg.dlq)
 	assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(`breaker\s+1\s+outage: the enrich breaker opened %d times \(%d failed probes?\), closed;`, o.opened, o.failedProbes)), text)
-	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(s.totals.days, 10)+`\s+customer-days' order counts and euro totals in customer_day_totals, by each order's own date, summed from the orders table \(largest: `+s.totals.top+` on `+s.totals.topDay+`, `), text)
+	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(s.totals.days, 10)+`\s+customer-days' order counts and euro totals in customer_day_totals, by each order's own date, summed by day windows on those dates \(largest: `+s.totals.top+` on `+s.totals.topDay+`, `), text)
+	assert.Regexp(t, regexp.MustCompile(`late\s+`+strconv.Itoa(len(late))+`\s+orders dated before the day windows' watermark, a day behind the latest date: added to their day's total from late_orders \(`+strconv.Itoa(len(late))+` in the table\)`), text)
 
 	// A second run reads nothing: the checkpoint holds the end of the
 	// file. It says so, and leaves the tables as they were.
@@ -216,7 +227,8 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Zero(t, again.read())
 	assert.Zero(t, again.changed)
 	assert.Equal(t, s.inTable, again.inTable)
-	assert.Equal(t, s.totals, again.totals, "summing the totals again changes nothing")
+	assert.Equal(t, s.totals, again.totals, "the totals are as the first run left them")
+	assert.Zero(t, again.node("days").Late)
 	out.Reset()
 	again.print(&out)
 	assert.Contains(t, out.String(), "nothing to read: earlier runs read all 3000 rows (-fresh starts over)")
@@ -260,9 +272,10 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Equal(t, int(s.deadLettered()+fresh.letters.Writes), all)
 }
 
-// assertTotalsMatchOrders checks that customer_day_totals holds, for every
-// customer and day, the count and euro sum of the customer's rows of that
-// date in orders.
+// assertTotalsMatchOrders checks that customer_day_totals, which the
+// pipeline's day windows and late orders fill, holds for every customer
+// and day the count and euro sum of the customer's rows of that date in
+// orders: a recomputation in SQL, from the table the load step filled.
 func assertTotalsMatchOrders(t *testing.T, path string) {
 	t.Helper()
 	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
@@ -286,21 +299,76 @@ func assertTotalsMatchOrders(t *testing.T, path string) {
 	got := query("SELECT customer || ' ' || day, orders, eur_cents FROM customer_day_totals")
 	require.NotEmpty(t, want)
 	assert.Equal(t, want, got)
+}
+
+// assertDaysSpread checks that customer_day_totals in the database at
+// path is by the orders' own dates, spread over 30 days, not the day of
+// the run.
+func assertDaysSpread(t *testing.T, path string) {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro")
+	require.NoError(t, err)
+	defer db.Close()
 	var days int
 	require.NoError(t, db.QueryRowContext(t.Context(), "SELECT count(DISTINCT day) FROM customer_day_totals").Scan(&days))
 	assert.Greater(t, days, 20, "the orders' own dates, spread over 30 days, not the day of the run")
 }
 
+// lateInFile returns the ids of the orders of the orders file at input
+// that the database at path holds (the valid ones) and that are dated
+// more than maxDisorder before the latest date of those above them: the
+// rows the day windows take as late, recomputed from the file.
+func lateInFile(t *testing.T, input, path string) map[string]bool {
+	t.Helper()
+	loaded := map[string]bool{}
+	for _, id := range dump(t, path, "SELECT id FROM orders") {
+		loaded[id] = true
+	}
+	f, err := os.Open(input)
+	require.NoError(t, err)
+	defer f.Close()
+	late := map[string]bool{}
+	var latest time.Time
+	sc := bufio.NewScanner(f)
+	sc.Scan() // the header
+	for sc.Scan() {
+		fields := strings.Split(sc.Text(), ",")
+		if !loaded[fields[0]] {
+			continue
+		}
+		date, err := time.Parse(time.DateOnly, fields[4])
+		require.NoError(t, err)
+		switch {
+		case latest.IsZero() || date.After(latest):
+			latest = date
+		case date.Before(latest.Add(-maxDisorder)):
+			late[fields[0]] = true
+		}
+	}
+	require.NoError(t, sc.Err())
+	return late
+}
+
+// lateOrders returns the ids late_orders holds in the database at path.
+func lateOrders(t *testing.T, path string) map[string]bool {
+	t.Helper()
+	out := map[string]bool{}
+	for _, id := range dump(t, path, "SELECT id FROM late_orders") {
+		out[id] = true
+	}
+	return out
+}
+
 // seededFailures are the dead letters that seed 42's 3000 rows cause by
 // their content, by reason.
 var seededFailures = map[string]int{
-	"malformed row: fields":                      7,
+	"malformed row: fields":                      4,
 	"malformed row: date":                        5,
-	"malformed row: amount":                      4,
-	"rule: amount must be positive":              5,
+	"malformed row: amount":                      5,
+	"rule: amount must be positive":              8,
 	"rule: amount must be at most 1 000 000 EUR": 4,
-	"rule: date must not be in the future":       9,
-	"unknown currency":                           2,
+	"rule: date must not be in the future":       6,
+	"unknown currency":                           3,
 }
 
 // dataFailures keeps the reasons of byWhy that the rows' content causes.
@@ -423,6 +491,7 @@ func TestDrainStopsReadingAndSettlesWhatWasRead(t *testing.T) {
 	t.Logf("drained after row %d", read)
 	assert.Equal(t, read, s.node("validate").Out+s.deadLettered(), "every row read was loaded or dead-lettered")
 	assert.Equal(t, s.node("validate").Out, s.inTable, "and the table holds the loaded ones")
+	assertTotalsMatchOrders(t, cfg.db) // the drain handed the open days on, Partial, and they were written
 	var buf bytes.Buffer
 	s.print(&buf)
 	assert.Contains(t, buf.String(), fmt.Sprintf("drained: it stopped reading after row %d of 10000", read))
@@ -470,11 +539,14 @@ func TestGraphFileBesideTheDatabase(t *testing.T) {
 		assert.Contains(t, labels, n.Node)
 	}
 	assert.Contains(t, labels["read"], "\nout 300")
-	assert.Contains(t, labels["enrich"], "transform · ×8 unordered · retry 4, node retry 3, breaker, dead letter\n")
+	// In the file's order, for the day windows' watermark.
+	assert.Contains(t, labels["enrich"], "transform · ×8 · retry 4, node retry 3, breaker, dead letter\n")
 	assert.Contains(t, labels["load"], fmt.Sprintf("\nin %d · out %d", s.node("load").In, s.node("load").Out))
 	assert.Contains(t, string(raw), "    %% counts of run "+s.res.RunID+"\n")
 	assert.Len(t, f.Edges, len(s.res.Nodes)-1, "a tree: every node but the source has one input")
-	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n4_load", Label: "64"})
+	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n4_load", Label: "64 · broadcast"})
+	assert.Contains(t, f.Edges, graphdoc.Edge{From: "n3_validate", To: "n5_days", Label: "64 · broadcast"})
+	assert.Contains(t, labels["days"], fmt.Sprintf("\nin %d · out %d", s.node("validate").Out, s.node("days").Out))
 }
 
 // docs/graph.md embeds the demo's graph, as make demo builds it with its

@@ -17,7 +17,8 @@ import (
 // A row that the database refuses fails the job alone, naming the
 // constraint: the loader splits its batch until the row is alone, and
 // every other row is loaded. One enrich worker keeps the input's order,
-// so that the refused row, the last, reaches the loader after every other.
+// so that the refused row, the last valid one (the last row breaks a rule),
+// reaches the loader after every other.
 func TestLoadRefusedRowFailsTheJobNamingTheConstraint(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -32,14 +33,14 @@ func TestLoadRefusedRowFailsTheJobNamingTheConstraint(t *testing.T) {
 	require.NoError(t, err)
 	_, err = db.Exec(`CREATE TABLE orders (id TEXT PRIMARY KEY, customer TEXT NOT NULL, cents INTEGER NOT NULL,
 		currency TEXT NOT NULL, eur_cents INTEGER NOT NULL, day TEXT NOT NULL,
-		CONSTRAINT not_ord_299 CHECK (id <> 'ord-0000299'))`)
+		CONSTRAINT not_ord_298 CHECK (id <> 'ord-0000298'))`)
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
 
 	s, err := runETL(t.Context(), cfg, clockwork.NewRealClock(), io.Discard, nil)
 	var re *sluicesql.RowError
 	require.ErrorAs(t, err, &re, "the job fails with the row's error")
-	assert.Equal(t, "not_ord_299", re.Constraint)
+	assert.Equal(t, "not_ord_298", re.Constraint)
 	assert.Equal(t, "SQLITE_CONSTRAINT_CHECK", re.Code)
 	assert.Zero(t, s.node("load").DeadLettered, "the loader fails the job, it does not dead-letter")
 
@@ -47,7 +48,7 @@ func TestLoadRefusedRowFailsTheJobNamingTheConstraint(t *testing.T) {
 	require.NoError(t, err)
 	defer ro.Close()
 	var refused int
-	require.NoError(t, ro.QueryRow(`SELECT count(*) FROM orders WHERE id = 'ord-0000299'`).Scan(&refused))
+	require.NoError(t, ro.QueryRow(`SELECT count(*) FROM orders WHERE id = 'ord-0000298'`).Scan(&refused))
 	assert.Zero(t, refused)
 	assert.Equal(t, s.node("validate").Out-1, s.inTable, "every valid order but the refused one is loaded")
 	assert.Equal(t, s.changed, s.inTable, "the table holds what the run wrote")

@@ -5,9 +5,11 @@
 // simulated exchange-rate HTTP API (answered in-process, read with
 // resilience/httpretry) that is slow, fails now and then and goes down
 // for a few seconds, checks business rules, and loads the
-// orders into a SQLite file in batches with upserts. When the run ends it
-// computes each customer's order count and euro total from the orders
-// table into a table beside it. What fails for good lands in a
+// orders into a SQLite file in batches with upserts. Beside the load,
+// event-time windows of a day on each order's own date sum each
+// customer's order count and euro total per day into a table beside it,
+// with the orders entered late (dated behind the windows' watermark)
+// added from a table of their own. What fails for good lands in a
 // dead-letter file next to the database, and the pipeline's graph with the
 // run's counts in pipeline.mmd (Mermaid), next to it too.
 //
@@ -127,7 +129,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 Sluice's demo ETL job: read orders from a CSV file (generated once), parse,
 convert to euro through a flaky exchange-rate service (item retries with
 jittered backoff, a circuit breaker that pauses through its outage),
-validate, and load into SQLite with upserts. Rows that fail for good go to
+validate, and load into SQLite with upserts; sum each customer's orders per
+day of their date in event-time windows, late orders included. Rows that
+fail for good go to
 a dead-letter file; inspect it with go run ./cmd/sluice dlq stats FILE.
 A checkpoint next to the database lets a run that was killed or stopped
 resume where it stopped; -fresh starts over.

@@ -31,6 +31,9 @@ type Order struct {
 	Date     time.Time `json:"date"`
 	// EURCents is filled in by the enrich step.
 	EURCents int64 `json:"eur_cents,omitempty"`
+	// Line is the line of the orders file the row is on: the day windows
+	// name each of their parts by its first line (see dayTotal).
+	Line int64 `json:"line,omitempty"`
 }
 
 // CorrelationID names the order in its dead-letter envelope.
@@ -42,10 +45,14 @@ const header = "id,customer,amount,currency,date"
 // writeOrders writes the data set of rows orders drawn from seed to path
 // as CSV (id,customer,amount,currency,date, after a header line), unless
 // the file is there already: the file is the job's input, read again by
-// every run, and its name says its rows and seed. About 0.5 % of the
-// rows are malformed and about 0.5 % break a business rule, so that every
-// kind of failure shows. The file appears whole or not at all: it is
-// written beside path and renamed.
+// every run, and its name says its rows and seed. The rows look like an
+// export: they cover the 30 days up to today in the order they were
+// entered, so their dates rise through the file, a little out of order
+// (see row), and about 0.5 % of them were entered late, dated a week to
+// three weeks before the rows around them. About 0.5 % of the rows are
+// malformed and about 0.5 % break a business rule, so that every kind of
+// failure shows. The file appears whole or not at all: it is written
+// beside path and renamed.
 func writeOrders(path string, rows int, seed uint64) (written bool, err error) {
 	if _, err := os.Stat(path); err == nil {
 		return false, nil
@@ -64,7 +71,7 @@ func writeOrders(path string, rows int, seed uint64) (written bool, err error) {
 	w.WriteString(header + "\n")
 	r := rand.New(rand.NewPCG(seed, seed^0x5eed))
 	for i := range rows {
-		w.WriteString(row(r, i))
+		w.WriteString(row(r, i, rows))
 		w.WriteByte('\n')
 	}
 	err = errors.Join(w.Flush(), tmp.Sync(), tmp.Close())
@@ -101,12 +108,27 @@ func removeStaleTemps(path string) error {
 	return nil
 }
 
-func row(r *rand.Rand, i int) string {
+// The generated rows' time: row i of n is entered at span*i/n after
+// today less 29 days, and dated up to disorder before that (an order
+// keyed in hours after it was placed), so a row may come after rows of
+// the next day, never of the day after (see maxDisorder). A late row is
+// dated lateMin to lateMin+lateSpread before its place.
+const (
+	span       = 30 * 24 * time.Hour
+	disorder   = 6 * time.Hour
+	lateMin    = 7 * 24 * time.Hour
+	lateSpread = 14 * 24 * time.Hour
+)
+
+// row returns row i of n, drawn from r.
+func row(r *rand.Rand, i, n int) string {
 	id := fmt.Sprintf("ord-%07d", i)
 	customer := fmt.Sprintf("cust-%05d", r.IntN(20_000))
 	amount := fmt.Sprintf("%d.%02d", 1+r.IntN(2_000), r.IntN(100))
 	currency := currencies[r.IntN(len(currencies))]
-	date := today.AddDate(0, 0, -r.IntN(30)).Format(time.DateOnly)
+	at := today.AddDate(0, 0, -29).Add(time.Duration(float64(span) * float64(i) / float64(n)))
+	at = at.Add(-time.Duration(r.Int64N(int64(disorder))))
+	date := at.Format(time.DateOnly)
 	switch p := r.IntN(1000); {
 	case p < 2: // a field is missing
 		return strings.Join([]string{id, customer, amount, currency}, ",")
@@ -122,6 +144,10 @@ func row(r *rand.Rand, i int) string {
 		date = today.AddDate(0, 0, 3).Format(time.DateOnly) // rule: not in the future
 	case p < 10:
 		currency = "XAU" // the rate service does not know it
+	case p < 15:
+		// Entered late: dated well before the rows around it, behind
+		// the day windows' watermark, so the job takes it as late.
+		date = at.Add(-lateMin - time.Duration(r.Int64N(int64(lateSpread)))).Format(time.DateOnly)
 	}
 	return strings.Join([]string{id, customer, amount, currency, date}, ",")
 }
@@ -154,7 +180,7 @@ func parse(_ context.Context, rec file.Record) (Order, error) {
 	if err != nil {
 		return Order{}, resilience.MarkPermanent(&rowError{line, "date", err.Error()})
 	}
-	return Order{ID: f[0], Customer: f[1], Cents: cents, Currency: f[3], Date: date}, nil
+	return Order{ID: f[0], Customer: f[1], Cents: cents, Currency: f[3], Date: date, Line: rec.Line}, nil
 }
 
 func parseCents(s string) (int64, error) {
@@ -191,6 +217,9 @@ const maxEURCents = 1_000_000 * 100
 func validate(_ context.Context, o Order) (Order, error) {
 	var rule string
 	switch {
+	case o.Date.IsZero():
+		// Parsed from 0001-01-01: no day to count it on.
+		rule = "date must be set"
 	case o.Cents <= 0:
 		rule = "amount must be positive"
 	case o.EURCents > maxEURCents:

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -138,7 +140,11 @@ func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoin
 		at.why, at.over = "no checkpoint yet", false
 		return c, at, nil
 	default:
-		left, err := rowsAfter(ctx, cfg.input, pos)
+		src, err := sourcePosition(pos)
+		if err != nil {
+			return nil, at, errors.Join(fmt.Errorf("etl: the checkpoint %s (run with -fresh to start over): %w", cfg.checkpoint, err), c.close())
+		}
+		left, err := rowsAfter(ctx, cfg.input, src)
 		if err != nil {
 			return nil, at, errors.Join(fmt.Errorf("etl: the checkpoint %s does not fit %s (run with -fresh to start over): %w", cfg.checkpoint, cfg.input, err), c.close())
 		}
@@ -209,4 +215,32 @@ func rowsAfter(ctx context.Context, path string, pos []byte) (int64, error) {
 	}
 	n := src.Size()
 	return n, src.Close(ctx)
+}
+
+// envelopeMagic starts the bytes the checkpoint holds for the source
+// when the pipeline keeps a window log, as the day windows make it do: a
+// position envelope, the prefix and then JSON with a format version, the
+// source's own position and the windows written (docs/checkpoints.md,
+// "What is saved").
+const envelopeMagic = "\x00sluice.position\x00"
+
+// sourcePosition returns the source's own position in the bytes saved
+// for it: those of an envelope, or saved itself when it is none (a
+// checkpoint saved before the job kept its totals in day windows).
+func sourcePosition(saved []byte) ([]byte, error) {
+	rest, ok := bytes.CutPrefix(saved, []byte(envelopeMagic))
+	if !ok {
+		return saved, nil
+	}
+	var env struct {
+		V   int    `json:"v"`
+		Pos []byte `json:"pos"`
+	}
+	if err := json.Unmarshal(rest, &env); err != nil {
+		return nil, fmt.Errorf("the position envelope is corrupt: %w", err)
+	}
+	if env.V != 1 {
+		return nil, fmt.Errorf("the position envelope has format version %d; this job reads version 1", env.V)
+	}
+	return env.Pos, nil
 }

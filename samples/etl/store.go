@@ -53,7 +53,7 @@ DROP TABLE IF EXISTS customer_totals`
 // Open opens the database file and creates the tables if needed.
 func (s *store) Open(ctx context.Context) error {
 	// busy_timeout first: the pragmas run in order, and another
-	// connection may hold the file (the totals are summed in one of their
+	// connection may hold the file (the summary reads it in one of its
 	// own), so switching a new file to WAL must already wait for it
 	// instead of failing with SQLITE_BUSY.
 	db, err := sql.Open("sqlite", "file:"+s.path+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)&_pragma=synchronous(NORMAL)")
@@ -61,7 +61,7 @@ func (s *store) Open(ctx context.Context) error {
 		return fmt.Errorf("etl: open %s: %w", s.path, err)
 	}
 	db.SetMaxOpenConns(1) // one writer: SQLite serialises writes anyway
-	if _, err := db.ExecContext(ctx, schema); err != nil {
+	if _, err := db.ExecContext(ctx, schema+";"+daysSchema); err != nil {
 		db.Close()
 		return fmt.Errorf("etl: create table in %s: %w", s.path, err)
 	}
@@ -111,55 +111,7 @@ type total struct {
 	EURCents int64
 }
 
-// totals are the customers' totals per day as the run left them: how many
-// customer-days, and the largest.
-type totals struct {
-	days     int64  // customer-days: the rows of customer_day_totals
-	top      string // the customer with the largest euro total of a day
-	topDay   string // that day
-	topTotal total
-}
-
-// sumTotals computes each customer's order count and euro total per day,
-// by the order's own date (not the day the run read it), from the orders
-// table into customer_day_totals, in one transaction that replaces the
-// table's rows. It reads the table as it is, whatever runs loaded it, so
-// that the totals are right after a resume as after one whole run, and a
-// second call changes nothing.
-func sumTotals(ctx context.Context, path string) (totals, error) {
-	s := &store{path: path}
-	if err := s.Open(ctx); err != nil {
-		return totals{}, err
-	}
-	defer s.Close(ctx)
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return totals{}, err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, `DELETE FROM customer_day_totals`); err != nil {
-		return totals{}, err
-	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO customer_day_totals (customer, day, orders, eur_cents)
-SELECT customer, day, count(*), sum(eur_cents) FROM orders GROUP BY customer, day`); err != nil {
-		return totals{}, err
-	}
-	if err := tx.Commit(); err != nil {
-		return totals{}, err
-	}
-	var t totals
-	if err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM customer_day_totals`).Scan(&t.days); err != nil {
-		return totals{}, err
-	}
-	if t.days == 0 {
-		return t, nil
-	}
-	err = s.db.QueryRowContext(ctx, `SELECT customer, day, orders, eur_cents FROM customer_day_totals ORDER BY eur_cents DESC, customer, day LIMIT 1`).
-		Scan(&t.top, &t.topDay, &t.topTotal.Orders, &t.topTotal.EURCents)
-	return t, err
-}
-
-// clearTables empties the orders and customer_day_totals tables of the
+// clearTables empties the orders table and the totals' tables of the
 // database at path (creating them if needed) in one transaction: a run
 // that starts over, on another input or the same one, ends with the tables
 // a run of its input alone leaves, not with an earlier input's orders
@@ -175,7 +127,7 @@ func clearTables(ctx context.Context, path string) error {
 		return fmt.Errorf("etl: clear the tables of %s: %w", path, err)
 	}
 	defer tx.Rollback()
-	for _, table := range []string{"orders", "customer_day_totals"} {
+	for _, table := range []string{"orders", "customer_day_totals", "day_windows", "late_orders"} {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table); err != nil {
 			return fmt.Errorf("etl: clear %s in %s: %w", table, path, err)
 		}
