@@ -225,7 +225,8 @@ func (rs *runState) resume(ctx context.Context) error {
 				return &NodeError{Node: n.name, Err: fmt.Errorf("pipeline: checkpoint of source %q: Load: %w", n.name, err)}
 			}
 			var wins map[string][]loggedWindow
-			if pos, wins, err = decodePosition(pos); err != nil {
+			var wms map[string]time.Time
+			if pos, wins, wms, err = decodePosition(pos); err != nil {
 				return &NodeError{Node: n.name, Err: fmt.Errorf("pipeline: checkpoint of source %q: %w", n.name, err)}
 			}
 			if rs.loaded == nil {
@@ -234,7 +235,7 @@ func (rs *runState) resume(ctx context.Context) error {
 			rs.loaded[n.name] = pos
 			// Only a pipeline of one source keeps window logs
 			// (logsWindows): with several, none reads them.
-			rs.restored = wins
+			rs.restored, rs.restoredWM = wins, wms
 		}
 		var err error
 		if perr := protect(func() { err = n.resume(pos) }); perr != nil {
@@ -355,21 +356,25 @@ func (rs *runState) save(ctx context.Context) error {
 }
 
 // envelope returns pos in a position envelope with the run's window logs,
-// pruned by the committed item idx, and the logs' change count; nil
-// when the position did not move (same) and no log changed since
-// savedLogs.
+// pruned by the committed item idx, and their watermarks as of idx, and
+// the logs' change count; nil when the position did not move (same) and
+// no log changed since savedLogs.
 func (rs *runState) envelope(pos []byte, idx uint64, same bool, savedLogs uint64) ([]byte, uint64, error) {
 	wins := make(map[string][]loggedWindow, len(rs.windowLogs))
+	wms := make(map[string]time.Time, len(rs.windowLogs))
 	var changed uint64
 	var errs []error
 	for _, wl := range rs.windowLogs {
-		ws, n, err := wl.snapshot(idx)
+		ws, wm, ok, n, err := wl.snapshot(idx)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		changed += n
 		if len(ws) > 0 {
 			wins[wl.name()] = ws
+		}
+		if ok {
+			wms[wl.name()] = wm
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -378,6 +383,6 @@ func (rs *runState) envelope(pos []byte, idx uint64, same bool, savedLogs uint64
 	if same && changed == savedLogs {
 		return nil, changed, nil
 	}
-	data, err := encodePosition(pos, wins)
+	data, err := encodePosition(pos, wins, wms)
 	return data, changed, err
 }
