@@ -44,11 +44,16 @@ import (
 // complete and whose output settled are saved with the position, so
 // that a run resumed after a crash settles the items it reads again of
 // those windows as Filtered instead of handing the windows on again. The
-// saved bytes are then a position envelope around the source's position;
-// a position saved before still loads. A window written after the last
-// save is handed on again, whole; a window the log pruned may be handed
-// on again by an item that was late before the crash. With several
-// sources no log is kept. Build refuses a window key type that does not
+// node's watermark is saved with them, as it was when the node took the
+// first item after the saved position, and the resumed run starts the
+// node's watermark there: no item read again that was on time is made
+// late by it, none reopens a window the log dropped, and, when the items
+// reach the node in the order of their positions, an item late before
+// the crash is late again. The saved bytes are then a position
+// envelope around the source's position; a position saved before, or an
+// envelope saved without watermarks, still loads. A window written after
+// the last save is handed on again, whole. With several sources no log
+// is kept. Build refuses a window key type that does not
 // come back equal from JSON
 // where a log is kept. See "Positions with open windows" in
 // docs/nodes.md.
