@@ -44,11 +44,16 @@ import (
 // complete and whose output settled are saved with the position, so
 // that a run resumed after a crash settles the items it reads again of
 // those windows as Filtered instead of handing the windows on again. The
-// saved bytes are then a position envelope around the source's position;
-// a position saved before still loads. A window written after the last
-// save is handed on again, whole; a window the log pruned may be handed
-// on again by an item that was late before the crash. With several
-// sources no log is kept. Build refuses a window key type that does not
+// node's watermark is saved with them, as it was when the node took the
+// first item after the saved position, and the resumed run starts the
+// node's watermark there: no item read again that was on time is made
+// late by it, none reopens a window the log dropped, and, when the items
+// reach the node in the order of their positions, an item late before
+// the crash is late again. The saved bytes are then a position
+// envelope around the source's position; a position saved before, or an
+// envelope saved without watermarks, still loads. A window written after
+// the last save is handed on again, whole. With several sources no log
+// is kept. Build refuses a window key type that does not
 // come back equal from JSON
 // where a log is kept. See "Positions with open windows" in
 // docs/nodes.md.
@@ -225,7 +230,8 @@ func (rs *runState) resume(ctx context.Context) error {
 				return &NodeError{Node: n.name, Err: fmt.Errorf("pipeline: checkpoint of source %q: Load: %w", n.name, err)}
 			}
 			var wins map[string][]loggedWindow
-			if pos, wins, err = decodePosition(pos); err != nil {
+			var wms map[string]time.Time
+			if pos, wins, wms, err = decodePosition(pos); err != nil {
 				return &NodeError{Node: n.name, Err: fmt.Errorf("pipeline: checkpoint of source %q: %w", n.name, err)}
 			}
 			if rs.loaded == nil {
@@ -234,7 +240,7 @@ func (rs *runState) resume(ctx context.Context) error {
 			rs.loaded[n.name] = pos
 			// Only a pipeline of one source keeps window logs
 			// (logsWindows): with several, none reads them.
-			rs.restored = wins
+			rs.restored, rs.restoredWM = wins, wms
 		}
 		var err error
 		if perr := protect(func() { err = n.resume(pos) }); perr != nil {
@@ -355,21 +361,25 @@ func (rs *runState) save(ctx context.Context) error {
 }
 
 // envelope returns pos in a position envelope with the run's window logs,
-// pruned by the committed item idx, and the logs' change count; nil
-// when the position did not move (same) and no log changed since
-// savedLogs.
+// pruned by the committed item idx, and their watermarks as of idx, and
+// the logs' change count; nil when the position did not move (same) and
+// no log changed since savedLogs.
 func (rs *runState) envelope(pos []byte, idx uint64, same bool, savedLogs uint64) ([]byte, uint64, error) {
 	wins := make(map[string][]loggedWindow, len(rs.windowLogs))
+	wms := make(map[string]time.Time, len(rs.windowLogs))
 	var changed uint64
 	var errs []error
 	for _, wl := range rs.windowLogs {
-		ws, n, err := wl.snapshot(idx)
+		ws, wm, ok, n, err := wl.snapshot(idx)
 		if err != nil {
 			errs = append(errs, err)
 		}
 		changed += n
 		if len(ws) > 0 {
 			wins[wl.name()] = ws
+		}
+		if ok {
+			wms[wl.name()] = wm
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -378,6 +388,6 @@ func (rs *runState) envelope(pos []byte, idx uint64, same bool, savedLogs uint64
 	if same && changed == savedLogs {
 		return nil, changed, nil
 	}
-	data, err := encodePosition(pos, wins)
+	data, err := encodePosition(pos, wins, wms)
 	return data, changed, err
 }

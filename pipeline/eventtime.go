@@ -175,6 +175,7 @@ type watermark[T any] struct {
 	maxLateness, idle time.Duration
 
 	seen   bool
+	floor  bool      // wm was restored from a checkpoint: items only move it on
 	quiet  bool      // the input was found idle since its last item
 	latest time.Time // the latest event time taken in
 	last   time.Time // when the last item came, on the pipeline's clock
@@ -187,8 +188,9 @@ func (w *watermark[T]) take(item T, now time.Time) time.Time {
 		w.latest = t
 	}
 	// The first item sets the watermark, whatever its time: the zero
-	// time is no floor (a time of day parsed alone is in year 0).
-	if m := w.latest.Add(-w.maxLateness); !w.seen || m.After(w.wm) {
+	// time is no floor (a time of day parsed alone is in year 0). A
+	// watermark restored from a checkpoint is one.
+	if m := w.latest.Add(-w.maxLateness); (!w.seen && !w.floor) || m.After(w.wm) {
 		w.wm = m
 	}
 	w.seen, w.quiet, w.last = true, false, now
@@ -196,6 +198,13 @@ func (w *watermark[T]) take(item T, now time.Time) time.Time {
 }
 
 func (w *watermark[T]) mark(time.Time) time.Time { return w.wm }
+
+// current returns the watermark; ok false when it has none yet.
+func (w *watermark[T]) current() (wm time.Time, ok bool) { return w.wm, w.seen || w.floor }
+
+// restore starts the watermark at wm, saved by a checkpoint: items move
+// it on from there, never back.
+func (w *watermark[T]) restore(wm time.Time) { w.wm, w.floor = wm, true }
 
 // wake: without items the watermark stays where it is.
 func (w *watermark[T]) wake(time.Time) (time.Time, bool) { return time.Time{}, false }

@@ -3,6 +3,8 @@ package pipeline_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -31,6 +33,7 @@ type crashWorld struct {
 	copies  map[winKey]int
 	saved   map[winKey]bool // the windows the dead run's last save recorded as written
 	dead    bool
+	lates   []int // the IDs of the late items, while not dead
 	kill    context.CancelFunc
 	clock   *clockwork.FakeClock
 	savedAt int
@@ -128,7 +131,14 @@ func (w *crashWorld) run(t *testing.T, ctx context.Context) (pipeline.Result, er
 	wins := pipeline.Aggregate(b, "sum", pipeline.Source(b, "src", src), evKey,
 		pipeline.TimeWindow(crashWindow), evZero, evSum, pipeline.EventTime(evAt, crashBound, 0), pipeline.Late(&late))
 	pipeline.Sink(b, "store", wins, w)
-	pipeline.Sink(b, "late", late, node.SinkFunc[ev](func(context.Context, ev) error { return nil }))
+	pipeline.Sink(b, "late", late, node.SinkFunc[ev](func(_ context.Context, e ev) error {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.dead {
+			w.lates = append(w.lates, e.ID)
+		}
+		return nil
+	}))
 	return build(t, b).Run(ctx)
 }
 
@@ -180,6 +190,65 @@ func TestEventTimeResumeDoesNotWriteSavedWindowsAgain(t *testing.T) {
 	assert.Equal(t, int64(0), st.DeadLettered)
 	t.Logf("crash at position %d; %d windows recorded as written; %d items filtered on resume; %d windows written twice (after the save)",
 		w.savedAt, len(w.saved), st.Filtered, again)
+}
+
+// The crash of TestEventTimeResumeDoesNotWriteSavedWindowsAgain on an
+// input with late items (a quarter of the items held back by up to four
+// times maxLateness), for several seeds: the resumed run's watermark
+// starts at the one saved, so the items it reads again that were late are
+// late again, and none reopens a window the log dropped. Every window's
+// last copy is a recomputation (the items in order, late ones left out),
+// and the late items of the resumed run are exactly those of the
+// recomputation after the saved position. Without the saved watermark a
+// late item reopened a window the save had dropped, and that window's
+// last copy held only the items read again.
+func TestEventTimeResumeKeepsLateItemsLate(t *testing.T) {
+	t.Parallel()
+	for seed := range uint64(8) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			t.Parallel()
+			r := rand.New(rand.NewPCG(seed, 71))
+			items := genItems(r, 160, 3, 40*time.Minute)
+			for i := range items {
+				if r.IntN(4) == 0 {
+					items[i].At = items[i].At.Add(-time.Duration(r.Int64N(int64(4 * crashBound))))
+				}
+			}
+			late, want := reference(items, crashWindow, crashWindow, crashBound, 0)
+			var w *crashWorld
+			for try := 0; try < 100 && (w == nil || len(w.saved) == 0); try++ {
+				w = &crashWorld{store: checkpoint.NewMemory(), items: items, written: map[winKey]bool{},
+					upsert: map[winKey]winSum{}, copies: map[winKey]int{}}
+				ctx, cancel := context.WithCancel(t.Context())
+				w.kill = cancel
+				_, _ = w.run(t, ctx)
+				cancel()
+				w.mu.Lock()
+				w.dead, w.kill, w.lates = false, nil, nil
+				w.mu.Unlock()
+			}
+			require.NotEmpty(t, w.saved, "the first run died right after a save that recorded written windows with items after its position")
+			res, err := w.run(t, t.Context())
+			require.NoError(t, err)
+			assert.Equal(t, want, w.upsert, "every window's last copy is a recomputation")
+			var wantLate []int
+			for i, e := range items {
+				if i >= w.savedAt && late[e.ID] {
+					wantLate = append(wantLate, e.ID)
+				}
+			}
+			slices.Sort(w.lates)
+			slices.Sort(wantLate)
+			assert.Equal(t, wantLate, w.lates, "the items read again that were late are late again, and only they")
+			for id, n := range w.copies {
+				if w.saved[id] {
+					assert.Equal(t, 1, n, "window %d %s: recorded as written by the save before the crash, written once", id.key, id.start.Format(time.TimeOnly))
+				}
+			}
+			assert.Equal(t, int64(len(wantLate)), nodeOf(t, res, "sum").Late)
+			t.Logf("crash at position %d; %d late items read again", w.savedAt, len(wantLate))
+		})
+	}
 }
 
 // firstCopySink keeps the first copy of each window by Key and Start

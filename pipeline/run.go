@@ -51,11 +51,13 @@ type runState struct {
 	// checkpoints (see checkpoint.go); set before any node starts.
 	ledgers []*ledger
 	// loaded is each source's position as loaded from the store, and
-	// restored the window logs saved with it, by Aggregate; windowLogs
+	// restored and restoredWM the window logs and watermarks saved with
+	// it, by Aggregate; windowLogs
 	// are the run's window logs (see windowlog.go), set before any node
 	// starts.
 	loaded     map[string][]byte
 	restored   map[string][]loggedWindow
+	restoredWM map[string]time.Time
 	windowLogs []windowLogger
 }
 

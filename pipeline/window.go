@@ -131,19 +131,25 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 			key: key, spec: spec, init: init, add: add, clock: nr.rs.p.cfg.clock, wins: map[windowID[K]]*openWindow[T, K, A]{},
 			seq: map[K]int64{}, tl: arrival[T]{}}
 		if et := cfg.eventTime; et != nil {
-			a.tl = &watermark[T]{at: et.at.(func(T) time.Time), maxLateness: et.maxLateness, idle: et.idle}
-			a.event, a.allowed = true, cfg.allowedLateness
+			a.wmk = &watermark[T]{at: et.at.(func(T) time.Time), maxLateness: et.maxLateness, idle: et.idle}
+			a.tl, a.event, a.allowed = a.wmk, true, cfg.allowedLateness
 		}
 		if spec.session {
 			a.sessions = map[K][]windowID[K]{}
 		}
 		if n.logWindows {
-			l, err := newWindowLog[K](n.name, nr.rs.restored[n.name])
+			// The watermark starts where the checkpoint left it, so that
+			// an item late before a crash is late again (windowlog.go).
+			wm, ok := nr.rs.restoredWM[n.name]
+			l, err := newWindowLog[K](n.name, nr.rs.restored[n.name], wm, ok)
 			if err != nil {
 				a.logErr = err
 			} else {
 				a.log = l
 				nr.rs.windowLogs = append(nr.rs.windowLogs, l)
+				if ok {
+					a.wmk.restore(wm)
+				}
 			}
 		}
 		return a
@@ -192,8 +198,10 @@ type aggregator[T any, K comparable, A any] struct {
 	closeOut func(context.Context) error
 
 	// tl places items in time and says how far windows close; event:
-	// it is a watermark on the items' own time, with allowed lateness.
+	// it is a watermark on the items' own time (wmk), with allowed
+	// lateness.
 	tl      timeline[T]
+	wmk     *watermark[T]
 	event   bool
 	allowed time.Duration
 
@@ -209,11 +217,13 @@ type aggregator[T any, K comparable, A any] struct {
 
 	// log records the windows written, when the node keeps a window log
 	// (see windowlog.go), else nil; logErr is why the saved one could not
-	// be read. logWM is the watermark last given to log.
+	// be read. logWM is the watermark last given to log, logHi the latest
+	// item.
 	log    *windowLog[K]
 	logErr error
 	logWM  time.Time
 	logSet bool
+	logHi  uint64
 }
 
 func (a *aggregator[T, K, A]) open(context.Context) error       { return nil }
@@ -303,17 +313,30 @@ func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 	}
 }
 
-// take places one item: in its windows, among the items an event-time
-// count window waits on, or, when it is late, with the late items.
+// take lets one item move the timeline, notes it in the window log, if
+// any, and judges it.
 func (a *aggregator[T, K, A]) take(ctx context.Context, env envelope[T]) error {
 	now := a.clock.Now()
-	t := a.tl.take(env.val, now)
-	if a.log != nil {
-		if wm := a.tl.mark(now); !a.logSet || !wm.Equal(a.logWM) {
-			a.log.mark(wm)
-			a.logWM, a.logSet = wm, true
-		}
+	if a.log == nil {
+		return a.judge(ctx, env, a.tl.take(env.val, now), now)
 	}
+	// The log notes the watermark each item was taken with, for the
+	// watermark a save keeps; only an item later than those noted, or
+	// one that moved the watermark, needs the log's lock.
+	before, had := a.wmk.current()
+	t := a.tl.take(env.val, now)
+	idx := env.tr.ledgerIdx()
+	if wm := a.tl.mark(now); idx > a.logHi || !a.logSet || !wm.Equal(a.logWM) {
+		a.log.took(idx, before, had, wm)
+		a.logWM, a.logSet, a.logHi = wm, true, max(a.logHi, idx)
+	}
+	return a.judge(ctx, env, t, now)
+}
+
+// judge places item env, of time t, taken in at now: in its windows,
+// among the items an event-time count window waits on, or, when it is
+// late, with the late items.
+func (a *aggregator[T, K, A]) judge(ctx context.Context, env envelope[T], t, now time.Time) error {
 	if a.event {
 		if wm := a.tl.mark(now); t.Before(wm.Add(-a.allowed)) {
 			return a.late(ctx, env, t, wm)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sync"
@@ -22,12 +23,28 @@ import (
 // the crash: an item that falls only in windows the log holds settles
 // Filtered, so that those windows are not handed on again.
 //
-//	position envelope = envelopeMagic + JSON {"v":1,"pos":…,"windows":{node: [{key,start,end}]}}
+// Beside its log, each such node's watermark is saved, and a resumed run
+// starts the node's watermark there: an item that was late before the
+// crash is late again, instead of reopening a window the log pruned. The
+// watermark saved is the one consistent with the saved position, not the
+// node's latest: that of the first item the node took (in the order it
+// took them) that is after the position, before it moved it (see
+// windowLog.took). Every item the resumed run reads again was either
+// taken with a watermark at least as far, or not taken yet; so the saved
+// watermark makes late no item that was on time before the crash. When
+// the items reach the node in the order of their positions, the resumed
+// run judges each item it reads again as the first run did.
+//
+//	position envelope = envelopeMagic + JSON {"v":1,"pos":…,"windows":{node: [{key,start,end}]},"watermarks":{node: {s,ns}}}
+//
+// "watermarks" came after "windows" in format version 1, and is optional:
+// an envelope without it (written by an earlier version) loads with no
+// watermark, and an earlier version ignores it.
 //
 // A window is recorded before its items settle in the ledger, and a save
 // reads the ledger before the log: every window whose items the saved
 // position passed is in the saved log, or was pruned because the position
-// passed all its items.
+// passed all its items and the saved watermark passed its end.
 
 // envelopeMagic starts a position envelope. A position saved by an
 // earlier version, or by a pipeline without a window log, is the source's
@@ -41,9 +58,18 @@ const envelopeVersion = 1
 // A posEnvelope is a source's position with the window logs of the
 // event-time Aggregates that take its items, by node name.
 type posEnvelope struct {
-	V       int                       `json:"v"`
-	Pos     []byte                    `json:"pos"`
-	Windows map[string][]loggedWindow `json:"windows,omitempty"`
+	V          int                        `json:"v"`
+	Pos        []byte                     `json:"pos"`
+	Windows    map[string][]loggedWindow  `json:"windows,omitempty"`
+	Watermarks map[string]json.RawMessage `json:"watermarks,omitempty"`
+}
+
+// A savedWatermark is a node's watermark in an envelope: Unix seconds and
+// nanoseconds, which hold any time.Time (RFC 3339 holds only years 0 to
+// 9999, and Unix nanoseconds only 1678 to 2262).
+type savedWatermark struct {
+	S  *int64 `json:"s"`
+	NS *int64 `json:"ns"`
 }
 
 // A loggedWindow is a written window: its key, as JSON, and its bounds in
@@ -54,9 +80,22 @@ type loggedWindow struct {
 	End   int64           `json:"end"`
 }
 
-// encodePosition returns the envelope of pos with the window logs wins.
-func encodePosition(pos []byte, wins map[string][]loggedWindow) ([]byte, error) {
-	data, err := json.Marshal(posEnvelope{V: envelopeVersion, Pos: pos, Windows: wins})
+// encodePosition returns the envelope of pos with the window logs wins
+// and the watermarks wms.
+func encodePosition(pos []byte, wins map[string][]loggedWindow, wms map[string]time.Time) ([]byte, error) {
+	env := posEnvelope{V: envelopeVersion, Pos: pos, Windows: wins}
+	for node, wm := range wms {
+		s, ns := wm.Unix(), int64(wm.Nanosecond())
+		data, err := json.Marshal(savedWatermark{S: &s, NS: &ns})
+		if err != nil {
+			return nil, err
+		}
+		if env.Watermarks == nil {
+			env.Watermarks = make(map[string]json.RawMessage, len(wms))
+		}
+		env.Watermarks[node] = data
+	}
+	data, err := json.Marshal(env)
 	if err != nil {
 		return nil, err
 	}
@@ -64,31 +103,54 @@ func encodePosition(pos []byte, wins map[string][]loggedWindow) ([]byte, error) 
 }
 
 // decodePosition returns the source's position in saved and the window
-// logs saved with it: saved itself and none when it is not an envelope
-// (a checkpoint written before window logs, or without one).
-func decodePosition(saved []byte) ([]byte, map[string][]loggedWindow, error) {
+// logs and watermarks saved with it, by node: saved itself and none when
+// it is not an envelope (a checkpoint written before window logs, or
+// without one). An envelope written before watermarks were saved has
+// none.
+func decodePosition(saved []byte) ([]byte, map[string][]loggedWindow, map[string]time.Time, error) {
 	rest, ok := bytes.CutPrefix(saved, []byte(envelopeMagic))
 	if !ok {
-		return saved, nil, nil
+		return saved, nil, nil, nil
 	}
 	var env posEnvelope
 	if err := json.Unmarshal(rest, &env); err != nil {
-		return nil, nil, fmt.Errorf("the position envelope is corrupt: %w", err)
+		return nil, nil, nil, fmt.Errorf("the position envelope is corrupt: %w", err)
 	}
 	if env.V != envelopeVersion {
-		return nil, nil, fmt.Errorf("the position envelope has format version %d; this version of sluice reads version %d", env.V, envelopeVersion)
+		return nil, nil, nil, fmt.Errorf("the position envelope has format version %d; this version of sluice reads version %d", env.V, envelopeVersion)
 	}
-	return env.Pos, env.Windows, nil
+	var wms map[string]time.Time
+	for _, node := range slices.Sorted(maps.Keys(env.Watermarks)) {
+		raw := env.Watermarks[node]
+		var sw savedWatermark
+		err := json.Unmarshal(raw, &sw)
+		switch {
+		case err != nil:
+		case sw.S == nil || sw.NS == nil:
+			err = errors.New(`it needs both "s" and "ns"`)
+		case *sw.NS < 0 || *sw.NS >= int64(time.Second):
+			err = fmt.Errorf("%d nanoseconds is out of range", *sw.NS)
+		}
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("the position envelope is corrupt: the watermark of Aggregate %q, %s: %w", node, raw, err)
+		}
+		if wms == nil {
+			wms = make(map[string]time.Time, len(env.Watermarks))
+		}
+		wms[node] = time.Unix(*sw.S, *sw.NS).UTC()
+	}
+	return env.Pos, env.Windows, wms, nil
 }
 
 // A windowLogger is a node's window log, as the saver sees it.
 type windowLogger interface {
 	// name is the node's.
 	name() string
-	// snapshot prunes the windows whose every item is at or before the
-	// committed item idx and the watermark passed, and returns the rest,
-	// with how often the log changed.
-	snapshot(idx uint64) ([]loggedWindow, uint64, error)
+	// snapshot returns the watermark to save with the committed item idx
+	// (ok false: none), prunes the windows whose every item is at or
+	// before idx and whose end that watermark passed, and returns the
+	// rest, with how often the log changed.
+	snapshot(idx uint64) (ws []loggedWindow, wm time.Time, ok bool, changed uint64, err error)
 }
 
 // A windowLog is the log of one Aggregate's written windows in a run:
@@ -102,12 +164,37 @@ type windowLog[K comparable] struct {
 	// changed counts the windows recorded, for the saver to know that a
 	// save is due.
 	changed uint64
-	wm      time.Time
-	seen    bool // wm is set
+	// wm is the node's watermark; seen: it is set (the node took an item,
+	// or the checkpoint held one).
+	wm   time.Time
+	seen bool
+	// runs are the watermarks the node's items were taken with, for the
+	// watermark a save keeps (see took); hi is the latest item noted.
+	runs    []wmRun
+	hi      uint64
+	maxRuns int // maxWMRuns, but in tests
 	// unlogged counts the windows left out because their key does not
 	// come back equal from JSON.
 	unlogged int
 }
+
+// A wmRun is a run of items the node took one after the other, before
+// which the watermark was wm (set false: it had none, as before the
+// first item of a run without a saved one); maxIdx is the latest of them
+// (the ledger's index).
+type wmRun struct {
+	wm     time.Time
+	set    bool
+	maxIdx uint64
+}
+
+// maxWMRuns bounds a log's runs: past it, pairs of runs are merged, each
+// pair into its first watermark, the earlier. A save then keeps an
+// earlier watermark than it could, never a later one. The runs the
+// committed position passed are dropped at each save, so only a node that
+// takes more than this many items with distinct watermarks between the
+// oldest item not settled and a save gets there.
+const maxWMRuns = 1 << 14
 
 // A logEntry is one written window. maxIdx is the latest item of it
 // this run emitted (the ledger's index; 0: none).
@@ -118,9 +205,10 @@ type logEntry struct {
 
 func (l *windowLog[K]) name() string { return l.node }
 
-// newWindowLog returns node's log, with the windows saved.
-func newWindowLog[K comparable](node string, saved []loggedWindow) (*windowLog[K], error) {
-	l := &windowLog[K]{node: node, wins: make(map[windowID[K]]*logEntry, len(saved))}
+// newWindowLog returns node's log, with the windows saved and the
+// watermark saved, if ok.
+func newWindowLog[K comparable](node string, saved []loggedWindow, wm time.Time, ok bool) (*windowLog[K], error) {
+	l := &windowLog[K]{node: node, wins: make(map[windowID[K]]*logEntry, len(saved)), wm: wm, seen: ok, maxRuns: maxWMRuns}
 	for _, s := range saved {
 		var k K
 		if err := json.Unmarshal(s.Key, &k); err != nil {
@@ -154,23 +242,70 @@ func (l *windowLog[K]) record(id windowID[K], end time.Time, tr *tracker) {
 	l.changed++
 }
 
-// mark moves the log's watermark to the node's.
-func (l *windowLog[K]) mark(wm time.Time) {
-	l.mu.Lock()
-	l.wm, l.seen = wm, true
-	l.mu.Unlock()
-}
-
-func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, uint64, error) {
+// took notes that the node took item idx (the ledger's index; 0: none)
+// with the watermark before (had false: none), which it moved to after.
+//
+// A save with the committed item P keeps the watermark before the first
+// item taken whose index is after P: the items a resumed run reads again
+// are those after P, and each was taken with that watermark or a later
+// one, or is not taken yet (and will be with the node's watermark now, or
+// a later one). Items that share a watermark make one run; an item whose
+// index is not after the latest noted needs no note, since an earlier
+// item is after P whenever it is.
+func (l *windowLog[K]) took(idx uint64, before time.Time, had bool, after time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	wm := l.wm.UnixNano()
+	l.wm, l.seen = after, true
+	if idx <= l.hi {
+		return
+	}
+	l.hi = idx
+	if n := len(l.runs); n > 0 && l.runs[n-1].set == had && l.runs[n-1].wm.Equal(before) {
+		l.runs[n-1].maxIdx = idx
+		return
+	}
+	if len(l.runs) >= l.maxRuns {
+		// Merged by pairs, into the earlier watermark of each.
+		n := 0
+		for i := 0; i < len(l.runs); i += 2 {
+			r := l.runs[i]
+			if i+1 < len(l.runs) {
+				r.maxIdx = l.runs[i+1].maxIdx
+			}
+			l.runs[n] = r
+			n++
+		}
+		l.runs = slices.Delete(l.runs, n, len(l.runs))
+	}
+	l.runs = append(l.runs, wmRun{wm: before, set: had, maxIdx: idx})
+}
+
+// watermark returns the watermark to save with the committed item idx,
+// and forgets the runs idx passed.
+func (l *windowLog[K]) watermark(idx uint64) (time.Time, bool) {
+	i := 0
+	for i < len(l.runs) && l.runs[i].maxIdx <= idx {
+		i++
+	}
+	l.runs = slices.Delete(l.runs, 0, i)
+	if len(l.runs) > 0 {
+		return l.runs[0].wm, l.runs[0].set
+	}
+	return l.wm, l.seen
+}
+
+func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, time.Time, bool, uint64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	swm, sok := l.watermark(idx)
+	wm := swm.UnixNano()
 	var out []loggedWindow
 	for id, e := range l.wins {
 		// Moot: no item the run reads again falls in it. Its items are
-		// all at or before the position, and, once the watermark passed
-		// its end, an item after the position that falls in it is late.
-		if l.seen && wm >= e.end && e.maxIdx <= idx {
+		// all at or before the position, and the saved watermark passed
+		// its end: the resumed run starts its watermark there, so an item
+		// after the position that falls in it is late.
+		if sok && wm >= e.end && e.maxIdx <= idx {
 			delete(l.wins, id)
 			continue
 		}
@@ -195,7 +330,7 @@ func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, uint64, error) {
 		}
 		return cmp.Compare(a.Start, b.Start)
 	})
-	return out, l.changed, nil
+	return out, swm, sok, l.changed, nil
 }
 
 // keyJSON returns k as JSON, once it checked that it decodes to k again:

@@ -143,11 +143,14 @@ func TestWindowLogLoadsAnOldCheckpoint(t *testing.T) {
 
 // A position envelope that does not parse, or of a format version this
 // version does not read, fails the run before any node starts, with an
-// error naming the source.
+// error naming the source; a corrupt watermark names its Aggregate too.
 func TestWindowLogCorruptEnvelope(t *testing.T) {
 	t.Parallel()
 	good, err := pipeline.EncodeSavedPosition([]byte("2"), "sum", time.Minute, []string{"0"}, []time.Time{epoch})
 	require.NoError(t, err)
+	goodWM, err := pipeline.EncodeSavedPositionAt([]byte("2"), "sum", time.Minute, []string{"0"}, []time.Time{epoch}, map[string]time.Time{"sum": epoch})
+	require.NoError(t, err)
+	require.Contains(t, string(goodWM), `"watermarks":{"sum":{"s":1796083200,"ns":0}}`)
 	for _, tc := range []struct {
 		name string
 		data []byte
@@ -156,6 +159,9 @@ func TestWindowLogCorruptEnvelope(t *testing.T) {
 		{"torn", good[:len(good)-3], "the position envelope is corrupt"},
 		{"version", bytes.Replace(good, []byte(`"v":1`), []byte(`"v":9`), 1), "format version 9"},
 		{"key", bytes.Replace(good, []byte(`"key":0`), []byte(`"key":"x"`), 1), `Aggregate "sum": the checkpoint's window key "x" does not decode into int`},
+		{"watermark", bytes.Replace(goodWM, []byte(`{"s":1796083200,"ns":0}`), []byte(`"x"`), 1), `the position envelope is corrupt: the watermark of Aggregate "sum", "x": json: cannot unmarshal`},
+		{"watermark ns", bytes.Replace(goodWM, []byte(`"ns":0`), []byte(`"ns":1000000000`), 1), `the watermark of Aggregate "sum", {"s":1796083200,"ns":1000000000}: 1000000000 nanoseconds is out of range`},
+		{"watermark s", bytes.Replace(goodWM, []byte(`"s":1796083200,`), nil, 1), `the watermark of Aggregate "sum", {"ns":0}: it needs both "s" and "ns"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -239,11 +245,18 @@ func TestWindowLogOneItem(t *testing.T) {
 	pos, wins := saved(t, store)
 	assert.Equal(t, []byte("1"), pos)
 	assert.Empty(t, wins)
-	// The input grew: the resumed run reads the rest.
-	_, got, err = runLogged(t, store, &logSource{items: logItems}, pipeline.TimeWindow(time.Minute))
+	data, err := store.Load(t.Context(), "wl", "src")
+	require.NoError(t, err)
+	wms, err := pipeline.SavedWatermarks(data)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]time.Time{"sum": epoch.Add(10 * time.Second)}, wms, "the item's own time (maxLateness 0): it settled")
+	// The input grew: the resumed run reads the rest, none late (0:20
+	// and 0:50 are after the watermark restored).
+	res, got, err := runLogged(t, store, &logSource{items: logItems}, pipeline.TimeWindow(time.Minute))
 	require.NoError(t, err)
 	require.Len(t, got, 3)
 	assert.Equal(t, 6, got[0].Value, "[0:00, 1:00) again, from the items added")
+	assert.Equal(t, int64(0), nodeOf(t, res, "sum").Late)
 }
 
 // An empty run saves nothing, and leaves a saved envelope as it was.
@@ -254,13 +267,17 @@ func TestWindowLogEmptyRun(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, got)
 	assert.Equal(t, 0, store.saves)
-	env, err := pipeline.EncodeSavedPosition([]byte("6"), "sum", time.Minute, []string{"0"}, []time.Time{epoch.Add(10 * time.Minute)})
+	env, err := pipeline.EncodeSavedPositionAt([]byte("6"), "sum", time.Minute, []string{"0"}, []time.Time{epoch.Add(10 * time.Minute)},
+		map[string]time.Time{"sum": epoch.Add(11 * time.Minute)})
 	require.NoError(t, err)
 	require.NoError(t, store.Store.Save(t.Context(), "wl", "src", env))
 	_, got, err = runLogged(t, store, &logSource{items: logItems}, pipeline.TimeWindow(time.Minute))
 	require.NoError(t, err)
 	assert.Empty(t, got, "resumed at the end")
 	assert.Equal(t, 0, store.saves, "nothing moved")
+	data, err := store.Load(t.Context(), "wl", "src")
+	require.NoError(t, err)
+	assert.Equal(t, env, data, "the envelope, its watermark with it, as it was")
 }
 
 // A crash before any save: the resumed run starts from the beginning and
