@@ -32,23 +32,21 @@ import (
 // order). It is upserted by order id into late_orders, so a run that
 // reads it again writes the same row.
 //
-// Whether a row is late depends on the watermark when it comes, and a
-// run resumed after a crash starts its watermark again from the rows it
-// reads again, which may be lower (the window log saves no watermark):
-// the first row it reads sets it, whatever its date. A row late in the
-// killed run, and written to late_orders, may then fall in a window of
-// its day (a row is never late in the resumed run and not in the killed
-// one: its watermark is never higher). So writing a window takes its
-// orders out of late_orders: each order counts once, in a window or as
-// late. The window that lets such a row in holds no row of the day's
-// part the killed run wrote (that part's rows are all before the saved
-// position, or the window log holds the part and filters the row), so
-// its first line is another, and it adds to that part rather than
-// replacing it. (Where the window log holds the part, a row it filters
-// that the killed run had taken as late, and not yet written, would be
-// counted nowhere: the log drops a part once the watermark passed its
-// day and its rows are all before the saved position, and a late row
-// here is a week or more late, long after that.)
+// Whether a row is late depends on the watermark when it comes. With the
+// window log, the checkpoint saves the watermark the first row after its
+// position was taken with, and the rows reach the Aggregate in the
+// file's order (enrich keeps it), so a run resumed after a crash judges
+// every row it reads again as the killed run did: a row late before the
+// crash is late again, and upserted again by its id. A checkpoint with no
+// saved watermark (a bare position, from a version that saved none)
+// starts the watermark from the first row read, whatever its date, and a
+// row late before may then fall in a window of its day (never the other
+// way round: that watermark is never higher). So writing a window also
+// takes its orders out of late_orders: each order counts once, in a
+// window or as late. Such a window holds no row of the day's part the
+// killed run wrote (that part's rows are all before the position), so its
+// first line is another, and it adds to that part rather than replacing
+// it.
 //
 // After each write, in the same transaction, the customer_day_totals row
 // of each customer-day written is replaced by the sum of the day's parts

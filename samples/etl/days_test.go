@@ -18,13 +18,13 @@ import (
 	"github.com/sluicehq/sluice/pipeline"
 )
 
-// A run resumed with its position just before a row that an earlier run
-// took as late reads that row first, and its watermark starts there: the
-// row is not late this time, and falls in a window of its own. It is
-// counted once, in the window, and taken out of late_orders; the totals
-// still equal a GROUP BY over the orders. (A run killed after the late
-// row's write committed and before the position passed it resumes so:
-// the late rows' batch waits for more, and holds the position at them.)
+// A run resumed from a checkpoint that saved no watermark (a bare
+// position, as a version before the watermarks were saved wrote), just
+// before a row that an earlier run took as late, reads that row first,
+// and its watermark starts there: the row is not late this time, and
+// falls in a window of its own. It is counted once, in the window, and
+// taken out of late_orders; the totals still equal a GROUP BY over the
+// orders.
 func TestResumeAtALateRowCountsItOnce(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
