@@ -54,6 +54,9 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	}
 	s.newRunner = func(nr *nodeRun) runner {
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), nr.spec)}
+		if mayReject[T]() {
+			s.rejOf = rootedRejected[T]
+		}
 		s.key, _ = nr.spec.cfg.withKey.(func(T) string)
 		if nr.rs.tracer != nil {
 			// Headers serve only a traced run's spans: without a tracer
@@ -131,6 +134,10 @@ type sourceRunner[T any] struct {
 	// led is the source's ledger of positions in a run with checkpoints,
 	// nil without.
 	led *ledger
+	// rejOf is rootedRejected[T] when an item of type T may be a
+	// RejectedItem, else nil (see root). It is made once: a generic
+	// function's value made per item would be an allocation.
+	rejOf func(*tracker) deadletter.RejectedItem
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
@@ -190,16 +197,16 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		// Counted now, before any node can settle it: settled never
 		// exceeds tracked. A refused item counts too: its done is called.
 		s.nr.spec.stats.tracked.Add(1)
-		tr = s.nr.rs.reg.root(s.nr.spec.name, s.nr.spec.stats, done)
-		tr.key, tr.trace, tr.rej = key, headers, newRejected(item)
+		tr = s.root(item, s.nr.spec.stats, done)
+		tr.key, tr.trace = key, headers
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}
 	case at && s.led != nil:
 		// Tracked for the ledger alone, in emission order: quiet, as
 		// nobody waits for it, so it is handed over in batches.
-		tr = s.nr.rs.reg.root(s.nr.spec.name, nil, settledByLedger)
-		tr.key, tr.trace, tr.rej, tr.quiet = key, headers, newRejected(item), true
+		tr = s.root(item, nil, settledByLedger)
+		tr.key, tr.trace, tr.quiet = key, headers, true
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}
@@ -223,6 +230,19 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		s.fl.arm(s)
 	}
 	return nil, nil
+}
+
+// root returns a live root tracker for item. When item may be a
+// RejectedItem, the tracker is allocated with it (a rooted), so that the
+// item is made an interface only if it fails the run; otherwise the
+// tracker is all there is.
+func (s *sourceRunner[T]) root(item T, stats *counters, done func(node.Outcome)) *tracker {
+	if s.rejOf == nil {
+		return s.nr.rs.reg.root(s.nr.spec.name, stats, done)
+	}
+	r := &rooted[T]{item: item}
+	r.rejOf = s.rejOf
+	return s.nr.rs.reg.adopt(&r.tracker, s.nr.spec.name, stats, done)
 }
 
 // itemKey calls a SourceKey function; a panic there fails the source, which
