@@ -301,6 +301,7 @@ func (s *sourceRunner[T]) setRunning(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running = on
+	s.w.hold = false // a burst ends with the Run that began it
 	if !on {
 		s.w.out.flush()
 	}
@@ -350,6 +351,55 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 		} else {
 			s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
 		}
+	}
+	return err
+}
+
+// BeginBatch starts a burst of emits: until EndBatch, EmitTracked
+// gathers tracked items as Emit gathers untracked ones, and hands them
+// over a batch of the hand-over's size at a time (WithHandOverBatch)
+// instead of each at once. A source whose system gives it items in
+// batches (a broker's poll) calls it before it emits one, and EndBatch
+// after, so that the hand-over costs a channel operation per batch, not
+// per item. Everything else is as without it: each item is taken or
+// refused by its own call, in order, and waits under backpressure when a
+// batch is full. Items still gathered when the source goes idle without
+// EndBatch are handed over by the run's flusher, as untracked ones are.
+//
+// The method is not part of node.Emitter: a source finds it with a type
+// assertion on the Emitter its Run gets, and does without when the
+// assertion fails.
+func (e *emitter[T]) BeginBatch() {
+	s := (*sourceRunner[T])(e)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.w.hold = true
+	}
+}
+
+// EndBatch ends a burst that BeginBatch started and hands over what it
+// gathered, waiting under backpressure until ctx (the source's, as for
+// Emit) or the run ends. The items gathered were taken by their own
+// calls: when the wait ends first, they stay gathered, are handed over
+// later (by the flusher, or as the source's Run returns), or, when the run
+// stops, end Failed with the run. The error says why the wait ended.
+func (e *emitter[T]) EndBatch(ctx context.Context) error {
+	s := (*sourceRunner[T])(e)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.w.hold = false
+	call := ctx
+	if call == s.sctx || call == s.nr.ctx {
+		call = nil
+	}
+	_, err := s.w.send(s.nr.ctx, call)
+	if s.fl != nil && !s.armed && s.w.pending() {
+		s.armed = true
+		s.fl.arm(s)
 	}
 	return err
 }
