@@ -332,6 +332,9 @@ drain:
 func (p *proc[In, R, Out]) keyedDeal(ctx context.Context, k *keyedRun[In], free chan []kjob[In]) error {
 	n := p.nr.spec.cfg.parallel
 	var one [1]envelope[In]
+	// all gathers the items of a run whose lanes were free, which go to
+	// ready; it is reused from run to run.
+	var all []kjob[In]
 	for {
 		var items []envelope[In]
 		var t ticket
@@ -349,17 +352,14 @@ func (p *proc[In, R, Out]) keyedDeal(ctx context.Context, k *keyedRun[In], free 
 			p.in.took = true
 			items = run
 		}
-		size := min(max(len(items)/n, 1), maxChunk)
-		c := take(free)
+		c := all[:0]
 		k.mu.Lock()
 		for _, env := range items {
 			for k.inside >= k.limit {
 				k.waiting = true
 				k.mu.Unlock()
-				if len(c) > 0 {
-					k.ready <- c
-					c = take(free)
-				}
+				deal(k.ready, c, n, free)
+				c = c[:0]
 				p.in.r.n.flush()
 				select {
 				case <-k.room:
@@ -384,18 +384,33 @@ func (p *proc[In, R, Out]) keyedDeal(ctx context.Context, k *keyedRun[In], free 
 				continue
 			}
 			c = append(c, kjob[In]{j, l})
-			if len(c) == size {
-				k.ready <- c
-				c = take(free)
-			}
 		}
 		k.mu.Unlock()
-		if len(c) > 0 {
-			k.ready <- c
-		} else {
-			give(free, c)
-		}
+		deal(k.ready, c, n, free)
+		all = c[:0]
 	}
+}
+
+// deal puts c, the items of a run whose lanes were free, on ready in
+// chunks: as many as there are workers, n, when there are enough items,
+// of at most maxChunk items each. The chunks are counted from the items
+// that go to ready, not from the run: items of a run whose keys repeat
+// (the records of a few partitions, in one burst of a broker source) wait
+// in their lanes, and the few that go to ready must not share a chunk
+// while workers idle, as an item that takes long holds the rest of its
+// chunk. Each chunk is a slice of its own from free, as a worker gathers
+// into the chunk it was given; c is cleared.
+func deal[J any](ready chan []J, c []J, n int, free chan []J) {
+	if len(c) == 0 {
+		return
+	}
+	size := min((len(c)+n-1)/n, maxChunk)
+	for rest := c; len(rest) > 0; {
+		k := min(size, len(rest))
+		ready <- append(take(free), rest[:k]...)
+		rest = rest[k:]
+	}
+	clear(c)
 }
 
 // keyedEnd ends the dealer: at the end of input, ready closes once the

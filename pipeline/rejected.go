@@ -1,13 +1,5 @@
 package pipeline
 
-import "github.com/sluicehq/sluice/deadletter"
-
-// newRejected returns item as a RejectedItem, or nil.
-func newRejected[T any](item T) deadletter.RejectedItem {
-	r, _ := any(item).(deadletter.RejectedItem)
-	return r
-}
-
 // tellRejected tells the root item of tr, when it is a RejectedItem, that
 // it failed the node under the Fail action: as blame, only a root or a
 // batch of one is told.
@@ -15,7 +7,11 @@ func (nr *nodeRun) tellRejected(tr *tracker, item any, fl *failure) {
 	for tr != nil && tr.done == nil && len(tr.parents) == 1 {
 		tr = tr.parents[0]
 	}
-	if tr == nil || tr.done == nil || tr.rej == nil {
+	if tr == nil || tr.done == nil {
+		return
+	}
+	r := tr.rejected()
+	if r == nil {
 		return
 	}
 	env, _ := nr.envelope(item, tr, fl)
@@ -27,6 +23,5 @@ func (nr *nodeRun) tellRejected(tr *tracker, item any, fl *failure) {
 	if env.FirstFailure.IsZero() {
 		env.FirstFailure = env.LastFailure
 	}
-	r := tr.rej
 	_ = protect(func() { r.Rejected(env) })
 }

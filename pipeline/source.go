@@ -54,6 +54,9 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	}
 	s.newRunner = func(nr *nodeRun) runner {
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), nr.spec)}
+		if mayReject[T]() {
+			s.rejOf = rootedRejected[T]
+		}
 		s.key, _ = nr.spec.cfg.withKey.(func(T) string)
 		if nr.rs.tracer != nil {
 			// Headers serve only a traced run's spans: without a tracer
@@ -131,6 +134,10 @@ type sourceRunner[T any] struct {
 	// led is the source's ledger of positions in a run with checkpoints,
 	// nil without.
 	led *ledger
+	// rejOf is rootedRejected[T] when an item of type T may be a
+	// RejectedItem, else nil (see root). It is made once: a generic
+	// function's value made per item would be an allocation.
+	rejOf func(*tracker) deadletter.RejectedItem
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
@@ -190,16 +197,16 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		// Counted now, before any node can settle it: settled never
 		// exceeds tracked. A refused item counts too: its done is called.
 		s.nr.spec.stats.tracked.Add(1)
-		tr = s.nr.rs.reg.root(s.nr.spec.name, s.nr.spec.stats, done)
-		tr.key, tr.trace, tr.rej = key, headers, newRejected(item)
+		tr = s.root(item, s.nr.spec.stats, done)
+		tr.key, tr.trace = key, headers
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}
 	case at && s.led != nil:
 		// Tracked for the ledger alone, in emission order: quiet, as
 		// nobody waits for it, so it is handed over in batches.
-		tr = s.nr.rs.reg.root(s.nr.spec.name, nil, settledByLedger)
-		tr.key, tr.trace, tr.rej, tr.quiet = key, headers, newRejected(item), true
+		tr = s.root(item, nil, settledByLedger)
+		tr.key, tr.trace, tr.quiet = key, headers, true
 		if s.handOffAfter > 0 {
 			tr.ho = newHandOff(item, s.handOffAfter)
 		}
@@ -223,6 +230,19 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		s.fl.arm(s)
 	}
 	return nil, nil
+}
+
+// root returns a live root tracker for item. When item may be a
+// RejectedItem, the tracker is allocated with it (a rooted), so that the
+// item is made an interface only if it fails the run; otherwise the
+// tracker is all there is.
+func (s *sourceRunner[T]) root(item T, stats *counters, done func(node.Outcome)) *tracker {
+	if s.rejOf == nil {
+		return s.nr.rs.reg.root(s.nr.spec.name, stats, done)
+	}
+	r := &rooted[T]{item: item}
+	r.rejOf = s.rejOf
+	return s.nr.rs.reg.adopt(&r.tracker, s.nr.spec.name, stats, done)
 }
 
 // itemKey calls a SourceKey function; a panic there fails the source, which
@@ -281,6 +301,7 @@ func (s *sourceRunner[T]) setRunning(on bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.running = on
+	s.w.hold = false // a burst ends with the Run that began it
 	if !on {
 		s.w.out.flush()
 	}
@@ -330,6 +351,55 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 		} else {
 			s.nr.rs.reg.call(s.nr.spec.name, done, node.Failed)
 		}
+	}
+	return err
+}
+
+// BeginBatch starts a burst of emits: until EndBatch, EmitTracked
+// gathers tracked items as Emit gathers untracked ones, and hands them
+// over a batch of the hand-over's size at a time (WithHandOverBatch)
+// instead of each at once. A source whose system gives it items in
+// batches (a broker's poll) calls it before it emits one, and EndBatch
+// after, so that the hand-over costs a channel operation per batch, not
+// per item. Everything else is as without it: each item is taken or
+// refused by its own call, in order, and waits under backpressure when a
+// batch is full. Items still gathered when the source goes idle without
+// EndBatch are handed over by the run's flusher, as untracked ones are.
+//
+// The method is not part of node.Emitter: a source finds it with a type
+// assertion on the Emitter its Run gets, and does without when the
+// assertion fails.
+func (e *emitter[T]) BeginBatch() {
+	s := (*sourceRunner[T])(e)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.w.hold = true
+	}
+}
+
+// EndBatch ends a burst that BeginBatch started and hands over what it
+// gathered, waiting under backpressure until ctx (the source's, as for
+// Emit) or the run ends. The items gathered were taken by their own
+// calls: when the wait ends first, they stay gathered, are handed over
+// later (by the flusher, or as the source's Run returns), or, when the run
+// stops, end Failed with the run. The error says why the wait ended.
+func (e *emitter[T]) EndBatch(ctx context.Context) error {
+	s := (*sourceRunner[T])(e)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.w.hold = false
+	call := ctx
+	if call == s.sctx || call == s.nr.ctx {
+		call = nil
+	}
+	_, err := s.w.send(s.nr.ctx, call)
+	if s.fl != nil && !s.armed && s.w.pending() {
+		s.armed = true
+		s.fl.arm(s)
 	}
 	return err
 }

@@ -2,8 +2,10 @@ package pipeline
 
 import (
 	"fmt"
+	"reflect"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/node"
@@ -25,15 +27,23 @@ type tracker struct {
 	refs    atomic.Int64
 	outcome atomic.Int32
 	fired   atomic.Bool
-	done    func(node.Outcome)      // root only
-	src     string                  // root only: the source that emitted it
-	stats   *counters               // root only: the source's, whose settled its fate adds to
-	ho      *handOffState           // root only: nil unless its item can be handed off
-	rej     deadletter.RejectedItem // root only: nil unless its item wants to know why it failed the run
-	parents []*tracker              // group only: by position in the batch, nil for an untracked item
-	blamed  atomic.Bool             // root only: the item failed the run (its outcome then is Rejected)
-	window  bool                    // group only: of an Aggregate window, whose value is not its items
+	done    func(node.Outcome) // root only
+	src     string             // root only: the source that emitted it
+	stats   *counters          // root only: the source's, whose settled its fate adds to
+	ho      *handOffState      // root only: nil unless its item can be handed off
+	// rejOf, root only, returns the item as a RejectedItem (nil when it is
+	// not one); nil when the item's type can never be one. The item is
+	// kept in the allocation of the tracker (a rooted), so that it is made
+	// an interface only for the rare item that failed the run.
+	rejOf   func(*tracker) deadletter.RejectedItem
+	parents []*tracker  // group only: by position in the batch, nil for an untracked item
+	blamed  atomic.Bool // root only: the item failed the run (its outcome then is Rejected)
+	window  bool        // group only: of an Aggregate window, whose value is not its items
 	reg     *registry
+	// prev and next link a live root tracker into its registry, guarded
+	// by the registry's mu; linked says it is in.
+	prev, next *tracker
+	linked     bool
 	// key is the item's correlation key (SourceKey), root only. quiet marks
 	// a root that only carries a key: the item is not tracked (nobody
 	// waits for its outcome), so it is handed over in batches as untracked
@@ -221,24 +231,67 @@ func (t *tracker) fire(o node.Outcome) {
 }
 
 // A registry holds the live root trackers of a run, so that the run can
-// fire every one it did not finish with Failed when it ends.
+// fire every one it did not finish with Failed when it ends. They form a
+// list linked through the trackers themselves: adding and removing one
+// costs a lock and a few pointers, no hashing and no allocation.
 type registry struct {
 	mu    sync.Mutex
-	live  map[*tracker]struct{}
+	head  *tracker
+	n     int
 	panic func(src string, err error) // reports a panic of a user's done callback
 }
 
 func newRegistry(onPanic func(src string, err error)) *registry {
-	return &registry{live: make(map[*tracker]struct{}), panic: onPanic}
+	return &registry{panic: onPanic}
 }
 
 func (r *registry) root(src string, stats *counters, done func(node.Outcome)) *tracker {
-	t := &tracker{done: done, src: src, stats: stats, reg: r}
+	return r.adopt(&tracker{}, src, stats, done)
+}
+
+// adopt makes t, new, a live root tracker and returns it.
+func (r *registry) adopt(t *tracker, src string, stats *counters, done func(node.Outcome)) *tracker {
+	t.done, t.src, t.stats, t.reg = done, src, stats, r
 	t.refs.Store(1)
 	r.mu.Lock()
-	r.live[t] = struct{}{}
+	t.next, t.linked = r.head, true
+	if r.head != nil {
+		r.head.prev = t
+	}
+	r.head = t
+	r.n++
 	r.mu.Unlock()
 	return t
+}
+
+// A rooted is a root tracker allocated together with its item, whose
+// type may be a RejectedItem: one allocation instead of the tracker and
+// the item made an interface.
+type rooted[T any] struct {
+	tracker
+	item T
+}
+
+// rootedRejected is the rejOf of a rooted[T].
+func rootedRejected[T any](t *tracker) deadletter.RejectedItem {
+	// t is the first field of a rooted[T]: adopt got it from newRooted.
+	r, _ := any((*rooted[T])(unsafe.Pointer(t)).item).(deadletter.RejectedItem)
+	return r
+}
+
+// mayReject reports whether an item of type T may be a RejectedItem: its
+// type is one, or is an interface whose values may be.
+func mayReject[T any]() bool {
+	t := reflect.TypeFor[T]()
+	return t.Kind() == reflect.Interface || t.Implements(reflect.TypeFor[deadletter.RejectedItem]())
+}
+
+// rejected returns the item of root tracker t as a RejectedItem, or nil.
+func (t *tracker) rejected() deadletter.RejectedItem {
+	if t.rejOf == nil {
+		return nil
+	}
+	return t.rejOf(t)
 }
 
 // group returns a tracker for a batch of items, or nil when none of them is
@@ -294,7 +347,18 @@ func (tr *tracker) ungroup(n int) []*tracker {
 
 func (r *registry) remove(t *tracker) {
 	r.mu.Lock()
-	delete(r.live, t)
+	if t.linked {
+		if t.prev != nil {
+			t.prev.next = t.next
+		} else {
+			r.head = t.next
+		}
+		if t.next != nil {
+			t.next.prev = t.prev
+		}
+		t.prev, t.next, t.linked = nil, nil, false
+		r.n--
+	}
 	r.mu.Unlock()
 }
 
@@ -308,8 +372,8 @@ func (r *registry) call(src string, done func(node.Outcome), o node.Outcome) {
 // there were.
 func (r *registry) failAll() int {
 	r.mu.Lock()
-	live := make([]*tracker, 0, len(r.live))
-	for t := range r.live {
+	live := make([]*tracker, 0, r.n)
+	for t := r.head; t != nil; t = t.next {
 		live = append(live, t)
 	}
 	r.mu.Unlock()

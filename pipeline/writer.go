@@ -31,6 +31,10 @@ type writer[T any] struct {
 	// (nil otherwise), and batches its OutBatches counter.
 	size    func(T) int
 	batches *atomic.Int64
+	// hold makes add gather tracked items too, as untracked ones are,
+	// until the batch is full: a source's burst between BeginBatch and
+	// EndBatch, which sends what is left.
+	hold bool
 }
 
 func newWriter[T any](edges []edge[T], n *spec) *writer[T] {
@@ -126,7 +130,7 @@ func clearTrackers[T any](envs []envelope[T]) {
 // env was not taken and is no longer gathered; what was gathered before it
 // stays, to be sent later.
 func (w *writer[T]) add(ctx, call context.Context, env envelope[T]) error {
-	if (env.tr == nil || env.tr.quiet) && len(w.buf)+1 < w.max {
+	if (env.tr == nil || env.tr.quiet || w.hold) && len(w.buf)+1 < w.max {
 		w.buf = append(w.buf, env)
 		return nil
 	}

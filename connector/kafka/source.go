@@ -221,6 +221,34 @@ func (s *Source) emitAgain(ctx context.Context, sess *session, out node.Emitter[
 	return err
 }
 
+// A batcher is the pipeline's Emitter when it can hand a burst of
+// tracked items over in batches: EmitTracked between BeginBatch and
+// EndBatch gathers instead of handing each item over at once (see
+// pipeline's emitter). Every item is still taken or refused by its own
+// call, so the source's work per record is the same with it or without.
+type batcher interface {
+	BeginBatch()
+	EndBatch(ctx context.Context) error
+}
+
+// burst returns out as a batcher for the emits of n records polled at
+// once, or nil: for one record there is nothing to gather, and with the
+// crash ledger a record may wait for the turn of one emitted before it,
+// which must then be on its way, not gathered.
+func (s *Source) burst(out node.Emitter[Message], n int) batcher {
+	b, ok := out.(batcher)
+	if !ok || n < 2 {
+		return nil
+	}
+	s.g.mu.Lock()
+	ledger := s.g.crash != nil
+	s.g.mu.Unlock()
+	if ledger {
+		return nil
+	}
+	return b
+}
+
 // errStopped ends a poll when Stop is called.
 var errStopped = errors.New("kafka: source stopped")
 
@@ -229,16 +257,25 @@ func (s *Source) poll(ctx, pollCtx context.Context, sess *session, n int, out no
 	pctx, endPoll := s.pollContext(pollCtx, sess)
 	fetches := sess.cl.PollRecords(pctx, n)
 	endPoll()
-	var recs []*record
+	// The records of a poll are allocated at once: one allocation per
+	// poll, not per record. A slab lives while one of its records does,
+	// at most MaxInFlight records' worth.
+	slab := make([]record, fetches.NumRecords())
+	recs := make([]*record, 0, len(slab))
 	fetches.EachRecord(func(r *kgo.Record) {
 		delete(s.missing, r.Topic)
-		if rec := sess.track(r); rec != nil {
+		rec := &slab[len(recs)]
+		if sess.trackInto(rec, r) {
 			recs = append(recs, rec)
 		}
 	})
 	// Rebalances wait from the poll to here, so that every record polled
 	// is tracked before its partition can be revoked.
 	sess.cl.AllowRebalance()
+	b := s.burst(out, len(recs))
+	if b != nil {
+		b.BeginBatch()
+	}
 	var emitErr error
 	for _, rec := range recs {
 		if emitErr != nil || ctx.Err() != nil {
@@ -247,6 +284,11 @@ func (s *Source) poll(ctx, pollCtx context.Context, sess *session, n int, out no
 			continue
 		}
 		emitErr = s.arrive(ctx, rec, out)
+	}
+	if b != nil {
+		// The items gathered were taken: when the hand-over's wait ends
+		// first (the run stops), the Run's own checks say why.
+		_ = b.EndBatch(ctx)
 	}
 	if emitErr != nil {
 		return emitErr
