@@ -41,13 +41,6 @@ CREATE TABLE IF NOT EXISTS orders (
 	eur_cents INTEGER NOT NULL,
 	day       TEXT NOT NULL
 );
-CREATE TABLE IF NOT EXISTS customer_day_totals (
-	customer  TEXT NOT NULL,
-	day       TEXT NOT NULL,
-	orders    INTEGER NOT NULL,
-	eur_cents INTEGER NOT NULL,
-	PRIMARY KEY (customer, day)
-);
 DROP TABLE IF EXISTS customer_totals`
 
 // Open opens the database file and creates the tables if needed.
@@ -61,6 +54,10 @@ func (s *store) Open(ctx context.Context) error {
 		return fmt.Errorf("etl: open %s: %w", s.path, err)
 	}
 	db.SetMaxOpenConns(1) // one writer: SQLite serialises writes anyway
+	if err := dropTotalsTable(ctx, db); err != nil {
+		db.Close()
+		return fmt.Errorf("etl: %s: %w", s.path, err)
+	}
 	if _, err := db.ExecContext(ctx, schema+";"+daysSchema); err != nil {
 		db.Close()
 		return fmt.Errorf("etl: create table in %s: %w", s.path, err)
@@ -127,7 +124,7 @@ func clearTables(ctx context.Context, path string) error {
 		return fmt.Errorf("etl: clear the tables of %s: %w", path, err)
 	}
 	defer tx.Rollback()
-	for _, table := range []string{"orders", "customer_day_totals", "day_windows", "late_orders"} {
+	for _, table := range []string{"orders", "day_windows", "late_orders"} {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table); err != nil {
 			return fmt.Errorf("etl: clear %s in %s: %w", table, path, err)
 		}
