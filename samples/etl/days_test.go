@@ -22,9 +22,8 @@ import (
 // position, as a version before the watermarks were saved wrote), just
 // before a row that an earlier run took as late, reads that row first,
 // and its watermark starts there: the row is not late this time, and
-// falls in a window of its own. It is counted once, in the window, and
-// taken out of late_orders; the totals still equal a GROUP BY over the
-// orders.
+// falls in a window of its own. It is counted once, in the window, not
+// late now; the totals still equal a GROUP BY over the orders.
 func TestResumeAtALateRowCountsItOnce(t *testing.T) {
 	t.Parallel()
 	cfg := testConfig(t)
@@ -115,24 +114,32 @@ func TestValidateRejectsTheZeroDate(t *testing.T) {
 	assert.NoError(t, err)
 }
 
-// The totals' tables add a day's parts and its late orders, whichever is
-// written first, and writing any of them again changes nothing: a part is
-// replaced by its first line, a late order by its id, and a part that
-// holds an order written as late takes it out of late_orders.
-func TestDayPartsAndLateOrdersAddUpOnce(t *testing.T) {
+// customer_day_totals counts each order once, by its id, whichever of a
+// day's windows and its late orders is written first, and however often
+// any of them is written again: a window written again after a crash, a
+// day a drain cut in two, a late order let into a window by a resumed
+// run, a window of the resumed run that lacks an order the killed run's
+// had (failed the second time), and an order id repeated in the batch.
+func TestDayOrdersCountOnce(t *testing.T) {
 	t.Parallel()
 	st := &store{path: filepath.Join(t.TempDir(), "orders.db")}
 	require.NoError(t, st.Open(t.Context()))
 	defer st.Close(t.Context())
 	day := time.Date(2026, 10, 12, 0, 0, 0, 0, time.UTC)
-	part := func(first int64, cents int64, ids ...string) pipeline.Window[string, dayTotal] {
-		return pipeline.Window[string, dayTotal]{Key: "cust-1", Start: day, End: day.Add(24 * time.Hour),
-			Count: len(ids), Value: dayTotal{total: total{Orders: int64(len(ids)), EURCents: cents}, first: first, ids: ids}}
+	window := func(orders ...dayOrder) pipeline.Window[string, dayTotal] {
+		v := dayTotal{orders: orders}
+		for _, o := range orders {
+			v.Orders++
+			v.EURCents += o.EURCents
+		}
+		return pipeline.Window[string, dayTotal]{Key: "cust-1", Start: day, End: day.Add(24 * time.Hour), Count: len(orders), Value: v}
 	}
 	late := Order{ID: "ord-9", Customer: "cust-1", Date: day, EURCents: 7, Line: 900}
 	write := func(wins ...pipeline.Window[string, dayTotal]) {
 		t.Helper()
-		for _, err := range st.writeDays(t.Context(), wins) {
+		errs := st.writeDays(t.Context(), wins)
+		require.Len(t, errs, len(wins))
+		for _, err := range errs {
 			require.NoError(t, err)
 		}
 	}
@@ -149,20 +156,31 @@ func TestDayPartsAndLateOrdersAddUpOnce(t *testing.T) {
 			Scan(&got.Orders, &got.EURCents))
 		return got
 	}
+	lateRows := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, st.db.QueryRowContext(t.Context(), `SELECT count(*) FROM day_orders WHERE late`).Scan(&n))
+		return n
+	}
 
+	write()         // an empty batch writes nothing, and fails nothing
 	writeLate(late) // before any window of its day
 	assert.Equal(t, total{1, 7}, totalOf())
-	write(part(10, 100, "ord-1", "ord-2")) // the day's window
+	assert.Equal(t, 1, lateRows())
+	write(window(dayOrder{"ord-1", 60}, dayOrder{"ord-2", 40})) // the day's window
 	assert.Equal(t, total{3, 107}, totalOf())
-	write(part(10, 100, "ord-1", "ord-2")) // written again after a crash
-	writeLate(late)                        // and the late order too
+	write(window(dayOrder{"ord-1", 60}, dayOrder{"ord-2", 40})) // written again after a crash
+	writeLate(late)                                             // and the late order too
 	assert.Equal(t, total{3, 107}, totalOf())
-	write(part(50, 30, "ord-5")) // the rest of a day a drain cut
+	write(window(dayOrder{"ord-5", 30})) // the rest of a day a drain cut
 	assert.Equal(t, total{4, 137}, totalOf())
-	// A resumed run let the late order into a window of its own.
-	write(part(900, 7, "ord-9"))
+	// A resumed run's window of the day lacks ord-1 (it failed this
+	// time, and keeps the row the killed run's load wrote), and holds the
+	// late order, which its watermark let in.
+	write(window(dayOrder{"ord-2", 40}, dayOrder{"ord-9", 7}))
 	assert.Equal(t, total{4, 137}, totalOf())
-	var lateRows int
-	require.NoError(t, st.db.QueryRowContext(t.Context(), `SELECT count(*) FROM late_orders`).Scan(&lateRows))
-	assert.Zero(t, lateRows, "counted in its window now")
+	assert.Zero(t, lateRows(), "counted in its window now")
+	// Two windows of a batch with the same order: one row.
+	write(window(dayOrder{"ord-6", 1}), window(dayOrder{"ord-6", 1}))
+	assert.Equal(t, total{5, 138}, totalOf())
 }

@@ -66,6 +66,9 @@ type config struct {
 	seed            uint64
 	progress        time.Duration // 0: no progress display
 	tty             bool          // redraw the progress in place instead of printing lines
+	// stopHalfway, in tests, stops a start over after its first step, as
+	// a kill there would.
+	stopHalfway bool
 }
 
 // main runs the job. The first Ctrl-C (or SIGTERM) drains it: no more

@@ -31,8 +31,8 @@ type Order struct {
 	Date     time.Time `json:"date"`
 	// EURCents is filled in by the enrich step.
 	EURCents int64 `json:"eur_cents,omitempty"`
-	// Line is the line of the orders file the row is on: the day windows
-	// name each of their parts by its first line (see dayTotal).
+	// Line is the line of the orders file the row is on, which its dead
+	// letter shows.
 	Line int64 `json:"line,omitempty"`
 }
 

@@ -26,7 +26,7 @@ type summary struct {
 	letters deadletter.FileStats
 	changed int64 // rows inserted or changed by this run
 	inTable int64
-	totals  totals // as the run left customer_day_totals and late_orders
+	totals  totals // as the run left customer_day_totals and day_orders
 	reasons []reasonCount
 	outages []outage // of the enrich breaker, in order
 	drained bool     // the run was drained: it stopped reading, and settled what it read
@@ -88,7 +88,7 @@ func (s summary) print(w io.Writer) {
 		line += fmt.Sprintf(" (largest: %s on %s, %d orders, %s EUR)", s.totals.top, s.totals.topDay, s.totals.topTotal.Orders, euros(s.totals.topTotal.EURCents))
 	}
 	fmt.Fprintf(tw, "  totals\t%d\t%s\n", s.totals.days, line)
-	fmt.Fprintf(tw, "  late\t%d\torders dated before the day windows' watermark, a day behind the latest date: added to their day's total from late_orders (%d in the table)\n",
+	fmt.Fprintf(tw, "  late\t%d\torders dated before the day windows' watermark, a day behind the latest date: added to their day's total from day_orders (%d in the table)\n",
 		s.node("days").Late, s.totals.late)
 	fmt.Fprintf(tw, "  dead-lettered\t%d\t\n", s.deadLettered())
 	if s.badRows > 0 {

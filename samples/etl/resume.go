@@ -80,10 +80,10 @@ func (c *checkpointFile) close() error {
 // openCheckpoint opens the checkpoint file and says where the run starts:
 // after the position it holds, or at the first row when it holds none,
 // one of another orders file, or one of this file before its content
-// changed. A run that starts over clears the tables first (clearTables),
-// and only then forgets the checkpoint (-fresh removes it), so that a run
-// killed in between starts over again rather than going on with the
-// earlier input's orders.
+// changed. A run that starts over forgets the checkpoint first (-fresh
+// removes it), and only then clears the tables (clearTables), so that a
+// run killed in between finds no checkpoint and starts over again, rather
+// than going on from the position into cleared tables.
 func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoint, error) {
 	total, err := rowsAfter(ctx, cfg.input, nil)
 	if err != nil {
@@ -154,12 +154,13 @@ func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoin
 		}
 		return c, at, nil
 	}
-	// Starting over: clear the tables, then forget the position, so that
-	// the pipeline does not resume there, and keep which file, with which
-	// content, the positions saved from now on belong to.
-	if err := clearTables(ctx, cfg.db); err != nil {
-		return nil, at, errors.Join(err, c.close())
-	}
+	// Starting over: forget the position, so that the pipeline does not
+	// resume there, then clear the tables, and keep which file, with which
+	// content, the positions saved from now on belong to. In this order: a
+	// run killed after the checkpoint is gone finds none, and starts over
+	// too; one killed after the tables were cleared and before the
+	// checkpoint was gone would go on from its position with the rows
+	// before it lost.
 	if pos != nil || of != nil {
 		if err := c.close(); err != nil {
 			return nil, at, err
@@ -172,6 +173,12 @@ func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoin
 		}
 		c = &checkpointFile{f}
 	}
+	if cfg.stopHalfway {
+		return nil, at, errors.Join(errHalfway, c.close())
+	}
+	if err := clearTables(ctx, cfg.db); err != nil {
+		return nil, at, errors.Join(err, c.close())
+	}
 	if err := f.Save(ctx, pipelineName, inputKey, []byte(input)); err != nil {
 		return nil, at, errors.Join(err, c.close())
 	}
@@ -180,6 +187,10 @@ func openCheckpoint(ctx context.Context, cfg config) (*checkpointFile, startPoin
 	}
 	return c, at, nil
 }
+
+// errHalfway is the error of a start over that config.stopHalfway
+// stopped.
+var errHalfway = errors.New("etl: stopped halfway through starting over")
 
 // inputID identifies the content of the orders file at path: its size,
 // modification time and SHA-256. Hashing reads the whole file once per

@@ -124,7 +124,7 @@ func clearTables(ctx context.Context, path string) error {
 		return fmt.Errorf("etl: clear the tables of %s: %w", path, err)
 	}
 	defer tx.Rollback()
-	for _, table := range []string{"orders", "day_windows", "late_orders"} {
+	for _, table := range []string{"orders", "day_orders"} {
 		if _, err := tx.ExecContext(ctx, "DELETE FROM "+table); err != nil {
 			return fmt.Errorf("etl: clear %s in %s: %w", table, path, err)
 		}
