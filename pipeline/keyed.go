@@ -404,7 +404,9 @@ func deal[J any](ready chan []J, c []J, n int, free chan []J) {
 	if len(c) == 0 {
 		return
 	}
-	size := min((len(c)+n-1)/n, maxChunk)
+	// Rounded down: a chunk of two keys where a worker would be left
+	// with none would hold the second behind a slow first.
+	size := min(max(len(c)/n, 1), maxChunk)
 	for rest := c; len(rest) > 0; {
 		k := min(size, len(rest))
 		ready <- append(take(free), rest[:k]...)
