@@ -163,22 +163,13 @@ func (sess *session) check(ctx context.Context) error {
 // track registers a polled record; nil when its partition is no longer
 // the source's.
 func (sess *session) track(kr *kgo.Record) *record {
-	r := new(record)
-	if !sess.trackInto(r, kr) {
-		return nil
-	}
-	return r
-}
-
-// trackInto is track into r, zero, and reports whether r was tracked.
-func (sess *session) trackInto(r *record, kr *kgo.Record) bool {
-	r.src, r.sess, r.kr, r.slot = sess.src, sess, kr, trackEntry{offset: kr.Offset, epoch: kr.LeaderEpoch}
+	r := &record{src: sess.src, sess: sess, kr: kr, slot: trackEntry{offset: kr.Offset, epoch: kr.LeaderEpoch}}
 	r.entry = &r.slot
 	if r.track = sess.tracker.addEntry(kr.Topic, kr.Partition, r.entry); r.track == nil {
-		return false
+		return nil
 	}
 	sess.held.Add(1)
-	return true
+	return r
 }
 
 // openAgain starts taking records to emit again, as a Run starts.

@@ -257,15 +257,10 @@ func (s *Source) poll(ctx, pollCtx context.Context, sess *session, n int, out no
 	pctx, endPoll := s.pollContext(pollCtx, sess)
 	fetches := sess.cl.PollRecords(pctx, n)
 	endPoll()
-	// The records of a poll are allocated at once: one allocation per
-	// poll, not per record. A slab lives while one of its records does,
-	// at most MaxInFlight records' worth.
-	slab := make([]record, fetches.NumRecords())
-	recs := make([]*record, 0, len(slab))
+	var recs []*record
 	fetches.EachRecord(func(r *kgo.Record) {
 		delete(s.missing, r.Topic)
-		rec := &slab[len(recs)]
-		if sess.trackInto(rec, r) {
+		if rec := sess.track(r); rec != nil {
 			recs = append(recs, rec)
 		}
 	})
