@@ -130,6 +130,10 @@ func decodePosition(saved []byte) ([]byte, map[string][]loggedWindow, map[string
 			err = errors.New(`it needs both "s" and "ns"`)
 		case *sw.NS < 0 || *sw.NS >= int64(time.Second):
 			err = fmt.Errorf("%d nanoseconds is out of range", *sw.NS)
+		case *sw.S > maxWatermarkSeconds || *sw.S < -maxWatermarkSeconds:
+			// Near the ends of int64, time.Unix wraps: a time that prints
+			// as a far future would compare as before today.
+			err = fmt.Errorf("%d seconds is out of range", *sw.S)
 		}
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("the position envelope is corrupt: the watermark of Aggregate %q, %s: %w", node, raw, err)
@@ -141,6 +145,11 @@ func decodePosition(saved []byte) ([]byte, map[string][]loggedWindow, map[string
 	}
 	return env.Pos, env.Windows, wms, nil
 }
+
+// maxWatermarkSeconds bounds a saved watermark's seconds, far beyond any
+// event time (about 146 billion years), well within what time.Time holds
+// without wrapping.
+const maxWatermarkSeconds = 1 << 62
 
 // A windowLogger is a node's window log, as the saver sees it.
 type windowLogger interface {

@@ -162,6 +162,8 @@ func TestWindowLogCorruptEnvelope(t *testing.T) {
 		{"watermark", bytes.Replace(goodWM, []byte(`{"s":1796083200,"ns":0}`), []byte(`"x"`), 1), `the position envelope is corrupt: the watermark of Aggregate "sum", "x": json: cannot unmarshal`},
 		{"watermark ns", bytes.Replace(goodWM, []byte(`"ns":0`), []byte(`"ns":1000000000`), 1), `the watermark of Aggregate "sum", {"s":1796083200,"ns":1000000000}: 1000000000 nanoseconds is out of range`},
 		{"watermark s", bytes.Replace(goodWM, []byte(`"s":1796083200,`), nil, 1), `the watermark of Aggregate "sum", {"ns":0}: it needs both "s" and "ns"`},
+		{"watermark s huge", bytes.Replace(goodWM, []byte(`"s":1796083200`), []byte(`"s":9223372036854775807`), 1), `the watermark of Aggregate "sum", {"s":9223372036854775807,"ns":0}: 9223372036854775807 seconds is out of range`},
+		{"watermark s very negative", bytes.Replace(goodWM, []byte(`"s":1796083200`), []byte(`"s":-9223372036854775808`), 1), `-9223372036854775808 seconds is out of range`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
