@@ -48,8 +48,10 @@ import (
 // first item after the saved position, and the resumed run starts the
 // node's watermark there: no item read again that was on time is made
 // late by it, none reopens a window the log dropped, and, when the items
-// reach the node in the order of their positions, an item late before
-// the crash is late again. The saved bytes are then a position
+// reach the node in the order of their positions (and fewer than 16 384
+// watermarks come between two saves), an item late before the crash is
+// late again; otherwise it may be on time, and settle Filtered in a
+// window the log holds. The saved bytes are then a position
 // envelope around the source's position; a position saved before, or an
 // envelope saved without watermarks, still loads. A window written after
 // the last save is handed on again, whole. With several sources no log
