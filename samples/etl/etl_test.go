@@ -218,7 +218,7 @@ func TestETLEndToEnd(t *testing.T) {
 	assert.Regexp(t, regexp.MustCompile(`dead-lettered\s+`+strconv.FormatInt(s.deadLettered(), 10)), text)
 	assert.Contains(t, text, "go run ./cmd/sluice dlq stats "+cfg.dlq)
 	assert.Regexp(t, regexp.MustCompile(fmt.Sprintf(`breaker\s+1\s+outage: the enrich breaker opened %d times \(%d failed probes?\), closed;`, o.opened, o.failedProbes)), text)
-	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(s.totals.days, 10)+`\s+customer-days' order counts and euro totals in customer_day_totals, by each order's own date, summed by day windows on those dates \(largest: `+s.totals.top+` on `+s.totals.topDay+`, `), text)
+	assert.Regexp(t, regexp.MustCompile(`totals\s+`+strconv.FormatInt(s.totals.days, 10)+`\s+customer-days' order counts and euro totals in customer_day_totals, by each order's own date, gathered by day windows on those dates \(largest: `+s.totals.top+` on `+s.totals.topDay+`, `), text)
 	assert.Regexp(t, regexp.MustCompile(`late\s+`+strconv.Itoa(len(late))+`\s+orders dated before the day windows' watermark, a day behind the latest date: added to their day's total from day_orders \(`+strconv.Itoa(len(late))+` in the table\)`), text)
 
 	// A second run reads nothing: the checkpoint holds the end of the

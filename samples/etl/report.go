@@ -83,7 +83,7 @@ func (s summary) print(w io.Writer) {
 	fmt.Fprintf(tw, "  read\t%d\t%s\n", read, what)
 	fmt.Fprintf(tw, "  loaded\t%d\tvalid orders upserted into the database\n", s.node("validate").Out)
 	fmt.Fprintf(tw, "  changed\t%d\trows this run inserted or changed (%d in the table)\n", s.changed, s.inTable)
-	line := "customer-days' order counts and euro totals in customer_day_totals, by each order's own date, summed by day windows on those dates"
+	line := "customer-days' order counts and euro totals in customer_day_totals, by each order's own date, gathered by day windows on those dates"
 	if s.totals.days > 0 {
 		line += fmt.Sprintf(" (largest: %s on %s, %d orders, %s EUR)", s.totals.top, s.totals.topDay, s.totals.topTotal.Orders, euros(s.totals.topTotal.EURCents))
 	}
