@@ -6,10 +6,10 @@
 // resilience/httpretry) that is slow, fails now and then and goes down
 // for a few seconds, checks business rules, and loads the
 // orders into a SQLite file in batches with upserts. Beside the load,
-// event-time windows of a day on each order's own date sum each
-// customer's order count and euro total per day into a table beside it,
-// with the orders entered late (dated behind the windows' watermark)
-// added from a table of their own. What fails for good lands in a
+// event-time windows of a day on each order's own date gather each
+// customer's orders per day into a table beside it, with the orders
+// entered late (dated behind the windows' watermark) marked late, and a
+// view counts and sums them per customer and day. What fails for good lands in a
 // dead-letter file next to the database, and the pipeline's graph with the
 // run's counts in pipeline.mmd (Mermaid), next to it too.
 //
@@ -132,8 +132,9 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 Sluice's demo ETL job: read orders from a CSV file (generated once), parse,
 convert to euro through a flaky exchange-rate service (item retries with
 jittered backoff, a circuit breaker that pauses through its outage),
-validate, and load into SQLite with upserts; sum each customer's orders per
-day of their date in event-time windows, late orders included. Rows that
+validate, and load into SQLite with upserts; gather each customer's orders
+per day of their date in event-time windows, late orders included, and
+sum them per customer and day. Rows that
 fail for good go to
 a dead-letter file; inspect it with go run ./cmd/sluice dlq stats FILE.
 A checkpoint next to the database lets a run that was killed or stopped
