@@ -190,6 +190,16 @@ func BenchmarkKafkaConsume(b *testing.B) {
 			b.Fatalf("consumed %d records, want %d", seen.Load(), b.N)
 		}
 	})
+	b.Run("impl=channels", func(b *testing.B) {
+		topic := kafkaTopic(b, c)
+		kafkaFill(b, c, topic, b.N)
+		b.ResetTimer()
+		cpu := startCPU()
+		start := time.Now()
+		consumeByChannels(b, c, topic, b.N)
+		rate(b, start)
+		cpu.report(b)
+	})
 	b.Run("impl=sluice", func(b *testing.B) {
 		topic := kafkaTopic(b, c)
 		kafkaFill(b, c, topic, b.N)
@@ -204,4 +214,75 @@ func BenchmarkKafkaConsume(b *testing.B) {
 		rate(b, start)
 		cpu.report(b)
 	})
+}
+
+// consumeByChannels is the consume loop a Go team writes by hand when the
+// handling must not hold up the polling: a goroutine polls (at most
+// kafkaInFlight records at a time) and sends each record over a channel
+// of kafkaInFlight to a worker, which handles it, marks it for commit
+// once handled, commits what it marked every kafkaInFlight/2 records and
+// at the end, and stops the poller after n records. It commits only what
+// was handled, as the Source does, and decouples the poll from the
+// handling, as a pipeline does; it has no retries, dead letters or
+// per-key order across workers.
+func consumeByChannels(b *testing.B, c *kfake.Cluster, topic string, n int) {
+	b.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitMarks(), kgo.AutoCommitInterval(time.Hour),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	records := make(chan *kgo.Record, kafkaInFlight)
+	polled := make(chan error, 1)
+	go func() {
+		defer close(records)
+		for {
+			fs := cl.PollRecords(ctx, kafkaInFlight)
+			if ctx.Err() != nil {
+				polled <- nil
+				return
+			}
+			if err := fs.Err0(); err != nil {
+				polled <- err
+				return
+			}
+			for r := range fs.RecordsAll() {
+				select {
+				case records <- r:
+				case <-ctx.Done():
+					polled <- nil
+					return
+				}
+			}
+		}
+	}()
+	handle := func(context.Context, *kgo.Record) error { return nil }
+	seen, marked := 0, 0
+	for r := range records {
+		if err := handle(ctx, r); err != nil {
+			b.Fatal(err)
+		}
+		cl.MarkCommitRecords(r)
+		seen++
+		marked++
+		if marked >= kafkaInFlight/2 || seen == n {
+			if err := cl.CommitMarkedOffsets(context.Background()); err != nil {
+				b.Fatal(err)
+			}
+			marked = 0
+		}
+		if seen == n {
+			stop()
+		}
+	}
+	if err := <-polled; err != nil {
+		b.Fatal(err)
+	}
+	if seen != n {
+		b.Fatalf("consumed %d records, want %d", seen, n)
+	}
 }
