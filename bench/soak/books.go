@@ -3,13 +3,13 @@ package main
 import "sync"
 
 // books counts, per item id (0, 1, 2, … as produced), its deliveries and
-// whether it was dead-lettered: a byte per item, so that a run of millions
-// of items keeps its seen-set in a few MB.
+// its dead letters: two bytes per item, so that a run of millions of items
+// keeps its seen-set in a few MB.
 type books struct {
 	mu        sync.Mutex
 	delivered []uint8 // deliveries, capped at 255
-	dead      []bool
-	accounted int // items delivered or dead-lettered at least once
+	dead      []uint8 // dead letters, capped at 255
+	accounted int     // items delivered or dead-lettered at least once
 	// poison says which ids should be dead-lettered (the seed's poison
 	// items); nil: none should.
 	poison func(id int) bool
@@ -22,7 +22,7 @@ func (b *books) reserve(n int) {
 	defer b.mu.Unlock()
 	if n > len(b.delivered) {
 		b.delivered = append(b.delivered, make([]uint8, n-len(b.delivered))...)
-		b.dead = append(b.dead, make([]bool, n-len(b.dead))...)
+		b.dead = append(b.dead, make([]uint8, n-len(b.dead))...)
 	}
 }
 
@@ -30,7 +30,7 @@ func (b *books) grow(id int) {
 	if id >= len(b.delivered) {
 		n := max(id+1, 2*len(b.delivered))
 		b.delivered = append(b.delivered, make([]uint8, n-len(b.delivered))...)
-		b.dead = append(b.dead, make([]bool, n-len(b.dead))...)
+		b.dead = append(b.dead, make([]uint8, n-len(b.dead))...)
 	}
 }
 
@@ -41,7 +41,7 @@ func (b *books) deliver(id int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.grow(id)
-	if b.delivered[id] == 0 && !b.dead[id] {
+	if b.delivered[id] == 0 && b.dead[id] == 0 {
 		b.accounted++
 	}
 	if b.delivered[id] < 255 {
@@ -56,10 +56,12 @@ func (b *books) deadLetter(id int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.grow(id)
-	if b.delivered[id] == 0 && !b.dead[id] {
+	if b.delivered[id] == 0 && b.dead[id] == 0 {
 		b.accounted++
 	}
-	b.dead[id] = true
+	if b.dead[id] < 255 {
+		b.dead[id]++
+	}
 }
 
 // done returns how many items are accounted for.
@@ -75,7 +77,8 @@ func (b *books) account(name string, in int, atLeastOnce bool) account {
 	defer b.mu.Unlock()
 	a := account{pipeline: name, in: in, atLeastOnce: atLeastOnce}
 	for id := range b.delivered {
-		d, dead := int(b.delivered[id]), b.dead[id]
+		d, dn := int(b.delivered[id]), int(b.dead[id])
+		dead := dn > 0
 		if id >= in && (d > 0 || dead) {
 			a.strays++ // never produced, yet seen
 			continue
@@ -86,6 +89,7 @@ func (b *books) account(name string, in int, atLeastOnce bool) account {
 		}
 		if dead {
 			a.dead++
+			a.deadRepeats += dn - 1
 		}
 		if poison := b.poison != nil && b.poison(id); id < in && dead != poison {
 			a.wrongDead++ // a good item dead-lettered, or a poison one not

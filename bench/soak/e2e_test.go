@@ -177,6 +177,7 @@ func TestKafkaPipelineUnderFaults(t *testing.T) {
 	require.NoError(t, <-ran)
 
 	a := bk.account("kafka", n, true)
+	a.allowed = allowance(3, 2, consumerWindow, consumerRestarts) // a cut, a kill and latency, as run counts them
 	assert.Empty(t, a.problems())
 	wantDead := 0
 	for id := range n {

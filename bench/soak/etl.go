@@ -64,17 +64,15 @@ func etlCycle(ctx context.Context, dir string, cycle, rows, malformedEvery int, 
 		return a, fmt.Errorf("etl: create table: %w", err)
 	}
 
-	var dead int
-	deadIDs := map[int]bool{}
+	deadIDs := map[int]int{} // dead letters by row id; -1: not a row read
 	dlq := deadletter.Func(func(_ context.Context, e deadletter.Envelope) error {
-		dead++ // the engine writes dead letters one at a time
 		id := -1
 		if r, ok := e.Item.(file.Record); ok {
 			if n, err := strconv.Atoi(r.Get("id")); err == nil {
 				id = n
 			}
 		}
-		deadIDs[id] = true
+		deadIDs[id]++ // the engine writes dead letters one at a time
 		return nil
 	})
 	calls := map[int64]int{}
@@ -107,24 +105,69 @@ func etlCycle(ctx context.Context, dir string, cycle, rows, malformedEvery int, 
 	if err != nil {
 		return a, fmt.Errorf("etl cycle %d: %w", cycle, err)
 	}
-	var out int
-	if err := db.QueryRowContext(ctx, `SELECT COUNT(*) FROM orders WHERE cycle = ?`, cycle).Scan(&out); err != nil {
-		return a, fmt.Errorf("etl: count: %w", err)
+	// The books by id: the table's ids, each once (its primary key), and
+	// the dead letters' ids; a good row missing from the table is lost
+	// even when a repeated dead letter would make the counts balance.
+	stored := map[int]bool{}
+	ids, err := db.QueryContext(ctx, `SELECT id FROM orders WHERE cycle = ?`, cycle)
+	if err != nil {
+		return a, fmt.Errorf("etl: read ids: %w", err)
 	}
-	a.in, a.out, a.dead = rows, out, dead
-	// The dead-lettered must be exactly the malformed rows, by id.
-	for id := range rows {
-		if malformed := malformedEvery > 0 && id%malformedEvery == malformedEvery-1; malformed != deadIDs[id] {
-			a.wrongDead++
+	for ids.Next() {
+		var id int
+		if err := ids.Scan(&id); err != nil {
+			ids.Close()
+			return a, fmt.Errorf("etl: read ids: %w", err)
 		}
+		stored[id] = true
 	}
-	if deadIDs[-1] {
-		a.wrongDead++ // a dead letter that is not a row read
+	if err := ids.Err(); err != nil {
+		return a, fmt.Errorf("etl: read ids: %w", err)
 	}
+	ids.Close()
+	a = etlBooks(rows, malformedEvery, stored, deadIDs)
 	for _, n := range calls {
 		a.duplicates += n - 1
 	}
 	return a, nil
+}
+
+// etlBooks closes one cycle's books by id: rows written in (ids 0 …
+// rows-1, every malformedEvery-th malformed), the ids stored in the table, and the dead letters by id (-1:
+// a dead letter that is not a row read). A good row missing from the
+// table is lost even when a repeated dead letter makes the counts
+// balance; a repeated dead letter is counted (deadRepeats).
+func etlBooks(rows, malformedEvery int, stored map[int]bool, deadIDs map[int]int) account {
+	a := account{pipeline: "etl"}
+	a.in = rows
+	for id := range stored {
+		if id < 0 || id >= rows {
+			a.strays++
+			continue
+		}
+		a.out++
+	}
+	for id, n := range deadIDs {
+		a.deadRepeats += n - 1
+		switch {
+		case id == -1:
+			a.wrongDead++ // a dead letter that is not a row read
+		case id >= rows:
+			a.strays++
+		default:
+			a.dead++
+			if stored[id] {
+				a.both++
+			}
+		}
+	}
+	// The dead-lettered must be exactly the malformed rows, by id.
+	for id := range rows {
+		if malformed := malformedEvery > 0 && id%malformedEvery == malformedEvery-1; malformed != (deadIDs[id] > 0) {
+			a.wrongDead++
+		}
+	}
+	return a
 }
 
 // add adds b's counts to a's.
@@ -136,6 +179,7 @@ func (a *account) add(b account) {
 	a.strays += b.strays
 	a.wrongDead += b.wrongDead
 	a.duplicates += b.duplicates
+	a.deadRepeats += b.deadRepeats
 }
 
 // etlLoop runs ETL cycles in dir until ctx ends, and returns their books

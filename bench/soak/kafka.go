@@ -200,6 +200,14 @@ func idOf(m kafka.Message) int {
 	return id
 }
 
+// consumerRestarts is how many times running layer 2 starts a consumer's
+// source again after a lost connection.
+const consumerRestarts = 5
+
+// consumerWindow is the most records a consumer's source holds polled and
+// not committed: what a consumer lost without a commit may deliver again.
+const consumerWindow = kafka.DefaultMaxInFlight
+
 // consumer builds the broker pipeline: a kafka.Source in group, its
 // connections dialled to via (the fault proxies), the flaky dependency,
 // and a sink that calls deliver; dead-lettered items go to dead.
@@ -227,7 +235,7 @@ func consumer(via, topic, group string, fl *flaky, deliver, dead func(int)) (*ka
 	// (the broker redelivers what was not committed), five times running
 	// at most, the count starting over after 100 items.
 	msgs := pipeline.Source(b, "consume", src, pipeline.NodeResilience(func(o *resilience.Options) {
-		o.NodeRestart = resilience.NodeRestartOptions{MaxRestarts: 5, Backoff: resilience.Constant(500 * time.Millisecond), ResetAfterItems: 100, MaxReplayWindow: 10_000}
+		o.NodeRestart = resilience.NodeRestartOptions{MaxRestarts: consumerRestarts, Backoff: resilience.Constant(500 * time.Millisecond), ResetAfterItems: 100, MaxReplayWindow: 10_000}
 	}))
 	ids := pipeline.Map(b, "dependency", msgs, func(ctx context.Context, m kafka.Message) (int, error) {
 		return fl.call(ctx, idOf(m))

@@ -91,9 +91,9 @@ func reportText(res result, ss []series) string {
 		for _, a := range v.accounts {
 			d := "exactly once expected"
 			if a.atLeastOnce {
-				d = "at least once (duplicates counted)"
+				d = fmt.Sprintf("at least once (duplicates counted, at most %d explained)", a.allowed)
 			}
-			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s |\n", a.pipeline, a.in, a.out, a.dead, a.in-(a.out+a.dead-a.both), a.duplicates, d)
+			fmt.Fprintf(&b, "| %s | %d | %d | %d | %d | %d | %s |\n", a.pipeline, a.in, a.out, a.dead, a.in-(a.out+a.dead-a.both), a.duplicates+a.deadRepeats, d)
 		}
 	}
 	b.WriteString("\n## Growth\n\nLeast-squares slope (of window medians) within one regime at a time: the second half of the fault period, and the quiet tail after the faults stop (at three quarters of the duration); a fit never straddles the change. A series fails when, in either window, its slope is above the limit and its fitted rise over that window is above the floor, scaled to the window's length (the full floor over 22.5 minutes or more). The row shows the failing window, else the one of the larger slope.\n\n")
@@ -104,7 +104,10 @@ func reportText(res result, ss []series) string {
 			first, last = vals[0].y, vals[len(vals)-1].y
 		}
 		ok := "ok"
-		if !t.ok {
+		switch {
+		case t.short != "":
+			ok = "TOO FEW SAMPLES"
+		case !t.ok:
 			ok = "GROWS"
 		}
 		fmt.Fprintf(&b, "| %s (%s) | %s | %s | %s, %.0f min | %+.2f | %+.2f | %.0f | %.2f | %s |\n", t.name, t.unit, num(first), num(last), t.part, t.span*60, t.slope, t.rise, t.limit.PerHour, t.floor, ok)

@@ -14,11 +14,11 @@ import (
 
 func TestReport(t *testing.T) {
 	var samples []sample
-	for i := range 40 {
+	for i := range 80 { // enough samples in each window to judge
 		samples = append(samples, sample{at: time.Duration(i) * 5 * time.Second, heap: float64(10<<20 + i<<20), rss: 30 << 20, goroutines: 50, files: 20})
 	}
 	accounts := []account{
-		{pipeline: "kafka", in: 100, out: 98, dead: 2, duplicates: 3, atLeastOnce: true},
+		{pipeline: "kafka", in: 100, out: 98, dead: 2, duplicates: 3, atLeastOnce: true, allowed: 512},
 		{pipeline: "etl", in: 50, out: 48, dead: 1},
 	}
 	res := result{
@@ -38,11 +38,13 @@ func TestReport(t *testing.T) {
 	assert.Contains(t, text, "`go run ./bench/soak -duration 3m -seed 9`")
 	assert.Contains(t, text, "seed: 9")
 	assert.Contains(t, text, "kill 2, latency 1")
-	assert.Contains(t, text, "| kafka | 100 | 98 | 2 | 0 | 3 | at least once")
+	assert.Contains(t, text, "| kafka | 100 | 98 | 2 | 0 | 3 | at least once (duplicates counted, at most 512 explained)")
 	assert.Contains(t, text, "| etl | 50 | 48 | 1 | 1 | 0 | exactly once expected |")
 	assert.Contains(t, text, "etl: 50 in, 48 out + 1 dead-lettered: 1 lost")
 	assert.Contains(t, text, "heap grows")
-	assert.Contains(t, text, "| heap (MB) | 10.0 | 49.0 |")
+	assert.Contains(t, text, "| heap (MB) | 10.0 | 89.0 |")
+	assert.NotContains(t, text, "kafka: 3 duplicates", "3 duplicates of 512 explained")
+	assert.NotContains(t, text, "too short")
 	for _, name := range []string{"heap", "rss", "goroutines", "files"} {
 		assert.Contains(t, text, "!["+name+"]("+name+".svg)")
 		svg, err := os.ReadFile(filepath.Join(dir, name+".svg"))

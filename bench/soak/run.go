@@ -271,9 +271,18 @@ func run(ctx context.Context, cfg config, logf func(string, ...any)) (verdict, e
 	if len(errs) > 0 && !res.interrupted {
 		return verdict{}, errs[0]
 	}
-	accounts := []account{bk.account("kafka", produced, true), etl}
+	ka := bk.account("kafka", produced, true)
+	applied := 0
+	for _, n := range res.faults {
+		applied += n
+	}
+	ka.allowed = allowance(applied+res.restarts+res.childEnds, 2, consumerWindow, consumerRestarts)
+	accounts := []account{ka, etl}
 	res.quietFrom = (cfg.duration * 3 / 4).Hours()
 	res.verdict = decide(accounts, withQuiet(seriesOf(samples), res.quietFrom))
+	if applied == 0 {
+		res.verdict.problems = append(res.verdict.problems, fmt.Sprintf("no fault was applied: a run of %s with -fault-gap %s schedules none", cfg.duration, cfg.faultGap))
+	}
 	if res.interrupted {
 		res.verdict.problems = append(res.verdict.problems, fmt.Sprintf("interrupted (%v) after %s of %s: not a verdict of the run", context.Cause(ctx), res.elapsed.Round(time.Second), cfg.duration))
 		for _, err := range errs {

@@ -125,6 +125,9 @@ type trend struct {
 	part  string  // which window: "faults" or "quiet"
 	limit threshold
 	ok    bool
+	// short, when set, says the series had too few samples to be judged
+	// (a run too short): the trend then fails, since it checked nothing.
+	short string
 }
 
 // fitWindows is how many windows a part is summarised in before the fit.
@@ -173,9 +176,30 @@ func judgePart(s series, part string, pts []point) trend {
 // judge fits each regime of s apart (see [windows]) and compares each
 // slope with its threshold: the series fails when either part does. The
 // trend returned is the failing part, else the one of the larger slope.
+//
+// A series with fewer than minTail samples in either window fails: a fit
+// of a handful of points (or of none) says nothing of growth, and a run
+// too short to have them is no soak.
 func judge(s series) trend {
 	faulty, quiet := windows(s.values, s.quietFrom)
 	t := judgePart(s, "faults", faulty)
+	if len(faulty) < minTail || quiet == nil {
+		nq := 0
+		if n := len(s.values); n > 0 {
+			from := s.quietFrom
+			if from <= 0 {
+				from = quietShare * s.values[n-1].x
+			}
+			for _, p := range s.values {
+				if p.x >= from {
+					nq++
+				}
+			}
+		}
+		t.ok = false
+		t.short = fmt.Sprintf("%s: %d samples in the faults window and %d in the quiet tail, fewer than %d in one: the run is too short to judge its growth", s.name, len(faulty), nq, minTail)
+		return t
+	}
 	if quiet != nil {
 		q := judgePart(s, "quiet", quiet)
 		if (!q.ok && t.ok) || (q.ok == t.ok && q.slope > t.slope) {
@@ -198,12 +222,30 @@ type account struct {
 	// id: dead-lettered though not poison (or not malformed), or poison
 	// and not dead-lettered.
 	wrongDead int
-	// duplicates counts deliveries beyond an item's first.
-	duplicates int
+	// duplicates counts deliveries beyond an item's first, deadRepeats
+	// dead letters beyond an item's first.
+	duplicates  int
+	deadRepeats int
 	// atLeastOnce says the pipeline's delivery is at-least-once (a broker
-	// redelivers what a killed consumer did not commit), so duplicates are
-	// expected and counted; elsewhere a duplicate is unexplained.
+	// redelivers what a killed consumer did not commit), so duplicates and
+	// repeated dead letters are expected, up to allowed, the most that the
+	// run's kills, faults and restarts explain (see [allowance]); elsewhere
+	// a duplicate is unexplained.
 	atLeastOnce bool
+	allowed     int
+}
+
+// allowance is the most duplicates (deliveries and dead letters beyond an
+// item's first) that events explain in an at-least-once broker pipeline
+// of consumers, each holding at most window records polled and not
+// committed: each event (a consumer killed or ended, a network fault, a
+// failed pipeline run again, and the run's end) may cost every consumer
+// its window once for each time its source is started again by layer 2
+// (restarts+1 at most within one run). It is a coarse bound: it fails a
+// consumer that redelivers far more than its faults explain (every item
+// twice, say), not one that loses a window once more than it must.
+func allowance(events, consumers, window, restarts int) int {
+	return (events + 1) * consumers * window * (restarts + 1)
 }
 
 // problems returns what is wrong with a's books; none when they balance.
@@ -221,8 +263,11 @@ func (a account) problems() []string {
 	if a.both > 0 {
 		p = append(p, fmt.Sprintf("%s: %d items both delivered and dead-lettered", a.pipeline, a.both))
 	}
-	if a.duplicates > 0 && !a.atLeastOnce {
-		p = append(p, fmt.Sprintf("%s: %d unexplained duplicates", a.pipeline, a.duplicates))
+	switch extra := a.duplicates + a.deadRepeats; {
+	case extra > 0 && !a.atLeastOnce:
+		p = append(p, fmt.Sprintf("%s: %d unexplained duplicates (%d deliveries and %d dead letters beyond an item's first)", a.pipeline, extra, a.duplicates, a.deadRepeats))
+	case a.atLeastOnce && extra > a.allowed:
+		p = append(p, fmt.Sprintf("%s: %d duplicates (%d deliveries and %d dead letters beyond an item's first), more than the %d the run's kills, faults and restarts explain", a.pipeline, extra, a.duplicates, a.deadRepeats, a.allowed))
 	}
 	return p
 }
@@ -244,7 +289,10 @@ func decide(accounts []account, ss []series) verdict {
 	for _, s := range ss {
 		t := judge(s)
 		v.trends = append(v.trends, t)
-		if !t.ok {
+		switch {
+		case t.short != "":
+			v.problems = append(v.problems, t.short)
+		case !t.ok:
 			v.problems = append(v.problems, fmt.Sprintf("%s grows %.2f %s/hour over the %s window (limit %.0f, rise %.2f > floor %.2f)", t.name, t.slope, t.unit, t.part, t.limit.PerHour, t.rise, t.floor))
 		}
 	}

@@ -149,7 +149,7 @@ func TestSeriesOfUnits(t *testing.T) {
 	assert.Equal(t, 7.0, ss[3].values[0].y)
 	for _, s := range ss {
 		assert.NotZero(t, s.limit.PerHour, "%s has a threshold", s.name)
-		assert.True(t, judge(s).ok)
+		assert.NotEmpty(t, judge(s).short, "two samples judge nothing")
 	}
 }
 
@@ -164,7 +164,8 @@ func TestAccounts(t *testing.T) {
 		{"lost", account{pipeline: "p", in: 10, out: 8, dead: 1}, "1 lost"},
 		{"more out than in", account{pipeline: "p", in: 10, out: 10, dead: 1}, "-1 lost"},
 		{"unexplained duplicate", account{pipeline: "p", in: 10, out: 10, duplicates: 1}, "1 unexplained duplicates"},
-		{"at-least-once duplicates", account{pipeline: "p", in: 10, out: 10, duplicates: 5, atLeastOnce: true}, ""},
+		{"at-least-once duplicates", account{pipeline: "p", in: 10, out: 10, duplicates: 5, atLeastOnce: true, allowed: 5}, ""},
+		{"at-least-once, more than explained", account{pipeline: "p", in: 10, out: 10, duplicates: 5, atLeastOnce: true, allowed: 4}, "more than the 4"},
 		{"delivered and dead", account{pipeline: "p", in: 10, out: 10, dead: 1, both: 1}, "both delivered and dead-lettered"},
 		{"stray", account{pipeline: "p", in: 10, out: 10, strays: 1}, "never produced"},
 	} {
@@ -195,7 +196,7 @@ func TestBooks(t *testing.T) {
 	assert.Equal(t, 5, b.done())
 
 	a := b.account("k", 10, true)
-	assert.Equal(t, account{pipeline: "k", in: 10, out: 4, dead: 1, duplicates: 1, atLeastOnce: true}, a)
+	assert.Equal(t, account{pipeline: "k", in: 10, out: 4, dead: 1, duplicates: 1, deadRepeats: 1, atLeastOnce: true}, a)
 	assert.Contains(t, a.problems()[0], "5 lost", "4, 5, 6, 7, 8 never came")
 
 	a = b.account("k", 5, false)
@@ -206,6 +207,112 @@ func TestBooks(t *testing.T) {
 	a = b.account("k", 10, true)
 	assert.Equal(t, 1, a.both)
 	assert.Equal(t, 1, a.wrongDead, "item 0 is not poison")
+}
+
+// A consumer that delivers every item twice, with no kill or fault to
+// explain it, fails the books, though it is at-least-once; the same
+// duplicates within what the run's events explain pass.
+func TestDuplicatesBeyondTheAllowanceFail(t *testing.T) {
+	b := &books{}
+	for id := range 1000 {
+		b.deliver(id)
+		b.deliver(id)
+	}
+	a := b.account("kafka", 1000, true)
+	a.allowed = allowance(0, 2, 256, 0)
+	require.Equal(t, 512, a.allowed, "the run's end: a window of each consumer")
+	p := a.problems()
+	require.Len(t, p, 1)
+	assert.Contains(t, p[0], "1000 duplicates")
+	a.allowed = allowance(1, 2, 256, 1) // one kill, one restart each
+	assert.Empty(t, a.problems(), "2048 explained")
+}
+
+// A poison item dead-lettered three times counts two duplicates: an error
+// where delivery is exactly once, within the allowance where it is at
+// least once.
+func TestRepeatedDeadLettersCount(t *testing.T) {
+	b := &books{poison: func(id int) bool { return id == 7 }}
+	for id := range 10 {
+		if id == 7 {
+			b.deadLetter(id)
+			b.deadLetter(id)
+			b.deadLetter(id)
+			continue
+		}
+		b.deliver(id)
+	}
+	a := b.account("kafka", 10, true)
+	assert.Equal(t, 2, a.deadRepeats)
+	assert.Equal(t, 1, a.dead)
+	assert.NotEmpty(t, a.problems(), "no event explains them")
+	a.allowed = 2
+	assert.Empty(t, a.problems())
+	a = b.account("etl", 10, false)
+	assert.NotEmpty(t, a.problems(), "exactly once expected")
+}
+
+// The ETL books go by id: a good row missing from the table fails them
+// even when a malformed row dead-lettered twice makes the counts balance
+// (found by review: counts alone passed it).
+func TestETLBooksByID(t *testing.T) {
+	const rows, every = 200, 50
+	stored := map[int]bool{}
+	dead := map[int]int{}
+	for id := range rows {
+		if id%every == every-1 {
+			dead[id] = 1
+		} else {
+			stored[id] = true
+		}
+	}
+	assert.Empty(t, etlBooks(rows, every, stored, dead).problems(), "every good row stored, every malformed one dead-lettered once")
+
+	delete(stored, 5)
+	dead[49] = 2
+	a := etlBooks(rows, every, stored, dead)
+	assert.Equal(t, rows, a.in)
+	assert.Equal(t, rows-4-1, a.out)
+	assert.Equal(t, 4, a.dead, "distinct ids")
+	assert.Equal(t, 1, a.deadRepeats)
+	p := a.problems()
+	require.Len(t, p, 2)
+	assert.Contains(t, p[0], "1 lost")
+	assert.Contains(t, p[1], "unexplained duplicates")
+
+	stored[5], dead[49] = true, 1
+	stored[49] = true // stored and dead-lettered
+	stored[rows] = true
+	dead[-1] = 1
+	a = etlBooks(rows, every, stored, dead)
+	assert.Equal(t, 1, a.both)
+	assert.Equal(t, 1, a.strays)
+	assert.Equal(t, 1, a.wrongDead, "a dead letter that is not a row read")
+}
+
+// A run too short to have minTail samples in each window judges nothing,
+// and so fails: 20 s applies no fault and samples 5 times, and a series
+// growing 4 000 goroutines and 400 MB in that time passed before.
+func TestShortRunIsNoVerdict(t *testing.T) {
+	d := 20 * time.Second
+	assert.Empty(t, schedule(1, d, 15*time.Second), "no fault in 20 s with a gap of 15 s")
+	var ss []sample
+	for i := 0; i <= 4; i++ {
+		ss = append(ss, sample{at: time.Duration(i) * 5 * time.Second, goroutines: float64(15 + 1000*i), files: 16, heap: float64(i * 100 << 20), rss: 30 << 20})
+	}
+	v := decide(nil, withQuiet(seriesOf(ss), (d*3/4).Hours()))
+	assert.False(t, v.ok())
+	require.Len(t, v.problems, 4, "each series")
+	for _, p := range v.problems {
+		assert.Contains(t, p, "too short to judge")
+	}
+	// Flat series, as long as the shortest judged run: enough samples.
+	ss = nil
+	for i := range 49 { // 4 minutes at 5 s
+		ss = append(ss, sample{at: time.Duration(i) * 5 * time.Second, goroutines: 15, files: 16, heap: 1 << 20, rss: 30 << 20})
+	}
+	v = decide(nil, withQuiet(seriesOf(ss), (4*time.Minute*3/4).Hours()))
+	assert.True(t, v.ok(), "%v", v.problems)
 }
 
 func TestConfigValidate(t *testing.T) {
