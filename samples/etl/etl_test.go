@@ -35,7 +35,10 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashDirEnv) != "" {
 		os.Exit(crashChild())
 	}
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		removeDemo()
+		os.Exit(code)
+	}))
 }
 
 // runOnFakeClock runs the job with cfg on a fake clock, moving it forward
@@ -405,12 +408,7 @@ func TestDemoCommand(t *testing.T) {
 		t.Skip("runs the whole demo; skipped with -short")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "etl")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
-
-	cmd := exec.Command(bin)
+	cmd := exec.Command(buildDemo(t))
 	cmd.Dir = dir
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -32,7 +32,7 @@ func TestDemoDrainsOnASignal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the demo; skipped with -short")
 	}
-	bin := buildDemo(t, t.TempDir())
+	bin := buildDemo(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
