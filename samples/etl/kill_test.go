@@ -84,8 +84,9 @@ func TestDemoKilledAndRunAgain(t *testing.T) {
 	// before its first kill in 3 of 4 tries. The size is not the point:
 	// 5000 rows (20 000 before, at 1 ms a call) keep the comparison of the
 	// tables below, which SQLite runs under the race detector in this
-	// process, at a quarter of its time (8 s of the test's 10 s alone, 43
-	// s of 60 beside the package's other tests).
+	// process, at a quarter of its time: with 20 000 it was 8 s of the
+	// test's 10 s alone, and the test took 43 s in a run of the whole
+	// package.
 	args := []string{"-rows", "5000", "-latency", "10ms", "-outage", "0", "-progress", "0", "-checkpoint-every", "50ms"}
 
 	whole := t.TempDir()

@@ -26,7 +26,7 @@ import (
 // Off a terminal (the test reads a pipe) the demo prints a progress line
 // every -progress but no more often than every 2 s, so -progress 100ms
 // only turns the lines on: the first comes 2 s into the run, which lasts
-// several seconds at 20 ms a call (30 000 rows: about 9 s unsignalled,
+// several seconds at 20 ms a call (30 000 rows: about 10 s unsignalled,
 // waiting on the calls, not working; the run after the drain reads the
 // rest at no latency, and the fewer rows the less it works).
 func TestDemoDrainsOnASignal(t *testing.T) {
