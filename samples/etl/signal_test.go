@@ -26,13 +26,15 @@ import (
 // Off a terminal (the test reads a pipe) the demo prints a progress line
 // every -progress but no more often than every 2 s, so -progress 100ms
 // only turns the lines on: the first comes 2 s into the run, which lasts
-// several seconds at 5 ms a call (about 9 s here).
+// several seconds at 20 ms a call (30 000 rows: about 10 s unsignalled,
+// waiting on the calls, not working; the run after the drain reads the
+// rest at no latency, and the fewer rows the less it works).
 func TestDemoDrainsOnASignal(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds and runs the demo; skipped with -short")
 	}
-	bin := buildDemo(t, t.TempDir())
+	bin := buildDemo(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM} {
 		t.Run(sig.String(), func(t *testing.T) {
 			t.Parallel()
@@ -44,16 +46,16 @@ func TestDemoDrainsOnASignal(t *testing.T) {
 // demoDrains runs the demo, signals it with sig, and runs it again.
 func demoDrains(t *testing.T, bin string, sig syscall.Signal) {
 	dir := t.TempDir()
-	args := []string{"-db", filepath.Join(dir, "orders.db"), "-rows", "100000", "-latency", "5ms", "-outage", "0", "-progress", "100ms"}
+	args := []string{"-db", filepath.Join(dir, "orders.db"), "-rows", "30000", "-latency", "20ms", "-outage", "0", "-progress", "100ms"}
 	out := signalDemo(t, bin, args, sig)
-	m := regexp.MustCompile(`drained: it stopped reading after row (\d+) of 100000`).FindStringSubmatch(out)
+	m := regexp.MustCompile(`drained: it stopped reading after row (\d+) of 30000`).FindStringSubmatch(out)
 	require.NotNil(t, m, "%s: drained\n%s", sig, out)
 	assert.NotContains(t, out, "stopped before the end", sig)
 	assert.NotEqual(t, "0", m[1], "%s: it read rows before the signal", sig)
 
 	// (The latency is not part of where a run resumes.)
-	again := runDemo(t, bin, dir, []string{"-rows", "100000", "-latency", "0", "-outage", "0", "-progress", "0"}, -1)
-	assert.Contains(t, again, "etl: resumed after row "+m[1]+" of 100000", "%s: the next run goes on from there", sig)
+	again := runDemo(t, bin, dir, []string{"-rows", "30000", "-latency", "0", "-outage", "0", "-progress", "0"}, -1)
+	assert.Contains(t, again, "etl: resumed after row "+m[1]+" of 30000", "%s: the next run goes on from there", sig)
 }
 
 // signalDemo runs bin with args, sends it sig with the first line it
