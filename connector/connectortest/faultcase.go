@@ -54,9 +54,14 @@ type injection struct {
 
 	// Set by the injection's goroutine, read after done.
 	applied      bool
-	connsAtFault int           // connections through the proxy when the fault began
-	noticed      time.Duration // from the fault to the connector's giving up; 0 if it did not
-	late         bool          // the connector did not give up within bound
+	connsAtFault int // connections through the proxy when the fault began
+	// The bytes the proxy had read from the clients and from the broker
+	// when the fault was applied, and when it was lifted: what lies
+	// between went through the fault's toxics.
+	upAtFault, downAtFault int64
+	upAtLift, downAtLift   int64
+	noticed                time.Duration // from the fault to the connector's giving up; 0 if it did not
+	late                   bool          // the connector did not give up within bound
 }
 
 func newInjection(f fault, px *Proxy, bound time.Duration) *injection {
@@ -93,8 +98,12 @@ func (in *injection) run(ctx context.Context) {
 	in.startMu.Unlock()
 	in.connsAtFault = in.px.Connections()
 	in.px.set(up, down, true, in.f.fresh)
+	in.upAtFault, in.downAtFault = in.px.bytesIn()
 	in.applied = true
-	defer in.px.set(nil, nil, true, true)
+	defer func() {
+		in.upAtLift, in.downAtLift = in.px.bytesIn()
+		in.px.set(nil, nil, true, true)
+	}()
 	if in.f.lasts > 0 {
 		t := time.NewTimer(in.f.lasts)
 		defer t.Stop()
@@ -194,10 +203,22 @@ func (o *restartObserver) log(t testing.TB) {
 }
 
 // checkInjection asserts what every fault case asserts of the injection:
-// it was applied, and a fault that ends connections was noticed within
-// its bound.
+// it was applied, to a connection of the connector (one at least went
+// through the proxy when it began: a connector that dials the broker
+// instead of the address it was given is never touched by the fault), a
+// fault that lasts a while acted on the connector's bytes (some reached
+// the proxy, one way or the other, while it was on), and a fault that
+// ends connections was noticed within its bound.
 func checkInjection(t testing.TB, in *injection, started time.Time) {
 	require.True(t, in.applied, "the fault was applied")
+	require.Positive(t, in.connsAtFault,
+		"%s: a connection of the connector went through the proxy when the fault began (it dials the address it is given: SourceConfig.Addr, NewPublisherVia's addr)", in.f.name)
+	up, down := in.upAtLift-in.upAtFault, in.downAtLift-in.downAtFault
+	if in.f.lasts > 0 {
+		t.Logf("%s: %d bytes to the broker and %d to the connector reached the proxy while the fault was on", in.f.name, up, down)
+		require.Positive(t, up+down,
+			"%s: the connector's bytes went through the proxy while the fault was on (it dials the address it is given for every connection)", in.f.name)
+	}
 	if in.f.lasts == 0 {
 		assert.False(t, in.late, "the connector gave up the %s connection within %s", in.f.name, in.bound)
 		t.Logf("%s: the connector gave up the connection %s after the fault", in.f.name, in.noticed.Round(time.Millisecond))
