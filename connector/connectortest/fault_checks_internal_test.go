@@ -103,3 +103,56 @@ func TestProxyCountsBytesEachWay(t *testing.T) {
 	assert.EqualValues(t, 3000, down, "the bytes from the broker, the echo")
 
 }
+
+// withDuplicates returns the counts of faultMessages messages, the first
+// n of them delivered twice.
+func withDuplicates(n int) map[string]int {
+	counts := map[string]int{}
+	for i, k := range keys(faultMessages) {
+		counts[k] = 1
+		if i < n {
+			counts[k] = 2
+		}
+	}
+	return counts
+}
+
+// One session given up costs at most its prefetch of duplicates, however
+// many connections the client opens to replace it. The Kafka chaos run's
+// Fault/timeout/Consume logged 11 connections through the proxy, 4 when
+// the fault began, 7 since that carried bytes both ways, and 1 restart:
+// franz-go opens a connection per kind of request. Counting each of those
+// 7 as a session given up allowed 7 × 20 = 140 duplicates of 400.
+func TestOneLostSessionAllowsOnePrefetch(t *testing.T) {
+	timeout := faultNamed(t, "timeout")
+	in := &injection{f: timeout, px: &Proxy{accepted: 11, carried: []int{5, 6, 7, 8, 9, 10, 11}}, connsAtFault: 4}
+	for _, c := range []struct {
+		name       string
+		restarts   int64
+		perSession int
+	}{
+		{"one restart", 1, 1},             // the engine saw one session given up
+		{"no restart, 5 a session", 0, 5}, // the harness says how many connections a session opens: 7 is 2 sessions at most
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			allowed := faultPrefetch
+			if c.restarts == 0 {
+				allowed = 2 * faultPrefetch
+			}
+			rec := &failRecorder{TB: t}
+			checkDuplicates(rec, in, withDuplicates(allowed+1), faultPrefetch, c.restarts, c.perSession)
+			assert.NotEmpty(t, rec.failures, "%d duplicates after %s fail the case", allowed+1, c.name)
+
+			rec = &failRecorder{TB: t}
+			checkDuplicates(rec, in, withDuplicates(allowed), faultPrefetch, c.restarts, c.perSession)
+			assert.Empty(t, rec.failures, "%d duplicates after %s pass", allowed, c.name)
+		})
+	}
+
+	// Sessions the engine saw given up, each replaced by a connection
+	// that carried bytes, each allow a prefetch.
+	in = &injection{f: timeout, px: &Proxy{accepted: 4, carried: []int{2, 3, 4}}, connsAtFault: 1}
+	rec := &failRecorder{TB: t}
+	checkDuplicates(rec, in, withDuplicates(3*faultPrefetch), faultPrefetch, 3, 1)
+	assert.Empty(t, rec.failures, "three sessions given up allow three prefetches")
+}
