@@ -41,11 +41,12 @@ const (
 
 // childRabbit is the harness of a consumer process: the sound one, with
 // the fault of the variant that variantEnv names, if any.
-func childRabbit() *rabbit {
+func childRabbit() connectortest.Harness[rabbitmq.Message] {
 	h := newRabbit(rabbitURL())
 	for _, v := range variants {
 		if v.name == os.Getenv(variantEnv) {
 			h.source = v.source
+			return broken{h, v}
 		}
 	}
 	return h
@@ -87,6 +88,22 @@ var variants = []variant{
 		wrap: func(out node.Emitter[rabbitmq.Message]) node.Emitter[rabbitmq.Message] {
 			return emitter{out, func(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
 				return out.EmitTracked(ctx, m, func(node.Outcome) { done(node.Failed) }) // every outcome put back
+			}}
+		},
+	},
+	{
+		// Each good message handed to the pipeline twice, the first time
+		// untracked: an idempotent store keeps it once, so only the
+		// count of deliveries shows it.
+		name: "delivers_twice", catches: "PoisonStormEachMessageEndsOnce", says: "good messages are delivered again only as a failed run or a crash",
+		wrap: func(out node.Emitter[rabbitmq.Message]) node.Emitter[rabbitmq.Message] {
+			return emitter{out, func(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
+				if strings.HasPrefix(m.MessageID, "m-") {
+					if err := out.Emit(ctx, m); err != nil {
+						return err
+					}
+				}
+				return out.EmitTracked(ctx, m, done)
 			}}
 		},
 	},
