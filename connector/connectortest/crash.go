@@ -36,6 +36,11 @@ const (
 	childCrashes  = "SLUICE_CONNECTORTEST_CRASHES" // the file a crashing message's key goes to before it crashes
 	childTotal    = "SLUICE_CONNECTORTEST_TOTAL"   // drain once this many keys are stored or dead-lettered
 	childSweep    = "SLUICE_CONNECTORTEST_SWEEP"   // a sweep: drain once this many messages are taken
+	// The poison storm's: the file each delivery of a good message to the
+	// store goes to (before the idempotent store drops a key it has), and
+	// the file each failed run goes to, a line each.
+	childDelivered = "SLUICE_CONNECTORTEST_DELIVERED"
+	childRuns      = "SLUICE_CONNECTORTEST_RUNS"
 )
 
 // The exit codes of a crashing consumer process: os.Exit(exitCrash) for a
@@ -230,6 +235,19 @@ func crashChild[M any](h Harness[M]) error {
 		return err
 	}
 	defer crashFile.Close()
+	// In the storm's mode: every delivery of a good message, and every
+	// failed run, a line each.
+	var deliveredFile, runsFile *os.File
+	if storm {
+		if deliveredFile, err = open(os.Getenv(childDelivered)); err != nil {
+			return err
+		}
+		defer deliveredFile.Close()
+		if runsFile, err = open(os.Getenv(childRuns)); err != nil {
+			return err
+		}
+		defer runsFile.Close()
+	}
 
 	cons, err := h.NewSource(SourceConfig{Queue: os.Getenv(childQueue), Prefetch: prefetch,
 		MaxDeliveries: maxDeliveries, CrashLedger: os.Getenv(childLedger)})
@@ -297,6 +315,10 @@ func crashChild[M any](h Harness[M]) error {
 			go func() { panic(fmt.Sprintf("connectortest: crashing message %s", key)) }()
 			<-ctx.Done()
 			return ctx.Err()
+		case storm:
+			if _, err := deliveredFile.WriteString(key + "\n"); err != nil {
+				return err
+			}
 		}
 		return record(out, key, key, true)
 	}))
@@ -321,6 +343,9 @@ func crashChild[M any](h Harness[M]) error {
 		_, err = p.Run(context.Background())
 		if err == nil || !errors.Is(err, errBad) || run == stormRuns {
 			return err
+		}
+		if _, werr := fmt.Fprintf(runsFile, "run-%d\n", run); werr != nil {
+			return werr
 		}
 		mu.Lock()
 		fmt.Fprintf(os.Stderr, "run %d failed with %d of %d keys done: %v\n", run, len(done), total, err)

@@ -54,9 +54,14 @@ type injection struct {
 
 	// Set by the injection's goroutine, read after done.
 	applied      bool
-	connsAtFault int           // connections through the proxy when the fault began
-	noticed      time.Duration // from the fault to the connector's giving up; 0 if it did not
-	late         bool          // the connector did not give up within bound
+	connsAtFault int // connections through the proxy when the fault began
+	// The bytes the proxy had read from the clients and from the broker
+	// when the fault was applied, and when it was lifted: what lies
+	// between went through the fault's toxics.
+	upAtFault, downAtFault int64
+	upAtLift, downAtLift   int64
+	noticed                time.Duration // from the fault to the connector's giving up; 0 if it did not
+	late                   bool          // the connector did not give up within bound
 }
 
 func newInjection(f fault, px *Proxy, bound time.Duration) *injection {
@@ -93,8 +98,12 @@ func (in *injection) run(ctx context.Context) {
 	in.startMu.Unlock()
 	in.connsAtFault = in.px.Connections()
 	in.px.set(up, down, true, in.f.fresh)
+	in.upAtFault, in.downAtFault = in.px.bytesIn()
 	in.applied = true
-	defer in.px.set(nil, nil, true, true)
+	defer func() {
+		in.upAtLift, in.downAtLift = in.px.bytesIn()
+		in.px.set(nil, nil, true, true)
+	}()
 	if in.f.lasts > 0 {
 		t := time.NewTimer(in.f.lasts)
 		defer t.Stop()
@@ -194,10 +203,22 @@ func (o *restartObserver) log(t testing.TB) {
 }
 
 // checkInjection asserts what every fault case asserts of the injection:
-// it was applied, and a fault that ends connections was noticed within
-// its bound.
+// it was applied, to a connection of the connector (one at least went
+// through the proxy when it began: a connector that dials the broker
+// instead of the address it was given is never touched by the fault), a
+// fault that lasts a while acted on the connector's bytes (some reached
+// the proxy, one way or the other, while it was on), and a fault that
+// ends connections was noticed within its bound.
 func checkInjection(t testing.TB, in *injection, started time.Time) {
 	require.True(t, in.applied, "the fault was applied")
+	require.Positive(t, in.connsAtFault,
+		"%s: a connection of the connector went through the proxy when the fault began (it dials the address it is given: SourceConfig.Addr, NewPublisherVia's addr)", in.f.name)
+	up, down := in.upAtLift-in.upAtFault, in.downAtLift-in.downAtFault
+	if in.f.lasts > 0 {
+		t.Logf("%s: %d bytes to the broker and %d to the connector reached the proxy while the fault was on", in.f.name, up, down)
+		require.Positive(t, up+down,
+			"%s: the connector's bytes went through the proxy while the fault was on (it dials the address it is given for every connection)", in.f.name)
+	}
 	if in.f.lasts == 0 {
 		assert.False(t, in.late, "the connector gave up the %s connection within %s", in.f.name, in.bound)
 		t.Logf("%s: the connector gave up the connection %s after the fault", in.f.name, in.noticed.Round(time.Millisecond))
@@ -208,7 +229,7 @@ func checkInjection(t testing.TB, in *injection, started time.Time) {
 // consumeUnderFault consumes faultMessages messages through a proxy,
 // applying f once faultAt are stored: every message is stored, each
 // duplicate is counted (none unless the fault may end connections, and
-// then at most a prefetch for each connection given up), a connection
+// then at most a prefetch for each session given up), a connection
 // ended is given up within the fault's bound, the run ends within its
 // deadline, and nothing is left in the queue.
 func consumeUnderFault[M any](f fault) func(t testing.TB, h Harness[M]) {
@@ -266,7 +287,7 @@ func consumeUnderFault[M any](f fault) func(t testing.TB, h Harness[M]) {
 				counts[k] += n
 			}
 		}
-		checkDuplicates(t, in, counts, cfg.Prefetch, obs.n.Load())
+		checkDuplicates(t, in, counts, cfg.Prefetch, obs.n.Load(), connsPerSession(h))
 		requirePending(t, h, cfg.Queue, 0, "every message was acked")
 	}
 }
@@ -275,11 +296,19 @@ func consumeUnderFault[M any](f fault) func(t testing.TB, h Harness[M]) {
 // fault that ends no connection (and no restart or retry: the connector
 // rides it out), none either when no connection was opened since the fault
 // began and nothing restarted or retried (the connection open then was
-// kept); otherwise at most perConn for each connection opened since the
-// fault that carried bytes both ways (each replaces one given up), and at
-// least once (the connection the fault ended). A connection reset before
-// it carried a byte each way replaces nothing: it cost no duplicate.
-func checkDuplicates(t testing.TB, in *injection, counts map[string]int, perConn int, restarts int64) {
+// kept); otherwise at most perConn for each session the connector gave
+// up, and at least one (the session the fault ended).
+//
+// The sessions given up are counted from the connections opened since the
+// fault that carried bytes both ways (a connection reset before it
+// carried a byte each way replaced nothing: it cost no duplicate), taken
+// perSession at a time (a client that opens several connections for one
+// session, one per request kind, replaces a session with several), and no
+// more than the engine saw given up, restarts (node restarts and retries,
+// and item retries for a publisher): a connector that the engine saw give
+// up one session loses one session's messages in flight, however many
+// connections it opens again.
+func checkDuplicates(t testing.TB, in *injection, counts map[string]int, perConn int, restarts int64, perSession int) {
 	f := in.f
 	dups := 0
 	for _, n := range counts {
@@ -287,8 +316,14 @@ func checkDuplicates(t testing.TB, in *injection, counts map[string]int, perConn
 	}
 	conns := in.px.Connections()
 	carried := in.px.carriedSince(in.connsAtFault)
-	t.Logf("%s: %d duplicates, %d connections through the proxy (%d when the fault began, %d since that carried bytes both ways), %d restarts or retries",
-		f.name, dups, conns, in.connsAtFault, carried, restarts)
+	perSession = max(perSession, 1)
+	sessions := (carried + perSession - 1) / perSession
+	if restarts > 0 && restarts < int64(sessions) {
+		sessions = int(restarts)
+	}
+	lost := max(sessions, 1)
+	t.Logf("%s: %d duplicates, %d connections through the proxy (%d when the fault began, %d since that carried bytes both ways, %d a session), %d restarts or retries: %d sessions given up",
+		f.name, dups, conns, in.connsAtFault, carried, perSession, restarts, lost)
 	if !f.cuts {
 		assert.Zero(t, dups, "%s ends no connection: no message comes twice", f.name)
 		assert.Zero(t, restarts, "%s ends no connection: the connector rides it out, without a restart or a retry", f.name)
@@ -298,15 +333,23 @@ func checkDuplicates(t testing.TB, in *injection, counts map[string]int, perConn
 		assert.Zero(t, dups, "%s ended no connection (none opened since, no restart or retry): no message comes twice", f.name)
 		return
 	}
-	lost := max(carried, 1)
-	assert.LessOrEqual(t, dups, perConn*lost, "%s: at most %d duplicates for each of the %d connections given up", f.name, perConn, lost)
+	assert.LessOrEqual(t, dups, perConn*lost, "%s: at most %d duplicates for each of the %d sessions given up", f.name, perConn, lost)
+}
+
+// connsPerSession returns the connections h's connector opens for one
+// session with its broker: 1 unless h says ([SessionSizer]).
+func connsPerSession[M any](h Harness[M]) int {
+	if s, ok := any(h).(SessionSizer); ok {
+		return max(s.ConnectionsPerSession(), 1)
+	}
+	return 1
 }
 
 // publishUnderFault publishes faultMessages messages through a proxy
 // with the harness's publisher, applying f once faultAt writes started:
 // the broker holds every message, each duplicate is counted (none unless
 // the fault may end connections, and then at most a write in flight for
-// each connection given up), and the run ends within its deadline.
+// each session given up), and the run ends within its deadline.
 func publishUnderFault[M any](f fault) func(t testing.TB, h Harness[M]) {
 	return func(t testing.TB, h Harness[M]) {
 		via, ok := any(h).(PublisherVia)
@@ -364,7 +407,7 @@ func publishUnderFault[M any](f fault) func(t testing.TB, h Harness[M]) {
 		counts := got.snapshot()
 		require.Len(t, counts, faultMessages, "the broker holds every message the publisher's Write returned for")
 		st := nodeStats(t, res, "publish")
-		checkDuplicates(t, in, counts, parallel, st.ItemRetries+st.NodeRestarts+st.NodeRetries)
+		checkDuplicates(t, in, counts, parallel, st.ItemRetries+st.NodeRestarts+st.NodeRetries, connsPerSession(h))
 		requirePending(t, h, cfg.Queue, 0, "every message was consumed")
 	}
 }

@@ -50,6 +50,21 @@ type DeadLinkBounder interface {
 	DeadLinkBound() time.Duration
 }
 
+// A SessionSizer is a harness whose connector opens several connections
+// for one session with its broker (franz-go opens one per kind of
+// request: metadata, fetch, group, produce): the fault mode counts the
+// sessions a fault made it give up as the connections it opened again
+// (those that carried bytes both ways) taken that many at a time, and
+// allows a prefetch of duplicates (a publisher's writes in flight) for
+// each. Without it each connection is a session of its own; either way
+// the count is no more than the node restarts and retries (and a
+// publisher's item retries) the engine saw, when it saw any.
+type SessionSizer interface {
+	// ConnectionsPerSession returns how many connections the connector
+	// opens, at most, for one session.
+	ConnectionsPerSession() int
+}
+
 // A fault is what the fault mode does to the connections between a
 // connector and its broker, in the middle of a run.
 type fault struct {

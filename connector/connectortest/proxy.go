@@ -87,6 +87,10 @@ type Proxy struct {
 	// connection reset at its first byte never carried a delivery or a
 	// write.
 	carried []int
+	// received counts the bytes the proxy read from the clients (0) and
+	// from the broker (1), on every connection: what the toxics of each
+	// direction were given.
+	received [2]atomic.Int64
 	// fresh is what a connection opened from now on runs through, up
 	// (client to broker) and down (broker to client); nil passes bytes
 	// unchanged.
@@ -125,6 +129,12 @@ func (p *Proxy) Connections() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.accepted
+}
+
+// bytesIn returns how many bytes the proxy has read from the clients
+// (up) and from the broker (down), on every connection so far.
+func (p *Proxy) bytesIn() (up, down int64) {
+	return p.received[0].Load(), p.received[1].Load()
 }
 
 // carriedSince returns how many of the connections accepted after the
@@ -400,6 +410,7 @@ func (l *link) start(dir int, src, dst net.Conn, toxic toxics.Toxic) *toxics.Tox
 			n, err := src.Read(buf)
 			room.give(len(buf) - n)
 			if n > 0 {
+				l.p.received[dir].Add(int64(n))
 				c := &stream.StreamChunk{Data: append([]byte(nil), buf[:n]...), Timestamp: time.Now()}
 				select {
 				case in <- c:

@@ -57,14 +57,14 @@ func TestResetDuplicateBoundTrips(t *testing.T) {
 	}
 	rec := &failRecorder{TB: t}
 	const parallel = 4 // publishUnderFault's
-	checkDuplicates(rec, in, counts, parallel, 16)
+	checkDuplicates(rec, in, counts, parallel, 16, 1)
 	assert.NotEmpty(t, rec.failures,
 		"50 duplicates of %d messages after one reset_peer fault (a sound publisher can cost at most its %d writes in flight) fail the case",
 		faultMessages, parallel)
 }
 
 // TestPartitionWithoutReconnectionAllowsNoDuplicates: docs/connectors.md
-// says a fault that may end connections "costs at most a prefetch of
+// said (before the bound counted sessions) a fault that may end connections "costs at most a prefetch of
 // duplicates ... for each connection opened since the fault began (each
 // replaces one given up)". checkDuplicates takes max(opened, 1): a
 // partition (3 s, shorter than either connector's heartbeat, so it ends no
@@ -92,7 +92,7 @@ func TestPartitionWithoutReconnectionAllowsNoDuplicates(t *testing.T) {
 		}
 	}
 	rec := &failRecorder{TB: t}
-	checkDuplicates(rec, in, counts, faultPrefetch, 0)
+	checkDuplicates(rec, in, counts, faultPrefetch, 0, 1)
 	assert.NotEmpty(t, rec.failures,
 		"%d duplicates on the one connection the partition did not end, without a restart, fail the case", faultPrefetch)
 }

@@ -69,11 +69,12 @@ func stormMessages() (all, failing, crashing []string) {
 // MaxDeliveries 1 and a crash ledger. A consumer process
 // runs its pipeline again after each failed run, and a new process is
 // started after each crash, until every message was stored or
-// dead-lettered. Every good message is written once through an idempotent
-// store, none is dead-lettered (no neighbour is condemned), every poison
-// message is dead-lettered once (a crashing one with "crashed the
-// consumer" in its reason, after at most two crashes, a failing one
-// without), and the queue ends empty.
+// dead-lettered. Every good message is stored through an idempotent
+// store, and handed to it again only as a failed run or a crash gave back
+// what was in flight (a prefetch each, in all); none is dead-lettered (no
+// neighbour is condemned), every poison message is dead-lettered once (a
+// crashing one with "crashed the consumer" in its reason, after at most
+// two crashes, a failing one without), and the queue ends empty.
 func poisonStorm[M any](t testing.TB, h Harness[M]) {
 	ctx := caseContext(t)
 	dir := t.TempDir()
@@ -83,10 +84,12 @@ func poisonStorm[M any](t testing.TB, h Harness[M]) {
 	h.Publish(t, cfg.Queue, messages(all...)...)
 
 	stored, dead, crashed := filepath.Join(dir, "stored"), filepath.Join(dir, "dead"), filepath.Join(dir, "crashes")
+	delivered, failedRuns := filepath.Join(dir, "delivered"), filepath.Join(dir, "runs")
 	env := map[string]string{
 		childMode: stormMode, childQueue: cfg.Queue, childPrefetch: strconv.Itoa(cfg.Prefetch),
 		childMaxDeliv: strconv.Itoa(cfg.MaxDeliveries), childLedger: cfg.CrashLedger,
 		childOut: stored, childDead: dead, childCrashes: crashed, childTotal: strconv.Itoa(len(all)),
+		childDelivered: delivered, childRuns: failedRuns,
 	}
 	crashes, procs := 0, 0
 	maxProcs := 2*len(crashing) + 2
@@ -116,8 +119,26 @@ func poisonStorm[M any](t testing.TB, h Harness[M]) {
 	}
 	assert.Len(t, got, len(good), "every good message is stored")
 	for _, k := range good {
-		assert.Equal(t, 1, got[k], "message %s is written once", k)
+		// The store is idempotent (it drops a key it has): this fails
+		// only for a message never stored. Deliveries are counted below.
+		assert.Equal(t, 1, got[k], "message %s is in the idempotent store", k)
 	}
+	// What the store was handed, before it dropped a key it had: each good
+	// message at least once, and again only as a failed run or a crash
+	// gave back what was in flight, at most a prefetch each.
+	deliveries, runs := readKeys(t, delivered), len(readKeys(t, failedRuns))
+	total, again := 0, 0
+	for _, k := range good {
+		assert.Positive(t, deliveries[k], "message %s was delivered to the store", k)
+		total += deliveries[k]
+		again += max(deliveries[k]-1, 0)
+	}
+	allowed := cfg.Prefetch * (runs + crashes)
+	t.Logf("%d deliveries of %d good messages, %d of them again; %d failed runs and %d crashes allow %d (a prefetch each)",
+		total, len(good), again, runs, crashes, allowed)
+	assert.LessOrEqual(t, again, allowed,
+		"good messages are delivered again only as a failed run or a crash gives back what was in flight: at most a prefetch (%d) for each of the %d failed runs and %d crashes",
+		cfg.Prefetch, runs, crashes)
 	letters := readDead(t, dead)
 	var deadKeys []string
 	for k, reasons := range letters {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"net/url"
 	"os"
 	"os/exec"
 	"strings"
@@ -40,18 +41,23 @@ const (
 
 // childRabbit is the harness of a consumer process: the sound one, with
 // the fault of the variant that variantEnv names, if any.
-func childRabbit() *rabbit {
-	u := os.Getenv(servicetest.RabbitMQEnv)
-	if u == "" {
-		u = servicetest.DefaultRabbitMQURL
-	}
-	h := newRabbit(u)
+func childRabbit() connectortest.Harness[rabbitmq.Message] {
+	h := newRabbit(rabbitURL())
 	for _, v := range variants {
 		if v.name == os.Getenv(variantEnv) {
 			h.source = v.source
+			return broken{h, v}
 		}
 	}
 	return h
+}
+
+// rabbitURL is the broker's URL, as servicetest finds it.
+func rabbitURL() string {
+	if u := os.Getenv(servicetest.RabbitMQEnv); u != "" {
+		return u
+	}
+	return servicetest.DefaultRabbitMQURL
 }
 
 // A variant is the sound RabbitMQ connector with one fault, and the case
@@ -86,6 +92,22 @@ var variants = []variant{
 		},
 	},
 	{
+		// Each good message handed to the pipeline twice, the first time
+		// untracked: an idempotent store keeps it once, so only the
+		// count of deliveries shows it.
+		name: "delivers_twice", catches: "PoisonStormEachMessageEndsOnce", says: "good messages are delivered again only as a failed run or a crash",
+		wrap: func(out node.Emitter[rabbitmq.Message]) node.Emitter[rabbitmq.Message] {
+			return emitter{out, func(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
+				if strings.HasPrefix(m.MessageID, "m-") {
+					if err := out.Emit(ctx, m); err != nil {
+						return err
+					}
+				}
+				return out.EmitTracked(ctx, m, done)
+			}}
+		},
+	},
+	{
 		name: "retries_too_soon", catches: "BrokerRetryAfterItsDelay", says: "not before the delay",
 		source: func(c *rabbitmq.SourceConfig) { c.Retry.Delay /= 4 },
 	},
@@ -116,6 +138,24 @@ var variants = []variant{
 		// gone silent: the fault mode's silent-link case must catch it.
 		name: "ignores_dead_links", catches: "Fault/timeout/Consume", says: "the connector gave up the timeout connection within",
 		source: func(c *rabbitmq.SourceConfig) { c.URL += "?heartbeat=0" },
+	},
+	{
+		// A source that dials the broker, not the address it is given
+		// (as a Kafka client would after its first metadata answer
+		// without a dial of its own): the fault never touches it.
+		name: "ignores_addr", catches: "Fault/latency/Consume", says: "went through the proxy when the fault began",
+		source: func(c *rabbitmq.SourceConfig) {
+			u, err := url.Parse(c.URL)
+			if err != nil {
+				panic(err)
+			}
+			b, err := url.Parse(rabbitURL())
+			if err != nil {
+				panic(err)
+			}
+			u.Host = b.Host
+			c.URL = u.String()
+		},
 	},
 	{
 		name: "publisher_cuts_bodies", catches: "RoundTrip", says: "bytes that differ",
@@ -260,7 +300,9 @@ func runSuite(ctx context.Context, variant, cases string) (string, error) {
 		run += "/^(" + strings.Join(names, "|") + ")$"
 	}
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.v", "-test.count=1", "-test.run="+run)
-	cmd.Env = append(os.Environ(), brokenEnv+"=1", variantEnv+"="+variant)
+	// Every fault case is in the suite (ChaosEnv): -test.run picks those
+	// named, whichever the seed would pick.
+	cmd.Env = append(os.Environ(), brokenEnv+"=1", variantEnv+"="+variant, connectortest.ChaosEnv+"=1")
 	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

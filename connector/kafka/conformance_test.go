@@ -197,6 +197,13 @@ func (h conformance) NewPublisherVia(queue, addr string) (node.Sink[connectortes
 	})
 }
 
+// ConnectionsPerSession is how many connections franz-go opens for one
+// session with the one kfake broker: the seed broker's, and the broker's
+// own for metadata, fetches and the group (a publisher's produce takes
+// the place of the last two). The fault mode counts the connections
+// opened again after a fault four at a time as a session given up.
+func (h conformance) ConnectionsPerSession() int { return 4 }
+
 func (h conformance) Message(m kafka.Message) connectortest.Message {
 	return connectortest.Message{Key: string(m.Key), Body: m.Value, Delivery: m.Deliveries}
 }
