@@ -175,7 +175,7 @@ func (l *ledger) committed() ([]byte, uint64, uint64) {
 
 // settledByLedger is the done of a root tracker that only a ledger
 // follows: firing it settles it in the ledger (see tracker.fire).
-func settledByLedger(node.Outcome) {}
+var settledByLedger finisher = doneFunc(func(node.Outcome) {})
 
 // origin returns the source and position of the one item t's item
 // derives from, when that item was emitted with EmitAt; a batch, window

@@ -167,7 +167,7 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 // run's end never counts a refused item as one left on its way; tr is its
 // tracker when the hand-over failed. at says the item comes from EmitAt,
 // at position pos.
-func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome), pos []byte, at bool) (tr *tracker, err error) {
+func (s *sourceRunner[T]) push(call context.Context, item T, done finisher, pos []byte, at bool) (tr *tracker, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if call == s.sctx || call == s.nr.ctx { // the one Run got first: the usual case
@@ -236,7 +236,7 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 // RejectedItem, the tracker is allocated with it (a rooted), so that the
 // item is made an interface only if it fails the run; otherwise the
 // tracker is all there is.
-func (s *sourceRunner[T]) root(item T, stats *counters, done func(node.Outcome)) *tracker {
+func (s *sourceRunner[T]) root(item T, stats *counters, done finisher) *tracker {
 	if s.rejOf == nil {
 		return s.nr.rs.reg.root(s.nr.spec.name, stats, done)
 	}
@@ -342,6 +342,21 @@ func (s *sourceRunner[T]) gathered(ctx context.Context, item T) bool {
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
+	if done == nil {
+		return e.EmitTrackedWith(ctx, item, nil)
+	}
+	return e.EmitTrackedWith(ctx, item, doneFunc(done))
+}
+
+// EmitTrackedWith is EmitTracked with done's Done for done: a source that
+// keeps a value per item anyway (a broker's delivery, as a pointer) gives
+// it here, and the engine keeps it instead of a closure made per item.
+// done is nil for an untracked item, as EmitTracked's done.
+//
+// The method is not part of node.Emitter: a source finds it with a type
+// assertion on the Emitter its Run gets, as BeginBatch, and does without
+// when the assertion fails.
+func (e *emitter[T]) EmitTrackedWith(ctx context.Context, item T, done interface{ Done(node.Outcome) }) error {
 	s := (*sourceRunner[T])(e)
 	tr, err := s.push(ctx, item, done, nil, false)
 	if err != nil && done != nil {

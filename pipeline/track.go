@@ -27,10 +27,10 @@ type tracker struct {
 	refs    atomic.Int64
 	outcome atomic.Int32
 	fired   atomic.Bool
-	done    func(node.Outcome) // root only
-	src     string             // root only: the source that emitted it
-	stats   *counters          // root only: the source's, whose settled its fate adds to
-	ho      *handOffState      // root only: nil unless its item can be handed off
+	done    finisher      // root only
+	src     string        // root only: the source that emitted it
+	stats   *counters     // root only: the source's, whose settled its fate adds to
+	ho      *handOffState // root only: nil unless its item can be handed off
 	// rejOf, root only, returns the item as a RejectedItem (nil when it is
 	// not one); nil when the item's type can never be one. The item is
 	// kept in the allocation of the tracker (a rooted), so that it is made
@@ -230,6 +230,19 @@ func (t *tracker) fire(o node.Outcome) {
 	}
 }
 
+// A finisher is told the outcome of a tracked item once, as
+// EmitTracked's done is. A source that keeps a value per item anyway (a
+// broker's delivery) gives that value with EmitTrackedWith, so that no
+// closure is made per item; a done func is a doneFunc.
+type finisher interface{ Done(node.Outcome) }
+
+// A doneFunc is EmitTracked's done as a finisher: a func is one word, so
+// making it an interface allocates nothing.
+type doneFunc func(node.Outcome)
+
+// Done calls f.
+func (f doneFunc) Done(o node.Outcome) { f(o) }
+
 // A registry holds the live root trackers of a run, so that the run can
 // fire every one it did not finish with Failed when it ends. They form a
 // list linked through the trackers themselves: adding and removing one
@@ -245,12 +258,12 @@ func newRegistry(onPanic func(src string, err error)) *registry {
 	return &registry{panic: onPanic}
 }
 
-func (r *registry) root(src string, stats *counters, done func(node.Outcome)) *tracker {
+func (r *registry) root(src string, stats *counters, done finisher) *tracker {
 	return r.adopt(&tracker{}, src, stats, done)
 }
 
 // adopt makes t, new, a live root tracker and returns it.
-func (r *registry) adopt(t *tracker, src string, stats *counters, done func(node.Outcome)) *tracker {
+func (r *registry) adopt(t *tracker, src string, stats *counters, done finisher) *tracker {
 	t.done, t.src, t.stats, t.reg = done, src, stats, r
 	t.refs.Store(1)
 	r.mu.Lock()
@@ -362,8 +375,8 @@ func (r *registry) remove(t *tracker) {
 	r.mu.Unlock()
 }
 
-func (r *registry) call(src string, done func(node.Outcome), o node.Outcome) {
-	if err := protect(func() { done(o) }); err != nil {
+func (r *registry) call(src string, done finisher, o node.Outcome) {
+	if err := protect(func() { done.Done(o) }); err != nil {
 		r.panic(src, err)
 	}
 }

@@ -376,7 +376,18 @@ func (s *Source) emit(ctx context.Context, rec *record, out node.Emitter[Message
 	if rec.redelivery() {
 		s.redelivers.Add(1)
 	}
+	if w, ok := out.(trackedWith); ok {
+		return w.EmitTrackedWith(ctx, m, rec)
+	}
 	return out.EmitTracked(ctx, m, rec.done)
+}
+
+// A trackedWith is the pipeline's Emitter when it takes, instead of a
+// done func, a value whose Done it calls with the outcome: the record,
+// allocated anyway, rather than a method value made per record (see
+// pipeline's emitter).
+type trackedWith interface {
+	EmitTrackedWith(ctx context.Context, item Message, done interface{ Done(node.Outcome) }) error
 }
 
 // Stop ends Run cleanly: no more polls, the records already polled are
@@ -521,6 +532,9 @@ func (r *record) done(o node.Outcome) {
 	}
 	r.finish(settled)
 }
+
+// Done is done, for the pipeline's EmitTrackedWith (see trackedWith).
+func (r *record) Done(o node.Outcome) { r.done(o) }
 
 // finish ends r, emitted, settled or not.
 func (r *record) finish(settled bool) {
