@@ -158,7 +158,7 @@ func (l *ledger) settle(t *tracker, o node.Outcome) {
 		}
 	}
 	for len(l.q) > 0 && l.q[0].mark == markSettled {
-		l.pos, l.idx = l.q[0].pos, l.q[0].idx
+		l.pos, l.idx = l.q[0].extra.pos, l.q[0].idx
 		l.seq++
 		l.q[0] = nil
 		l.q = l.q[1:]
@@ -183,7 +183,10 @@ var settledByLedger finisher = doneFunc(func(node.Outcome) {})
 func (t *tracker) origin() (src string, pos []byte, ok bool) {
 	for t != nil {
 		if t.parents == nil {
-			return t.src, t.pos, t.positioned
+			if t.extra == nil || t.of == nil {
+				return "", nil, false
+			}
+			return t.of.src, t.extra.pos, t.extra.positioned
 		}
 		if len(t.parents) != 1 {
 			break
