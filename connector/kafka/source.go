@@ -240,10 +240,7 @@ func (s *Source) burst(out node.Emitter[Message], n int) batcher {
 	if !ok || n < 2 {
 		return nil
 	}
-	s.g.mu.Lock()
-	ledger := s.g.crash != nil
-	s.g.mu.Unlock()
-	if ledger {
+	if s.g.crash.Load() != nil {
 		return nil
 	}
 	return b
@@ -257,13 +254,12 @@ func (s *Source) poll(ctx, pollCtx context.Context, sess *session, n int, out no
 	pctx, endPoll := s.pollContext(pollCtx, sess)
 	fetches := sess.cl.PollRecords(pctx, n)
 	endPoll()
-	var recs []*record
+	krs := make([]*kgo.Record, 0, fetches.NumRecords())
 	fetches.EachRecord(func(r *kgo.Record) {
 		delete(s.missing, r.Topic)
-		if rec := sess.track(r); rec != nil {
-			recs = append(recs, rec)
-		}
+		krs = append(krs, r)
 	})
+	recs := sess.trackPoll(krs)
 	// Rebalances wait from the poll to here, so that every record polled
 	// is tracked before its partition can be revoked.
 	sess.cl.AllowRebalance()
