@@ -158,7 +158,7 @@ func (l *ledger) settle(t *tracker, o node.Outcome) {
 		}
 	}
 	for len(l.q) > 0 && l.q[0].mark == markSettled {
-		l.pos, l.idx = l.q[0].pos, l.q[0].idx
+		l.pos, l.idx = l.q[0].extra.pos, l.q[0].idx
 		l.seq++
 		l.q[0] = nil
 		l.q = l.q[1:]
@@ -175,7 +175,7 @@ func (l *ledger) committed() ([]byte, uint64, uint64) {
 
 // settledByLedger is the done of a root tracker that only a ledger
 // follows: firing it settles it in the ledger (see tracker.fire).
-func settledByLedger(node.Outcome) {}
+var settledByLedger finisher = doneFunc(func(node.Outcome) {})
 
 // origin returns the source and position of the one item t's item
 // derives from, when that item was emitted with EmitAt; a batch, window
@@ -183,7 +183,10 @@ func settledByLedger(node.Outcome) {}
 func (t *tracker) origin() (src string, pos []byte, ok bool) {
 	for t != nil {
 		if t.parents == nil {
-			return t.src, t.pos, t.positioned
+			if t.extra == nil || t.of == nil {
+				return "", nil, false
+			}
+			return t.of.src, t.extra.pos, t.extra.positioned
 		}
 		if len(t.parents) != 1 {
 			break

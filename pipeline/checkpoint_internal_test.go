@@ -14,7 +14,7 @@ func TestLedgerCommitsInOrder(t *testing.T) {
 	l := &ledger{src: "src"}
 	ts := make([]*tracker, 6)
 	for i := range ts {
-		ts[i] = &tracker{pos: []byte{byte('1' + i)}, positioned: true, led: l}
+		ts[i] = &tracker{extra: &extra{pos: []byte{byte('1' + i)}, positioned: true}, led: l}
 		l.add(ts[i])
 	}
 	pos, seq, _ := l.committed()
@@ -38,7 +38,7 @@ func TestLedgerCommitsInOrder(t *testing.T) {
 	assert.Equal(t, "3", string(pos), "item 3 failed: nothing after it commits")
 	assert.Len(t, l.q, 1)
 
-	late := &tracker{pos: []byte("9"), positioned: true, led: l}
+	late := &tracker{extra: &extra{pos: []byte("9"), positioned: true}, led: l}
 	l.add(late)
 	l.settle(late, node.Delivered)
 	pos, _, _ = l.committed()
@@ -49,8 +49,8 @@ func TestLedgerCommitsInOrder(t *testing.T) {
 // A rejected item holds the position as a failed one does.
 func TestLedgerRejectedHolds(t *testing.T) {
 	l := &ledger{src: "src"}
-	a := &tracker{pos: []byte("a"), positioned: true, led: l}
-	b := &tracker{pos: []byte("b"), positioned: true, led: l}
+	a := &tracker{extra: &extra{pos: []byte("a"), positioned: true}, led: l}
+	b := &tracker{extra: &extra{pos: []byte("b"), positioned: true}, led: l}
 	l.add(a)
 	l.add(b)
 	l.settle(a, node.Rejected)

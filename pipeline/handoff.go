@@ -49,11 +49,11 @@ func resumed(hi deadletter.HandOffItem) (r deadletter.Resume, ok bool) {
 // resume returns where the item's first call at node continues its
 // retries, the zero Resume when it starts afresh; it is taken once.
 func (t *tracker) resume(node string) deadletter.Resume {
-	if t == nil || t.ho == nil || t.ho.resume.Node == "" || t.ho.resume.Node != node {
+	if t == nil || t.extra == nil || t.extra.ho == nil || t.extra.ho.resume.Node == "" || t.extra.ho.resume.Node != node {
 		return deadletter.Resume{}
 	}
-	r := t.ho.resume
-	t.ho.resume.Node = ""
+	r := t.extra.ho.resume
+	t.extra.ho.resume.Node = ""
 	return r
 }
 
@@ -73,10 +73,10 @@ func (t *tracker) handOffFor(d time.Duration) *handOffState {
 // off for a wait of any length, as a drain hands back parked items: see
 // handOffFor, without the threshold.
 func (t *tracker) handOffAny() *handOffState {
-	if t == nil || t.ho == nil || t.ho.after <= 0 || t.done == nil || t.ho.split.Load() || t.refs.Load() != 1 {
+	if t == nil || t.extra == nil || t.extra.ho == nil || t.extra.ho.after <= 0 || t.done == nil || t.extra.ho.split.Load() || t.refs.Load() != 1 {
 		return nil
 	}
-	return t.ho
+	return t.extra.ho
 }
 
 // handOff gives item's retry to its source's broker; it reports whether

@@ -54,9 +54,13 @@ func Source[T any](b *Builder, name string, src node.Source[T], opts ...NodeOpti
 	}
 	s.newRunner = func(nr *nodeRun) runner {
 		s := &sourceRunner[T]{nr: nr, src: src, w: newWriter(outEdges[T](nr), nr.spec)}
+		s.tracked = rootOf{src: nr.spec.name, stats: nr.spec.stats, reg: nr.rs.reg}
 		if mayReject[T]() {
-			s.rejOf = rootedRejected[T]
+			s.tracked.rejOf = rootedRejected[T]
 		}
+		s.ledgered = s.tracked
+		s.ledgered.stats = nil
+		s.named = rootOf{src: nr.spec.name}
 		s.key, _ = nr.spec.cfg.withKey.(func(T) string)
 		if nr.rs.tracer != nil {
 			// Headers serve only a traced run's spans: without a tracer
@@ -134,10 +138,14 @@ type sourceRunner[T any] struct {
 	// led is the source's ledger of positions in a run with checkpoints,
 	// nil without.
 	led *ledger
-	// rejOf is rootedRejected[T] when an item of type T may be a
-	// RejectedItem, else nil (see root). It is made once: a generic
-	// function's value made per item would be an allocation.
-	rejOf func(*tracker) deadletter.RejectedItem
+	// tracked is what the root trackers of the items emitted with
+	// EmitTracked share, ledgered those of the items only the ledger
+	// tracks. Their rejOf is rootedRejected[T] when an item of type T may
+	// be a RejectedItem, else nil (see root): it is made once, as a
+	// generic function's value made per item would be an allocation.
+	// named only names the source, for an untracked item's tracker: it
+	// holds no item.
+	tracked, ledgered, named rootOf
 }
 
 func (s *sourceRunner[T]) open(ctx context.Context) error  { return openNode(ctx, s.src) }
@@ -167,7 +175,7 @@ func (s *sourceRunner[T]) finish(ctx context.Context) error {
 // run's end never counts a refused item as one left on its way; tr is its
 // tracker when the hand-over failed. at says the item comes from EmitAt,
 // at position pos.
-func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outcome), pos []byte, at bool) (tr *tracker, err error) {
+func (s *sourceRunner[T]) push(call context.Context, item T, done finisher, pos []byte, at bool) (tr *tracker, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if call == s.sctx || call == s.nr.ctx { // the one Run got first: the usual case
@@ -197,25 +205,30 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 		// Counted now, before any node can settle it: settled never
 		// exceeds tracked. A refused item counts too: its done is called.
 		s.nr.spec.stats.tracked.Add(1)
-		tr = s.root(item, s.nr.spec.stats, done)
-		tr.key, tr.trace = key, headers
-		if s.handOffAfter > 0 {
-			tr.ho = newHandOff(item, s.handOffAfter)
+		x := key != "" || headers != nil || s.handOffAfter > 0
+		tr = s.root(item, &s.tracked, done, x)
+		if x {
+			tr.extra.key, tr.extra.trace = key, headers
+			if s.handOffAfter > 0 {
+				tr.extra.ho = newHandOff(item, s.handOffAfter)
+			}
 		}
 	case at && s.led != nil:
 		// Tracked for the ledger alone, in emission order: quiet, as
 		// nobody waits for it, so it is handed over in batches.
-		tr = s.root(item, nil, settledByLedger)
-		tr.key, tr.trace, tr.quiet = key, headers, true
+		tr = s.root(item, &s.ledgered, settledByLedger, true)
+		tr.extra.key, tr.extra.trace, tr.quiet = key, headers, true
 		if s.handOffAfter > 0 {
-			tr.ho = newHandOff(item, s.handOffAfter)
+			tr.extra.ho = newHandOff(item, s.handOffAfter)
 		}
-		tr.pos, tr.positioned, tr.led = pos, true, s.led
+		tr.extra.pos, tr.extra.positioned, tr.led = pos, true, s.led
 		s.led.add(tr)
 	case at || s.key != nil || headers != nil:
 		// Not tracked: the tracker only carries the key, headers and
 		// position.
-		tr = &tracker{key: key, trace: headers, quiet: true, src: s.nr.spec.name, pos: pos, positioned: at}
+		tr = newTrackerWith()
+		tr.quiet, tr.of = true, &s.named
+		tr.extra.key, tr.extra.trace, tr.extra.pos, tr.extra.positioned = key, headers, pos, at
 		tr.refs.Store(1)
 	}
 	if err := s.w.add(s.nr.ctx, call, envelope[T]{val: item, tr: tr}); err != nil {
@@ -232,17 +245,26 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done func(node.Outc
 	return nil, nil
 }
 
-// root returns a live root tracker for item. When item may be a
-// RejectedItem, the tracker is allocated with it (a rooted), so that the
-// item is made an interface only if it fails the run; otherwise the
-// tracker is all there is.
-func (s *sourceRunner[T]) root(item T, stats *counters, done func(node.Outcome)) *tracker {
-	if s.rejOf == nil {
-		return s.nr.rs.reg.root(s.nr.spec.name, stats, done)
+// root returns a live root tracker for item, of a source whose roots
+// share of. When item may be a RejectedItem, the tracker is allocated
+// with it (a rooted), so that the item is made an interface only if it
+// fails the run; otherwise the tracker is all there is. x says the
+// tracker needs its extra, allocated with it.
+func (s *sourceRunner[T]) root(item T, of *rootOf, done finisher, x bool) *tracker {
+	var t *tracker
+	switch {
+	case of.rejOf == nil && !x:
+		t = &tracker{}
+	case of.rejOf == nil:
+		t = newTrackerWith()
+	case !x:
+		t = &(&rooted[T]{item: item}).tracker
+	default:
+		r := &rootedWith[T]{rooted: rooted[T]{item: item}}
+		r.extra = &r.x
+		t = &r.tracker
 	}
-	r := &rooted[T]{item: item}
-	r.rejOf = s.rejOf
-	return s.nr.rs.reg.adopt(&r.tracker, s.nr.spec.name, stats, done)
+	return s.nr.rs.reg.adopt(t, of, done)
 }
 
 // itemKey calls a SourceKey function; a panic there fails the source, which
@@ -342,6 +364,21 @@ func (s *sourceRunner[T]) gathered(ctx context.Context, item T) bool {
 }
 
 func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Outcome)) error {
+	if done == nil {
+		return e.EmitTrackedWith(ctx, item, nil)
+	}
+	return e.EmitTrackedWith(ctx, item, doneFunc(done))
+}
+
+// EmitTrackedWith is EmitTracked with done's Done for done: a source that
+// keeps a value per item anyway (a broker's delivery, as a pointer) gives
+// it here, and the engine keeps it instead of a closure made per item.
+// done is nil for an untracked item, as EmitTracked's done.
+//
+// The method is not part of node.Emitter: a source finds it with a type
+// assertion on the Emitter its Run gets, as BeginBatch, and does without
+// when the assertion fails.
+func (e *emitter[T]) EmitTrackedWith(ctx context.Context, item T, done interface{ Done(node.Outcome) }) error {
 	s := (*sourceRunner[T])(e)
 	tr, err := s.push(ctx, item, done, nil, false)
 	if err != nil && done != nil {

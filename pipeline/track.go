@@ -27,43 +27,87 @@ type tracker struct {
 	refs    atomic.Int64
 	outcome atomic.Int32
 	fired   atomic.Bool
-	done    func(node.Outcome) // root only
-	src     string             // root only: the source that emitted it
-	stats   *counters          // root only: the source's, whose settled its fate adds to
-	ho      *handOffState      // root only: nil unless its item can be handed off
-	// rejOf, root only, returns the item as a RejectedItem (nil when it is
-	// not one); nil when the item's type can never be one. The item is
-	// kept in the allocation of the tracker (a rooted), so that it is made
-	// an interface only for the rare item that failed the run.
-	rejOf   func(*tracker) deadletter.RejectedItem
-	parents []*tracker  // group only: by position in the batch, nil for an untracked item
 	blamed  atomic.Bool // root only: the item failed the run (its outcome then is Rejected)
 	window  bool        // group only: of an Aggregate window, whose value is not its items
-	reg     *registry
-	// prev and next link a live root tracker into its registry, guarded
-	// by the registry's mu; linked says it is in.
-	prev, next *tracker
-	linked     bool
-	// key is the item's correlation key (SourceKey), root only. quiet marks
-	// a root that only carries a key: the item is not tracked (nobody
-	// waits for its outcome), so it is handed over in batches as untracked
-	// items are, and the run's end does not report it.
-	key   string
+	// quiet marks a root that only carries a key: the item is not tracked
+	// (nobody waits for its outcome), so it is handed over in batches as
+	// untracked items are, and the run's end does not report it.
 	quiet bool
+	// linked says a live root tracker is in its registry, guarded by the
+	// registry's mu.
+	linked bool
+	// mark is the state of a root in its ledger, guarded by led.mu.
+	mark uint8
+	done finisher // root only
+	// of is what the roots of one source share (its name, counters,
+	// registry): root only, and for a quiet tracker its source.
+	of      *rootOf
+	parents []*tracker // group only: by position in the batch, nil for an untracked item
+	// prev and next link a live root tracker into its registry, guarded
+	// by the registry's mu.
+	prev, next *tracker
+	// led is the ledger of the source of an item emitted with EmitAt in
+	// a run with checkpoints, else nil; idx is the item's index in it, in
+	// emission order from 1. Root only.
+	led *ledger
+	idx uint64
+	// extra holds what most tracked items never need, allocated with
+	// the tracker only when one is (see extra).
+	*extra
+}
+
+// An extra holds the fields of a tracker that most never need: a
+// Kafka record's tracker, say, is allocated per record, and is smaller
+// without them. A tracker that needs one is allocated together with it
+// (trackerWith, rootedWith); a tracker without has extra nil, which
+// every reader checks.
+type extra struct {
+	ho *handOffState // root only: nil unless its item can be handed off
+	// key is the item's correlation key (SourceKey), root only.
+	key string
 	// trace is the item's trace headers (SourceTraceHeaders), root only.
 	trace map[string]string
 	// pos is the position of an item emitted with EmitAt, root only;
-	// positioned says it was. led is its source's ledger in a run with
-	// checkpoints, else nil; mark is its state there, guarded by led.mu.
+	// positioned says it was.
 	pos        []byte
 	positioned bool
-	led        *ledger
-	mark       uint8
-	// idx is the item's index in its ledger, in emission order from 1.
-	idx uint64
 	// settled, on a window's group tracker, records the window in its
 	// node's window log once its output settled, before its items settle.
 	settled func()
+}
+
+// A trackerWith is a tracker allocated with its extra.
+type trackerWith struct {
+	tracker
+	x extra
+}
+
+// newTrackerWith returns a tracker that has its extra.
+func newTrackerWith() *tracker {
+	w := &trackerWith{}
+	w.extra = &w.x
+	return &w.tracker
+}
+
+// A rootOf is what the root trackers of one source share, kept once
+// rather than in each.
+type rootOf struct {
+	src   string    // the source's name
+	stats *counters // the source's, whose settled a root's fate adds to; nil for the ledger's own
+	reg   *registry
+	// rejOf returns the item as a RejectedItem (nil when it is not one);
+	// nil when the item's type can never be one. The item is kept in the
+	// allocation of the tracker (a rooted), so that it is made an
+	// interface only for the rare item that failed the run.
+	rejOf func(*tracker) deadletter.RejectedItem
+}
+
+// rootKey returns the correlation key of root t.
+func (t *tracker) rootKey() string {
+	if t.extra == nil {
+		return ""
+	}
+	return t.extra.key
 }
 
 // links returns the trace headers of t's item: a root's, or for a group
@@ -73,10 +117,10 @@ func (t *tracker) links() []map[string]string {
 	case t == nil:
 		return nil
 	case t.parents == nil:
-		if t.trace == nil {
+		if t.extra == nil || t.extra.trace == nil {
 			return nil
 		}
-		return []map[string]string{t.trace}
+		return []map[string]string{t.extra.trace}
 	}
 	var ls []map[string]string
 	for _, p := range t.parents {
@@ -93,7 +137,7 @@ func (t *tracker) keyOf() string {
 	case t == nil:
 		return ""
 	case t.parents == nil:
-		return t.key
+		return t.rootKey()
 	}
 	first, n := t.leaves()
 	if first != "" && n > 1 {
@@ -111,7 +155,7 @@ func (t *tracker) leaves() (first string, n int) {
 			n++
 		case p.parents == nil:
 			if first == "" {
-				first = p.key
+				first = p.rootKey()
 			}
 			n++
 		default:
@@ -126,8 +170,8 @@ func (t *tracker) leaves() (first string, n int) {
 }
 
 func (t *tracker) add(n int) {
-	if t.ho != nil {
-		t.ho.split.Store(true)
+	if t.extra != nil && t.extra.ho != nil {
+		t.extra.ho.split.Store(true)
 	}
 	t.refs.Add(int64(n))
 }
@@ -209,19 +253,19 @@ func (t *tracker) fire(o node.Outcome) {
 		if o == node.Failed && t.blamed.Load() {
 			o = node.Rejected
 		}
-		t.reg.remove(t)
+		t.of.reg.remove(t)
 		if t.led != nil {
 			t.led.settle(t, o)
 			return
 		}
-		if t.stats != nil {
-			t.stats.settled.Add(1)
+		if t.of.stats != nil {
+			t.of.stats.settled.Add(1)
 		}
-		t.reg.call(t.src, t.done, o)
+		t.of.reg.call(t.of.src, t.done, o)
 		return
 	}
-	if t.settled != nil && settles(o) {
-		t.settled()
+	if t.extra != nil && t.extra.settled != nil && settles(o) {
+		t.extra.settled()
 	}
 	for _, p := range t.parents {
 		if p != nil { // an untracked item of the batch, window or pair
@@ -229,6 +273,19 @@ func (t *tracker) fire(o node.Outcome) {
 		}
 	}
 }
+
+// A finisher is told the outcome of a tracked item once, as
+// EmitTracked's done is. A source that keeps a value per item anyway (a
+// broker's delivery) gives that value with EmitTrackedWith, so that no
+// closure is made per item; a done func is a doneFunc.
+type finisher interface{ Done(node.Outcome) }
+
+// A doneFunc is EmitTracked's done as a finisher: a func is one word, so
+// making it an interface allocates nothing.
+type doneFunc func(node.Outcome)
+
+// Done calls f.
+func (f doneFunc) Done(o node.Outcome) { f(o) }
 
 // A registry holds the live root trackers of a run, so that the run can
 // fire every one it did not finish with Failed when it ends. They form a
@@ -245,13 +302,10 @@ func newRegistry(onPanic func(src string, err error)) *registry {
 	return &registry{panic: onPanic}
 }
 
-func (r *registry) root(src string, stats *counters, done func(node.Outcome)) *tracker {
-	return r.adopt(&tracker{}, src, stats, done)
-}
-
-// adopt makes t, new, a live root tracker and returns it.
-func (r *registry) adopt(t *tracker, src string, stats *counters, done func(node.Outcome)) *tracker {
-	t.done, t.src, t.stats, t.reg = done, src, stats, r
+// adopt makes t, new, a live root tracker of a source whose roots share
+// of, and returns it. of.reg is r.
+func (r *registry) adopt(t *tracker, of *rootOf, done finisher) *tracker {
+	t.done, t.of = done, of
 	t.refs.Store(1)
 	r.mu.Lock()
 	t.next, t.linked = r.head, true
@@ -272,6 +326,12 @@ type rooted[T any] struct {
 	item T
 }
 
+// A rootedWith is a rooted allocated with its tracker's extra.
+type rootedWith[T any] struct {
+	rooted[T]
+	x extra
+}
+
 // rootedRejected is the rejOf of a rooted[T].
 func rootedRejected[T any](t *tracker) deadletter.RejectedItem {
 	// t is the first field of a rooted[T]: adopt got it from newRooted.
@@ -288,10 +348,10 @@ func mayReject[T any]() bool {
 
 // rejected returns the item of root tracker t as a RejectedItem, or nil.
 func (t *tracker) rejected() deadletter.RejectedItem {
-	if t.rejOf == nil {
+	if t.of == nil || t.of.rejOf == nil {
 		return nil
 	}
-	return t.rejOf(t)
+	return t.of.rejOf(t)
 }
 
 // group returns a tracker for a batch of items, or nil when none of them is
@@ -307,7 +367,10 @@ func group[T any](items []envelope[T]) *tracker {
 	if !tracked {
 		return nil
 	}
-	t := &tracker{parents: make([]*tracker, len(items)), quiet: true}
+	// Made with its extra: a window's tracker records itself once
+	// settled.
+	t := newTrackerWith()
+	t.parents, t.quiet = make([]*tracker, len(items)), true
 	for i, it := range items {
 		t.parents[i] = it.tr
 		// A group is quiet when its items only carry keys.
@@ -362,8 +425,8 @@ func (r *registry) remove(t *tracker) {
 	r.mu.Unlock()
 }
 
-func (r *registry) call(src string, done func(node.Outcome), o node.Outcome) {
-	if err := protect(func() { done(o) }); err != nil {
+func (r *registry) call(src string, done finisher, o node.Outcome) {
+	if err := protect(func() { done.Done(o) }); err != nil {
 		r.panic(src, err)
 	}
 }

@@ -41,14 +41,14 @@ func crashID(rec *record) string {
 // the dead process had fetched and not yet held cost nothing: only those
 // it held are suspects.
 func (s *Source) openCrashLedgerLocked() error {
-	if s.cfg.CrashLedger == "" || s.g.crash != nil {
+	if s.cfg.CrashLedger == "" || s.g.crash.Load() != nil {
 		return nil
 	}
 	l, err := crashledger.Open(s.cfg.CrashLedger, crashledger.Options{Clock: s.cfg.Clock, AloneWait: s.cfg.CrashAloneWait})
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("kafka: source of %s for group %s: CrashLedger: %w", s.cfg.Topic, s.cfg.Group, err))
 	}
-	s.g.crash = l
+	s.g.crash.Store(l)
 	return nil
 }
 
@@ -56,8 +56,7 @@ func (s *Source) openCrashLedgerLocked() error {
 // unsettled, and is not suspect.
 func (s *Source) closeCrashLedger() error {
 	s.g.mu.Lock()
-	l := s.g.crash
-	s.g.crash = nil
+	l := s.g.crash.Swap(nil)
 	s.g.mu.Unlock()
 	if l == nil {
 		return nil
@@ -72,9 +71,7 @@ func (s *Source) closeCrashLedger() error {
 // most CrashAloneWait). When it cannot (the run ends, the ledger cannot
 // write), rec goes back unsettled and the error ends Run.
 func (s *Source) crashTurn(ctx context.Context, rec *record) (handled bool, err error) {
-	s.g.mu.Lock()
-	l := s.g.crash
-	s.g.mu.Unlock()
+	l := s.g.crash.Load()
 	if l == nil {
 		return false, nil
 	}

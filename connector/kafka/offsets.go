@@ -3,6 +3,7 @@ package kafka
 import (
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // An offsetTracker keeps, per partition the source owns, the records it
@@ -11,6 +12,12 @@ import (
 // read), or one past the highest polled when every record settled.
 // Records of one partition are added in offset order; they settle in any
 // order.
+//
+// A record is emitted and ends without the tracker's lock (a record costs
+// one lock taking for its whole poll, rather than three of its own): its
+// entry's flags and its track's count of records in flight are atomic,
+// and the settled records at the front of a track are popped under the
+// lock by whoever next reads what to commit or how much is pending.
 //
 // A partition leaves the tracker when it is revoked or lost: its track is
 // retired, and a record of it that settles later changes nothing that
@@ -57,25 +64,45 @@ type partitionTrack struct {
 	popped, poppedCommitted int
 	// revoking is set once the partition is being revoked or was lost:
 	// its records not yet emitted are dropped. retired is set once it is
-	// gone: a record that settles later changes nothing.
+	// gone: a record that settles later changes nothing. Both are
+	// guarded by the tracker's mu; revoking sets trackRevoking in flight
+	// too, for emit.
 	revoking, retired bool
-	// unsettledEmitted counts the entries handed to the pipeline and not
-	// settled or failed: what a revoke waits for. idle is closed and
-	// replaced as it falls to zero.
-	unsettledEmitted int
-	idle             chan struct{}
+	// flight counts the entries handed to the pipeline and not settled or
+	// failed (what a revoke waits for), with trackRevoking once the track
+	// is being revoked: emit adds to it only while that is not set, in
+	// one atomic step. idle, guarded by mu, is closed once the count
+	// falls to zero while a revoke waits for it.
+	flight atomic.Int64
+	idle   chan struct{}
 }
+
+// trackRevoking is the bit of partitionTrack.flight that says the track
+// is being revoked; the bits below it count the records in flight.
+const trackRevoking = int64(1) << 62
+
+// inFlight returns how many of tr's entries are in flight.
+func (tr *partitionTrack) inFlight() int { return int(tr.flight.Load() &^ trackRevoking) }
 
 // A trackEntry is one record of a partition track.
 type trackEntry struct {
-	offset  int64
-	epoch   int32
-	emitted bool
-	settled bool
-	// ended is set once the record's item reached its outcome, settled
-	// or not (Failed leaves it unsettled but no longer in flight).
-	ended bool
+	offset int64
+	epoch  int32
+	// flags are the entry's entryEmitted, entrySettled and entryEnded.
+	flags atomic.Uint32
 }
+
+const (
+	// entryEmitted is set while the record is handed to the pipeline.
+	entryEmitted uint32 = 1 << iota
+	// entrySettled is set once the record settled: its offset may be
+	// committed.
+	entrySettled
+	// entryEnded is set once the record's item reached its outcome,
+	// settled or not (Failed leaves it unsettled but no longer in
+	// flight).
+	entryEnded
+)
 
 func newOffsetTracker() *offsetTracker {
 	return &offsetTracker{tracks: map[topicPartition]*partitionTrack{}}
@@ -110,10 +137,34 @@ func (t *offsetTracker) add(topic string, partition int32, offset int64, epoch i
 // its record, one allocation per record polled rather than two); it
 // returns nil where add does.
 func (t *offsetTracker) addEntry(topic string, partition int32, e *trackEntry) *partitionTrack {
-	offset := e.offset
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	tr := t.tracks[topicPartition{topic, partition}]
+	return t.addLocked(t.tracks[topicPartition{topic, partition}], e)
+}
+
+// addEntries adds the entries of a poll's records under one lock taking:
+// at(i) returns record i's topic, partition and entry, and put(i, tr)
+// gets its track, nil where addEntry returns nil.
+func (t *offsetTracker) addEntries(n int, at func(i int) (string, int32, *trackEntry), put func(i int, tr *partitionTrack)) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var last *partitionTrack
+	for i := range n {
+		topic, partition, e := at(i)
+		// A poll's records come a partition at a time.
+		tr := last
+		if tr == nil || tr.tp.partition != partition || tr.tp.topic != topic {
+			tr = t.tracks[topicPartition{topic, partition}]
+		}
+		put(i, t.addLocked(tr, e))
+		last = tr
+	}
+}
+
+// addLocked is addEntry for tr, the track of e's partition (nil when it
+// has none), under mu.
+func (t *offsetTracker) addLocked(tr *partitionTrack, e *trackEntry) *partitionTrack {
+	offset := e.offset
 	if tr == nil || offset < tr.next {
 		return nil
 	}
@@ -146,16 +197,41 @@ func (t *offsetTracker) revoking(tr *partitionTrack) bool {
 }
 
 // emit marks e as handed to the pipeline, and reports false when its
-// partition was retired meanwhile: the record is dropped, not emitted.
+// partition is being revoked or was retired meanwhile: the record is
+// dropped, not emitted. It takes no lock: a revoke sets trackRevoking
+// before it waits for the count, so a record is either counted before
+// the revoke looks or not emitted.
 func (t *offsetTracker) emit(tr *partitionTrack, e *trackEntry) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if tr.revoking || tr.retired {
-		return false
+	for {
+		f := tr.flight.Load()
+		if f&trackRevoking != 0 {
+			return false
+		}
+		if tr.flight.CompareAndSwap(f, f+1) {
+			break
+		}
 	}
-	e.emitted = true
-	tr.unsettledEmitted++
+	e.flags.Or(entryEmitted)
 	return true
+}
+
+// landed counts one of tr's records in flight ended, and wakes a revoke
+// waiting for the last.
+func (t *offsetTracker) landed(tr *partitionTrack) {
+	if f := tr.flight.Add(-1); f == trackRevoking {
+		t.mu.Lock()
+		t.wake(tr)
+		t.mu.Unlock()
+	}
+}
+
+// wake closes tr's idle channel once none of its records is in flight;
+// mu is held.
+func (t *offsetTracker) wake(tr *partitionTrack) {
+	if tr.idle != nil && tr.inFlight() == 0 {
+		close(tr.idle)
+		tr.idle = nil
+	}
 }
 
 // unemit takes e, emitted, back to be emitted again, and reports false
@@ -164,47 +240,62 @@ func (t *offsetTracker) emit(tr *partitionTrack, e *trackEntry) bool {
 func (t *offsetTracker) unemit(tr *partitionTrack, e *trackEntry) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if tr.revoking || tr.retired || e.ended || !e.emitted {
+	f := e.flags.Load()
+	if tr.revoking || tr.retired || f&entryEnded != 0 || f&entryEmitted == 0 ||
+		!e.flags.CompareAndSwap(f, f&^entryEmitted) {
 		return false
 	}
-	e.emitted = false
-	tr.unsettledEmitted--
-	if tr.unsettledEmitted == 0 && tr.idle != nil {
-		close(tr.idle)
-		tr.idle = nil
-	}
+	tr.flight.Add(-1)
+	t.wake(tr)
 	return true
 }
 
 // end records the outcome of e: settled says whether its offset may be
 // committed. A record of a retired track changes nothing but the count
-// that a revoke waits on.
+// that a revoke waits on. It takes no lock but to wake a revoke: the
+// entry is popped by the next advance (see advanceAll).
 func (t *offsetTracker) end(tr *partitionTrack, e *trackEntry, settled bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if e.ended {
-		return
-	}
-	e.ended = true
-	if e.emitted {
-		tr.unsettledEmitted--
-		if tr.unsettledEmitted == 0 && tr.idle != nil {
-			close(tr.idle)
-			tr.idle = nil
+	var f uint32
+	for {
+		f = e.flags.Load()
+		if f&entryEnded != 0 {
+			return
+		}
+		next := f | entryEnded
+		if settled {
+			next |= entrySettled
+		}
+		if e.flags.CompareAndSwap(f, next) {
+			break
 		}
 	}
-	if !settled || tr.retired {
-		return
+	if f&entryEmitted != 0 {
+		t.landed(tr)
 	}
-	e.settled = true
-	t.uncommitted += tr.advance()
+}
+
+// advanceAll pops the settled entries at the front of every track the
+// tracker holds, and counts them as uncommitted; mu is held. Whatever
+// reads the offsets to commit or the count pending calls it first.
+func (t *offsetTracker) advanceAll() {
+	for _, tr := range t.tracks {
+		t.advanceTrack(tr)
+	}
+}
+
+// advanceTrack is advanceAll for tr, which may be revoked: a retired
+// track changes nothing.
+func (t *offsetTracker) advanceTrack(tr *partitionTrack) {
+	if !tr.retired {
+		t.uncommitted += tr.advance()
+	}
 }
 
 // advance pops the settled entries at the front of tr, and returns how
 // many.
 func (tr *partitionTrack) advance() int {
 	i := 0
-	for i < len(tr.entries) && tr.entries[i].settled {
+	for i < len(tr.entries) && tr.entries[i].flags.Load()&entrySettled != 0 {
 		tr.done = tr.entries[i].offset + 1
 		tr.epoch = tr.entries[i].epoch
 		i++
@@ -231,6 +322,7 @@ type commitOffset struct {
 func (t *offsetTracker) due() []commitOffset {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.advanceAll()
 	var out []commitOffset
 	for _, tr := range t.tracks {
 		if c, ok := tr.due(); ok {
@@ -275,6 +367,7 @@ func (t *offsetTracker) committed(cs []commitOffset) {
 func (t *offsetTracker) pending() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.advanceAll()
 	return t.uncommitted
 }
 
@@ -290,7 +383,11 @@ func (t *offsetTracker) revoke(topic string, partitions []int32) []*partitionTra
 		tp := topicPartition{topic, p}
 		if tr, ok := t.tracks[tp]; ok {
 			delete(t.tracks, tp)
+			// What settled so far counts, as it would have had each
+			// record popped as it settled.
+			t.advanceTrack(tr)
 			tr.revoking = true
+			tr.flight.Or(trackRevoking)
 			out = append(out, tr)
 		}
 	}
@@ -302,7 +399,7 @@ func (t *offsetTracker) revoke(topic string, partitions []int32) []*partitionTra
 func (t *offsetTracker) idle(tr *partitionTrack) (<-chan struct{}, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if tr.unsettledEmitted == 0 {
+	if tr.inFlight() == 0 {
 		return nil, true
 	}
 	if tr.idle == nil {
@@ -318,7 +415,7 @@ func (t *offsetTracker) inFlight() int {
 	defer t.mu.Unlock()
 	n := 0
 	for _, tr := range t.tracks {
-		n += tr.unsettledEmitted
+		n += tr.inFlight()
 	}
 	return n
 }
@@ -329,6 +426,7 @@ func (t *offsetTracker) dueOf(trs []*partitionTrack) []commitOffset {
 	defer t.mu.Unlock()
 	var out []commitOffset
 	for _, tr := range trs {
+		t.advanceTrack(tr)
 		if c, ok := tr.due(); ok && !tr.retired {
 			out = append(out, c)
 		}
@@ -346,6 +444,7 @@ func (t *offsetTracker) retire(trs []*partitionTrack) {
 			t.uncommitted -= tr.popped - tr.poppedCommitted
 		}
 		tr.revoking, tr.retired = true, true
+		tr.flight.Or(trackRevoking)
 	}
 }
 

@@ -2,6 +2,8 @@ package kafka
 
 import (
 	"math"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -290,4 +292,84 @@ func TestTrackerUnemit(t *testing.T) {
 	require.True(t, tk.emit(pt2, es2[0]))
 	tk.revoke("t", []int32{0})
 	assert.False(t, tk.unemit(pt2, es2[0]), "a partition being revoked takes nothing back")
+}
+
+// addEntries registers a poll's records under one lock taking, as
+// addEntry would one by one: a partition not the tracker's, or an offset
+// not past those added, gets no track.
+func TestTrackerAddEntries(t *testing.T) {
+	t.Parallel()
+	tk := newOffsetTracker()
+	tk.assign("t", []int32{0, 1})
+	type in struct {
+		p int32
+		o int64
+	}
+	ins := []in{{0, 5}, {0, 6}, {2, 0}, {1, 3}, {0, 4}, {0, 7}}
+	es := make([]*trackEntry, len(ins))
+	trs := make([]*partitionTrack, len(ins))
+	tk.addEntries(len(ins), func(i int) (string, int32, *trackEntry) {
+		es[i] = &trackEntry{offset: ins[i].o}
+		return "t", ins[i].p, es[i]
+	}, func(i int, tr *partitionTrack) { trs[i] = tr })
+	for i, want := range []bool{true, true, false, true, false, true} {
+		assert.Equal(t, want, trs[i] != nil, "record %d (partition %d offset %d) tracked", i, ins[i].p, ins[i].o)
+	}
+	assert.Same(t, trs[0], trs[5])
+	assert.NotSame(t, trs[0], trs[3])
+	for _, i := range []int{0, 1, 3} {
+		settleAll(tk, trs[i], es[i])
+	}
+	assert.Equal(t, map[int32]int64{0: 7, 1: 4}, dueMap(tk), "offset 7 of partition 0 is not settled")
+}
+
+// A record emitted while its partition is being revoked either counts
+// for the revoke's wait or is not emitted: once the wait ends, none is in
+// flight, however the emits and the revoke interleave.
+func TestTrackerRevokeRacesEmits(t *testing.T) {
+	t.Parallel()
+	for range 50 {
+		tk := newOffsetTracker()
+		tk.assign("t", []int32{0})
+		const n = 64
+		var es []*trackEntry
+		var pt *partitionTrack
+		for o := range int64(n) {
+			tr, e := tk.add("t", 0, o, 0)
+			require.NotNil(t, e)
+			pt, es = tr, append(es, e)
+		}
+		var ends sync.WaitGroup
+		var emitted, ended atomic.Int64
+		emits := make(chan struct{})
+		go func() {
+			defer close(emits)
+			for _, e := range es {
+				if !tk.emit(pt, e) {
+					continue
+				}
+				emitted.Add(1)
+				ends.Add(1)
+				go func() {
+					defer ends.Done()
+					ended.Add(1) // counted before the end the revoke waits on
+					tk.end(pt, e, true)
+				}()
+			}
+		}()
+		trs := tk.revoke("t", []int32{0})
+		for {
+			ch, idle := tk.idle(pt)
+			if idle {
+				break
+			}
+			<-ch
+		}
+		<-emits
+		assert.Equal(t, emitted.Load(), ended.Load(), "every record emitted ended before the revoke's wait did")
+		assert.Zero(t, pt.inFlight())
+		_ = tk.dueOf(trs)
+		tk.retire(trs)
+		ends.Wait()
+	}
 }

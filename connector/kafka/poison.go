@@ -47,7 +47,8 @@ type guard struct {
 	// from Open to Close).
 	copies *copier
 	// crash is the crash ledger, open from Open to Close; nil for none.
-	crash *crashledger.Ledger
+	// It is set under mu, and read without it by each record's emit.
+	crash atomic.Pointer[crashledger.Ledger]
 	// replaced are the records replaced by a copy, or dead-lettered: read
 	// again (their partition's commit was held back by a neighbour), they
 	// are settled without being emitted.
@@ -65,8 +66,9 @@ type guard struct {
 	// with Retry.
 	inflight sync.Map
 	// tiers is the run's due gate and what it released; nil outside a Run
-	// or without Retry.
-	tiers *tierRun
+	// or without Retry. It is set under mu, and read without it by each
+	// record's arrival.
+	tiers atomic.Pointer[tierRun]
 }
 
 // A recordGuard is what the guard knows of one record read.

@@ -163,13 +163,36 @@ func (sess *session) check(ctx context.Context) error {
 // track registers a polled record; nil when its partition is no longer
 // the source's.
 func (sess *session) track(kr *kgo.Record) *record {
-	r := &record{src: sess.src, sess: sess, kr: kr, slot: trackEntry{offset: kr.Offset, epoch: kr.LeaderEpoch}}
-	r.entry = &r.slot
-	if r.track = sess.tracker.addEntry(kr.Topic, kr.Partition, r.entry); r.track == nil {
-		return nil
+	if recs := sess.trackPoll([]*kgo.Record{kr}); len(recs) == 1 {
+		return recs[0]
 	}
-	sess.held.Add(1)
-	return r
+	return nil
+}
+
+// trackPoll registers the records of a poll, under one lock taking, and
+// returns those it tracks, in order: a record whose partition is no
+// longer the source's is left out.
+func (sess *session) trackPoll(krs []*kgo.Record) []*record {
+	recs := make([]*record, len(krs))
+	for i, kr := range krs {
+		recs[i] = &record{src: sess.src, sess: sess, kr: kr}
+		recs[i].slot.offset, recs[i].slot.epoch = kr.Offset, kr.LeaderEpoch
+		recs[i].entry = &recs[i].slot
+	}
+	sess.tracker.addEntries(len(recs), func(i int) (string, int32, *trackEntry) {
+		return krs[i].Topic, krs[i].Partition, recs[i].entry
+	}, func(i int, tr *partitionTrack) {
+		recs[i].track = tr
+	})
+	out := recs[:0]
+	for _, r := range recs {
+		if r.track != nil {
+			out = append(out, r)
+		}
+	}
+	clear(recs[len(out):])
+	sess.held.Add(int64(len(out)))
+	return out
 }
 
 // openAgain starts taking records to emit again, as a Run starts.

@@ -240,10 +240,7 @@ func (s *Source) burst(out node.Emitter[Message], n int) batcher {
 	if !ok || n < 2 {
 		return nil
 	}
-	s.g.mu.Lock()
-	ledger := s.g.crash != nil
-	s.g.mu.Unlock()
-	if ledger {
+	if s.g.crash.Load() != nil {
 		return nil
 	}
 	return b
@@ -257,13 +254,12 @@ func (s *Source) poll(ctx, pollCtx context.Context, sess *session, n int, out no
 	pctx, endPoll := s.pollContext(pollCtx, sess)
 	fetches := sess.cl.PollRecords(pctx, n)
 	endPoll()
-	var recs []*record
+	krs := make([]*kgo.Record, 0, fetches.NumRecords())
 	fetches.EachRecord(func(r *kgo.Record) {
 		delete(s.missing, r.Topic)
-		if rec := sess.track(r); rec != nil {
-			recs = append(recs, rec)
-		}
+		krs = append(krs, r)
 	})
+	recs := sess.trackPoll(krs)
 	// Rebalances wait from the poll to here, so that every record polled
 	// is tracked before its partition can be revoked.
 	sess.cl.AllowRebalance()
@@ -376,7 +372,18 @@ func (s *Source) emit(ctx context.Context, rec *record, out node.Emitter[Message
 	if rec.redelivery() {
 		s.redelivers.Add(1)
 	}
+	if w, ok := out.(trackedWith); ok {
+		return w.EmitTrackedWith(ctx, m, rec)
+	}
 	return out.EmitTracked(ctx, m, rec.done)
+}
+
+// A trackedWith is the pipeline's Emitter when it takes, instead of a
+// done func, a value whose Done it calls with the outcome: the record,
+// allocated anyway, rather than a method value made per record (see
+// pipeline's emitter).
+type trackedWith interface {
+	EmitTrackedWith(ctx context.Context, item Message, done interface{ Done(node.Outcome) }) error
 }
 
 // Stop ends Run cleanly: no more polls, the records already polled are
@@ -521,6 +528,9 @@ func (r *record) done(o node.Outcome) {
 	}
 	r.finish(settled)
 }
+
+// Done is done, for the pipeline's EmitTrackedWith (see trackedWith).
+func (r *record) Done(o node.Outcome) { r.done(o) }
 
 // finish ends r, emitted, settled or not.
 func (r *record) finish(settled bool) {

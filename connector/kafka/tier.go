@@ -332,13 +332,13 @@ func (s *Source) startTiers(sess *session) (stop func()) {
 		_ = t.gate.run(ctx)
 	}()
 	s.g.mu.Lock()
-	s.g.tiers = t
+	s.g.tiers.Store(t)
 	s.g.mu.Unlock()
 	return func() {
 		cancel()
 		<-done
 		s.g.mu.Lock()
-		s.g.tiers = nil
+		s.g.tiers.Store(nil)
 		s.g.mu.Unlock()
 		for _, r := range t.gate.dropAll() {
 			r.giveBack()
@@ -365,9 +365,7 @@ func (s *Source) gateHeld() int {
 
 // tierRun returns the Run's due gate, nil for none.
 func (s *Source) tierRun() *tierRun {
-	s.g.mu.Lock()
-	defer s.g.mu.Unlock()
-	return s.g.tiers
+	return s.g.tiers.Load()
 }
 
 // released queues r, which the gate found due, for the Run's goroutine,
