@@ -373,7 +373,9 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 // EmitTrackedWith is EmitTracked with done's Done for done: a source that
 // keeps a value per item anyway (a broker's delivery, as a pointer) gives
 // it here, and the engine keeps it instead of a closure made per item.
-// done is nil for an untracked item, as EmitTracked's done.
+// done is a nil interface for an untracked item, as EmitTracked's done is
+// nil; a nil pointer in a non-nil interface is tracked, and its Done is
+// called.
 //
 // The method is not part of node.Emitter: a source finds it with a type
 // assertion on the Emitter its Run gets, as BeginBatch, and does without

@@ -52,8 +52,10 @@ type tracker struct {
 	led *ledger
 	idx uint64
 	// extra holds what most tracked items never need, allocated with
-	// the tracker only when one is (see extra).
-	*extra
+	// the tracker only when one is (see extra); nil otherwise. A named
+	// field, not an embedded one, so that no use of its fields can forget
+	// that it may be nil.
+	extra *extra
 }
 
 // An extra holds the fields of a tracker that most never need: a
@@ -334,7 +336,8 @@ type rootedWith[T any] struct {
 
 // rootedRejected is the rejOf of a rooted[T].
 func rootedRejected[T any](t *tracker) deadletter.RejectedItem {
-	// t is the first field of a rooted[T]: adopt got it from newRooted.
+	// t is the first field of a rooted[T] (or of the rooted[T] first in
+	// a rootedWith[T]): the tracker of every root is allocated so.
 	r, _ := any((*rooted[T])(unsafe.Pointer(t)).item).(deadletter.RejectedItem)
 	return r
 }

@@ -494,7 +494,7 @@ func (a *aggregator[T, K, A]) hand(ctx context.Context, id windowID[K], partial 
 		// later may fall in it.
 		return a.sendThen(ctx, w, func(tr *tracker) {
 			end := w.win.End
-			tr.settled = func() { a.log.record(id, end, tr) }
+			tr.extra.settled = func() { a.log.record(id, end, tr) }
 		})
 	}
 	return a.send(ctx, w)

@@ -201,6 +201,13 @@ func (t *offsetTracker) revoking(tr *partitionTrack) bool {
 // dropped, not emitted. It takes no lock: a revoke sets trackRevoking
 // before it waits for the count, so a record is either counted before
 // the revoke looks or not emitted.
+//
+// emit must not run at once with the end of the same record, nor after
+// it: a record not yet emitted is ended (given back, settled unemitted)
+// only on the Run goroutine that would emit it, and the tier gate's
+// dropHeld gives back only records that goroutine is not emitting. An
+// end before the emit would leave the partition's count at one for ever,
+// and a revoke or drain would wait out its bound.
 func (t *offsetTracker) emit(tr *partitionTrack, e *trackEntry) bool {
 	for {
 		f := tr.flight.Load()

@@ -540,11 +540,16 @@ func (r *record) finish(settled bool) {
 	}
 	if settled {
 		r.src.reads.settled(r.key())
-		r.sess.settle()
 	} else {
 		r.src.reads.failed(r.key())
 	}
 	r.sess.tracker.end(r.track, r.entry, settled)
+	if settled {
+		// Counted after the tracker knows it settled: the commit this
+		// count may wake must find this record among what is due, not
+		// miss it and wait for the next CommitEvery or CommitInterval.
+		r.sess.settle()
+	}
 	r.sess.release()
 }
 
