@@ -2,6 +2,8 @@ package connectors_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/connector/kafka"
+	"github.com/sluicehq/sluice/pipeline"
 )
 
 // The Kafka benchmarks run on a kfake cluster in the benchmark's process
@@ -50,17 +53,17 @@ func kafkaTopic(b *testing.B, c *kfake.Cluster) string {
 	return name
 }
 
-// kafkaFill produces n records to topic, untimed, for a consume
-// benchmark.
-func kafkaFill(b *testing.B, c *kfake.Cluster, topic string, n int) {
+// kafkaFill produces n records to topic, record(i) the i-th, untimed,
+// for a consume benchmark.
+func kafkaFill(b *testing.B, c *kfake.Cluster, topic string, n int, record func(i int) *kgo.Record) {
 	b.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic))
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer cl.Close()
-	for range n {
-		cl.Produce(context.Background(), &kgo.Record{Value: body}, nil)
+	for i := range n {
+		cl.Produce(context.Background(), record(i), nil)
 	}
 	if err := cl.Flush(context.Background()); err != nil {
 		b.Fatal(err)
@@ -130,90 +133,181 @@ func (m cpuMeter) report(b *testing.B) {
 
 // BenchmarkKafkaConsume consumes b.N records as a member of a consumer
 // group, at most kafkaInFlight records held at once, handing each record
-// to a function that counts it and committing the offsets of what was
-// handled every kafkaInFlight/2 records and at the end. Both sides do
-// the whole of it inside the timed region: join the group, poll, hand
-// over, commit, and leave the group at the end. The client's baseline
-// polls, calls the function on each record in turn, and commits
-// synchronously (CommitUncommittedOffsets) once kafkaInFlight/2 records
-// were handled since the last commit; the connector's Source runs into a
-// pipeline whose ForEach counts, and commits only what settled, from its
-// committer while polling goes on. Run it at two -benchtime counts (10 000
-// and 100 000) to tell the fixed cost (join, last commit, leave) from the
-// cost per record.
+// to a function that does nothing and committing the offsets of what was
+// handled every kafkaInFlight/2 records and at the end: the cost of the
+// consuming alone. Every side does the whole of it inside the timed
+// region: join the group, poll, hand over, commit, and leave the group
+// at the end. impl=client polls, calls the function on each record in
+// turn, and commits synchronously (CommitUncommittedOffsets) once
+// kafkaInFlight/2 records were handled since the last commit;
+// impl=channels is consumeByChannels; impl=sluice runs the connector's
+// Source into a pipeline whose ForEach calls the function, and commits
+// only what settled, from its committer while polling goes on. Run it at
+// two -benchtime counts (10 000 and 100 000) to tell the fixed cost
+// (join, last commit, leave) from the cost per record.
 func BenchmarkKafkaConsume(b *testing.B) {
 	c := kafkaCluster(b)
+	nothing := func([]byte) error { return nil }
+	fill := func(int) *kgo.Record { return &kgo.Record{Value: body} }
 	b.Run("impl=client", func(b *testing.B) {
-		topic := kafkaTopic(b, c)
-		kafkaFill(b, c, topic, b.N)
-		ctx := context.Background()
-		var seen atomic.Int64
-		handle := func(context.Context, *kgo.Record) error {
-			seen.Add(1)
-			return nil
-		}
-		b.ResetTimer()
-		cpu := startCPU()
-		start := time.Now()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
-			kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
-			kgo.FetchIsolationLevel(kgo.ReadCommitted()))
-		if err != nil {
-			b.Fatal(err)
-		}
-		handled := 0
-		for int(seen.Load()) < b.N {
-			fs := cl.PollRecords(ctx, kafkaInFlight)
-			if err := fs.Err0(); err != nil {
-				b.Fatal(err)
-			}
-			for r := range fs.RecordsAll() {
-				if err := handle(ctx, r); err != nil {
-					b.Fatal(err)
-				}
-				handled++
-			}
-			if handled >= kafkaInFlight/2 {
-				if err := cl.CommitUncommittedOffsets(ctx); err != nil {
-					b.Fatal(err)
-				}
-				handled = 0
-			}
-		}
-		if err := cl.CommitUncommittedOffsets(ctx); err != nil {
-			b.Fatal(err)
-		}
-		cl.Close()
-		rate(b, start)
-		cpu.report(b)
-		if int(seen.Load()) != b.N {
-			b.Fatalf("consumed %d records, want %d", seen.Load(), b.N)
-		}
+		consumeSide(b, c, fill, func(topic string) { consumeByClient(b, c, topic, b.N, nothing) })
 	})
 	b.Run("impl=channels", func(b *testing.B) {
-		topic := kafkaTopic(b, c)
-		kafkaFill(b, c, topic, b.N)
-		b.ResetTimer()
-		cpu := startCPU()
-		start := time.Now()
-		consumeByChannels(b, c, topic, b.N)
-		rate(b, start)
-		cpu.report(b)
+		consumeSide(b, c, fill, func(topic string) { consumeByChannels(b, c, topic, b.N, nothing) })
 	})
 	b.Run("impl=sluice", func(b *testing.B) {
-		topic := kafkaTopic(b, c)
-		kafkaFill(b, c, topic, b.N)
-		b.ResetTimer()
-		cpu := startCPU()
-		start := time.Now()
-		src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: kafkaInFlight})
-		if err != nil {
+		consumeSide(b, c, fill, func(topic string) { consumeBySource(b, c, topic, b.N, nothing) })
+	})
+}
+
+// BenchmarkKafkaConsumeDecode is BenchmarkKafkaConsume with the least
+// work a real consumer does: each record is an order of about 130 bytes
+// of JSON, keyed by one of 64 customers, and the function decodes it
+// (encoding/json) and checks it. The client and the hand-written
+// channels handle records one at a time, as written in
+// BenchmarkKafkaConsume; impl=sluice has one ForEach worker too, and
+// impl=sluice-keyed is the shape docs/kafka.md shows, the ForEach
+// under pipeline.Keyed(2, kafka.RecordKey): two workers, one customer's
+// records in order.
+func BenchmarkKafkaConsumeDecode(b *testing.B) {
+	c := kafkaCluster(b)
+	b.Run("impl=client", func(b *testing.B) {
+		consumeSide(b, c, orderRecord, func(topic string) { consumeByClient(b, c, topic, b.N, decodeOrder) })
+	})
+	b.Run("impl=channels", func(b *testing.B) {
+		consumeSide(b, c, orderRecord, func(topic string) { consumeByChannels(b, c, topic, b.N, decodeOrder) })
+	})
+	b.Run("impl=sluice", func(b *testing.B) {
+		consumeSide(b, c, orderRecord, func(topic string) { consumeBySource(b, c, topic, b.N, decodeOrder) })
+	})
+	b.Run("impl=sluice-keyed", func(b *testing.B) {
+		consumeSide(b, c, orderRecord, func(topic string) {
+			consumeBySource(b, c, topic, b.N, decodeOrder, pipeline.Keyed(2, kafka.RecordKey))
+		})
+	})
+}
+
+// consumeSide fills a new topic with b.N records made by fill, untimed,
+// then times consume(topic) and reports the rate and the CPU per record.
+func consumeSide(b *testing.B, c *kfake.Cluster, fill func(i int) *kgo.Record, consume func(topic string)) {
+	topic := kafkaTopic(b, c)
+	kafkaFill(b, c, topic, b.N, fill)
+	b.ResetTimer()
+	cpu := startCPU()
+	start := time.Now()
+	consume(topic)
+	rate(b, start)
+	cpu.report(b)
+}
+
+// order is the record BenchmarkKafkaConsumeDecode's function decodes.
+type order struct {
+	ID          int64  `json:"id"`
+	Customer    string `json:"customer"`
+	AmountCents int64  `json:"amount_cents"`
+	Items       []struct {
+		SKU string `json:"sku"`
+		Qty int    `json:"qty"`
+	} `json:"items"`
+}
+
+// orderRecord is the i-th record of BenchmarkKafkaConsumeDecode: an
+// order keyed by its customer, one of 64.
+func orderRecord(i int) *kgo.Record {
+	customer := fmt.Sprintf("c-%03d", i%64)
+	value := fmt.Sprintf(`{"id":%d,"customer":%q,"amount_cents":%d,"items":[{"sku":"A-%d","qty":2},{"sku":"B-%d","qty":1}]}`,
+		i, customer, 1000+i%9000, i%97, i%89)
+	return &kgo.Record{Key: []byte(customer), Value: []byte(value)}
+}
+
+// decodeOrder decodes an order and checks it, the work of
+// BenchmarkKafkaConsumeDecode.
+func decodeOrder(value []byte) error {
+	var o order
+	if err := json.Unmarshal(value, &o); err != nil {
+		return err
+	}
+	if o.Customer == "" || o.AmountCents <= 0 || len(o.Items) != 2 {
+		return fmt.Errorf("order %d: bad decode: %+v", o.ID, o)
+	}
+	return nil
+}
+
+// consumeByClient is franz-go alone: it polls (at most kafkaInFlight
+// records), calls handle on each record in turn, and commits
+// synchronously (CommitUncommittedOffsets) once kafkaInFlight/2 records
+// were handled since the last commit and at the end.
+func consumeByClient(b *testing.B, c *kfake.Cluster, topic string, n int, handle func([]byte) error) {
+	b.Helper()
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	seen, handled := 0, 0
+	for seen < n {
+		fs := cl.PollRecords(ctx, kafkaInFlight)
+		if err := fs.Err0(); err != nil {
 			b.Fatal(err)
 		}
-		consumeThrough(b, src, b.N, src.Stop)
-		rate(b, start)
-		cpu.report(b)
-	})
+		for r := range fs.RecordsAll() {
+			if err := handle(r.Value); err != nil {
+				b.Fatal(err)
+			}
+			seen++
+			handled++
+		}
+		if handled >= kafkaInFlight/2 {
+			if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+				b.Fatal(err)
+			}
+			handled = 0
+		}
+	}
+	if err := cl.CommitUncommittedOffsets(ctx); err != nil {
+		b.Fatal(err)
+	}
+	cl.Close()
+	if seen != n {
+		b.Fatalf("consumed %d records, want %d", seen, n)
+	}
+}
+
+// consumeBySource runs the connector's Source (MaxInFlight
+// kafkaInFlight, so CommitEvery kafkaInFlight/2) into a pipeline whose
+// ForEach, under opts, calls handle on each record, until n records were
+// handled.
+func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n int, handle func([]byte) error, opts ...pipeline.NodeOption) {
+	b.Helper()
+	src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: kafkaInFlight})
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := pipeline.New("consume")
+	var seen atomic.Int64
+	pipeline.ForEach(p, "handle", pipeline.Source(p, "consume", src), func(_ context.Context, m kafka.Message) error {
+		if err := handle(m.Value); err != nil {
+			return err
+		}
+		if int(seen.Add(1)) == n {
+			src.Stop()
+		}
+		return nil
+	}, opts...)
+	pl, err := p.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if _, err := pl.Run(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if int(seen.Load()) != n {
+		b.Fatalf("consumed %d records, want %d", seen.Load(), n)
+	}
 }
 
 // consumeByChannels is the consume loop a Go team writes by hand when the
@@ -225,7 +319,7 @@ func BenchmarkKafkaConsume(b *testing.B) {
 // was handled, as the Source does, and decouples the poll from the
 // handling, as a pipeline does; it has no retries, dead letters or
 // per-key order across workers.
-func consumeByChannels(b *testing.B, c *kfake.Cluster, topic string, n int) {
+func consumeByChannels(b *testing.B, c *kfake.Cluster, topic string, n int, handle func([]byte) error) {
 	b.Helper()
 	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitMarks(), kgo.AutoCommitInterval(time.Hour),
@@ -260,10 +354,9 @@ func consumeByChannels(b *testing.B, c *kfake.Cluster, topic string, n int) {
 			}
 		}
 	}()
-	handle := func(context.Context, *kgo.Record) error { return nil }
 	seen, marked := 0, 0
 	for r := range records {
-		if err := handle(ctx, r); err != nil {
+		if err := handle(r.Value); err != nil {
 			b.Fatal(err)
 		}
 		cl.MarkCommitRecords(r)
