@@ -161,7 +161,7 @@ func BenchmarkKafkaConsume(b *testing.B) {
 }
 
 // BenchmarkKafkaConsumeDecode is BenchmarkKafkaConsume with the least
-// work a real consumer does: each record is an order of about 130 bytes
+// work a real consumer does: each record is an order of about 100 bytes
 // of JSON, keyed by one of 64 customers, and the function decodes it
 // (encoding/json) and checks it. The client and the hand-written
 // channels handle records one at a time, as written in
