@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -62,11 +63,19 @@ func kafkaFill(b *testing.B, c *kfake.Cluster, topic string, n int, record func(
 		b.Fatal(err)
 	}
 	defer cl.Close()
+	var failed atomic.Pointer[error]
 	for i := range n {
-		cl.Produce(context.Background(), record(i), nil)
+		cl.Produce(context.Background(), record(i), func(_ *kgo.Record, err error) {
+			if err != nil {
+				failed.CompareAndSwap(nil, &err)
+			}
+		})
 	}
 	if err := cl.Flush(context.Background()); err != nil {
 		b.Fatal(err)
+	}
+	if err := failed.Load(); err != nil {
+		b.Fatal(*err)
 	}
 }
 
@@ -180,11 +189,93 @@ func BenchmarkKafkaConsumeDecode(b *testing.B) {
 	b.Run("impl=sluice", func(b *testing.B) {
 		consumeSide(b, c, orderRecord, func(topic string) { consumeBySource(b, c, topic, b.N, decodeOrder) })
 	})
+	b.Run("impl=partitions", func(b *testing.B) {
+		consumeSide(b, c, orderRecord, func(topic string) { consumeByPartitions(b, c, topic, b.N, decodeOrder) })
+	})
 	b.Run("impl=sluice-keyed", func(b *testing.B) {
 		consumeSide(b, c, orderRecord, func(topic string) {
 			consumeBySource(b, c, topic, b.N, decodeOrder, pipeline.Keyed(2, kafka.RecordKey))
 		})
 	})
+}
+
+// consumeByPartitions is franz-go alone handling records in parallel the
+// way its own examples do, a goroutine per partition: the poller sends
+// each partition's records of a poll (at most kafkaInFlight in all) to
+// that partition's worker over a channel of four batches; the worker
+// handles them in order and marks them for commit (MarkCommitRecords,
+// with AutoCommitMarks); the poller commits what was marked
+// (CommitMarkedOffsets) once kafkaInFlight/2 records were handled since
+// the last commit, and at the end. Order is kept per partition, not per
+// key, and a partition's records are handled by its one worker however
+// many partitions share a key's load.
+func consumeByPartitions(b *testing.B, c *kfake.Cluster, topic string, n int, handle func([]byte) error) {
+	b.Helper()
+	ctx := context.Background()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.AutoCommitMarks(), kgo.AutoCommitInterval(time.Hour),
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	var (
+		handled  atomic.Int64 // records handled in all
+		failed   atomic.Pointer[error]
+		wg       sync.WaitGroup
+		partOf   = map[int32]chan []*kgo.Record{}
+		polled   int
+		lastMark int64
+	)
+	worker := func(in <-chan []*kgo.Record) {
+		for recs := range in {
+			for _, r := range recs {
+				if err := handle(r.Value); err != nil {
+					failed.CompareAndSwap(nil, &err)
+				}
+			}
+			cl.MarkCommitRecords(recs...)
+			handled.Add(int64(len(recs)))
+		}
+	}
+	for polled < n {
+		fs := cl.PollRecords(ctx, kafkaInFlight)
+		if err := fs.Err0(); err != nil {
+			b.Fatal(err)
+		}
+		fs.EachPartition(func(p kgo.FetchTopicPartition) {
+			if len(p.Records) == 0 {
+				return
+			}
+			in, ok := partOf[p.Partition]
+			if !ok {
+				in = make(chan []*kgo.Record, 4)
+				partOf[p.Partition] = in
+				wg.Go(func() { worker(in) })
+			}
+			in <- p.Records
+			polled += len(p.Records)
+		})
+		if h := handled.Load(); h-lastMark >= kafkaInFlight/2 {
+			if err := cl.CommitMarkedOffsets(ctx); err != nil {
+				b.Fatal(err)
+			}
+			lastMark = h
+		}
+	}
+	for _, in := range partOf {
+		close(in)
+	}
+	wg.Wait()
+	if err := cl.CommitMarkedOffsets(ctx); err != nil {
+		b.Fatal(err)
+	}
+	if e := failed.Load(); e != nil {
+		b.Fatal(*e)
+	}
+	if got := handled.Load(); got != int64(n) || polled != n {
+		b.Fatalf("polled %d records and handled %d, want %d", polled, got, n)
+	}
 }
 
 // consumeSide fills a new topic with b.N records made by fill, untimed,
