@@ -129,3 +129,95 @@ func TestRejectedItemNotToldWhenNotToBlame(t *testing.T) {
 	assert.Empty(t, envs, "a batch of three blames none of them")
 	assert.Equal(t, node.Failed, outcomes[1])
 }
+
+// A rejectingDone is a done given to EmitTrackedWith that is a
+// deadletter.RejectedItem itself, as a broker source's per-item value is.
+type rejectingDone struct {
+	told    *told
+	outcome *node.Outcome
+	mu      *sync.Mutex
+}
+
+func (d rejectingDone) Done(o node.Outcome) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	*d.outcome = o
+}
+
+func (d rejectingDone) Rejected(env deadletter.Envelope) {
+	d.told.mu.Lock()
+	defer d.told.mu.Unlock()
+	d.told.envs = append(d.told.envs, env)
+}
+
+// A done given to EmitTrackedWith that is a RejectedItem is told why the
+// item failed the run in the item's stead (the engine keeps no copy of
+// the item then), alone, directly and through a batch of one; a done that
+// is not one leaves the item told, as rejectedRun shows.
+func TestDoneThatIsRejectedItemIsToldInItsItemsStead(t *testing.T) {
+	t.Parallel()
+	for _, batch := range []int{0, 1} {
+		clock := clockwork.NewFakeClockAt(time.Date(2026, 12, 3, 1, 0, 0, 0, time.UTC))
+		itemTold, doneTold := &told{}, &told{}
+		var mu sync.Mutex
+		outcomes := make([]node.Outcome, 3)
+		withDone := false
+		src := node.SourceFunc[rejectable](func(ctx context.Context, out node.Emitter[rejectable]) error {
+			w, ok := out.(interface {
+				EmitTrackedWith(context.Context, rejectable, interface{ Done(node.Outcome) }) error
+			})
+			withDone = ok
+			if !ok {
+				return errors.New("the pipeline's emitter has no EmitTrackedWith")
+			}
+			for i := range 3 {
+				if err := w.EmitTrackedWith(ctx, rejectable{n: i, told: itemTold}, rejectingDone{told: doneTold, outcome: &outcomes[i], mu: &mu}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		b := pipeline.New("rej", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
+			*o = resilience.Options{}
+			o.OnItemFailure = resilience.Fail
+		}))
+		in := pipeline.Source(b, "src", src)
+		check := func(_ context.Context, r rejectable) (rejectable, error) {
+			if r.n == 1 {
+				return r, errBadItem
+			}
+			return r, nil
+		}
+		if batch > 0 {
+			bt := pipeline.Batch(b, "batch", in, batch, 0)
+			checked := pipeline.Transform(b, "check", bt, node.TransformFunc[[]rejectable, []rejectable](
+				func(ctx context.Context, rs []rejectable) ([]rejectable, error) {
+					for _, r := range rs {
+						if _, err := check(ctx, r); err != nil {
+							return rs, err
+						}
+					}
+					return rs, nil
+				}))
+			pipeline.ForEach(b, "store", pipeline.Unbatch(b, "unbatch", checked), func(context.Context, rejectable) error { return nil })
+		} else {
+			checked := pipeline.Transform(b, "check", in, node.TransformFunc[rejectable, rejectable](check))
+			pipeline.ForEach(b, "store", checked, func(context.Context, rejectable) error { return nil })
+		}
+		p, err := b.Build()
+		require.NoError(t, err)
+		_, err = p.Run(t.Context())
+		require.ErrorIs(t, err, errBadItem)
+		require.True(t, withDone)
+		mu.Lock()
+		assert.Equal(t, node.Rejected, outcomes[1], "batch %d", batch)
+		mu.Unlock()
+		assert.Empty(t, itemTold.envs, "the item is not told when its done is, batch %d", batch)
+		require.Len(t, doneTold.envs, 1, "the done is told once, batch %d", batch)
+		env := doneTold.envs[0]
+		assert.Equal(t, "check", env.OriginNode)
+		assert.ErrorIs(t, env.Err, errBadItem)
+		assert.Equal(t, 1, env.Attempts)
+		assert.Equal(t, clock.Now(), env.LastFailure)
+	}
+}

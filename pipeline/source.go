@@ -246,16 +246,22 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done finisher, pos 
 }
 
 // root returns a live root tracker for item, of a source whose roots
-// share of. When item may be a RejectedItem, the tracker is allocated
-// with it (a rooted), so that the item is made an interface only if it
-// fails the run; otherwise the tracker is all there is. x says the
-// tracker needs its extra, allocated with it.
+// share of. When item may be a RejectedItem and done is not one, the
+// tracker is allocated with it (a rooted), so that the item is made an
+// interface only if it fails the run; otherwise the tracker is all there
+// is (a done that is a RejectedItem is told in the item's stead, see
+// rejected). x says the tracker needs its extra, allocated with it.
 func (s *sourceRunner[T]) root(item T, of *rootOf, done finisher, x bool) *tracker {
+	keep := of.rejOf != nil
+	if keep {
+		_, told := done.(deadletter.RejectedItem)
+		keep = !told
+	}
 	var t *tracker
 	switch {
-	case of.rejOf == nil && !x:
+	case !keep && !x:
 		t = &tracker{}
-	case of.rejOf == nil:
+	case !keep:
 		t = newTrackerWith()
 	case !x:
 		t = &(&rooted[T]{item: item}).tracker
@@ -376,6 +382,11 @@ func (e *emitter[T]) EmitTracked(ctx context.Context, item T, done func(node.Out
 // done is a nil interface for an untracked item, as EmitTracked's done is
 // nil; a nil pointer in a non-nil interface is tracked, and its Done is
 // called.
+//
+// When done is also a deadletter.RejectedItem, it is told why the item
+// failed the run in the item's stead, and the item is not kept with its
+// tracker: a source whose items are RejectedItems only to reach a value
+// it keeps per item gives that value, and saves a copy of each item.
 //
 // The method is not part of node.Emitter: a source finds it with a type
 // assertion on the Emitter its Run gets, as BeginBatch, and does without

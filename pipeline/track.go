@@ -350,7 +350,13 @@ func mayReject[T any]() bool {
 }
 
 // rejected returns the item of root tracker t as a RejectedItem, or nil.
+// When t's done is a RejectedItem it is returned instead, in the item's
+// stead: root keeps no item in such a tracker, so this must be checked
+// before rejOf, which reads the item from a rooted.
 func (t *tracker) rejected() deadletter.RejectedItem {
+	if r, ok := t.done.(deadletter.RejectedItem); ok {
+		return r
+	}
 	if t.of == nil || t.of.rejOf == nil {
 		return nil
 	}

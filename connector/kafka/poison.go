@@ -295,6 +295,14 @@ func (m Message) Rejected(env deadletter.Envelope) {
 	}
 }
 
+// Rejected is Message.Rejected for the record itself. The record is the
+// done the source gives the pipeline's EmitTrackedWith, and a done that
+// is a deadletter.RejectedItem is told in the item's stead: the engine
+// then keeps no copy of the Message in each record's tracker.
+func (r *record) Rejected(env deadletter.Envelope) {
+	r.g.rejected.Store(&env)
+}
+
 // rejected takes over the settling of rec, whose outcome is o, when o is
 // Rejected and the source has the poison guard: the count of failed runs
 // goes on in a copy of the record, or the record goes to the dead-letter

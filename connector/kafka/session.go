@@ -177,10 +177,9 @@ func (sess *session) trackPoll(krs []*kgo.Record) []*record {
 	for i, kr := range krs {
 		recs[i] = &record{src: sess.src, sess: sess, kr: kr}
 		recs[i].slot.offset, recs[i].slot.epoch = kr.Offset, kr.LeaderEpoch
-		recs[i].entry = &recs[i].slot
 	}
 	sess.tracker.addEntries(len(recs), func(i int) (string, int32, *trackEntry) {
-		return krs[i].Topic, krs[i].Partition, recs[i].entry
+		return krs[i].Topic, krs[i].Partition, &recs[i].slot
 	}, func(i int, tr *partitionTrack) {
 		recs[i].track = tr
 	})
@@ -224,7 +223,7 @@ func (sess *session) closeAgain() {
 func (sess *session) requeue(r *record) bool {
 	sess.againMu.Lock()
 	defer sess.againMu.Unlock()
-	if !sess.againOpen || !sess.tracker.unemit(r.track, r.entry) {
+	if !sess.againOpen || !sess.tracker.unemit(r.track, &r.slot) {
 		return false
 	}
 	r.endCrash(false)

@@ -361,7 +361,7 @@ func rejoins(err error) bool {
 // emit emits rec's message, unless its partition was revoked since it
 // was polled.
 func (s *Source) emit(ctx context.Context, rec *record, out node.Emitter[Message]) error {
-	if !rec.sess.tracker.emit(rec.track, rec.entry) {
+	if !rec.sess.tracker.emit(rec.track, &rec.slot) {
 		rec.giveBack()
 		return nil
 	}
@@ -484,7 +484,7 @@ type record struct {
 	src   *Source
 	sess  *session
 	track *partitionTrack
-	entry *trackEntry // &slot
+	// slot is the record's entry in its partition's offset tracker.
 	slot  trackEntry
 	kr    *kgo.Record
 	ended atomic.Bool
@@ -543,7 +543,7 @@ func (r *record) finish(settled bool) {
 	} else {
 		r.src.reads.failed(r.key())
 	}
-	r.sess.tracker.end(r.track, r.entry, settled)
+	r.sess.tracker.end(r.track, &r.slot, settled)
 	if settled {
 		// Counted after the tracker knows it settled: the commit this
 		// count may wake must find this record among what is due, not
@@ -558,7 +558,7 @@ func (r *record) finish(settled bool) {
 func (r *record) giveBack() {
 	if r.ended.CompareAndSwap(false, true) {
 		r.endCrash(false)
-		r.sess.tracker.end(r.track, r.entry, false)
+		r.sess.tracker.end(r.track, &r.slot, false)
 		r.sess.release()
 	}
 }
