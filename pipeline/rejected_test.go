@@ -59,6 +59,20 @@ func rejectedRun(t *testing.T, action resilience.FailureAction, batch int) ([]de
 		}
 		return nil
 	})
+	p := rejectedPipeline(t, clock, src, action, batch)
+	_, _ = p.Run(t.Context())
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	mu.Lock()
+	defer mu.Unlock()
+	return tl.envs, outcomes, clock.Now()
+}
+
+// rejectedPipeline builds the pipeline of rejectedRun from src: item 1
+// fails the node "check" under action, through batches of batch (0:
+// none).
+func rejectedPipeline(t *testing.T, clock clockwork.Clock, src node.Source[rejectable], action resilience.FailureAction, batch int) *pipeline.Pipeline {
+	t.Helper()
 	b := pipeline.New("rej", pipeline.WithClock(clock), pipeline.WithDeadLetter(deadletter.NewMemory(10)),
 		pipeline.WithResilience(func(o *resilience.Options) {
 			*o = resilience.Options{}
@@ -89,12 +103,7 @@ func rejectedRun(t *testing.T, action resilience.FailureAction, batch int) ([]de
 	}
 	p, err := b.Build()
 	require.NoError(t, err)
-	_, _ = p.Run(t.Context())
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	mu.Lock()
-	defer mu.Unlock()
-	return tl.envs, outcomes, clock.Now()
+	return p
 }
 
 // An item that fails its node under Fail is told, before its done runs
@@ -177,36 +186,8 @@ func TestDoneThatIsRejectedItemIsToldInItsItemsStead(t *testing.T) {
 			}
 			return nil
 		})
-		b := pipeline.New("rej", pipeline.WithClock(clock), pipeline.WithResilience(func(o *resilience.Options) {
-			*o = resilience.Options{}
-			o.OnItemFailure = resilience.Fail
-		}))
-		in := pipeline.Source(b, "src", src)
-		check := func(_ context.Context, r rejectable) (rejectable, error) {
-			if r.n == 1 {
-				return r, errBadItem
-			}
-			return r, nil
-		}
-		if batch > 0 {
-			bt := pipeline.Batch(b, "batch", in, batch, 0)
-			checked := pipeline.Transform(b, "check", bt, node.TransformFunc[[]rejectable, []rejectable](
-				func(ctx context.Context, rs []rejectable) ([]rejectable, error) {
-					for _, r := range rs {
-						if _, err := check(ctx, r); err != nil {
-							return rs, err
-						}
-					}
-					return rs, nil
-				}))
-			pipeline.ForEach(b, "store", pipeline.Unbatch(b, "unbatch", checked), func(context.Context, rejectable) error { return nil })
-		} else {
-			checked := pipeline.Transform(b, "check", in, node.TransformFunc[rejectable, rejectable](check))
-			pipeline.ForEach(b, "store", checked, func(context.Context, rejectable) error { return nil })
-		}
-		p, err := b.Build()
-		require.NoError(t, err)
-		_, err = p.Run(t.Context())
+		p := rejectedPipeline(t, clock, src, resilience.Fail, batch)
+		_, err := p.Run(t.Context())
 		require.ErrorIs(t, err, errBadItem)
 		require.True(t, withDone)
 		mu.Lock()

@@ -102,14 +102,26 @@ func publishThrough(b *testing.B, sink node.Sink[int]) {
 // the sink has seen n messages; stop ends the source.
 func consumeThrough[T any](b *testing.B, src node.Source[T], n int, stop func(), opts ...pipeline.Option) {
 	b.Helper()
+	consumeWith(b, src, n, stop, nil, nil, opts...)
+}
+
+// consumeWith is consumeThrough whose sink, under nodeOpts, calls handle
+// (when not nil) on each message before it counts it.
+func consumeWith[T any](b *testing.B, src node.Source[T], n int, stop func(), handle func(T) error, nodeOpts []pipeline.NodeOption, opts ...pipeline.Option) {
+	b.Helper()
 	p := pipeline.New("consume", opts...)
 	var seen atomic.Int64
-	pipeline.ForEach(p, "count", pipeline.Source(p, "consume", src), func(context.Context, T) error {
+	pipeline.ForEach(p, "count", pipeline.Source(p, "consume", src), func(_ context.Context, m T) error {
+		if handle != nil {
+			if err := handle(m); err != nil {
+				return err
+			}
+		}
 		if int(seen.Add(1)) == n {
 			stop()
 		}
 		return nil
-	})
+	}, nodeOpts...)
 	pl, err := p.Build()
 	if err != nil {
 		b.Fatal(err)

@@ -376,29 +376,7 @@ func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n int, handle
 	if err != nil {
 		b.Fatal(err)
 	}
-	p := pipeline.New("consume")
-	var seen atomic.Int64
-	pipeline.ForEach(p, "handle", pipeline.Source(p, "consume", src), func(_ context.Context, m kafka.Message) error {
-		if err := handle(m.Value); err != nil {
-			return err
-		}
-		if int(seen.Add(1)) == n {
-			src.Stop()
-		}
-		return nil
-	}, opts...)
-	pl, err := p.Build()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	if _, err := pl.Run(ctx); err != nil {
-		b.Fatal(err)
-	}
-	if int(seen.Load()) != n {
-		b.Fatalf("consumed %d records, want %d", seen.Load(), n)
-	}
+	consumeWith(b, src, n, src.Stop, func(m kafka.Message) error { return handle(m.Value) }, opts)
 }
 
 // consumeByChannels is the consume loop a Go team writes by hand when the
