@@ -378,7 +378,11 @@ func (sess *session) commitLocked(ctx context.Context, cs []commitOffset) error 
 			// polls no more, so it would never see the group's error.
 			// The session is lost: the Run ends, and its restart
 			// rejoins and reads again from the committed offsets.
-			sess.lose(fmt.Errorf("%w: %w", ErrConnectionLost, err))
+			// The cause wraps the broker's error unclassified: classify
+			// marks it permanent (no retry of this commit helps), and a
+			// permanent mark anywhere in the chain would outweigh the
+			// transient one Run gives the lost session.
+			sess.lose(fmt.Errorf("%w: kafka: commit offsets of %s for group %s: %w", ErrConnectionLost, sess.src.cfg.Topic, sess.src.cfg.Group, rerr))
 		}
 		return err
 	}
