@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/node"
@@ -243,7 +244,7 @@ type TransactSource struct {
 	stopCtx  context.Context
 	stopFunc context.CancelFunc
 
-	committed, aborted atomic.Int64
+	committed, aborted, unknown atomic.Int64
 }
 
 // An epochState counts one epoch's records.
@@ -569,26 +570,42 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		s.dmu.Unlock()
 	}
 	commit := !ep.tainted.Load()
+	live := ctx.Err() == nil
 	committed, err := sess.End(ctx, kgo.TransactionEndTry(commit))
 	sess.AllowRebalance()
-	if err != nil {
+	var ke *kerr.Error
+	switch {
+	case err != nil && commit && live && (!errors.As(err, &ke) || errors.Is(err, kerr.UnknownServerError)):
+		// No broker refused the commit: the context ended or the
+		// connection broke while it was under way, and the EndTxn may
+		// have reached the broker, which then commits. Not an abort:
+		// its records may not be read again.
+		s.unknown.Add(1)
+		s.forget(ep)
+		return classify(fmt.Errorf("kafka: end transaction: the commit's outcome is unknown: %w: %w", ErrOutcomeUnknown, err))
+	case err != nil:
 		s.aborted.Add(1)
 		return classify(fmt.Errorf("kafka: end transaction: %w", err))
-	}
-	if committed {
+	case committed:
 		s.committed.Add(1)
 		// A committed record is not read again here.
-		s.dmu.Lock()
-		for id, d := range ep.emitted {
-			if s.deliveries[id] == d {
-				delete(s.deliveries, id)
-			}
-		}
-		s.dmu.Unlock()
-	} else {
+		s.forget(ep)
+	default:
 		s.aborted.Add(1)
 	}
 	return nil
+}
+
+// forget drops the deliveries counted for ep's records, once they may
+// have been committed.
+func (s *TransactSource) forget(ep *epochState) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	for id, d := range ep.emitted {
+		if s.deliveries[id] == d {
+			delete(s.deliveries, id)
+		}
+	}
 }
 
 // Stop ends Run cleanly: no more polls, Run returns nil, and Close commits
@@ -631,6 +648,15 @@ func (s *TransactSource) Commits() int64 { return s.committed.Load() }
 // not settle, an output's produce was unknown, or the group took a
 // partition away mid-epoch.
 func (s *TransactSource) Aborts() int64 { return s.aborted.Load() }
+
+// Unknowns returns how many epochs the source tried to commit without
+// learning whether they committed: the run's context ended, or the
+// connection broke, while the commit was under way (Run's error then
+// matches [ErrOutcomeUnknown]; a pipeline's own error, when its caller
+// cancelled it, stays the cancel's). Such an epoch is counted neither in
+// Commits nor in Aborts; the broker either committed it or aborts it, and
+// its records are read again only in the second case.
+func (s *TransactSource) Unknowns() int64 { return s.unknown.Load() }
 
 // A TransactSink is the producing end of an [ExactlyOnce]: a [node.Sink]
 // that produces each item's record inside the source's current
