@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/node"
@@ -66,7 +67,10 @@ type ExactlyOnceConfig[T any] struct {
 	MaxRecordBytes int
 	// TransactionTimeout is how long the brokers let a transaction stay
 	// open (a process that dies mid-epoch leaves one, aborted past it or
-	// when its TransactionalID comes back). Default
+	// when its TransactionalID comes back). An epoch open longer, as
+	// when a record is held, is aborted by the brokers: its outputs
+	// produced after fail transient and blameless, and the source's Run
+	// fails transient, for a node restart to open a new client. Default
 	// [DefaultTransactionTimeout].
 	TransactionTimeout time.Duration
 	// SessionTimeout is how long the group coordinator waits for a
@@ -179,7 +183,7 @@ func NewExactlyOnce[T any](cfg ExactlyOnceConfig[T]) (*ExactlyOnce[T], error) {
 	}
 	core := newPubCore(cfg.Brokers, cfg.Output, cfg.AckTimeout, PubRetry{}, cfg.MaxRecordBytes, cfg.DialTimeout, cfg.CloseTimeout, cfg.Dial, cfg.Clock)
 	_, identifies := any(*new(T)).(Message)
-	src := &TransactSource{core: core, commitInterval: cfg.CommitInterval, maxInFlight: cfg.MaxInFlight,
+	src := &TransactSource{core: core, commitInterval: cfg.CommitInterval, maxInFlight: cfg.MaxInFlight, txnTimeout: cfg.TransactionTimeout,
 		freed: make(chan struct{}, 1), identifies: identifies, deliveries: map[recordID]int{}}
 	src.stopCtx, src.stopFunc = context.WithCancel(context.Background())
 	src.options = func() []kgo.Opt {
@@ -217,6 +221,7 @@ type TransactSource struct {
 	options        func() []kgo.Opt
 	commitInterval time.Duration
 	maxInFlight    int
+	txnTimeout     time.Duration
 
 	// mu guards sess; Open and Close replace it.
 	mu   sync.Mutex
@@ -243,7 +248,7 @@ type TransactSource struct {
 	stopCtx  context.Context
 	stopFunc context.CancelFunc
 
-	committed, aborted atomic.Int64
+	committed, aborted, unknown atomic.Int64
 }
 
 // An epochState counts one epoch's records.
@@ -257,6 +262,9 @@ type epochState struct {
 	// ended is set, with the client's lock held, before the epoch's
 	// transaction ends: no output is admitted into it after.
 	ended atomic.Bool
+	// begun is when the transaction began, on the real clock the
+	// brokers time transactions out on.
+	begun time.Time
 	// emitted holds each record emitted in the epoch with its
 	// Deliveries; guarded by the source's dmu.
 	emitted map[recordID]int
@@ -377,7 +385,7 @@ func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) err
 		if err := sess.Begin(); err != nil {
 			return classify(fmt.Errorf("kafka: begin transaction: %w", err))
 		}
-		ep := &epochState{emitted: map[recordID]int{}}
+		ep := &epochState{emitted: map[recordID]int{}, begun: time.Now()}
 		s.epoch.Store(ep)
 		if err := s.runEpoch(ctx, sess, ep, out); err != nil || s.stopCtx.Err() != nil {
 			// Close ends the epoch, once the pipeline settled its
@@ -569,26 +577,70 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		s.dmu.Unlock()
 	}
 	commit := !ep.tainted.Load()
+	live := ctx.Err() == nil
 	committed, err := sess.End(ctx, kgo.TransactionEndTry(commit))
 	sess.AllowRebalance()
-	if err != nil {
+	var ke *kerr.Error
+	switch {
+	case err != nil && commit && live && (!errors.As(err, &ke) || errors.Is(err, kerr.UnknownServerError)):
+		// No broker refused the commit: the context ended or the
+		// connection broke while it was under way, and the EndTxn may
+		// have reached the broker, which then commits. Not an abort:
+		// its records may not be read again.
+		s.unknown.Add(1)
+		s.forget(ep)
+		return classify(fmt.Errorf("kafka: end transaction: the commit's outcome is unknown: %w: %w", ErrOutcomeUnknown, err))
+	case err != nil && brokerEndedTxn(err) && time.Since(ep.begun) >= s.txnTimeout:
+		// The broker aborted the transaction, past TransactionTimeout,
+		// and fenced this producer's epoch: the epoch's records are read
+		// again, by a new client (a node restart: Close, Open). Before
+		// it, a fence is another live client's with the same
+		// TransactionalID, and stays permanent.
+		s.aborted.Add(1)
+		return resilience.MarkTransient(fmt.Errorf("kafka: end transaction: the broker aborted it (open longer than TransactionTimeout, %s); a node restart reopens the client: %w",
+			s.txnTimeout, brokerErr(err)))
+	case err != nil:
 		s.aborted.Add(1)
 		return classify(fmt.Errorf("kafka: end transaction: %w", err))
-	}
-	if committed {
+	case committed:
 		s.committed.Add(1)
 		// A committed record is not read again here.
-		s.dmu.Lock()
-		for id, d := range ep.emitted {
-			if s.deliveries[id] == d {
-				delete(s.deliveries, id)
-			}
-		}
-		s.dmu.Unlock()
-	} else {
+		s.forget(ep)
+	default:
 		s.aborted.Add(1)
 	}
 	return nil
+}
+
+// forget drops the deliveries counted for ep's records, once they may
+// have been committed.
+func (s *TransactSource) forget(ep *epochState) {
+	s.dmu.Lock()
+	defer s.dmu.Unlock()
+	for id, d := range ep.emitted {
+		if s.deliveries[id] == d {
+			delete(s.deliveries, id)
+		}
+	}
+}
+
+// brokerEndedTxn reports whether err says that the broker ended the
+// transaction, or fenced the producer's epoch: it aborted the transaction
+// past TransactionTimeout (INVALID_PRODUCER_EPOCH, then PRODUCER_FENCED),
+// or another client took the TransactionalID.
+func brokerEndedTxn(err error) bool {
+	return errors.Is(err, kerr.InvalidProducerEpoch) || errors.Is(err, kerr.ProducerFenced) ||
+		errors.Is(err, kerr.TransactionAbortable)
+}
+
+// brokerErr is the broker's error in err, without the marks that made
+// it permanent.
+func brokerErr(err error) error {
+	var ke *kerr.Error
+	if errors.As(err, &ke) {
+		return ke
+	}
+	return err
 }
 
 // Stop ends Run cleanly: no more polls, Run returns nil, and Close commits
@@ -632,6 +684,15 @@ func (s *TransactSource) Commits() int64 { return s.committed.Load() }
 // partition away mid-epoch.
 func (s *TransactSource) Aborts() int64 { return s.aborted.Load() }
 
+// Unknowns returns how many epochs the source tried to commit without
+// learning whether they committed: the run's context ended, or the
+// connection broke, while the commit was under way (Run's error then
+// matches [ErrOutcomeUnknown]; a pipeline's own error, when its caller
+// cancelled it, stays the cancel's). Such an epoch is counted neither in
+// Commits nor in Aborts; the broker either committed it or aborts it, and
+// its records are read again only in the second case.
+func (s *TransactSource) Unknowns() int64 { return s.unknown.Load() }
+
 // A TransactSink is the producing end of an [ExactlyOnce]: a [node.Sink]
 // that produces each item's record inside the source's current
 // transaction and waits for its ack. It is safe for concurrent use, so it
@@ -645,6 +706,11 @@ type TransactSink[T any] struct {
 // whose outcome is unknown aborts the epoch (the error is transient, for
 // the item retry, which produces again in the same epoch: the abort
 // discards both).
+//
+// An output refused because the broker ended the transaction (it was
+// open longer than TransactionTimeout, or another client took the
+// TransactionalID) aborts the epoch, and the error is transient and
+// blameless: the item is not at fault, and its record is read again.
 //
 // An item whose record's epoch has ended is not produced, and Write
 // returns nil: that epoch's transaction was aborted (it cannot commit
@@ -677,6 +743,14 @@ func (k *TransactSink[T]) Write(ctx context.Context, item T) error {
 		// Its epoch aborted: whatever became of the record, the abort
 		// discards it.
 		return nil
+	case ep != nil && brokerEndedTxn(err):
+		// The broker ended the transaction under the record (it was open
+		// longer than TransactionTimeout, or another client took the
+		// TransactionalID): the epoch aborts and its records are read
+		// again. Not the item's fault.
+		ep.tainted.Store(true)
+		return resilience.MarkBlameless(resilience.MarkTransient(fmt.Errorf(
+			"kafka: exactly-once sink: the broker ended the epoch's transaction (the epoch aborts, its records are read again): %w", brokerErr(err))))
 	case errors.Is(err, ErrOutcomeUnknown) && ep != nil:
 		// The record may be in the transaction: a retry could put it
 		// there twice, so the epoch must not commit. A record that
