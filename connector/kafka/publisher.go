@@ -580,7 +580,16 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error) error {
 	if errors.As(err, &ke) {
 		return resilience.MarkPermanent(&ProduceError{Topic: topic, Err: err})
 	}
-	return &ProduceError{Topic: topic, Err: err}
+	if errors.Is(err, kgo.ErrAborting) {
+		return &ProduceError{Topic: topic, Err: err}
+	}
+	// A client-side error other than those above: the idempotent
+	// producer fails a record so only while it has never written it to
+	// a broker connection (a load error: no leader, no connection, no
+	// producer ID, at once or past DeliveryTimeout; franz-go fails it
+	// with that error, not ErrRecordTimeout). A record it may have sent
+	// stays with the client until a broker answers.
+	return &notSentError{err: &ProduceError{Topic: topic, Err: fmt.Errorf("not sent: %w", err)}}
 }
 
 // close flushes the records in flight, within CloseTimeout and ctx, and
