@@ -134,8 +134,10 @@ type PublisherConfig[T any] struct {
 	// MaxRecordBytes is the largest record (key, value and headers) a
 	// Write sends; a larger one fails permanently with an error matching
 	// [ErrRecordTooLarge]. It must not exceed the topic's
-	// max.message.bytes, which refuses it otherwise. Default
-	// [DefaultMaxRecordBytes].
+	// max.message.bytes, which refuses it otherwise; above 100 MiB the
+	// client's largest request is raised to fit it, and the brokers'
+	// socket.request.max.bytes must take it too. At most 1 GiB less
+	// 1 KiB. Default [DefaultMaxRecordBytes].
 	MaxRecordBytes int
 	// DialTimeout bounds connecting to a broker. Default
 	// [DefaultDialTimeout].
@@ -245,6 +247,14 @@ const maxRecordBytesLimit = 1<<30 - batchOverhead
 // batchOverhead is room for a record batch's header and one record's own
 // fields beside its key, value and headers.
 const batchOverhead = 1024
+
+// defaultBrokerWriteBytes is the client's default largest request
+// (kgo.BrokerMaxWriteBytes), and requestOverhead room for a produce
+// request's own bytes around one batch.
+const (
+	defaultBrokerWriteBytes = 100 << 20
+	requestOverhead         = 1024
+)
 
 // NewPublisher returns a Publisher for cfg, or every problem of cfg
 // joined, each a [*ConfigError] (see [PublisherConfig.Validate]). It
@@ -362,6 +372,13 @@ func (c *pubCore) options() []kgo.Opt {
 		kgo.RecordDeliveryTimeout(c.deliveryTimeout),
 		kgo.ProducerBatchMaxBytes(int32(c.maxBytes + batchOverhead)),
 		kgo.DialTimeout(c.dialTimeout),
+	}
+	if w := c.maxBytes + batchOverhead + requestOverhead; w > defaultBrokerWriteBytes {
+		// The client refuses a batch limit above its largest request
+		// (100 MiB by default): raise that, within its own 1 GiB, so
+		// that every MaxRecordBytes Validate takes opens. (The client
+		// then fits a batch to the request, less the request's header.)
+		opts = append(opts, kgo.BrokerMaxWriteBytes(int32(min(w, 1<<30))))
 	}
 	if c.dial != nil {
 		opts = append(opts, kgo.Dialer(c.dial))
