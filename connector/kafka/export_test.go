@@ -16,3 +16,10 @@ func HeldInTiers(s *Source) int {
 	}
 	return t.gate.heldCount()
 }
+
+// PublisherClosed reports whether Close took the publisher's client away.
+func PublisherClosed[T any](p *Publisher[T]) bool {
+	p.core.mu.RLock()
+	defer p.core.mu.RUnlock()
+	return p.core.cl == nil
+}

@@ -431,6 +431,13 @@ func (c *pubCore) produce(ctx context.Context, rec *kgo.Record, admit func() err
 		if err == nil {
 			return nil
 		}
+		if alone && errors.Is(err, ErrNotOpen) {
+			// The broker refused the batch the record shared, storing
+			// none of it, and the publisher closed before the record
+			// was produced alone: never stored, and not its fault.
+			return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic,
+				Err: fmt.Errorf("not sent: its batch was refused as too large, and the publisher closed before it was produced alone: %w", ErrNotOpen)}))
+		}
 		var refused *refusedLargeError
 		if errors.As(err, &refused) {
 			if alone {
