@@ -16,3 +16,20 @@ func HeldInTiers(s *Source) int {
 	}
 	return t.gate.heldCount()
 }
+
+// PublisherLocked reports whether a writer holds the publisher's lock, or
+// waits for it: a record produced alone, or Close.
+func PublisherLocked[T any](p *Publisher[T]) bool {
+	if p.core.mu.TryRLock() {
+		p.core.mu.RUnlock()
+		return false
+	}
+	return true
+}
+
+// PublisherClosed reports whether Close took the publisher's client away.
+func PublisherClosed[T any](p *Publisher[T]) bool {
+	p.core.mu.RLock()
+	defer p.core.mu.RUnlock()
+	return p.core.cl == nil
+}

@@ -134,8 +134,10 @@ type PublisherConfig[T any] struct {
 	// MaxRecordBytes is the largest record (key, value and headers) a
 	// Write sends; a larger one fails permanently with an error matching
 	// [ErrRecordTooLarge]. It must not exceed the topic's
-	// max.message.bytes, which refuses it otherwise. Default
-	// [DefaultMaxRecordBytes].
+	// max.message.bytes, which refuses it otherwise; above 100 MiB the
+	// client's largest request is raised to fit it, and the brokers'
+	// socket.request.max.bytes must take it too. At most 1 GiB less
+	// 1 KiB. Default [DefaultMaxRecordBytes].
 	MaxRecordBytes int
 	// DialTimeout bounds connecting to a broker. Default
 	// [DefaultDialTimeout].
@@ -246,6 +248,14 @@ const maxRecordBytesLimit = 1<<30 - batchOverhead
 // fields beside its key, value and headers.
 const batchOverhead = 1024
 
+// defaultBrokerWriteBytes is the client's default largest request
+// (kgo.BrokerMaxWriteBytes), and requestOverhead room for a produce
+// request's own bytes around one batch.
+const (
+	defaultBrokerWriteBytes = 100 << 20
+	requestOverhead         = 1024
+)
+
 // NewPublisher returns a Publisher for cfg, or every problem of cfg
 // joined, each a [*ConfigError] (see [PublisherConfig.Validate]). It
 // does not connect: Open does.
@@ -319,6 +329,13 @@ type pubCore struct {
 	// though it was never sent).
 	mu sync.RWMutex
 	cl *kgo.Client
+
+	// closeMu guards closing and aloneCancel: Close cuts the wait of a
+	// record to be produced alone (which holds mu) instead of waiting
+	// for it.
+	closeMu     sync.Mutex
+	closing     bool
+	aloneCancel context.CancelCauseFunc
 }
 
 func newPubCore(brokers []string, topic string, ackTimeout time.Duration, retry PubRetry, maxBytes int, dialTimeout, closeTimeout time.Duration,
@@ -362,6 +379,13 @@ func (c *pubCore) options() []kgo.Opt {
 		kgo.RecordDeliveryTimeout(c.deliveryTimeout),
 		kgo.ProducerBatchMaxBytes(int32(c.maxBytes + batchOverhead)),
 		kgo.DialTimeout(c.dialTimeout),
+	}
+	if w := c.maxBytes + batchOverhead + requestOverhead; w > defaultBrokerWriteBytes {
+		// The client refuses a batch limit above its largest request
+		// (100 MiB by default): raise that, within its own 1 GiB, so
+		// that every MaxRecordBytes Validate takes opens. (The client
+		// then fits a batch to the request, less the request's header.)
+		opts = append(opts, kgo.BrokerMaxWriteBytes(int32(min(w, 1<<30))))
 	}
 	if c.dial != nil {
 		opts = append(opts, kgo.Dialer(c.dial))
@@ -414,6 +438,13 @@ func (c *pubCore) produce(ctx context.Context, rec *kgo.Record, admit func() err
 		if err == nil {
 			return nil
 		}
+		if alone && errors.Is(err, ErrNotOpen) {
+			// The broker refused the batch the record shared, storing
+			// none of it, and the publisher closed before the record
+			// was produced alone: never stored, and not its fault.
+			return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic,
+				Err: fmt.Errorf("not sent: its batch was refused as too large, and the publisher closed before it was produced alone: %w", ErrNotOpen)}))
+		}
 		var refused *refusedLargeError
 		if errors.As(err, &refused) {
 			if alone {
@@ -454,13 +485,24 @@ func (c *pubCore) produce(ctx context.Context, rec *kgo.Record, admit func() err
 	}
 }
 
-// recordBytes is the size of rec's key, value and headers.
+// recordBytes is the size of rec's key, value and headers, each header
+// with the lengths of its key and value as the record encodes them (so
+// that many small headers cannot pass it and be refused by the client).
 func recordBytes(rec *kgo.Record) int {
 	n := len(rec.Key) + len(rec.Value)
 	for _, h := range rec.Headers {
-		n += len(h.Key) + len(h.Value)
+		n += varintLen(len(h.Key)) + len(h.Key) + varintLen(len(h.Value)) + len(h.Value)
 	}
 	return n
+}
+
+// varintLen is the size of n as a record's zig-zag varint.
+func varintLen(n int) int {
+	u, l := uint64(n)<<1, 1
+	for ; u >= 0x80; u >>= 7 {
+		l++
+	}
+	return l
 }
 
 // A notSentError is a produce that the client failed before a broker
@@ -509,9 +551,19 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 		return resilience.MarkPermanent(fmt.Errorf("kafka: produce to topic %q: the publisher was not opened, or was closed: %w", topic, ErrNotOpen))
 	}
 	if alone {
-		if err := cl.Flush(ctx); err != nil {
+		fctx, stop := c.aloneContext(ctx)
+		err := cl.Flush(fctx)
+		stop()
+		if err != nil {
 			// Nothing of this record was stored: the broker refused it.
-			return fmt.Errorf("kafka: produce to topic %q ended before it was sent alone: %w", topic, context.Cause(ctx))
+			if ctx.Err() != nil {
+				return fmt.Errorf("kafka: produce to topic %q ended before it was sent alone: %w", topic, context.Cause(ctx))
+			}
+			if cause := context.Cause(fctx); errors.Is(cause, ErrNotOpen) {
+				return cause
+			}
+			return &notSentError{err: &ProduceError{Topic: topic,
+				Err: fmt.Errorf("not sent: its batch was refused as too large, and the records in flight did not clear within AckTimeout (%s) for it to be produced alone", c.ackTimeout)}}
 		}
 	}
 	// The record's context is ctx: the client fails the record with it
@@ -544,6 +596,32 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 	return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true,
 		Err: fmt.Errorf("no ack within AckTimeout (%s)", c.ackTimeout)}))
 }
+
+// aloneContext bounds the wait of a record to be produced alone for the
+// records in flight before it: ctx, AckTimeout on the publisher's clock
+// (the wait holds every other Write off), and Close, which cuts it with a
+// cause matching ErrNotOpen. stop releases it.
+func (c *pubCore) aloneContext(ctx context.Context) (_ context.Context, stop func()) {
+	fctx, cancel := context.WithCancelCause(ctx)
+	timer := c.clock.AfterFunc(c.ackTimeout, func() { cancel(nil) })
+	c.closeMu.Lock()
+	if c.closing {
+		cancel(errAloneClosed)
+	}
+	c.aloneCancel = cancel
+	c.closeMu.Unlock()
+	return fctx, func() {
+		c.closeMu.Lock()
+		c.aloneCancel = nil
+		c.closeMu.Unlock()
+		timer.Stop()
+		cancel(nil)
+	}
+}
+
+// errAloneClosed ends the wait of a record to be produced alone when
+// Close runs.
+var errAloneClosed = fmt.Errorf("kafka: the publisher closed: %w", ErrNotOpen)
 
 // answer turns the client's answer to a produce into the Write's error.
 func (c *pubCore) answer(ctx context.Context, topic string, err error) error {
@@ -580,16 +658,36 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error) error {
 	if errors.As(err, &ke) {
 		return resilience.MarkPermanent(&ProduceError{Topic: topic, Err: err})
 	}
-	return &ProduceError{Topic: topic, Err: err}
+	if errors.Is(err, kgo.ErrAborting) {
+		return &ProduceError{Topic: topic, Err: err}
+	}
+	// A client-side error other than those above: the idempotent
+	// producer fails a record so only while it has never written it to
+	// a broker connection (a load error: no leader, no connection, no
+	// producer ID, at once or past DeliveryTimeout; franz-go fails it
+	// with that error, not ErrRecordTimeout). A record it may have sent
+	// stays with the client until a broker answers.
+	return &notSentError{err: &ProduceError{Topic: topic, Err: fmt.Errorf("not sent: %w", err)}}
 }
 
 // close flushes the records in flight, within CloseTimeout and ctx, and
 // closes the client.
 func (c *pubCore) close(ctx context.Context) error {
+	// A record waiting to be produced alone holds mu: cut its wait
+	// rather than wait for it.
+	c.closeMu.Lock()
+	c.closing = true
+	if c.aloneCancel != nil {
+		c.aloneCancel(errAloneClosed)
+	}
+	c.closeMu.Unlock()
 	c.mu.Lock()
 	cl := c.cl
 	c.cl = nil
 	c.mu.Unlock()
+	c.closeMu.Lock()
+	c.closing = false
+	c.closeMu.Unlock()
 	if cl == nil {
 		return nil
 	}
