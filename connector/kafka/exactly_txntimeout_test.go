@@ -38,7 +38,7 @@ func txnState(t *testing.T, a *admin, txnID string) (state string, epoch int16) 
 // next run reads the epoch's records again and commits each output once.
 func TestExactlyOnceBrokerTimesOutTransaction(t *testing.T) {
 	t.Parallel()
-	runErr, eo := txnTimesOut(t, false)
+	eo, runErr := txnTimesOut(t, false)
 	require.Error(t, runErr, "the refused output fails the run under Fail")
 	assert.ErrorIs(t, runErr, kerr.InvalidProducerEpoch)
 	assert.True(t, resilience.IsTransient(runErr), "the broker's abort is transient: %v", runErr)
@@ -54,15 +54,15 @@ func TestExactlyOnceBrokerTimesOutTransaction(t *testing.T) {
 // input, each output once.
 func TestExactlyOnceBrokerTimeoutDeadLettersNoItem(t *testing.T) {
 	t.Parallel()
-	runErr, eo := txnTimesOut(t, true)
+	eo, runErr := txnTimesOut(t, true)
 	assert.NoError(t, runErr, "the run went on to the end")
 	assert.GreaterOrEqual(t, eo.Source().Aborts(), int64(1), "the timed-out epoch aborted")
 }
 
 // txnTimesOut holds one record until the broker timed its transaction
-// out, then lets it go on, and returns the first run's error once every
+// out, then lets it go on, and returns it with the first run's error once every
 // output is committed (or the run failed, then ran again).
-func txnTimesOut(t *testing.T, dlq bool) (error, *kafka.ExactlyOnce[kafka.Message]) {
+func txnTimesOut(t *testing.T, dlq bool) (*kafka.ExactlyOnce[kafka.Message], error) {
 	c := newCluster(t, 1)
 	addrs := c.ListenAddrs()
 	in, out := pubName(t), pubName(t)
@@ -155,5 +155,5 @@ func txnTimesOut(t *testing.T, dlq bool) (error, *kafka.ExactlyOnce[kafka.Messag
 		t.Logf("dead letter: %s: %v", env.Item.(kafka.Message).Value, env.Err)
 	}
 	assert.Zero(t, dead.Len(), "no item is to blame for the broker's abort of the transaction")
-	return runErr, eo
+	return eo, runErr
 }
