@@ -661,13 +661,15 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error) error {
 	if errors.Is(err, kgo.ErrAborting) {
 		return &ProduceError{Topic: topic, Err: err}
 	}
-	// A client-side error other than those above: the idempotent
-	// producer fails a record so only while it has never written it to
-	// a broker connection (a load error: no leader, no connection, no
-	// producer ID, at once or past DeliveryTimeout; franz-go fails it
-	// with that error, not ErrRecordTimeout). A record it may have sent
-	// stays with the client until a broker answers.
-	return &notSentError{err: &ProduceError{Topic: topic, Err: fmt.Errorf("not sent: %w", err)}}
+	// A client-side error other than those above: franz-go fails a
+	// record with its load error (no leader, no connection, no producer
+	// ID) when no request of its batch is in flight, which does not say
+	// none was ever written: a batch whose first send was stored with
+	// its answer lost, then refused as retryable by a new leader, is
+	// failed so too. The outcome is unknown: not the item's fault, and
+	// not produced again by PubRetry.
+	c.unknown.Add(1)
+	return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true, Err: err}))
 }
 
 // close flushes the records in flight, within CloseTimeout and ctx, and

@@ -18,10 +18,11 @@ import (
 )
 
 // Mid-stream the cluster goes away (connections closed, dials refused):
-// records in flight stay with the client and are sent again; records that
-// never reach a broker fail with the dial error and PubRetry produces
-// them again. Under a Keyed sink, k#i+1 does not land before k#i, and
-// nothing is stored twice.
+// records in flight stay with the client and are sent again; records
+// franz-go fails with the dial error end unknown (it cannot say none of
+// their sends was stored), transient and blameless, and the engine's
+// item retry writes them again. Under a Keyed sink, k#i+1 does not land
+// before k#i, and here, where none was stored, nothing is stored twice.
 func TestPublisherKeyOrderUnderPubRetry(t *testing.T) {
 	t.Parallel()
 	c := shared(t)
@@ -66,7 +67,7 @@ func TestPublisherKeyOrderUnderPubRetry(t *testing.T) {
 			return false
 		}
 	})
-	require.NoError(t, runErr, "every record was retried until the cluster came back (transient %v, blameless %v, unknown %v)",
+	require.NoError(t, runErr, "every record was written again until the cluster came back (transient %v, blameless %v, unknown %v)",
 		resilience.IsTransient(runErr), resilience.IsBlameless(runErr), errors.Is(runErr, kafka.ErrOutcomeUnknown))
 	t.Logf("retries %d unknown %d", pub.Retries(), pub.Unknown())
 	checkKeyOrder(t, readTopic(t, c.ListenAddrs(), topic, 4*20, kgo.ReadUncommitted()), 4, 20)
