@@ -25,18 +25,8 @@ import (
 // commits the end.
 func TestRunAgainAfterATransientError(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 1)
-	a := newAdmin(t, c)
-	topic := uniqueName(t)
-	a.topic(topic, 1)
-	a.produce(topic, records(0, 6)...)
-	fenceFirstCommit(c)
-	cfg := a.config(topic)
-	cfg.CommitEvery = 2
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
+	a, topic, src := fencedSource(t, 6)
 	ctx := testContext(t)
-	require.NoError(t, src.Open(ctx))
 
 	var (
 		mu    sync.Mutex
@@ -53,7 +43,7 @@ func TestRunAgainAfterATransientError(t *testing.T) {
 		}
 		done(node.Delivered)
 	}}
-	err = src.Run(ctx, em)
+	err := src.Run(ctx, em)
 	require.ErrorIs(t, err, kafka.ErrConnectionLost)
 	t.Logf("first run emitted %v, ended %v; committed %v", first, err, a.committed(topic, topic))
 
@@ -90,6 +80,25 @@ func TestRunAgainAfterATransientError(t *testing.T) {
 }
 
 // fenceFirstCommit answers the first OffsetCommit ILLEGAL_GENERATION, as
+// fencedSource opens a source (CommitEvery 2) of a new one-partition
+// topic holding n records, on a cluster whose group answers the first
+// commit ILLEGAL_GENERATION.
+func fencedSource(t *testing.T, n int) (*admin, string, *kafka.Source) {
+	t.Helper()
+	c := newCluster(t, 1)
+	a := newAdmin(t, c)
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	a.produce(topic, records(0, n)...)
+	fenceFirstCommit(c)
+	cfg := a.config(topic)
+	cfg.CommitEvery = 2
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	require.NoError(t, src.Open(testContext(t)))
+	return a, topic, src
+}
+
 // a group that dropped the member does.
 func fenceFirstCommit(c *kfake.Cluster) {
 	var fenced atomic.Bool
@@ -122,20 +131,10 @@ func fenceFirstCommit(c *kfake.Cluster) {
 // say so, or a supervisor that retries transient errors gives up.
 func TestFencedCommitErrorIsTransient(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 1)
-	a := newAdmin(t, c)
-	topic := uniqueName(t)
-	a.topic(topic, 1)
-	a.produce(topic, records(0, 4)...)
-	fenceFirstCommit(c)
-	cfg := a.config(topic)
-	cfg.CommitEvery = 2
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
+	_, _, src := fencedSource(t, 4)
 	ctx := testContext(t)
-	require.NoError(t, src.Open(ctx))
 	defer func() { _ = src.Close(ctx) }()
-	err = src.Run(ctx, &recordingEmitter{on: func(_ kafka.Message, done func(node.Outcome)) { done(node.Delivered) }})
+	err := src.Run(ctx, &recordingEmitter{on: func(_ kafka.Message, done func(node.Outcome)) { done(node.Delivered) }})
 	require.ErrorIs(t, err, kafka.ErrConnectionLost)
 	assert.True(t, resilience.IsTransient(err), "ErrConnectionLost after a fenced commit is transient: %v", err)
 }
