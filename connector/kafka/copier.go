@@ -21,6 +21,7 @@ import (
 // for the ack: only then does the source settle the original.
 type copier struct {
 	cl       *kgo.Client
+	sent     *sentWatch // counts cl's produce requests
 	clock    clockwork.Clock
 	timeout  time.Duration
 	consumer string // HeaderConsumer of the copies
@@ -55,7 +56,7 @@ func (c *copier) produce(ctx context.Context, topic string, rec *kgo.Record, spe
 	spec.consumer = c.consumer
 	cp := &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Partition: spec.partition,
 		Headers: copyHeaders(rec.Headers, spec)}
-	return produceAcked(ctx, c.cl, c.clock, c.timeout, cp)
+	return produceAcked(ctx, c.cl, c.sent, c.clock, c.timeout, cp)
 }
 
 // close closes the copier's client, waiting at most timeout for what is

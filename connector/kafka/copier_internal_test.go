@@ -52,9 +52,10 @@ func fetchOne(t testing.TB, c *kfake.Cluster, topic string) *kgo.Record {
 }
 
 func newTestCopier(t testing.TB, kc *kfake.Cluster, topic string, clock clockwork.Clock, delays ...time.Duration) *copier {
-	cl, err := kgo.NewClient(producerOpts(kc.ListenAddrs(), 10*time.Second, time.Second, nil)...)
+	sent := &sentWatch{}
+	cl, err := kgo.NewClient(producerOpts(kc.ListenAddrs(), 10*time.Second, time.Second, nil, sent)...)
 	require.NoError(t, err)
-	c := &copier{cl: cl, clock: clock, timeout: 10 * time.Second, consumer: consumerName(topic, "g"), topic: topic,
+	c := &copier{cl: cl, sent: sent, clock: clock, timeout: 10 * time.Second, consumer: consumerName(topic, "g"), topic: topic,
 		retry: RetryTopics{Enabled: true, Delays: delays}}
 	t.Cleanup(func() { c.close(time.Second) })
 	return c

@@ -80,6 +80,8 @@ type DeadLetterPublisher struct {
 
 	mu sync.RWMutex
 	cl *kgo.Client // nil once closed
+	// sent counts the produce requests cl wrote (see sentWatch).
+	sent *sentWatch
 }
 
 // Validate reports every problem of c, joined, each a [*ConfigError]; nil
@@ -132,20 +134,23 @@ func NewDeadLetterPublisher(cfg DeadLetterConfig) (*DeadLetterPublisher, error) 
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
-	cl, err := kgo.NewClient(producerOpts(cfg.Brokers, cfg.AckTimeout, cfg.DialTimeout, cfg.Dial)...)
+	sent := &sentWatch{}
+	cl, err := kgo.NewClient(producerOpts(cfg.Brokers, cfg.AckTimeout, cfg.DialTimeout, cfg.Dial, sent)...)
 	if err != nil {
 		return nil, resilience.MarkPermanent(fmt.Errorf("kafka: dead-letter publisher of topic %q: %w", cfg.Topic, err))
 	}
-	return &DeadLetterPublisher{cfg: cfg, cl: cl}, nil
+	return &DeadLetterPublisher{cfg: cfg, cl: cl, sent: sent}, nil
 }
 
 // producerOpts are the options of a client that produces the source's
 // copies or dead letters: the idempotent producer (the client's default)
 // with acks from every in-sync replica, no linger (each produce waits for
-// its ack), and the given delivery timeout.
+// its ack), and the given delivery timeout; sent counts its produce
+// requests.
 func producerOpts(brokers []string, ackTimeout, dialTimeout time.Duration,
-	dial func(context.Context, string, string) (net.Conn, error)) []kgo.Opt {
+	dial func(context.Context, string, string) (net.Conn, error), sent *sentWatch) []kgo.Opt {
 	opts := []kgo.Opt{
+		kgo.WithHooks(sent),
 		kgo.SeedBrokers(brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
@@ -196,7 +201,7 @@ func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope
 	if d.cl == nil {
 		return resilience.MarkPermanent(fmt.Errorf("kafka: dead-letter publisher of topic %q is closed", d.cfg.Topic))
 	}
-	if err := produceAcked(ctx, d.cl, d.cfg.Clock, d.cfg.AckTimeout, rec); err != nil {
+	if err := produceAcked(ctx, d.cl, d.sent, d.cfg.Clock, d.cfg.AckTimeout, rec); err != nil {
 		return fmt.Errorf("kafka: dead letter to topic %q: %w", d.cfg.Topic, err)
 	}
 	return nil
@@ -249,24 +254,26 @@ func isUnknown(err error) bool {
 	return errors.As(err, &u)
 }
 
-// produceAcked produces rec on cl and waits, at most timeout on clock, for
-// the brokers' ack. An error is an *unknownError when the record may be
-// stored; otherwise no broker stored it.
-func produceAcked(ctx context.Context, cl *kgo.Client, clock clockwork.Clock, timeout time.Duration, rec *kgo.Record) error {
+// produceAcked produces rec on cl, whose produce requests sent counts, and
+// waits, at most timeout on clock, for the brokers' ack. An error is an
+// *unknownError when the record may be stored; otherwise no broker
+// stored it.
+func produceAcked(ctx context.Context, cl *kgo.Client, sent *sentWatch, clock clockwork.Clock, timeout time.Duration, rec *kgo.Record) error {
 	done := make(chan error, 1)
+	mark := sent.mark()
 	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
 	timer := clock.NewTimer(timeout)
 	defer timer.Stop()
 	select {
 	case err := <-done:
-		return produceAnswer(ctx, rec.Topic, err)
+		return produceAnswer(ctx, rec.Topic, err, sent.sentSince(mark))
 	case <-ctx.Done():
 	case <-timer.Chan():
 	}
 	select {
 	case err := <-done:
 		// The answer came with the end of the wait: it is the answer.
-		return produceAnswer(ctx, rec.Topic, err)
+		return produceAnswer(ctx, rec.Topic, err, sent.sentSince(mark))
 	default:
 	}
 	why := context.Cause(ctx)
@@ -276,11 +283,16 @@ func produceAcked(ctx context.Context, cl *kgo.Client, clock clockwork.Clock, ti
 	return resilience.MarkTransient(&unknownError{topic: rec.Topic, err: why})
 }
 
-// produceAnswer turns the client's answer to a produce into an error.
-func produceAnswer(ctx context.Context, topic string, err error) error {
+// produceAnswer turns the client's answer to a produce into an error;
+// sent says the client wrote a produce request since it took the record
+// (see sentWatch), which makes a failure without a broker's answer
+// unknown.
+func produceAnswer(ctx context.Context, topic string, err error, sent bool) error {
 	switch {
 	case err == nil:
 		return nil
+	case sent && clientSide(err):
+		return resilience.MarkTransient(&unknownError{topic: topic, err: err})
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client fails a record for its context only before it sent
 		// it.
@@ -288,8 +300,8 @@ func produceAnswer(ctx context.Context, topic string, err error) error {
 	case errors.Is(err, kgo.ErrClientClosed):
 		return resilience.MarkTransient(&unknownError{topic: topic, err: err})
 	case errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries):
-		// The idempotent producer fails a record for these only when no
-		// broker stored it.
+		// No produce request was written since the client took the
+		// record (sent is false): no broker stored it.
 		return resilience.MarkTransient(fmt.Errorf("kafka: produce to topic %q: not stored: %w", topic, err))
 	default:
 		return fmt.Errorf("kafka: produce to topic %q: %w", topic, err)

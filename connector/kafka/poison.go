@@ -153,11 +153,12 @@ func (s *Source) openGuard(ctx context.Context) error {
 	s.g.mu.Lock()
 	defer s.g.mu.Unlock()
 	if s.cfg.makesCopies() && s.g.copies == nil {
-		cl, err := kgo.NewClient(producerOpts(s.cfg.Brokers, copyTimeout, s.cfg.DialTimeout, s.cfg.Dial)...)
+		sent := &sentWatch{}
+		cl, err := kgo.NewClient(producerOpts(s.cfg.Brokers, copyTimeout, s.cfg.DialTimeout, s.cfg.Dial, sent)...)
 		if err != nil {
 			return resilience.MarkPermanent(fmt.Errorf("kafka: source of %s: copies: %w", s.cfg.Topic, err))
 		}
-		c := &copier{cl: cl, clock: s.cfg.Clock, timeout: copyTimeout,
+		c := &copier{cl: cl, sent: sent, clock: s.cfg.Clock, timeout: copyTimeout,
 			consumer: consumerName(s.cfg.Topic, s.cfg.Group), topic: s.cfg.Topic, retry: s.cfg.Retry}
 		if s.cfg.Retry.Enabled && s.cfg.Retry.Declare {
 			dctx, cancel := context.WithTimeout(ctx, s.cfg.DialTimeout)

@@ -121,9 +121,11 @@ type PublisherConfig[T any] struct {
 	// DeliveryTimeout bounds, in real time (it is the client's
 	// RecordDeliveryTimeout), how long the client keeps trying to send a
 	// record that it could not send (no broker reachable, a leader that
-	// moved): past it the record fails as never sent, for PubRetry. A
-	// record that was sent is never failed for it: the idempotent
-	// producer waits for the broker's answer. The client takes no less
+	// moved): past it the record fails as never sent, for PubRetry, when
+	// the client wrote no produce request since it took the record, and
+	// as unknown otherwise (franz-go fails so a batch whose first send
+	// was stored with its answer lost, once a resend was refused as
+	// retryable). The client takes no less
 	// than a second. Default AckTimeout, or a second when AckTimeout is
 	// shorter; it must not exceed AckTimeout, else the wait on Clock ends
 	// first and calls unknown a record that was never sent.
@@ -322,6 +324,9 @@ type pubCore struct {
 	clock           clockwork.Clock
 	unknown         atomic.Int64
 	retries         atomic.Int64
+	// sent counts the produce requests the client wrote, so that a
+	// failure the client calls "before it was sent" is checked.
+	sent sentWatch
 
 	// mu guards cl: a Write holds it shared while it hands a record to
 	// the client, so that Close never closes the client under a produce
@@ -379,6 +384,7 @@ func (c *pubCore) options() []kgo.Opt {
 		kgo.RecordDeliveryTimeout(c.deliveryTimeout),
 		kgo.ProducerBatchMaxBytes(int32(c.maxBytes + batchOverhead)),
 		kgo.DialTimeout(c.dialTimeout),
+		kgo.WithHooks(&c.sent),
 	}
 	if w := c.maxBytes + batchOverhead + requestOverhead; w > defaultBrokerWriteBytes {
 		// The client refuses a batch limit above its largest request
@@ -570,6 +576,7 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 	// when ctx ends before the record is sent, and, once it is sent,
 	// waits for the broker's answer whatever ctx does (the idempotent
 	// producer cannot forget a record it sent).
+	mark := c.sent.mark()
 	cl.Produce(ctx, out, func(_ *kgo.Record, err error) { done <- err })
 	if !alone {
 		c.mu.RUnlock()
@@ -579,14 +586,14 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 	defer timer.Stop()
 	select {
 	case err := <-done:
-		return c.answer(ctx, topic, err)
+		return c.answer(ctx, topic, err, c.sent.sentSince(mark))
 	case <-ctx.Done():
 	case <-timer.Chan():
 	}
 	// An answer that came with the end of the wait is still the answer.
 	select {
 	case err := <-done:
-		return c.answer(ctx, topic, err)
+		return c.answer(ctx, topic, err, c.sent.sentSince(mark))
 	default:
 	}
 	c.unknown.Add(1)
@@ -624,10 +631,20 @@ func (c *pubCore) aloneContext(ctx context.Context) (_ context.Context, stop fun
 var errAloneClosed = fmt.Errorf("kafka: the publisher closed: %w", ErrNotOpen)
 
 // answer turns the client's answer to a produce into the Write's error.
-func (c *pubCore) answer(ctx context.Context, topic string, err error) error {
+// sent says a produce request was written since the record was handed
+// to the client (see sentWatch): a failure the client gives before any
+// answer from a broker is then of unknown outcome, never "not sent".
+func (c *pubCore) answer(ctx context.Context, topic string, err error, sent bool) error {
 	switch {
 	case err == nil:
 		return nil
+	case sent && clientSide(err):
+		c.unknown.Add(1)
+		if ctx.Err() != nil {
+			return &ProduceError{Topic: topic, Unknown: true, Err: fmt.Errorf("%w (the run's context: %w)", err, context.Cause(ctx))}
+		}
+		return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true,
+			Err: fmt.Errorf("%w (a produce request was written since the record was handed to the client)", err)}))
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 		if ctx.Err() != nil {
 			// The client fails a record for its context only before it
@@ -643,8 +660,8 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error) error {
 		c.unknown.Add(1)
 		return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true, Err: err}))
 	case errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries):
-		// The idempotent producer fails a record for these only when no
-		// broker stored it.
+		// No produce request was written since the record was handed
+		// over (sent is false): no broker stored it.
 		return &notSentError{err: &ProduceError{Topic: topic, Err: err}}
 	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge):
 		return &refusedLargeError{err: &ProduceError{Topic: topic, Err: fmt.Errorf("%w: %w", ErrRecordTooLarge, err)}}
@@ -663,13 +680,29 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error) error {
 	}
 	// A client-side error other than those above: franz-go fails a
 	// record with its load error (no leader, no connection, no producer
-	// ID) when no request of its batch is in flight, which does not say
-	// none was ever written: a batch whose first send was stored with
-	// its answer lost, then refused as retryable by a new leader, is
-	// failed so too. The outcome is unknown: not the item's fault, and
-	// not produced again by PubRetry.
-	c.unknown.Add(1)
-	return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true, Err: err}))
+	// ID) when no request of its batch is in flight. No produce request
+	// was written since the record was handed over (sent is false): no
+	// broker stored it, and it failed for the cluster's sake.
+	return &notSentError{err: &ProduceError{Topic: topic, Err: err}}
+}
+
+// clientSide reports whether err is a failure the client gives a record
+// without a broker's answer to it: the record's or a batch-mate's
+// context, a delivery timeout or retry limit, or a load error (no leader,
+// no connection, no producer ID). A broker's error code, the client's
+// close and an abort are not.
+func clientSide(err error) bool {
+	var ke *kerr.Error
+	switch {
+	case errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries),
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// Before a broker's error code the client may wrap as the
+		// last one it saw.
+		return true
+	case errors.As(err, &ke), errors.Is(err, kgo.ErrClientClosed), errors.Is(err, kgo.ErrAborting):
+		return false
+	}
+	return true
 }
 
 // close flushes the records in flight, within CloseTimeout and ctx, and

@@ -19,10 +19,12 @@ import (
 
 // Mid-stream the cluster goes away (connections closed, dials refused):
 // records in flight stay with the client and are sent again; records
-// franz-go fails with the dial error end unknown (it cannot say none of
-// their sends was stored), transient and blameless, and the engine's
-// item retry writes them again. Under a Keyed sink, k#i+1 does not land
-// before k#i, and here, where none was stored, nothing is stored twice.
+// franz-go fails with the dial error end never sent (PubRetry writes them
+// again) when the client wrote no produce request since it took them,
+// else unknown (it cannot say none of their sends was stored), transient
+// and blameless, and the engine's item retry writes them again. Under a
+// Keyed sink, k#i+1 does not land before k#i, and here, where none was
+// stored, nothing is stored twice.
 func TestPublisherKeyOrderUnderPubRetry(t *testing.T) {
 	t.Parallel()
 	c := shared(t)

@@ -1,0 +1,65 @@
+package kafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// The watch counts the produce requests its client wrote, and nothing
+// else: not the metadata a client asks first, not a produce of which no
+// byte was written.
+func TestSentWatchCountsProduceWrites(t *testing.T) {
+	w := &sentWatch{}
+	m := w.mark()
+	w.OnBrokerWrite(kgo.BrokerMetadata{}, int16(kmsg.Metadata), 100, 0, 0, nil)
+	w.OnBrokerWrite(kgo.BrokerMetadata{}, int16(kmsg.Produce), 0, 0, 0, errors.New("broken pipe"))
+	assert.False(t, w.sentSince(m), "no produce byte written")
+	w.OnBrokerWrite(kgo.BrokerMetadata{}, int16(kmsg.Produce), 1, 0, 0, errors.New("broken pipe"))
+	assert.True(t, w.sentSince(m), "a produce partly written may be stored")
+
+	// A real client's produce is counted.
+	c := ownCluster(t)
+	_, err := adminOf(t, c).CreateTopic(context.Background(), 1, 1, nil, "sent-watch")
+	require.NoError(t, err)
+	live := &sentWatch{}
+	cl, err := kgo.NewClient(producerOpts(c.ListenAddrs(), 10*time.Second, time.Second, nil, live)...)
+	require.NoError(t, err)
+	defer cl.Close()
+	m = live.mark()
+	require.NoError(t, cl.ProduceSync(context.Background(), &kgo.Record{Topic: "sent-watch", Value: []byte("v")}).FirstErr())
+	assert.True(t, live.sentSince(m))
+}
+
+// A failure the client gives without a broker's answer is "not stored"
+// only while no produce request was written since the record was taken;
+// else its outcome is unknown. A broker's error code is its answer,
+// whatever was written.
+func TestProduceAnswerWithWritesIsUnknown(t *testing.T) {
+	ctx := context.Background()
+	for _, err := range []error{
+		kgo.ErrRecordTimeout,
+		fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.NotLeaderForPartition),
+		kgo.ErrRecordRetries,
+		errors.New("unable to dial: connection refused"),
+	} {
+		quiet := produceAnswer(ctx, "t", err, false)
+		require.Error(t, quiet)
+		assert.False(t, isUnknown(quiet), "%v with nothing sent: not stored", err)
+		loud := produceAnswer(ctx, "t", err, true)
+		assert.True(t, isUnknown(loud), "%v after a produce was written: %v", err, loud)
+		assert.True(t, resilience.IsTransient(loud), "transient: %v", loud)
+	}
+	refused := produceAnswer(ctx, "t", kerr.InvalidRecord, true)
+	assert.False(t, isUnknown(refused), "the broker's refusal is its answer: %v", refused)
+}
