@@ -199,6 +199,26 @@ func BenchmarkKafkaConsumeDecode(b *testing.B) {
 	})
 }
 
+// BenchmarkDecodeWork is the work of BenchmarkKafkaConsumeDecode alone:
+// decodeOrder on the values of orderRecord, in turn, with no Kafka and
+// no goroutine but the benchmark's: the cost of the work in the same
+// run as the consume benchmarks, whose cost per record less this one is
+// what each side adds to it.
+func BenchmarkDecodeWork(b *testing.B) {
+	values := make([][]byte, 1024)
+	for i := range values {
+		values[i] = orderRecord(i).Value
+	}
+	b.ResetTimer()
+	start := time.Now()
+	for i := range b.N {
+		if err := decodeOrder(values[i%len(values)]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rate(b, start)
+}
+
 // consumeByPartitions is franz-go alone handling records in parallel the
 // way its own examples do, a goroutine per partition: the poller sends
 // each partition's records of a poll (at most kafkaInFlight in all) to
