@@ -285,13 +285,14 @@ func produceAcked(ctx context.Context, cl *kgo.Client, sent *sentWatch, clock cl
 
 // produceAnswer turns the client's answer to a produce into an error;
 // sent says the client wrote a produce request since it took the record
-// (see sentWatch), which makes a failure without a broker's answer
-// unknown.
+// (see sentWatch), which makes a failure that may come after a stored
+// send (mayBeStored) unknown. (A copy or a dead letter is not sent again
+// alone when refused as too large, so no lost answer is asked about.)
 func produceAnswer(ctx context.Context, topic string, err error, sent bool) error {
 	switch {
 	case err == nil:
 		return nil
-	case sent && clientSide(err):
+	case sent && mayBeStored(err):
 		return resilience.MarkTransient(&unknownError{topic: topic, err: err})
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client fails a record for its context only before it sent

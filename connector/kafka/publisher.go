@@ -573,9 +573,10 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 		}
 	}
 	// The record's context is ctx: the client fails the record with it
-	// when ctx ends before the record is sent, and, once it is sent,
-	// waits for the broker's answer whatever ctx does (the idempotent
-	// producer cannot forget a record it sent).
+	// when ctx ends before the record is sent, and, while a send of it
+	// is unanswered, waits for the broker's answer whatever ctx does.
+	// After a resend answered with a retryable refusal it may fail it
+	// again, though an earlier send was stored: answer asks the watch.
 	mark := c.sent.mark()
 	cl.Produce(ctx, out, func(_ *kgo.Record, err error) { done <- err })
 	if !alone {
@@ -586,14 +587,14 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 	defer timer.Stop()
 	select {
 	case err := <-done:
-		return c.answer(ctx, topic, err, c.sent.sentSince(mark))
+		return c.answer(ctx, topic, err, mark)
 	case <-ctx.Done():
 	case <-timer.Chan():
 	}
 	// An answer that came with the end of the wait is still the answer.
 	select {
 	case err := <-done:
-		return c.answer(ctx, topic, err, c.sent.sentSince(mark))
+		return c.answer(ctx, topic, err, mark)
 	default:
 	}
 	c.unknown.Add(1)
@@ -630,25 +631,27 @@ func (c *pubCore) aloneContext(ctx context.Context) (_ context.Context, stop fun
 // Close runs.
 var errAloneClosed = fmt.Errorf("kafka: the publisher closed: %w", ErrNotOpen)
 
-// answer turns the client's answer to a produce into the Write's error.
-// sent says a produce request was written since the record was handed
-// to the client (see sentWatch): a failure the client gives before any
-// answer from a broker is then of unknown outcome, never "not sent".
-func (c *pubCore) answer(ctx context.Context, topic string, err error, sent bool) error {
+// answer turns the client's answer to a produce into the Write's error;
+// mark is what the client's sentWatch counted when the record was handed
+// to it. A failure that may come after its batch was stored (see
+// sentWatch, mayBeStored) is of unknown outcome when a produce request
+// was written since, never "not sent".
+func (c *pubCore) answer(ctx context.Context, topic string, err error, mark sentMark) error {
+	sent := c.sent.sentSince(mark)
 	switch {
 	case err == nil:
 		return nil
-	case sent && clientSide(err):
+	case sent && mayBeStored(err):
 		c.unknown.Add(1)
 		if ctx.Err() != nil {
-			return &ProduceError{Topic: topic, Unknown: true, Err: fmt.Errorf("%w (the run's context: %w)", err, context.Cause(ctx))}
+			return &ProduceError{Topic: topic, Unknown: true, Err: fmt.Errorf("%w (the Write's context: %w)", err, context.Cause(ctx))}
 		}
 		return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true,
 			Err: fmt.Errorf("%w (a produce request was written since the record was handed to the client)", err)}))
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+		// No produce request was written since the record was handed
+		// over (sent is false).
 		if ctx.Err() != nil {
-			// The client fails a record for its context only before it
-			// sent it.
 			return fmt.Errorf("kafka: produce to topic %q ended before it was sent: %w", topic, context.Cause(ctx))
 		}
 		// The Write's context lives: the client failed every record of
@@ -664,6 +667,13 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error, sent bool
 		// over (sent is false): no broker stored it.
 		return &notSentError{err: &ProduceError{Topic: topic, Err: err}}
 	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge):
+		if c.sent.lostSince(mark) {
+			// The refusal answers this send of the batch; an earlier one,
+			// its answer lost, may have been stored.
+			c.unknown.Add(1)
+			return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true,
+				Err: fmt.Errorf("%w (refused as too large after the answer of a produce request was lost: an earlier send of its batch may have been stored)", err)}))
+		}
 		return &refusedLargeError{err: &ProduceError{Topic: topic, Err: fmt.Errorf("%w: %w", ErrRecordTooLarge, err)}}
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		return resilience.MarkPermanent(&ProduceError{Topic: topic, Err: fmt.Errorf("no such topic: %w", err)})
@@ -684,25 +694,6 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error, sent bool
 	// was written since the record was handed over (sent is false): no
 	// broker stored it, and it failed for the cluster's sake.
 	return &notSentError{err: &ProduceError{Topic: topic, Err: err}}
-}
-
-// clientSide reports whether err is a failure the client gives a record
-// without a broker's answer to it: the record's or a batch-mate's
-// context, a delivery timeout or retry limit, or a load error (no leader,
-// no connection, no producer ID). A broker's error code, the client's
-// close and an abort are not.
-func clientSide(err error) bool {
-	var ke *kerr.Error
-	switch {
-	case errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries),
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		// Before a broker's error code the client may wrap as the
-		// last one it saw.
-		return true
-	case errors.As(err, &ke), errors.Is(err, kgo.ErrClientClosed), errors.Is(err, kgo.ErrAborting):
-		return false
-	}
-	return true
 }
 
 // close flushes the records in flight, within CloseTimeout and ctx, and

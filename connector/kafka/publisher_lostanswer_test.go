@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -17,56 +18,47 @@ import (
 	"github.com/sluicehq/sluice/resilience"
 )
 
-// A record is written to the broker and stored, but its connection dies
-// before the answer (franz-go marks nothing unsure). Its resend is
-// answered NOT_LEADER_FOR_PARTITION, an answer after which franz-go may
-// fail the batch again; metadata then fails until DeliveryTimeout, and
-// franz-go fails the record with the metadata load error, a client-side
-// error. The record was stored, so the Write's outcome is unknown
-// (transient, blameless, counted in Unknown) and PubRetry does not
-// produce it again: the topic holds it once.
-func TestPublisherLoadErrorAfterALostAnswerIsUnknown(t *testing.T) {
-	t.Parallel()
-	c := newCluster(t, 1)
-	topic := pubName(t)
-	createTopicOn(t, c, topic, 1)
-	g := &gate{}
+// loseFirstAnswer makes c store the first produce request it gets while
+// g cuts the client's connection before the answer (franz-go marks
+// nothing unsure), and answers each later one with code for every
+// partition while refuse(n), n its count from 2, says so (else the
+// broker handles it).
+func loseFirstAnswer(c *kfake.Cluster, g *gate, code int16, refuse func(n int64) bool) {
 	var produces atomic.Int64
-	var outage atomic.Bool
 	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		switch produces.Add(1) {
-		case 1:
-			// Let the broker store it; the client loses the response.
+		n := produces.Add(1)
+		if n == 1 {
 			g.Shut()
 			g.Open()
 			return nil, nil, false
-		case 2:
-			req := r.(*kmsg.ProduceRequest)
-			resp := req.ResponseKind().(*kmsg.ProduceResponse)
-			for _, rt := range req.Topics {
-				st := kmsg.NewProduceResponseTopic()
-				st.Topic, st.TopicID = rt.Topic, rt.TopicID
-				for _, rp := range rt.Partitions {
-					sp := kmsg.NewProduceResponseTopicPartition()
-					sp.Partition = rp.Partition
-					sp.ErrorCode = kerr.NotLeaderForPartition.Code
-					st.Partitions = append(st.Partitions, sp)
-				}
-				resp.Topics = append(resp.Topics, st)
+		}
+		if !refuse(n) {
+			return nil, nil, false
+		}
+		req := r.(*kmsg.ProduceRequest)
+		resp := req.ResponseKind().(*kmsg.ProduceResponse)
+		for _, rt := range req.Topics {
+			st := kmsg.NewProduceResponseTopic()
+			st.Topic, st.TopicID = rt.Topic, rt.TopicID
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewProduceResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = code
+				st.Partitions = append(st.Partitions, sp)
 			}
-			outage.Store(true)
-			return resp, nil, true
+			resp.Topics = append(resp.Topics, st)
 		}
-		return nil, nil, false
+		return resp, nil, true
 	})
-	c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if outage.Load() {
-			return nil, errors.New("metadata outage"), true
-		}
-		return nil, nil, false
-	})
+}
+
+// lostAnswerWrite writes one record through a publisher with PubRetry on
+// a one-partition topic of c, whose connections g gates, advancing the
+// publisher's clock until the Write ends (each step calls step first),
+// and returns the publisher and the Write's error.
+func lostAnswerWrite(t *testing.T, c *kfake.Cluster, g *gate, topic string, step func(*kafka.Publisher[[]byte])) (*kafka.Publisher[[]byte], error) {
+	t.Helper()
 	clock := clockwork.NewFakeClock()
 	pub, err := kafka.NewPublisher(kafka.PublisherConfig[[]byte]{Brokers: c.ListenAddrs(), Topic: topic,
 		Dial: g.Dial, Clock: clock, AckTimeout: 1000 * time.Hour, DeliveryTimeout: time.Second,
@@ -75,14 +67,12 @@ func TestPublisherLoadErrorAfterALostAnswerIsUnknown(t *testing.T) {
 	require.NoError(t, err)
 	ctx := pubContext(t)
 	require.NoError(t, pub.Open(ctx))
-	defer pub.Close(ctx)
+	t.Cleanup(func() { pub.Close(ctx) })
 	res := make(chan error, 1)
 	go func() { res <- pub.Write(ctx, []byte("once")) }()
 	var werr error
 	advanceUntil(t, clock, time.Minute, func() bool {
-		if pub.Retries() > 0 || pub.Unknown() > 0 {
-			outage.Store(false)
-		}
+		step(pub)
 		select {
 		case werr = <-res:
 			return true
@@ -90,10 +80,140 @@ func TestPublisherLoadErrorAfterALostAnswerIsUnknown(t *testing.T) {
 			return false
 		}
 	})
+	return pub, werr
+}
+
+// assertUnknownOnce checks that werr is an unknown outcome, transient and
+// blameless, counted once, not produced again by PubRetry, and that the
+// topic holds the record once.
+func assertUnknownOnce(t *testing.T, c *kfake.Cluster, topic string, pub *kafka.Publisher[[]byte], werr error) {
+	t.Helper()
 	require.ErrorIs(t, werr, kafka.ErrOutcomeUnknown)
 	assert.True(t, resilience.IsTransient(werr), "transient: %v", werr)
 	assert.True(t, resilience.IsBlameless(werr), "blameless: %v", werr)
 	assert.Zero(t, pub.Retries(), "PubRetry does not produce an unknown record again")
 	assert.Equal(t, int64(1), pub.Unknown())
 	assert.Equal(t, int64(1), countTopic(t, c.ListenAddrs(), topic), "one Write, stored once")
+}
+
+// A record is written to the broker and stored, but its connection dies
+// before the answer. Its resend is answered NOT_LEADER_FOR_PARTITION, an
+// answer after which franz-go may fail the batch again; metadata then
+// fails until DeliveryTimeout, and franz-go fails the record with the
+// metadata load error, a client-side error. The record was stored, so
+// the Write's outcome is unknown (transient, blameless, counted in
+// Unknown) and PubRetry does not produce it again: the topic holds it
+// once.
+func TestPublisherLoadErrorAfterALostAnswerIsUnknown(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	topic := pubName(t)
+	createTopicOn(t, c, topic, 1)
+	g := &gate{}
+	var outage atomic.Bool
+	loseFirstAnswer(c, g, kerr.NotLeaderForPartition.Code, func(n int64) bool {
+		if n == 2 {
+			outage.Store(true)
+			return true
+		}
+		return false
+	})
+	c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if outage.Load() {
+			return nil, errors.New("metadata outage"), true
+		}
+		return nil, nil, false
+	})
+	pub, werr := lostAnswerWrite(t, c, g, topic, func(pub *kafka.Publisher[[]byte]) {
+		if pub.Retries() > 0 || pub.Unknown() > 0 {
+			outage.Store(false)
+		}
+	})
+	assertUnknownOnce(t, c, topic, pub, werr)
+}
+
+// As above, but every resend is answered NOT_LEADER_FOR_PARTITION
+// (retryable) until the Write ends: at DeliveryTimeout franz-go fails the
+// record with ErrRecordTimeout, though its first send was stored.
+func TestPublisherRecordTimeoutAfterALostAnswerIsUnknown(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	topic := pubName(t)
+	createTopicOn(t, c, topic, 1)
+	g := &gate{}
+	var refusing atomic.Bool
+	refusing.Store(true)
+	loseFirstAnswer(c, g, kerr.NotLeaderForPartition.Code, func(int64) bool { return refusing.Load() })
+	pub, werr := lostAnswerWrite(t, c, g, topic, func(pub *kafka.Publisher[[]byte]) {
+		if pub.Retries() > 0 || pub.Unknown() > 0 {
+			refusing.Store(false)
+		}
+	})
+	assertUnknownOnce(t, c, topic, pub, werr)
+}
+
+// As the first, but the outage is a metadata answer whose partition has
+// no leader (LEADER_NOT_AVAILABLE, leader -1): franz-go fails the stored
+// batch at DeliveryTimeout with that broker code, which is not the
+// broker's answer to the record. Its outcome is unknown too.
+func TestPublisherLeaderNotAvailableAfterALostAnswerIsUnknown(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	topic := pubName(t)
+	createTopicOn(t, c, topic, 1)
+	g := &gate{}
+	var outage atomic.Bool
+	loseFirstAnswer(c, g, kerr.NotLeaderForPartition.Code, func(n int64) bool {
+		if n == 2 {
+			outage.Store(true)
+			return true
+		}
+		return false
+	})
+	raw, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
+	require.NoError(t, err)
+	cached, err := kmsg.NewPtrMetadataRequest().RequestWith(pubContext(t), raw)
+	raw.Close()
+	require.NoError(t, err)
+	c.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !outage.Load() {
+			return nil, nil, false
+		}
+		resp := *cached
+		resp.Version = r.GetVersion()
+		resp.Topics = nil
+		for _, ct := range cached.Topics {
+			if ct.Topic == nil || *ct.Topic != topic {
+				continue
+			}
+			ps := make([]kmsg.MetadataResponseTopicPartition, 0, len(ct.Partitions))
+			for _, p := range ct.Partitions {
+				p.ErrorCode, p.Leader = kerr.LeaderNotAvailable.Code, -1
+				ps = append(ps, p)
+			}
+			ct.Partitions = ps
+			resp.Topics = append(resp.Topics, ct)
+		}
+		return &resp, nil, true
+	})
+	pub, werr := lostAnswerWrite(t, c, g, topic, func(*kafka.Publisher[[]byte]) {})
+	outage.Store(false)
+	assertUnknownOnce(t, c, topic, pub, werr)
+}
+
+// A record is stored, its answer lost, and its resend refused as too
+// large (the topic's limit lowered in between). The refusal answers the
+// resend alone: the record is not produced again alone, its outcome is
+// unknown, and the topic holds it once.
+func TestPublisherTooLargeAfterALostAnswerIsUnknown(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, 1)
+	topic := pubName(t)
+	createTopicOn(t, c, topic, 1)
+	g := &gate{}
+	loseFirstAnswer(c, g, kerr.MessageTooLarge.Code, func(n int64) bool { return n == 2 })
+	pub, werr := lostAnswerWrite(t, c, g, topic, func(*kafka.Publisher[[]byte]) {})
+	assertUnknownOnce(t, c, topic, pub, werr)
 }

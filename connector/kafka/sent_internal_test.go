@@ -28,6 +28,18 @@ func TestSentWatchCountsProduceWrites(t *testing.T) {
 	w.OnBrokerWrite(kgo.BrokerMetadata{}, int16(kmsg.Produce), 1, 0, 0, errors.New("broken pipe"))
 	assert.True(t, w.sentSince(m), "a produce partly written may be stored")
 
+	// Lost answers: a produce written whose write or read failed.
+	assert.False(t, w.lostSince(m))
+	w.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Produce), kgo.BrokerE2E{BytesWritten: 100})
+	w.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Metadata), kgo.BrokerE2E{BytesWritten: 100, ReadErr: errors.New("EOF")})
+	w.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Produce), kgo.BrokerE2E{ReadErr: errors.New("EOF")})
+	assert.False(t, w.lostSince(m), "answered, not a produce, or nothing written")
+	w.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Produce), kgo.BrokerE2E{BytesWritten: 100, ReadErr: errors.New("EOF")})
+	assert.True(t, w.lostSince(m), "a produce written whose answer was not read")
+	m = w.mark()
+	w.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Produce), kgo.BrokerE2E{BytesWritten: 1, WriteErr: errors.New("broken pipe")})
+	assert.True(t, w.lostSince(m), "a produce partly written")
+
 	// A real client's produce is counted.
 	c := ownCluster(t)
 	_, err := adminOf(t, c).CreateTopic(context.Background(), 1, 1, nil, "sent-watch")
@@ -52,6 +64,8 @@ func TestProduceAnswerWithWritesIsUnknown(t *testing.T) {
 		fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.NotLeaderForPartition),
 		kgo.ErrRecordRetries,
 		errors.New("unable to dial: connection refused"),
+		kerr.LeaderNotAvailable, // a metadata answer's, not the record's
+		kerr.ClusterAuthorizationFailed,
 	} {
 		quiet := produceAnswer(ctx, "t", err, false)
 		require.Error(t, quiet)
@@ -60,6 +74,8 @@ func TestProduceAnswerWithWritesIsUnknown(t *testing.T) {
 		assert.True(t, isUnknown(loud), "%v after a produce was written: %v", err, loud)
 		assert.True(t, resilience.IsTransient(loud), "transient: %v", loud)
 	}
-	refused := produceAnswer(ctx, "t", kerr.InvalidRecord, true)
-	assert.False(t, isUnknown(refused), "the broker's refusal is its answer: %v", refused)
+	for _, err := range []error{kerr.InvalidRecord, kerr.CorruptMessage, kerr.UnknownTopicOrPartition, kgo.ErrAborting} {
+		refused := produceAnswer(ctx, "t", err, true)
+		assert.False(t, isUnknown(refused), "a refusal of the record's content or topic is the answer: %v", refused)
+	}
 }
