@@ -680,7 +680,11 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error, mark sent
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) && ke.Retriable {
-		return resilience.MarkTransient(&ProduceError{Topic: topic, Err: err})
+		// No produce request was written since the record was handed
+		// over (sent is false), so the code is not a broker's answer to
+		// it but one a metadata answer carried (no leader): never sent,
+		// and the cluster's fault.
+		return &notSentError{err: &ProduceError{Topic: topic, Err: err}}
 	}
 	if errors.As(err, &ke) {
 		return resilience.MarkPermanent(&ProduceError{Topic: topic, Err: err})

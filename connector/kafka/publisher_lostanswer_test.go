@@ -171,6 +171,16 @@ func TestPublisherLeaderNotAvailableAfterALostAnswerIsUnknown(t *testing.T) {
 		}
 		return false
 	})
+	noLeaderWhile(t, c, topic, &outage)
+	pub, werr := lostAnswerWrite(t, c, g, topic, func(*kafka.Publisher[[]byte]) {})
+	outage.Store(false)
+	assertUnknownOnce(t, c, topic, pub, werr)
+}
+
+// noLeaderWhile makes c's metadata answers give topic's partitions no
+// leader (LEADER_NOT_AVAILABLE, leader -1) while on is set.
+func noLeaderWhile(t *testing.T, c *kfake.Cluster, topic string, on *atomic.Bool) {
+	t.Helper()
 	raw, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
 	require.NoError(t, err)
 	cached, err := kmsg.NewPtrMetadataRequest().RequestWith(pubContext(t), raw)
@@ -178,7 +188,7 @@ func TestPublisherLeaderNotAvailableAfterALostAnswerIsUnknown(t *testing.T) {
 	require.NoError(t, err)
 	c.ControlKey(int16(kmsg.Metadata), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		if !outage.Load() {
+		if !on.Load() {
 			return nil, nil, false
 		}
 		resp := *cached
@@ -198,22 +208,4 @@ func TestPublisherLeaderNotAvailableAfterALostAnswerIsUnknown(t *testing.T) {
 		}
 		return &resp, nil, true
 	})
-	pub, werr := lostAnswerWrite(t, c, g, topic, func(*kafka.Publisher[[]byte]) {})
-	outage.Store(false)
-	assertUnknownOnce(t, c, topic, pub, werr)
-}
-
-// A record is stored, its answer lost, and its resend refused as too
-// large (the topic's limit lowered in between). The refusal answers the
-// resend alone: the record is not produced again alone, its outcome is
-// unknown, and the topic holds it once.
-func TestPublisherTooLargeAfterALostAnswerIsUnknown(t *testing.T) {
-	t.Parallel()
-	c := newCluster(t, 1)
-	topic := pubName(t)
-	createTopicOn(t, c, topic, 1)
-	g := &gate{}
-	loseFirstAnswer(c, g, kerr.MessageTooLarge.Code, func(n int64) bool { return n == 2 })
-	pub, werr := lostAnswerWrite(t, c, g, topic, func(*kafka.Publisher[[]byte]) {})
-	assertUnknownOnce(t, c, topic, pub, werr)
 }

@@ -79,3 +79,23 @@ func TestProduceAnswerWithWritesIsUnknown(t *testing.T) {
 		assert.False(t, isUnknown(refused), "a refusal of the record's content or topic is the answer: %v", refused)
 	}
 }
+
+// The publisher's answer: with nothing written since the mark, a broker
+// code the client fails a record with can only be a metadata answer's
+// (no leader), and the record was never sent (PubRetry's to produce
+// again); once a produce was written, the same code is unknown.
+func TestPublisherAnswerMetadataCodeIsNeverSent(t *testing.T) {
+	c := &pubCore{}
+	m := c.sent.mark()
+	err := c.answer(context.Background(), "t", kerr.LeaderNotAvailable, m)
+	var notSent *notSentError
+	require.ErrorAs(t, err, &notSent, "nothing written: never sent")
+	assert.False(t, errors.Is(err, ErrOutcomeUnknown))
+	assert.Zero(t, c.unknown.Load())
+
+	c.sent.OnBrokerWrite(kgo.BrokerMetadata{}, int16(kmsg.Produce), 10, 0, 0, nil)
+	err = c.answer(context.Background(), "t", kerr.LeaderNotAvailable, m)
+	require.ErrorIs(t, err, ErrOutcomeUnknown, "a produce written since: unknown")
+	assert.True(t, resilience.IsBlameless(err))
+	assert.Equal(t, int64(1), c.unknown.Load())
+}
