@@ -205,21 +205,8 @@ func TestPoisonNeedsDeadLetterSink(t *testing.T) {
 // produce from now on.
 func refuseProduces(c *kfake.Cluster) {
 	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		pr := req.(*kmsg.ProduceRequest)
 		c.KeepControl()
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, t := range pr.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic, rt.TopicID = t.Topic, t.TopicID
-			for _, p := range t.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = p.Partition
-				rp.ErrorCode = kerr.InvalidRecord.Code
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
+		return refusal(req.(*kmsg.ProduceRequest), kerr.InvalidRecord.Code), nil, true
 	})
 }
 

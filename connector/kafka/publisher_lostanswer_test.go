@@ -36,21 +36,36 @@ func loseFirstAnswer(c *kfake.Cluster, g *gate, code int16, refuse func(n int64)
 		if !refuse(n) {
 			return nil, nil, false
 		}
-		req := r.(*kmsg.ProduceRequest)
-		resp := req.ResponseKind().(*kmsg.ProduceResponse)
-		for _, rt := range req.Topics {
-			st := kmsg.NewProduceResponseTopic()
-			st.Topic, st.TopicID = rt.Topic, rt.TopicID
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewProduceResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return refusal(r.(*kmsg.ProduceRequest), code), nil, true
 	})
+}
+
+// refusal is the answer to req that refuses each of its partitions with
+// code.
+func refusal(req *kmsg.ProduceRequest, code int16) *kmsg.ProduceResponse {
+	resp := req.ResponseKind().(*kmsg.ProduceResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewProduceResponseTopic()
+		st.Topic, st.TopicID = rt.Topic, rt.TopicID
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewProduceResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+// lostAnswerTopic returns a cluster of the test's own with a topic of
+// one partition, and a gate for the publisher's connections.
+func lostAnswerTopic(t *testing.T) (*kfake.Cluster, string, *gate) {
+	t.Helper()
+	c := newCluster(t, 1)
+	topic := pubName(t)
+	createTopicOn(t, c, topic, 1)
+	return c, topic, &gate{}
 }
 
 // lostAnswerWrite writes one record through a publisher with PubRetry on
@@ -83,6 +98,29 @@ func lostAnswerWrite(t *testing.T, c *kfake.Cluster, g *gate, topic string, step
 	return pub, werr
 }
 
+// refuseOnceThen refuses the first resend alone and starts outage with
+// that refusal.
+func refuseOnceThen(outage *atomic.Bool) func(n int64) bool {
+	return func(n int64) bool {
+		if n == 2 {
+			outage.Store(true)
+			return true
+		}
+		return false
+	}
+}
+
+// endsOnOutcome is a step for lostAnswerWrite that clears fault once the
+// publisher counted a retry or an unknown outcome: the cluster's fault
+// ends after it told the Write's outcome.
+func endsOnOutcome(fault *atomic.Bool) func(*kafka.Publisher[[]byte]) {
+	return func(pub *kafka.Publisher[[]byte]) {
+		if pub.Retries() > 0 || pub.Unknown() > 0 {
+			fault.Store(false)
+		}
+	}
+}
+
 // assertUnknownOnce checks that werr is an unknown outcome, transient and
 // blameless, counted once, not produced again by PubRetry, and that the
 // topic holds the record once.
@@ -106,18 +144,9 @@ func assertUnknownOnce(t *testing.T, c *kfake.Cluster, topic string, pub *kafka.
 // once.
 func TestPublisherLoadErrorAfterALostAnswerIsUnknown(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 1)
-	topic := pubName(t)
-	createTopicOn(t, c, topic, 1)
-	g := &gate{}
+	c, topic, g := lostAnswerTopic(t)
 	var outage atomic.Bool
-	loseFirstAnswer(c, g, kerr.NotLeaderForPartition.Code, func(n int64) bool {
-		if n == 2 {
-			outage.Store(true)
-			return true
-		}
-		return false
-	})
+	loseFirstAnswer(c, g, kerr.NotLeaderForPartition.Code, refuseOnceThen(&outage))
 	c.ControlKey(int16(kmsg.Metadata), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		if outage.Load() {
@@ -125,11 +154,7 @@ func TestPublisherLoadErrorAfterALostAnswerIsUnknown(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	pub, werr := lostAnswerWrite(t, c, g, topic, func(pub *kafka.Publisher[[]byte]) {
-		if pub.Retries() > 0 || pub.Unknown() > 0 {
-			outage.Store(false)
-		}
-	})
+	pub, werr := lostAnswerWrite(t, c, g, topic, endsOnOutcome(&outage))
 	assertUnknownOnce(t, c, topic, pub, werr)
 }
 
@@ -138,18 +163,11 @@ func TestPublisherLoadErrorAfterALostAnswerIsUnknown(t *testing.T) {
 // record with ErrRecordTimeout, though its first send was stored.
 func TestPublisherRecordTimeoutAfterALostAnswerIsUnknown(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 1)
-	topic := pubName(t)
-	createTopicOn(t, c, topic, 1)
-	g := &gate{}
+	c, topic, g := lostAnswerTopic(t)
 	var refusing atomic.Bool
 	refusing.Store(true)
 	loseFirstAnswer(c, g, kerr.NotLeaderForPartition.Code, func(int64) bool { return refusing.Load() })
-	pub, werr := lostAnswerWrite(t, c, g, topic, func(pub *kafka.Publisher[[]byte]) {
-		if pub.Retries() > 0 || pub.Unknown() > 0 {
-			refusing.Store(false)
-		}
-	})
+	pub, werr := lostAnswerWrite(t, c, g, topic, endsOnOutcome(&refusing))
 	assertUnknownOnce(t, c, topic, pub, werr)
 }
 
@@ -159,18 +177,9 @@ func TestPublisherRecordTimeoutAfterALostAnswerIsUnknown(t *testing.T) {
 // broker's answer to the record. Its outcome is unknown too.
 func TestPublisherLeaderNotAvailableAfterALostAnswerIsUnknown(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 1)
-	topic := pubName(t)
-	createTopicOn(t, c, topic, 1)
-	g := &gate{}
+	c, topic, g := lostAnswerTopic(t)
 	var outage atomic.Bool
-	loseFirstAnswer(c, g, kerr.NotLeaderForPartition.Code, func(n int64) bool {
-		if n == 2 {
-			outage.Store(true)
-			return true
-		}
-		return false
-	})
+	loseFirstAnswer(c, g, kerr.NotLeaderForPartition.Code, refuseOnceThen(&outage))
 	noLeaderWhile(t, c, topic, &outage)
 	pub, werr := lostAnswerWrite(t, c, g, topic, func(*kafka.Publisher[[]byte]) {})
 	outage.Store(false)
