@@ -266,14 +266,14 @@ func produceAcked(ctx context.Context, cl *kgo.Client, sent *sentWatch, clock cl
 	defer timer.Stop()
 	select {
 	case err := <-done:
-		return produceAnswer(ctx, rec.Topic, err, sent.sentSince(mark))
+		return produceAnswer(ctx, rec.Topic, err, sent.sentSince(mark), sent.lostSince(mark))
 	case <-ctx.Done():
 	case <-timer.Chan():
 	}
 	select {
 	case err := <-done:
 		// The answer came with the end of the wait: it is the answer.
-		return produceAnswer(ctx, rec.Topic, err, sent.sentSince(mark))
+		return produceAnswer(ctx, rec.Topic, err, sent.sentSince(mark), sent.lostSince(mark))
 	default:
 	}
 	why := context.Cause(ctx)
@@ -286,13 +286,13 @@ func produceAcked(ctx context.Context, cl *kgo.Client, sent *sentWatch, clock cl
 // produceAnswer turns the client's answer to a produce into an error;
 // sent says the client wrote a produce request since it took the record
 // (see sentWatch), which makes a failure that may come after a stored
-// send (mayBeStored) unknown. (A copy or a dead letter is not sent again
-// alone when refused as too large, so no lost answer is asked about.)
-func produceAnswer(ctx context.Context, topic string, err error, sent bool) error {
+// send (mayBeStored) unknown; lost says an answer was lost since, which
+// makes a refusal of the batch unknown too.
+func produceAnswer(ctx context.Context, topic string, err error, sent, lost bool) error {
 	switch {
 	case err == nil:
 		return nil
-	case sent && mayBeStored(err):
+	case sent && mayBeStored(err), refusal(err) && lost:
 		return resilience.MarkTransient(&unknownError{topic: topic, err: err})
 	case ctx.Err() != nil && (errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)):
 		// The client fails a record for its context only before it sent

@@ -666,24 +666,24 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error, mark sent
 		// No produce request was written since the record was handed
 		// over (sent is false): no broker stored it.
 		return &notSentError{err: &ProduceError{Topic: topic, Err: err}}
+	case refusal(err) && c.sent.lostSince(mark):
+		// The refusal answers one send of the batch; an earlier one,
+		// its answer lost, may have been stored.
+		c.unknown.Add(1)
+		return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true,
+			Err: fmt.Errorf("%w (refused after the answer of a produce request was lost: an earlier send of its batch may have been stored)", err)}))
 	case errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge):
-		if c.sent.lostSince(mark) {
-			// The refusal answers this send of the batch; an earlier one,
-			// its answer lost, may have been stored.
-			c.unknown.Add(1)
-			return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true,
-				Err: fmt.Errorf("%w (refused as too large after the answer of a produce request was lost: an earlier send of its batch may have been stored)", err)}))
-		}
 		return &refusedLargeError{err: &ProduceError{Topic: topic, Err: fmt.Errorf("%w: %w", ErrRecordTooLarge, err)}}
 	case errors.Is(err, kerr.UnknownTopicOrPartition):
 		return resilience.MarkPermanent(&ProduceError{Topic: topic, Err: fmt.Errorf("no such topic: %w", err)})
 	}
 	var ke *kerr.Error
 	if errors.As(err, &ke) && ke.Retriable {
-		// No produce request was written since the record was handed
-		// over (sent is false), so the code is not a broker's answer to
-		// it but one a metadata answer carried (no leader): never sent,
-		// and the cluster's fault.
+		// Either no produce request was written since the record was
+		// handed over (sent is false), and the code is one a metadata
+		// answer carried (no leader), or it is CORRUPT_MESSAGE, the one
+		// retryable refusal, with no answer lost meanwhile: the batch
+		// was not stored. Never sent, and the cluster's fault.
 		return &notSentError{err: &ProduceError{Topic: topic, Err: err}}
 	}
 	if errors.As(err, &ke) {

@@ -1,7 +1,10 @@
 package kafka_test
 
 import (
+	"context"
 	"errors"
+	"net"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,4 +220,126 @@ func noLeaderWhile(t *testing.T, c *kfake.Cluster, topic string, on *atomic.Bool
 		}
 		return &resp, nil, true
 	})
+}
+
+// A record is stored, its answer lost, and its resend refused for its
+// batch: as too large (the topic's limit lowered in between), invalid,
+// corrupt (damaged on the way), with a bad timestamp (its age past the
+// topic's limit by then), or, on every resend, for no such partition.
+// The refusal answers the resend alone: the record is not produced
+// again (alone, or by PubRetry), its outcome is unknown, and the topic
+// holds it once.
+func TestPublisherRefusalAfterALostAnswerIsUnknown(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		code  int16
+		every bool
+	}{
+		{code: kerr.MessageTooLarge.Code},
+		{code: kerr.InvalidRecord.Code},
+		{code: kerr.CorruptMessage.Code},
+		{code: kerr.InvalidTimestamp.Code},
+		{code: kerr.UnknownTopicOrPartition.Code, every: true},
+	} {
+		t.Run(kerr.ErrorForCode(tc.code).(*kerr.Error).Message, func(t *testing.T) {
+			t.Parallel()
+			c, topic, g := lostAnswerTopic(t)
+			loseFirstAnswer(c, g, tc.code, func(n int64) bool { return tc.every || n == 2 })
+			pub, werr := lostAnswerWrite(t, c, g, topic, func(*kafka.Publisher[[]byte]) {})
+			assertUnknownOnce(t, c, topic, pub, werr)
+		})
+	}
+}
+
+// garbleDial dials normally; once armed, it flips a bit of the
+// correlation ID of the next answer read on a connection that wrote a
+// produce request: the read succeeds (no read error for a hook to see),
+// and the client drops the answer and breaks the connection.
+type garbleDial struct{ armed atomic.Bool }
+
+func (d *garbleDial) Dial(ctx context.Context, network, host string) (net.Conn, error) {
+	var nd net.Dialer
+	c, err := nd.DialContext(ctx, network, host)
+	if err != nil {
+		return nil, err
+	}
+	return &garbleConn{Conn: c, d: d, sizeLeft: 4}, nil
+}
+
+// A garbleConn is a connection of a garbleDial; it follows the size
+// prefixes of the answers it reads to find each one's first byte.
+type garbleConn struct {
+	net.Conn
+	d        *garbleDial
+	produce  atomic.Bool
+	mu       sync.Mutex
+	sizeLeft int // bytes of the size prefix still to read
+	size     uint32
+	bodyOff  int
+	bodyLeft int
+	flip     bool
+}
+
+func (c *garbleConn) Write(p []byte) (int, error) {
+	if len(p) >= 6 && p[4] == 0 && p[5] == 0 { // request key 0: Produce
+		c.produce.Store(true)
+	}
+	return c.Conn.Write(p)
+}
+
+func (c *garbleConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i := range n {
+		if c.sizeLeft > 0 {
+			c.size = c.size<<8 | uint32(p[i])
+			c.sizeLeft--
+			if c.sizeLeft == 0 {
+				c.bodyLeft, c.bodyOff = int(c.size), 0
+				c.flip = c.produce.Load() && c.d.armed.CompareAndSwap(true, false)
+			}
+			continue
+		}
+		if c.flip && c.bodyOff == 0 {
+			p[i] ^= 0x40
+		}
+		c.bodyOff++
+		c.bodyLeft--
+		if c.bodyLeft == 0 {
+			c.sizeLeft, c.size = 4, 0
+		}
+	}
+	return n, err
+}
+
+// As above, but the first send's answer arrives garbled (its correlation
+// ID), which the client drops with no read error: the broken connection
+// still tells the publisher an answer may be lost, and the refusal of the
+// resend as too large leaves the record unknown, stored once.
+func TestPublisherRefusalAfterAGarbledAnswerIsUnknown(t *testing.T) {
+	t.Parallel()
+	c, topic, _ := lostAnswerTopic(t)
+	d := &garbleDial{}
+	var produces atomic.Int64
+	c.ControlKey(int16(kmsg.Produce), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		switch produces.Add(1) {
+		case 1:
+			d.armed.Store(true)
+		case 2:
+			return refusal(r.(*kmsg.ProduceRequest), kerr.MessageTooLarge.Code), nil, true
+		}
+		return nil, nil, false
+	})
+	clock := clockwork.NewFakeClock()
+	pub, err := kafka.NewPublisher(kafka.PublisherConfig[[]byte]{Brokers: c.ListenAddrs(), Topic: topic,
+		Dial: d.Dial, Clock: clock, AckTimeout: time.Hour, DeliveryTimeout: time.Second,
+		PubRetry: kafka.PubRetry{Enabled: true, MaxRetry: 5, Delay: time.Minute},
+		Record:   func(v []byte) (*kgo.Record, error) { return &kgo.Record{Key: []byte("k"), Value: v}, nil }})
+	require.NoError(t, err)
+	ctx := pubContext(t)
+	require.NoError(t, pub.Open(ctx))
+	defer pub.Close(ctx)
+	assertUnknownOnce(t, c, topic, pub, pub.Write(ctx, []byte("once")))
 }

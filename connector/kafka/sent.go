@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"errors"
+	"net"
 	"sync/atomic"
 	"time"
 
@@ -12,8 +13,9 @@ import (
 )
 
 // A sentWatch counts, as kgo hooks, the produce requests its client
-// wrote to a broker (a byte of one or more), and those of them whose
-// answer was lost (the write or the read of the answer failed).
+// wrote to a broker (a byte of one or more), and the answers that may
+// have been lost: a produce whose write or read failed, and any broken
+// connection (a garbled answer breaks its connection with no read error).
 //
 // What the client says of a record it failed holds only as far as the
 // watch allows. franz-go fails a batch whose first send was written and
@@ -25,9 +27,13 @@ import (
 // produce written since the record was handed over makes such a
 // failure's outcome unknown: a record is called never sent only when
 // nothing at all was sent meanwhile. A broker's refusal of the record's
-// batch as too large is taken as "not stored" only when no produce
-// answer was lost meanwhile (a lost answer may have been the stored
-// first send of that batch).
+// batch (too large, invalid, corrupt, a bad timestamp, no such topic)
+// answers one send of it, so it is taken as "not stored" only when no
+// answer was lost meanwhile (a lost one may have been a stored first
+// send). A lost answer anywhere on the client counts, which can call a
+// refusal unknown that was not (safe: unknown is retried by the engine).
+// Left uncounted: an answer read whole that then fails to parse, which
+// breaks no connection.
 type sentWatch struct {
 	writes atomic.Uint64
 	lost   atomic.Uint64
@@ -54,6 +60,10 @@ func (w *sentWatch) OnBrokerE2E(_ kgo.BrokerMetadata, key int16, e kgo.BrokerE2E
 	}
 }
 
+// OnBrokerDisconnect counts a broken connection as a possible lost
+// answer (kgo.HookBrokerDisconnect).
+func (w *sentWatch) OnBrokerDisconnect(kgo.BrokerMetadata, net.Conn) { w.lost.Add(1) }
+
 // mark returns the counts to give sentSince and lostSince, taken before
 // a record is handed to the client.
 func (w *sentWatch) mark() sentMark { return sentMark{w.writes.Load(), w.lost.Load()} }
@@ -68,23 +78,29 @@ func (w *sentWatch) lostSince(m sentMark) bool { return w.lost.Load() != m.lost 
 // mayBeStored reports whether err, the client's failure of a record, can
 // come after a send of the record's batch was stored, when a produce
 // request was written since the record was handed over: every failure
-// but the broker's refusals of the record's own content or topic (too
-// large, invalid, corrupt, a bad timestamp, no such topic), which say
-// the batch could not be stored, and the client's abort of a
-// transaction, which discards it. A refusal as too large is answered
-// separately (see sentWatch).
+// but a broker's refusal of the batch (refusal), asked about separately
+// (see sentWatch), and the client's abort of a transaction, which
+// discards it.
 func mayBeStored(err error) bool {
-	switch {
-	case errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries),
-		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-		// Before the broker's error code the client may wrap as the
-		// last one it saw.
-		return true
-	case errors.Is(err, kgo.ErrAborting),
-		errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge),
-		errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.InvalidRecord),
-		errors.Is(err, kerr.CorruptMessage), errors.Is(err, kerr.InvalidTimestamp):
+	return !refusal(err) && !errors.Is(err, kgo.ErrAborting)
+}
+
+// refusal reports whether err is a broker's refusal of the record's
+// batch for its content or topic: too large, invalid, corrupt, a bad
+// timestamp, no such topic. It answers one send of the batch.
+func refusal(err error) bool {
+	if timedOut(err) {
 		return false
 	}
-	return true
+	return errors.Is(err, kerr.MessageTooLarge) || errors.Is(err, kerr.RecordListTooLarge) ||
+		errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.InvalidRecord) ||
+		errors.Is(err, kerr.CorruptMessage) || errors.Is(err, kerr.InvalidTimestamp)
+}
+
+// timedOut reports whether err is the client's delivery timeout or retry
+// limit, or a context's end, which it may wrap with the broker's error
+// code it last saw: not an answer.
+func timedOut(err error) bool {
+	return errors.Is(err, kgo.ErrRecordTimeout) || errors.Is(err, kgo.ErrRecordRetries) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

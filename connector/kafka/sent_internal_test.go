@@ -39,6 +39,9 @@ func TestSentWatchCountsProduceWrites(t *testing.T) {
 	m = w.mark()
 	w.OnBrokerE2E(kgo.BrokerMetadata{}, int16(kmsg.Produce), kgo.BrokerE2E{BytesWritten: 1, WriteErr: errors.New("broken pipe")})
 	assert.True(t, w.lostSince(m), "a produce partly written")
+	m = w.mark()
+	w.OnBrokerDisconnect(kgo.BrokerMetadata{}, nil)
+	assert.True(t, w.lostSince(m), "a broken connection may have held an answer")
 
 	// A real client's produce is counted.
 	c := ownCluster(t)
@@ -67,17 +70,22 @@ func TestProduceAnswerWithWritesIsUnknown(t *testing.T) {
 		kerr.LeaderNotAvailable, // a metadata answer's, not the record's
 		kerr.ClusterAuthorizationFailed,
 	} {
-		quiet := produceAnswer(ctx, "t", err, false)
+		quiet := produceAnswer(ctx, "t", err, false, false)
 		require.Error(t, quiet)
 		assert.False(t, isUnknown(quiet), "%v with nothing sent: not stored", err)
-		loud := produceAnswer(ctx, "t", err, true)
+		loud := produceAnswer(ctx, "t", err, true, false)
 		assert.True(t, isUnknown(loud), "%v after a produce was written: %v", err, loud)
 		assert.True(t, resilience.IsTransient(loud), "transient: %v", loud)
 	}
-	for _, err := range []error{kerr.InvalidRecord, kerr.CorruptMessage, kerr.UnknownTopicOrPartition, kgo.ErrAborting} {
-		refused := produceAnswer(ctx, "t", err, true)
-		assert.False(t, isUnknown(refused), "a refusal of the record's content or topic is the answer: %v", refused)
+	for _, err := range []error{kerr.InvalidRecord, kerr.CorruptMessage, kerr.InvalidTimestamp,
+		kerr.UnknownTopicOrPartition, kerr.MessageTooLarge} {
+		refused := produceAnswer(ctx, "t", err, true, false)
+		assert.False(t, isUnknown(refused), "a refusal of the batch, no answer lost: %v", refused)
+		afterLost := produceAnswer(ctx, "t", err, true, true)
+		assert.True(t, isUnknown(afterLost), "a refusal after a lost answer may follow a stored send: %v", afterLost)
 	}
+	aborted := produceAnswer(ctx, "t", kgo.ErrAborting, true, true)
+	assert.False(t, isUnknown(aborted), "an abort discards the record: %v", aborted)
 }
 
 // The publisher's answer: with nothing written since the mark, a broker
