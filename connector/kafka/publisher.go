@@ -683,7 +683,9 @@ func (c *pubCore) answer(ctx context.Context, topic string, err error, mark sent
 		// handed over (sent is false), and the code is one a metadata
 		// answer carried (no leader), or it is CORRUPT_MESSAGE, the one
 		// retryable refusal, with no answer lost meanwhile: the batch
-		// was not stored. Never sent, and the cluster's fault.
+		// was damaged on its way and not stored (unless an earlier send
+		// was stored and answered in doubt, which the watch cannot see:
+		// see sentWatch). Never sent, and the cluster's fault.
 		return &notSentError{err: &ProduceError{Topic: topic, Err: err}}
 	}
 	if errors.As(err, &ke) {

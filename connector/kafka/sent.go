@@ -32,8 +32,15 @@ import (
 // answer was lost meanwhile (a lost one may have been a stored first
 // send). A lost answer anywhere on the client counts, which can call a
 // refusal unknown that was not (safe: unknown is retried by the engine).
-// Left uncounted: an answer read whole that then fails to parse, which
-// breaks no connection.
+// Left uncounted, so a refusal after them is taken as the answer though
+// an earlier send may be stored: an answer read whole that then fails to
+// parse (it breaks no connection), and a broker's answer that leaves the
+// send in doubt (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND, a
+// partition left out of the answer), which no hook shows. Taking every
+// refusal after more than one write as unknown instead would close that
+// gap, but would never give a record refused for its own content its
+// verdict under concurrent Writes (each retry refused again, unknown
+// again).
 type sentWatch struct {
 	writes atomic.Uint64
 	lost   atomic.Uint64
