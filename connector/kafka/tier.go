@@ -123,6 +123,13 @@ func (g *dueGate[R]) run(ctx context.Context) error {
 		if ok {
 			timer = g.clock.NewTimer(max(next.Sub(g.clock.Now()), 0))
 			fire = timer.Chan()
+			if !g.clock.Now().Before(next) {
+				// Due already, or the clock moved past next between the
+				// read above and the timer's start (a fake clock's
+				// Advance), which a timer started from the later time
+				// would wait out again.
+				fire = dueNow
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -138,6 +145,13 @@ func (g *dueGate[R]) run(ctx context.Context) error {
 		}
 	}
 }
+
+// dueNow is a channel that is always ready: a wait already due.
+var dueNow = func() <-chan time.Time {
+	c := make(chan time.Time)
+	close(c)
+	return c
+}()
 
 // nextDue returns the earliest due time of a held partition's head. It
 // takes a pending wake under the lock offer sends it under: that wake's

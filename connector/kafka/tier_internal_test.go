@@ -3,6 +3,7 @@ package kafka
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -284,4 +285,52 @@ func TestTrackerRevoking(t *testing.T) {
 	assert.False(t, tk.revoking(tr1))
 	tk.retire(tk.revoke("t", []int32{1}))
 	assert.True(t, tk.revoking(tr1), "retired")
+}
+
+// advancingClock is a fake clock that, once armed, moves d forward right
+// after a Now read: what a test's Advance does when it runs between a
+// goroutine's read of the time and its timer's start.
+type advancingClock struct {
+	*clockwork.FakeClock
+	armed atomic.Bool
+	d     time.Duration
+}
+
+func (c *advancingClock) Now() time.Time {
+	now := c.FakeClock.Now()
+	if c.armed.CompareAndSwap(true, false) {
+		c.FakeClock.Advance(c.d)
+	}
+	return now
+}
+
+// A record held until due is released when the clock passes its due time
+// between the gate's read of the time and its timer's start: the timer
+// would otherwise wait its whole delay again from the later time, and
+// the record would never come (as TestRedeliveredSkipsHandOffs did on a
+// busy machine).
+func TestDueGateClockMovesBeforeTheTimer(t *testing.T) {
+	clock := &advancingClock{FakeClock: clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)), d: 5 * time.Second}
+	out := make(chan *kgo.Record, 1)
+	gate := newDueGate(clock, &fakePauser{paused: map[topicPartition]bool{}}, kgoTP, func(_ context.Context, rec *kgo.Record) error {
+		out <- rec
+		return nil
+	})
+	// Held first, with the gate not running: its first loop reads the
+	// time (and the clock moves past the due time) before its timer.
+	require.False(t, gate.offer(rec("t", 0, 7), clock.FakeClock.Now().Add(5*time.Second)))
+	clock.armed.Store(true)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gate.run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	select {
+	case got := <-out:
+		assert.Equal(t, int64(7), got.Offset)
+	case <-time.After(5 * time.Second):
+		require.FailNow(t, "the record due during the timer's start was never released")
+	}
 }
