@@ -924,8 +924,14 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 		}
 		// The deadline is on the real clock, as the connection's are; a
 		// writer without deadlines (ErrNotSupported) goes without. Close
-		// may have set its deadline just before: look after.
-		_ = rc.SetWriteDeadline(time.Now().Add(in.cfg.writeTO))
+		// may have set its deadline just before: look after. The one
+		// snapshot of a page that came after Close gets closeGrace, as a
+		// write Close finds in progress does: Close ends every stream.
+		to := in.cfg.writeTO
+		if closedAtStart {
+			to = min(to, closeGrace)
+		}
+		_ = rc.SetWriteDeadline(time.Now().Add(to))
 		select {
 		case <-in.closed:
 			if !closedAtStart {
