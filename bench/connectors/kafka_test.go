@@ -95,11 +95,13 @@ func BenchmarkKafkaPublish(b *testing.B) {
 		defer cl.Close()
 		ctx := context.Background()
 		b.ResetTimer()
+		cpu := startCPU()
 		start := time.Now()
 		err = fanOut(b.N, func(int) error {
 			return cl.ProduceSync(ctx, &kgo.Record{Value: body}).FirstErr()
 		})
 		rate(b, start)
+		cpu.report(b)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -112,9 +114,11 @@ func BenchmarkKafkaPublish(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
+		cpu := startCPU()
 		start := time.Now()
 		publishThrough(b, pub)
 		rate(b, start)
+		cpu.report(b)
 	})
 }
 
