@@ -935,6 +935,10 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-in.closed:
 			if !closedAtStart {
+				// The deadline just set may have replaced Close's: the
+				// response's end, written once the handler returned,
+				// gets closeGrace too.
+				graceAfterClose(rc)
 				return
 			}
 		default:
@@ -949,6 +953,9 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-in.closed:
+			// Close's goroutine may not have set its deadline (it may
+			// see the handler end first): set it here.
+			graceAfterClose(rc)
 			return
 		case <-tick.Chan():
 		}
@@ -958,6 +965,14 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 // closeGrace is how long Close leaves a stream's write in progress to
 // finish, on the real clock.
 const closeGrace = time.Second
+
+// graceAfterClose gives what is left to write of a stream that Close
+// ended (the response's end, which net/http writes once the handler
+// returned) closeGrace, so that a page that reads nothing cannot hold
+// the connection, and an http.Server's Shutdown, for the write timeout.
+func graceAfterClose(rc *http.ResponseController) {
+	_ = rc.SetWriteDeadline(time.Now().Add(closeGrace))
+}
 
 // canFlush reports whether w, or a writer it unwraps to, is an
 // http.Flusher, as http.ResponseController looks for one.
