@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/connector/kafka"
 	"github.com/sluicehq/sluice/pipeline"
@@ -84,8 +85,8 @@ func kafkaFill(b *testing.B, c *kfake.Cluster, topic string, n int, record func(
 // (acks=all, idempotent), publishers at once: the client's ProduceSync,
 // and the connector's Publisher under Parallel.
 func BenchmarkKafkaPublish(b *testing.B) {
-	c := kafkaCluster(b)
 	b.Run("impl=client", func(b *testing.B) {
+		c := kafkaCluster(b)
 		topic := kafkaTopic(b, c)
 		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
 			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))
@@ -94,6 +95,7 @@ func BenchmarkKafkaPublish(b *testing.B) {
 		}
 		defer cl.Close()
 		ctx := context.Background()
+		reqs := countProduces(c)
 		b.ResetTimer()
 		cpu := startCPU()
 		start := time.Now()
@@ -102,24 +104,43 @@ func BenchmarkKafkaPublish(b *testing.B) {
 		})
 		rate(b, start)
 		cpu.report(b)
+		b.ReportMetric(float64(b.N)/float64(max(reqs.Load(), 1)), "msgs/req")
 		if err != nil {
 			b.Fatal(err)
 		}
 	})
 	b.Run("impl=sluice", func(b *testing.B) {
+		c := kafkaCluster(b)
 		topic := kafkaTopic(b, c)
 		pub, err := kafka.NewPublisher(kafka.PublisherConfig[int]{Brokers: c.ListenAddrs(), Topic: topic,
 			Record: func(int) (*kgo.Record, error) { return &kgo.Record{Value: body}, nil }})
 		if err != nil {
 			b.Fatal(err)
 		}
+		reqs := countProduces(c)
 		b.ResetTimer()
 		cpu := startCPU()
 		start := time.Now()
 		publishThrough(b, pub)
 		rate(b, start)
 		cpu.report(b)
+		b.ReportMetric(float64(b.N)/float64(max(reqs.Load(), 1)), "msgs/req")
 	})
+}
+
+// countProduces counts, from now on, the produce requests c is sent
+// (each side of BenchmarkKafkaPublish on a cluster of its own): the
+// records per request say how well a side's produces were batched, which
+// the CPU per record follows (a request costs a write and a read on
+// each end of its socket).
+func countProduces(c *kfake.Cluster) *atomic.Int64 {
+	var n atomic.Int64
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		n.Add(1)
+		return nil, nil, false
+	})
+	return &n
 }
 
 // cpuMeter reports, beside the rate, the process's CPU time per record
@@ -181,7 +202,9 @@ func BenchmarkKafkaConsume(b *testing.B) {
 // BenchmarkKafkaConsume; impl=sluice has one ForEach worker too, and
 // impl=sluice-keyed is the shape docs/kafka.md shows, the ForEach
 // under pipeline.Keyed(2, kafka.RecordKey): two workers, one customer's
-// records in order.
+// records in order. impl=sluice-parallel is the ForEach under
+// Parallel(2) and Unordered, for the cost of Keyed's order beside plain
+// parallel work.
 func BenchmarkKafkaConsumeDecode(b *testing.B) {
 	b.Run("impl=client", func(b *testing.B) {
 		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) { consumeByClient(b, c, topic, b.N, decodeOrder) })
@@ -194,6 +217,11 @@ func BenchmarkKafkaConsumeDecode(b *testing.B) {
 	})
 	b.Run("impl=partitions", func(b *testing.B) {
 		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) { consumeByPartitions(b, c, topic, b.N, decodeOrder) })
+	})
+	b.Run("impl=sluice-parallel", func(b *testing.B) {
+		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) {
+			consumeBySource(b, c, topic, b.N, decodeOrder, pipeline.Parallel(2), pipeline.Unordered())
+		})
 	})
 	b.Run("impl=sluice-keyed", func(b *testing.B) {
 		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) {
