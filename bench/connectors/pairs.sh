@@ -12,8 +12,20 @@
 # had grown); A B B A cancels a drift of the machine's speed.
 set -eu
 bin=$1 bench=$2 a=$3 b=$4 rounds=${5:-10} benchtime=${6:-100000x}
+case $benchtime in
+1x)
+	# The only run would be the one that warms the process up.
+	echo "pairs.sh: a benchtime of 1x times the warm-up run; give more" >&2
+	exit 2
+	;;
+esac
 side() {
-	"$bin" -test.run='^$' -test.bench="^Benchmark$bench\$/^impl=$1\$" -test.benchtime="$benchtime" | grep '^Benchmark'
+	out=$("$bin" -test.run='^$' -test.bench="^Benchmark$bench\$/^impl=$1\$" -test.benchtime="$benchtime") || {
+		echo "pairs.sh: side $1 failed:" >&2
+		printf '%s\n' "$out" >&2
+		exit 1
+	}
+	printf '%s\n' "$out" | grep '^Benchmark'
 }
 i=0
 while [ "$i" -lt "$rounds" ]; do
