@@ -912,6 +912,13 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 			}
 		})
 	}
+	// However the stream ends (Close, the request's context, a write
+	// error), what net/http writes once the handler returned, the
+	// response's end, gets closeGrace, set after the goroutine above was
+	// joined, so that nothing replaces it: a page that reads nothing
+	// cannot hold the connection, and a Shutdown after Close, for the
+	// write timeout. (Deferred calls run last first.)
+	defer graceAfterClose(rc)
 	defer wg.Wait()
 	defer close(done)
 	w.WriteHeader(http.StatusOK)
@@ -935,10 +942,6 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 		select {
 		case <-in.closed:
 			if !closedAtStart {
-				// The deadline just set may have replaced Close's: the
-				// response's end, written once the handler returned,
-				// gets closeGrace too.
-				graceAfterClose(rc)
 				return
 			}
 		default:
@@ -953,9 +956,6 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 			return
 		case <-in.closed:
-			// Close's goroutine may not have set its deadline (it may
-			// see the handler end first): set it here.
-			graceAfterClose(rc)
 			return
 		case <-tick.Chan():
 		}
@@ -966,10 +966,9 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 // finish, on the real clock.
 const closeGrace = time.Second
 
-// graceAfterClose gives what is left to write of a stream that Close
-// ended (the response's end, which net/http writes once the handler
-// returned) closeGrace, so that a page that reads nothing cannot hold
-// the connection, and an http.Server's Shutdown, for the write timeout.
+// graceAfterClose gives what is left to write of a stream that ended
+// (the response's end, which net/http writes once the handler returned)
+// closeGrace.
 func graceAfterClose(rc *http.ResponseController) {
 	_ = rc.SetWriteDeadline(time.Now().Add(closeGrace))
 }
