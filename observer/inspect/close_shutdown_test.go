@@ -128,6 +128,33 @@ func (l stalledListener) Accept() (net.Conn, error) {
 	return sc, nil
 }
 
+// startStalled starts srv with its connections made stalledConns,
+// stalled while stalled is set; each is handed to the channel returned.
+func startStalled(srv *httptest.Server, stalled *atomic.Bool) chan *stalledConn {
+	conns := make(chan *stalledConn, 1)
+	srv.Listener = stalledListener{Listener: srv.Listener, stalled: stalled, conns: conns}
+	srv.Start()
+	return conns
+}
+
+// streamFirstSnapshot requests srv's event stream and reads its first
+// snapshot whole; the connection is left open for the caller.
+func streamFirstSnapshot(t *testing.T, srv *httptest.Server) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	require.NoError(t, err)
+	_, err = fmt.Fprintf(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(conn)
+	for {
+		line, err := br.ReadString('\n')
+		require.NoError(t, err)
+		if strings.HasPrefix(line, "data: ") {
+			return conn
+		}
+	}
+}
+
 // Close comes while the stream's handler builds a later snapshot, and the
 // page has stopped reading: the handler sets the write timeout (an hour)
 // over the grace Close gave, sees Close, and returns. What net/http then
@@ -147,24 +174,11 @@ func TestShutdownAfterCloseDuringASnapshot(t *testing.T) {
 			close(returned)
 		}
 	}))
-	conns := make(chan *stalledConn, 1)
-	srv.Listener = stalledListener{Listener: srv.Listener, stalled: &stalled, conns: conns}
-	srv.Start()
+	conns := startStalled(srv, &stalled)
 	defer srv.Close()
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	require.NoError(t, err)
+	conn := streamFirstSnapshot(t, srv)
 	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-	require.NoError(t, err)
 	sc := <-conns
-	br := bufio.NewReader(conn)
-	for { // the first snapshot, read whole
-		line, err := br.ReadString('\n')
-		require.NoError(t, err)
-		if strings.HasPrefix(line, "data: ") {
-			break
-		}
-	}
 	// The handler waits for its next tick; the next snapshot blocks.
 	require.NoError(t, clock.BlockUntilContext(context.Background(), 1))
 	g.armed.Store(true)
@@ -206,7 +220,7 @@ func TestShutdownAfterCloseOnAHalfClosedPage(t *testing.T) {
 	var stalled atomic.Bool
 	returned, proceed := make(chan struct{}), make(chan struct{})
 	var endDeadline time.Time
-	conns := make(chan *stalledConn, 1)
+	var conns chan *stalledConn
 	var sc *stalledConn
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		in.ServeHTTP(w, r)
@@ -216,23 +230,11 @@ func TestShutdownAfterCloseOnAHalfClosedPage(t *testing.T) {
 			endDeadline = sc.writeDeadline()
 		}
 	}))
-	srv.Listener = stalledListener{Listener: srv.Listener, stalled: &stalled, conns: conns}
-	srv.Start()
+	conns = startStalled(srv, &stalled)
 	defer srv.Close()
-	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
-	require.NoError(t, err)
+	conn := streamFirstSnapshot(t, srv)
 	defer conn.Close()
-	_, err = fmt.Fprintf(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
-	require.NoError(t, err)
 	sc = <-conns
-	br := bufio.NewReader(conn)
-	for {
-		line, err := br.ReadString('\n')
-		require.NoError(t, err)
-		if strings.HasPrefix(line, "data: ") {
-			break
-		}
-	}
 	stalled.Store(true) // reads nothing from here on
 	require.NoError(t, conn.(*net.TCPConn).CloseWrite())
 	<-returned // by its context
@@ -241,7 +243,7 @@ func TestShutdownAfterCloseOnAHalfClosedPage(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	start := time.Now()
-	err = srv.Config.Shutdown(ctx)
+	err := srv.Config.Shutdown(ctx)
 	if left := time.Until(endDeadline); left > time.Minute || err != nil {
 		t.Errorf("the response's end is written under a deadline %v away; Shutdown after Close: %v after %v", left.Round(time.Second), err, time.Since(start).Round(time.Millisecond))
 	}
