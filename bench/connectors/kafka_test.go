@@ -16,6 +16,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/connector/kafka"
+	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 )
 
@@ -83,10 +84,12 @@ func kafkaFill(b *testing.B, c *kfake.Cluster, topic string, n int, record func(
 
 // BenchmarkKafkaPublish produces b.N records, each waiting for its ack
 // (acks=all, idempotent), publishers at once: the client's ProduceSync,
-// and the connector's Publisher under Parallel. Each side does the whole
-// of it inside the timed region, as a program does: start its client,
-// produce, and close the client (the Publisher's Open and Close, in the
-// pipeline's Run).
+// and the connector's Publisher under Parallel; impl=client-sink is the
+// client's ProduceSync as the sink function of the Publisher's pipeline,
+// which tells the engine's share of the cost from the Publisher's. Each
+// side does the whole of it inside the timed region, as a program does:
+// start its client, produce, and close the client (the Publisher's Open
+// and Close, in the pipeline's Run).
 func BenchmarkKafkaPublish(b *testing.B) {
 	b.Run("impl=client", func(b *testing.B) {
 		c := kafkaCluster(b)
@@ -112,6 +115,28 @@ func BenchmarkKafkaPublish(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+	})
+	b.Run("impl=client-sink", func(b *testing.B) {
+		c := kafkaCluster(b)
+		topic := kafkaTopic(b, c)
+		ctx := context.Background()
+		reqs := countProduces(c)
+		runtime.GC()
+		b.ResetTimer()
+		cpu := startCPU()
+		start := time.Now()
+		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
+			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))
+		if err != nil {
+			b.Fatal(err)
+		}
+		publishThrough(b, node.SinkFunc[int](func(context.Context, int) error {
+			return cl.ProduceSync(ctx, &kgo.Record{Value: body}).FirstErr()
+		}))
+		cl.Close()
+		rate(b, start)
+		cpu.report(b)
+		b.ReportMetric(float64(b.N)/float64(max(reqs.Load(), 1)), "msgs/req")
 	})
 	b.Run("impl=sluice", func(b *testing.B) {
 		c := kafkaCluster(b)
