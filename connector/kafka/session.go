@@ -57,6 +57,14 @@ type session struct {
 	settled atomic.Int64
 	nudge   chan struct{}
 
+	// closing is Close's context, bounded by CloseTimeout, once Close
+	// began: the revoke of the group's leave commits within it, not
+	// within a CloseTimeout of its own. abandoned is set when Close
+	// returned before the client closed (see close): the client's late
+	// callbacks then touch nothing of the source.
+	closing   atomic.Pointer[context.Context]
+	abandoned atomic.Bool
+
 	// again holds the records whose item ended Failed while a Run went
 	// on (a blameless failure: the engine counts on the source to deliver
 	// the item again), for the Run's goroutine to emit again; againOpen
@@ -426,6 +434,9 @@ func (sess *session) assigned(_ context.Context, _ *kgo.Client, m map[string][]i
 func (sess *session) revoked(ctx context.Context, _ *kgo.Client, m map[string][]int32) {
 	sess.commitMu.Lock()
 	defer sess.commitMu.Unlock()
+	if sess.abandoned.Load() {
+		return // Close returned; a later Run has a session of its own
+	}
 	var trs []*partitionTrack
 	for topic, ps := range m {
 		trs = append(trs, sess.tracker.revoke(topic, ps)...)
@@ -455,7 +466,11 @@ wait:
 			}
 		}
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), cfg.CloseTimeout)
+	base := context.Background()
+	if c := sess.closing.Load(); c != nil {
+		base = *c
+	}
+	cctx, cancel := context.WithTimeout(base, cfg.CloseTimeout)
 	defer cancel()
 	_ = sess.commitLocked(cctx, sess.tracker.dueOf(trs))
 	sess.tracker.retire(trs)
@@ -493,6 +508,7 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CloseTimeout)
 	defer cancel()
+	sess.closing.Store(&cctx)
 	// A record whose failed run is being settled (its copy or dead letter
 	// on its way, poison.go) settles before the last commit, and before
 	// the session's context ends, which would cut its copy short.
@@ -503,7 +519,32 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	sess.cancel()
 	sess.wg.Wait()
 	err := sess.commit(cctx)
-	sess.cl.CloseAllowingRebalance()
+	// The client leaves the group and closes within what is left of
+	// CloseTimeout. A broker answers a connection's requests in turn, so
+	// a commit it has not answered holds the leave's request too, and the
+	// client waits for a request it wrote until the broker answers or the
+	// client's request timeout (10 s) passes: Close does not wait for
+	// that. The client then closes in the background; the member stays
+	// in the group until its session times out (SessionTimeout), and its
+	// partitions wait that long for another member. That alone loses
+	// nothing, and is no error: the commit's error, when there is one,
+	// says it too.
+	sess.cl.AllowRebalance()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		sess.cl.Close()
+	}()
+	select {
+	case <-closed:
+	case <-cctx.Done():
+		sess.abandoned.Store(true)
+		if err == nil {
+			return nil
+		}
+		err = errors.Join(err, fmt.Errorf("kafka: close the client of group %s: the broker did not answer the leave within CloseTimeout (%v); the client closes in the background: %w",
+			cfg.Group, cfg.CloseTimeout, context.Cause(cctx)))
+	}
 	return err
 }
 
