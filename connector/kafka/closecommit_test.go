@@ -10,6 +10,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
@@ -134,4 +135,59 @@ func (e *countingEmitter) EmitTracked(ctx context.Context, m kafka.Message, done
 		e.stop()
 	}
 	return nil
+}
+
+// When the broker answers Close's commit only after CloseTimeout (here with
+// a refusal), the revoke of the group's leave, within a CloseTimeout of its
+// own, commits again once the late answer came: the offsets are
+// committed, and Close still says its own commit timed out.
+func TestCloseLateCommitAnswerCommitsAtLeave(t *testing.T) {
+	c := newCluster(t, 1)
+	a := newAdmin(t, c)
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	a.produce(topic, rec(0, "", "a"), rec(0, "", "b"), rec(0, "", "c"))
+	cfg := a.config(topic)
+	cfg.Clock = clockwork.NewFakeClock() // the committer never commits
+	cfg.CommitEvery = 1000
+	cfg.CloseTimeout = 2 * time.Second
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	require.NoError(t, src.Open(testContext(t)))
+	// The first commit is held, then refused: only a later commit can
+	// commit the offsets.
+	gate := make(chan struct{})
+	var once sync.Once
+	release := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(release)
+	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.SleepControl(func() { <-gate })
+		creq := req.(*kmsg.OffsetCommitRequest)
+		resp := creq.ResponseKind().(*kmsg.OffsetCommitResponse)
+		for _, rt := range creq.Topics {
+			st := kmsg.NewOffsetCommitResponseTopic()
+			st.Topic = rt.Topic
+			for _, rp := range rt.Partitions {
+				sp := kmsg.NewOffsetCommitResponseTopicPartition()
+				sp.Partition = rp.Partition
+				sp.ErrorCode = kerr.RequestTimedOut.Code
+				st.Partitions = append(st.Partitions, sp)
+			}
+			resp.Topics = append(resp.Topics, st)
+		}
+		return resp, nil, true
+	})
+	require.NoError(t, src.Run(testContext(t), &countingEmitter{stop: src.Stop, n: 3}))
+	closed := make(chan error, 1)
+	go func() { closed <- src.Close(context.Background()) }()
+	// The broker answers between the two CloseTimeouts.
+	late := time.AfterFunc(3*time.Second, release)
+	defer late.Stop()
+	select {
+	case err := <-closed:
+		require.ErrorIs(t, err, context.DeadlineExceeded, "Close's own commit timed out")
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close still waits 20 s after it began (CloseTimeout 2 s)")
+	}
+	assert.Equal(t, map[int32]int64{0: 3}, a.committed(topic, topic), "the leave's commit got through")
 }

@@ -519,16 +519,21 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	sess.cancel()
 	sess.wg.Wait()
 	err := sess.commit(cctx)
-	// The client leaves the group and closes within what is left of
-	// CloseTimeout. A broker answers a connection's requests in turn, so
-	// a commit it has not answered holds the leave's request too, and the
-	// client waits for a request it wrote until the broker answers or the
-	// client's request timeout (10 s) passes: Close does not wait for
-	// that. The client then closes in the background; the member stays
-	// in the group until its session times out (SessionTimeout), and its
-	// partitions wait that long for another member. That alone loses
-	// nothing, and is no error: the commit's error, when there is one,
-	// says it too.
+	// The client leaves the group and closes within a CloseTimeout of
+	// its own, in which the revoke of the leave commits once more what
+	// is due: when the broker answered the last commit late, the second
+	// one gets through. A broker answers a connection's requests in turn,
+	// so a commit it has not answered holds the leave's request too, and
+	// the client waits for a request it wrote until the broker answers
+	// or the client's request timeout (10 s) passes: Close does not wait
+	// for that. The client then closes in the background; the member
+	// stays in the group until its session times out (SessionTimeout),
+	// and its partitions wait that long for another member. That alone
+	// loses nothing, and is no error: the commit's error, when there is
+	// one, says it too.
+	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CloseTimeout)
+	defer lcancel()
+	sess.closing.Store(&lctx)
 	sess.cl.AllowRebalance()
 	closed := make(chan struct{})
 	go func() {
@@ -537,13 +542,13 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	}()
 	select {
 	case <-closed:
-	case <-cctx.Done():
+	case <-lctx.Done():
 		sess.abandoned.Store(true)
 		if err == nil {
 			return nil
 		}
 		err = errors.Join(err, fmt.Errorf("kafka: close the client of group %s: the broker did not answer the leave within CloseTimeout (%v); the client closes in the background: %w",
-			cfg.Group, cfg.CloseTimeout, context.Cause(cctx)))
+			cfg.Group, cfg.CloseTimeout, context.Cause(lctx)))
 	}
 	return err
 }
