@@ -28,7 +28,8 @@ const (
 	DefaultSessionTimeout = 45 * time.Second
 	// DefaultDialTimeout bounds connecting to one broker.
 	DefaultDialTimeout = 10 * time.Second
-	// DefaultCloseTimeout bounds the last commit at Close.
+	// DefaultCloseTimeout bounds the last commit at Close, and leaving
+	// the group after it.
 	DefaultCloseTimeout = 5 * time.Second
 	// DefaultDrainTimeout bounds a source's wait for its items in flight
 	// after Stop.
@@ -98,8 +99,10 @@ type SourceConfig struct {
 	// the items in flight to settle so that their offsets are committed.
 	// Default [DefaultDrainTimeout].
 	DrainTimeout time.Duration
-	// CloseTimeout bounds the last commit at Close. Default
-	// [DefaultCloseTimeout].
+	// CloseTimeout bounds the last commit at Close, and then, once
+	// more, leaving the group: Close takes at most twice CloseTimeout
+	// after its drain. A client whose leave got no answer in time
+	// closes in the background. Default [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// MaxDeliveries, when positive, is the poison guard: a record whose
 	// items failed this many runs (their outcome was node.Rejected: a

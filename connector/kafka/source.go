@@ -401,7 +401,9 @@ func (s *Source) setDrain() {
 
 // Close commits what settled and closes the client, which leaves the
 // group. After a Run ended by Stop it first waits, up to DrainTimeout, for
-// the items in flight to settle.
+// the items in flight to settle. The commit and the leave are bounded by
+// CloseTimeout each; a client whose leave got no answer in time closes in
+// the background, and Close returns.
 func (s *Source) Close(ctx context.Context) error {
 	s.mu.Lock()
 	sess, drain := s.sess, s.drain
