@@ -91,52 +91,19 @@ func kafkaFill(b *testing.B, c *kfake.Cluster, topic string, n int, record func(
 // start its client, produce, and close the client (the Publisher's Open
 // and Close, in the pipeline's Run).
 func BenchmarkKafkaPublish(b *testing.B) {
+	syncProduce := func(cl *kgo.Client) error {
+		return cl.ProduceSync(context.Background(), &kgo.Record{Value: body}).FirstErr()
+	}
 	b.Run("impl=client", func(b *testing.B) {
-		c := kafkaCluster(b)
-		topic := kafkaTopic(b, c)
-		ctx := context.Background()
-		reqs := countProduces(c)
-		runtime.GC()
-		b.ResetTimer()
-		cpu := startCPU()
-		start := time.Now()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
-			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))
-		if err != nil {
-			b.Fatal(err)
-		}
-		err = fanOut(b.N, func(int) error {
-			return cl.ProduceSync(ctx, &kgo.Record{Value: body}).FirstErr()
+		clientPublishSide(b, func(cl *kgo.Client) error {
+			return fanOut(b.N, func(int) error { return syncProduce(cl) })
 		})
-		cl.Close()
-		rate(b, start)
-		cpu.report(b)
-		b.ReportMetric(float64(b.N)/float64(max(reqs.Load(), 1)), "msgs/req")
-		if err != nil {
-			b.Fatal(err)
-		}
 	})
 	b.Run("impl=client-sink", func(b *testing.B) {
-		c := kafkaCluster(b)
-		topic := kafkaTopic(b, c)
-		ctx := context.Background()
-		reqs := countProduces(c)
-		runtime.GC()
-		b.ResetTimer()
-		cpu := startCPU()
-		start := time.Now()
-		cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
-			kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))
-		if err != nil {
-			b.Fatal(err)
-		}
-		publishThrough(b, node.SinkFunc[int](func(context.Context, int) error {
-			return cl.ProduceSync(ctx, &kgo.Record{Value: body}).FirstErr()
-		}))
-		cl.Close()
-		rate(b, start)
-		cpu.report(b)
-		b.ReportMetric(float64(b.N)/float64(max(reqs.Load(), 1)), "msgs/req")
+		clientPublishSide(b, func(cl *kgo.Client) error {
+			publishThrough(b, node.SinkFunc[int](func(context.Context, int) error { return syncProduce(cl) }))
+			return nil
+		})
 	})
 	b.Run("impl=sluice", func(b *testing.B) {
 		c := kafkaCluster(b)
@@ -156,6 +123,33 @@ func BenchmarkKafkaPublish(b *testing.B) {
 		cpu.report(b)
 		b.ReportMetric(float64(b.N)/float64(max(reqs.Load(), 1)), "msgs/req")
 	})
+}
+
+// clientPublishSide times a publish side of the bare client on a cluster
+// of its own: it starts the client (acks=all, idempotent, no linger),
+// has publish produce b.N records on it, and closes it, all inside the
+// timed region.
+func clientPublishSide(b *testing.B, publish func(cl *kgo.Client) error) {
+	c := kafkaCluster(b)
+	topic := kafkaTopic(b, c)
+	reqs := countProduces(c)
+	runtime.GC()
+	b.ResetTimer()
+	cpu := startCPU()
+	start := time.Now()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.DefaultProduceTopic(topic),
+		kgo.RequiredAcks(kgo.AllISRAcks()), kgo.ProducerLinger(0))
+	if err != nil {
+		b.Fatal(err)
+	}
+	err = publish(cl)
+	cl.Close()
+	rate(b, start)
+	cpu.report(b)
+	b.ReportMetric(float64(b.N)/float64(max(reqs.Load(), 1)), "msgs/req")
+	if err != nil {
+		b.Fatal(err)
+	}
 }
 
 // countProduces counts, from now on, the produce requests c is sent

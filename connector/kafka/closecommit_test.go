@@ -41,6 +41,24 @@ func holdRequests(t *testing.T, c *kfake.Cluster, key kmsg.Key) (held <-chan str
 	return ch, release
 }
 
+// closeSetup starts a cluster of the test's own with a topic of one
+// partition holding three records, and returns a source config for it
+// whose committer commits only when commitEvery records settled (its
+// fake clock never moves), with closeTimeout.
+func closeSetup(t *testing.T, commitEvery int, closeTimeout time.Duration) (*kfake.Cluster, *admin, string, kafka.SourceConfig) {
+	t.Helper()
+	c := newCluster(t, 1)
+	a := newAdmin(t, c)
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	a.produce(topic, rec(0, "", "a"), rec(0, "", "b"), rec(0, "", "c"))
+	cfg := a.config(topic)
+	cfg.Clock = clockwork.NewFakeClock()
+	cfg.CommitEvery = commitEvery
+	cfg.CloseTimeout = closeTimeout
+	return c, a, topic, cfg
+}
+
 // Close ends within CloseTimeout when the broker does not answer its last
 // commit, a commit the committer sent before it, or the group's leave: the
 // broker answers a connection's requests in turn, so the leave waits
@@ -61,17 +79,7 @@ func TestCloseTimeoutBoundsAnUnansweredRequest(t *testing.T) {
 		{"leave-held", kmsg.LeaveGroup, 1000, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 1)
-			a := newAdmin(t, c)
-			topic := uniqueName(t)
-			a.topic(topic, 1)
-			a.produce(topic, rec(0, "", "a"), rec(0, "", "b"), rec(0, "", "c"))
-			cfg := a.config(topic)
-			// The fake clock never moves: the committer commits only
-			// when CommitEvery records settled.
-			cfg.Clock = clockwork.NewFakeClock()
-			cfg.CommitEvery = tc.commitEvery
-			cfg.CloseTimeout = 200 * time.Millisecond
+			c, a, topic, cfg := closeSetup(t, tc.commitEvery, 200*time.Millisecond)
 			before := goleak.IgnoreCurrent()
 			src, err := kafka.NewSource(cfg)
 			require.NoError(t, err)
@@ -142,15 +150,7 @@ func (e *countingEmitter) EmitTracked(ctx context.Context, m kafka.Message, done
 // own, commits again once the late answer came: the offsets are
 // committed, and Close still says its own commit timed out.
 func TestCloseLateCommitAnswerCommitsAtLeave(t *testing.T) {
-	c := newCluster(t, 1)
-	a := newAdmin(t, c)
-	topic := uniqueName(t)
-	a.topic(topic, 1)
-	a.produce(topic, rec(0, "", "a"), rec(0, "", "b"), rec(0, "", "c"))
-	cfg := a.config(topic)
-	cfg.Clock = clockwork.NewFakeClock() // the committer never commits
-	cfg.CommitEvery = 1000
-	cfg.CloseTimeout = 2 * time.Second
+	c, a, topic, cfg := closeSetup(t, 1000, 2*time.Second)
 	src, err := kafka.NewSource(cfg)
 	require.NoError(t, err)
 	require.NoError(t, src.Open(testContext(t)))
