@@ -455,6 +455,17 @@ func (t *offsetTracker) retire(trs []*partitionTrack) {
 	}
 }
 
+// held returns the tracks of the partitions the tracker holds.
+func (t *offsetTracker) held() []*partitionTrack {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make([]*partitionTrack, 0, len(t.tracks))
+	for _, tr := range t.tracks {
+		out = append(out, tr)
+	}
+	return out
+}
+
 // owned returns the partitions the tracker holds a track for, sorted.
 func (t *offsetTracker) owned() []topicPartition {
 	t.mu.Lock()

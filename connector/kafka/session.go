@@ -64,6 +64,10 @@ type session struct {
 	// callbacks then touch nothing of the source.
 	closing   atomic.Pointer[context.Context]
 	abandoned atomic.Bool
+	// leaveCommit is what the last revoke of every partition the source
+	// held found, once Close began (the revoke of the leave): nil when
+	// there was none, else its commit's error, or errNone.
+	leaveCommit atomic.Pointer[error]
 
 	// again holds the records whose item ended Failed while a Run went
 	// on (a blameless failure: the engine counts on the source to deliver
@@ -441,7 +445,7 @@ func (sess *session) revoked(ctx context.Context, _ *kgo.Client, m map[string][]
 	for topic, ps := range m {
 		trs = append(trs, sess.tracker.revoke(topic, ps)...)
 	}
-	sess.src.dropHeld(m)
+	sess.src.dropHeld(sess, m)
 	if len(trs) == 0 {
 		return
 	}
@@ -467,24 +471,37 @@ wait:
 		}
 	}
 	base := context.Background()
-	if c := sess.closing.Load(); c != nil {
-		base = *c
+	closing := sess.closing.Load()
+	if closing != nil {
+		base = *closing
 	}
 	cctx, cancel := context.WithTimeout(base, cfg.CloseTimeout)
 	defer cancel()
-	_ = sess.commitLocked(cctx, sess.tracker.dueOf(trs))
+	cerr := sess.commitLocked(cctx, sess.tracker.dueOf(trs))
+	if closing != nil && len(sess.tracker.owned()) == 0 {
+		if cerr == nil {
+			cerr = errNone
+		}
+		sess.leaveCommit.Store(&cerr)
+	}
 	sess.tracker.retire(trs)
 }
+
+// errNone is a leave's commit that went through (see leaveCommit).
+var errNone = errors.New("kafka: the leave's commit went through")
 
 // lost is the group's OnPartitionsLost: the partitions are no longer the
 // source's, and nothing of them is committed.
 func (sess *session) lost(_ context.Context, _ *kgo.Client, m map[string][]int32) {
 	sess.commitMu.Lock()
 	defer sess.commitMu.Unlock()
+	if sess.abandoned.Load() {
+		return // Close returned; a later Run has a session of its own
+	}
 	for topic, ps := range m {
 		sess.tracker.retire(sess.tracker.revoke(topic, ps))
 	}
-	sess.src.dropHeld(m)
+	sess.src.dropHeld(sess, m)
 }
 
 // close ends the session: after a drain it waits, up to DrainTimeout, for
@@ -521,18 +538,18 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	err := sess.commit(cctx)
 	// The client leaves the group and closes within a CloseTimeout of
 	// its own, in which the revoke of the leave commits once more what
-	// is due: when the broker answered the last commit late, the second
-	// one gets through. A broker answers a connection's requests in turn,
-	// so a commit it has not answered holds the leave's request too, and
-	// the client waits for a request it wrote until the broker answers
-	// or the client's request timeout (10 s) passes: Close does not wait
-	// for that. The client then closes in the background; the member
-	// stays in the group until its session times out (SessionTimeout),
-	// and its partitions wait that long for another member. That alone
-	// loses nothing, and is no error: the commit's error, when there is
-	// one, says it too.
+	// is due: what settled after the commit above, and, when the broker
+	// answered that commit late, what it held. A broker answers a
+	// connection's requests in turn, so a commit it has not answered
+	// holds the leave's request too, and the client waits for a request
+	// it wrote until the broker answers or the client's request timeout
+	// (10 s) passes: Close does not wait for that. The client then closes
+	// in the background; the member stays in the group until its session
+	// times out (SessionTimeout), and its partitions wait that long for
+	// another member.
 	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CloseTimeout)
 	defer lcancel()
+	leaving := sess.tracker.held()
 	sess.closing.Store(&lctx)
 	sess.cl.AllowRebalance()
 	closed := make(chan struct{})
@@ -540,14 +557,31 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 		defer close(closed)
 		sess.cl.Close()
 	}()
+	abandoned := false
 	select {
 	case <-closed:
 	case <-lctx.Done():
 		sess.abandoned.Store(true)
-		if err == nil {
-			return nil
-		}
-		err = errors.Join(err, fmt.Errorf("kafka: close the client of group %s: the broker did not answer the leave within CloseTimeout (%v); the client closes in the background: %w",
+		abandoned = true
+	}
+	var lerr error
+	if p := sess.leaveCommit.Load(); p != nil {
+		lerr = *p
+	}
+	switch {
+	case lerr == errNone:
+		// The leave's commit took everything due: what Close's own
+		// commit failed to commit is committed now.
+		return nil
+	case lerr != nil:
+		err = errors.Join(err, lerr)
+	case abandoned && len(sess.tracker.dueOf(leaving)) > 0:
+		// The leave's revoke did not end: what it had to commit is
+		// still due (a track it retired counts nothing).
+		err = errors.Join(err, fmt.Errorf("kafka: records of group %s settled and were not committed", cfg.Group))
+	}
+	if abandoned && err != nil {
+		err = errors.Join(err, fmt.Errorf("kafka: close the client of group %s: it did not close within CloseTimeout (%v) (its leave, or the commit made as it leaves, got no answer); it closes in the background: %w",
 			cfg.Group, cfg.CloseTimeout, context.Cause(lctx)))
 	}
 	return err

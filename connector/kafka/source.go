@@ -132,7 +132,8 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 	if sess.ran.Swap(true) {
 		// The client's positions are past what the last run left
 		// unsettled: start afresh from the committed offsets.
-		// The old client commits and leaves first, so that the new one
+		// The old client commits and leaves first (within CloseTimeout
+		// each; see session.close), so that the new one
 		// reads the group's offsets after that commit.
 		s.mu.Lock()
 		s.sess = nil

@@ -455,10 +455,11 @@ func (s *Source) emitReady(ctx context.Context, out node.Emitter[Message]) error
 }
 
 // dropHeld gives back, unsettled, the records the gate holds of the
-// partitions of m, revoked or lost, and resumes their fetching.
-func (s *Source) dropHeld(m map[string][]int32) {
+// partitions of m, revoked or lost from sess, and resumes their fetching.
+// The gate of a Run on another session is not sess's to touch.
+func (s *Source) dropHeld(sess *session, m map[string][]int32) {
 	t := s.tierRun()
-	if t == nil {
+	if t == nil || t.sess != sess {
 		return
 	}
 	for _, r := range t.gate.drop(m) {
