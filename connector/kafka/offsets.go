@@ -455,6 +455,33 @@ func (t *offsetTracker) retire(trs []*partitionTrack) {
 	}
 }
 
+// settledUncommitted returns the partitions of trs, retired or not, whose
+// settled records run past the offset last committed. A retired track's
+// records that settled after it retired count too: they were handled and
+// not committed, so the partition's next owner reads them again.
+func (t *offsetTracker) settledUncommitted(trs []*partitionTrack) []topicPartition {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []topicPartition
+	for _, tr := range trs {
+		if tr.retired {
+			tr.advance() // counted nowhere once retired
+		} else {
+			t.advanceTrack(tr)
+		}
+		if tr.done >= 0 && tr.done > tr.committed {
+			out = append(out, tr.tp)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].topic != out[j].topic {
+			return out[i].topic < out[j].topic
+		}
+		return out[i].partition < out[j].partition
+	})
+	return out
+}
+
 // held returns the tracks of the partitions the tracker holds.
 func (t *offsetTracker) held() []*partitionTrack {
 	t.mu.Lock()

@@ -64,10 +64,11 @@ type session struct {
 	// callbacks then touch nothing of the source.
 	closing   atomic.Pointer[context.Context]
 	abandoned atomic.Bool
-	// leaveCommit is what the last revoke of every partition the source
-	// held found, once Close began (the revoke of the leave): nil when
-	// there was none, else its commit's error, or errNone.
-	leaveCommit atomic.Pointer[error]
+	// revokeErrs are the errors of the revokes' commits once Close began,
+	// guarded by revokeMu (not commitMu, which a revoke of an abandoned
+	// client may hold).
+	revokeMu   sync.Mutex
+	revokeErrs []error
 
 	// again holds the records whose item ended Failed while a Run went
 	// on (a blameless failure: the engine counts on the source to deliver
@@ -477,18 +478,13 @@ wait:
 	}
 	cctx, cancel := context.WithTimeout(base, cfg.CloseTimeout)
 	defer cancel()
-	cerr := sess.commitLocked(cctx, sess.tracker.dueOf(trs))
-	if closing != nil && len(sess.tracker.owned()) == 0 {
-		if cerr == nil {
-			cerr = errNone
-		}
-		sess.leaveCommit.Store(&cerr)
+	if cerr := sess.commitLocked(cctx, sess.tracker.dueOf(trs)); cerr != nil && closing != nil {
+		sess.revokeMu.Lock()
+		sess.revokeErrs = append(sess.revokeErrs, cerr)
+		sess.revokeMu.Unlock()
 	}
 	sess.tracker.retire(trs)
 }
-
-// errNone is a leave's commit that went through (see leaveCommit).
-var errNone = errors.New("kafka: the leave's commit went through")
 
 // lost is the group's OnPartitionsLost: the partitions are no longer the
 // source's, and nothing of them is committed.
@@ -525,6 +521,10 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CloseTimeout)
 	defer cancel()
+	// Close answers for the partitions held now: at its end, whatever of
+	// them settled and was not committed is its error, whichever commit
+	// (its own, a rebalance's, the leave's) failed to take it.
+	holding := sess.tracker.held()
 	sess.closing.Store(&cctx)
 	// A record whose failed run is being settled (its copy or dead letter
 	// on its way, poison.go) settles before the last commit, and before
@@ -549,7 +549,6 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	// another member.
 	lctx, lcancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CloseTimeout)
 	defer lcancel()
-	leaving := sess.tracker.held()
 	sess.closing.Store(&lctx)
 	sess.cl.AllowRebalance()
 	closed := make(chan struct{})
@@ -564,23 +563,17 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 		sess.abandoned.Store(true)
 		abandoned = true
 	}
-	var lerr error
-	if p := sess.leaveCommit.Load(); p != nil {
-		lerr = *p
-	}
-	switch {
-	case lerr == errNone:
-		// The leave's commit took everything due: what Close's own
-		// commit failed to commit is committed now.
+	left := sess.tracker.settledUncommitted(holding)
+	if len(left) == 0 {
+		// Everything that settled is committed, whichever commit took
+		// it: an error of an earlier one (a late answer) changed nothing.
 		return nil
-	case lerr != nil:
-		err = errors.Join(err, lerr)
-	case abandoned && len(sess.tracker.dueOf(leaving)) > 0:
-		// The leave's revoke did not end: what it had to commit is
-		// still due (a track it retired counts nothing).
-		err = errors.Join(err, fmt.Errorf("kafka: records of group %s settled and were not committed", cfg.Group))
 	}
-	if abandoned && err != nil {
+	sess.revokeMu.Lock()
+	err = errors.Join(append([]error{err}, sess.revokeErrs...)...)
+	sess.revokeMu.Unlock()
+	err = errors.Join(err, fmt.Errorf("kafka: records of group %s settled and were not committed, in partitions %v; the group's next reader reads them again", cfg.Group, left))
+	if abandoned {
 		err = errors.Join(err, fmt.Errorf("kafka: close the client of group %s: it did not close within CloseTimeout (%v) (its leave, or the commit made as it leaves, got no answer); it closes in the background: %w",
 			cfg.Group, cfg.CloseTimeout, context.Cause(lctx)))
 	}

@@ -1,0 +1,191 @@
+package kafka_test
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/connector/kafka"
+	"github.com/sluicehq/sluice/node"
+)
+
+// Records that settle while the leave's commit is on its way (after it
+// took what was due, before Close returns) are not committed: Close says
+// so, though every commit it made went through. (Found by review: Close
+// returned nil.)
+func TestCloseSaysWhatSettledDuringTheLeave(t *testing.T) {
+	c, a, topic, cfg := closeSetup(t, 1000, 2*time.Second)
+	a.produce(topic, rec(0, "", "d"))
+	before := goleak.IgnoreCurrent()
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	require.NoError(t, src.Open(testContext(t)))
+	ctx, cancel := context.WithCancel(testContext(t))
+	e := &holdingEmitter{n: 4, cancel: cancel}
+	var commits atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetCommit), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		e.mu.Lock()
+		var ds []func(o node.Outcome)
+		switch commits.Add(1) {
+		case 1: // Close's own commit: one more record settles after it took what was due
+			ds = append(ds, e.held[0])
+			e.held = e.held[1:]
+		case 2: // the leave's commit: the last two settle while it is on its way
+			ds = append(ds, e.held...)
+			e.held = nil
+		}
+		e.mu.Unlock()
+		for _, d := range ds {
+			d(node.Delivered)
+		}
+		return nil, nil, false
+	})
+	_ = src.Run(ctx, e)
+	cerr := awaitClose(t, src)
+	got := a.committed(topic, topic)
+	require.Equal(t, map[int32]int64{0: 2}, got, "the commits took the first two records")
+	require.Error(t, cerr, "two records delivered before Close returned were not committed")
+	assert.Contains(t, cerr.Error(), "settled and were not committed")
+	waitClientGone(t, before)
+}
+
+// refuseAll answers every partition of req REQUEST_TIMED_OUT.
+func refuseAll(req *kmsg.OffsetCommitRequest) *kmsg.OffsetCommitResponse {
+	resp := req.ResponseKind().(*kmsg.OffsetCommitResponse)
+	for _, rt := range req.Topics {
+		st := kmsg.NewOffsetCommitResponseTopic()
+		st.Topic = rt.Topic
+		for _, rp := range rt.Partitions {
+			sp := kmsg.NewOffsetCommitResponseTopicPartition()
+			sp.Partition = rp.Partition
+			sp.ErrorCode = kerr.RequestTimedOut.Code
+			st.Partitions = append(st.Partitions, sp)
+		}
+		resp.Topics = append(resp.Topics, st)
+	}
+	return resp
+}
+
+// hasPartition reports whether req commits partition p.
+func hasPartition(req *kmsg.OffsetCommitRequest, p int32) bool {
+	for _, rt := range req.Topics {
+		for _, rp := range rt.Partitions {
+			if rp.Partition == p {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Close's own commit fails for partitions 0 and 1; a cooperative
+// rebalance (a second member joins) revokes partition 1 during Close and
+// its revoke's commit fails too; the leave's revoke then commits
+// partition 0. Partition 1's settled record was never committed: Close
+// says so. (Found by review: Close returned nil, as the leave's commit
+// went through.) Close's commit waits for the group's sync in franz-go
+// (waitJoinSyncMu), which the test finds in the goroutines' stacks.
+func TestCloseSaysWhatARebalanceDuringCloseDidNotCommit(t *testing.T) {
+	c := newCluster(t, 1)
+	a := newAdmin(t, c)
+	topic := uniqueName(t)
+	a.topic(topic, 2)
+	a.produce(topic, rec(0, "", "a"), rec(1, "", "b"))
+	cfg := a.config(topic)
+	cfg.Clock = clockwork.NewFakeClock()
+	cfg.CommitEvery = 1000
+	cfg.CloseTimeout = 3 * time.Second
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	require.NoError(t, src.Open(testContext(t)))
+	require.NoError(t, src.Run(testContext(t), &countingEmitter{stop: src.Stop, n: 2}))
+
+	gate1, gate2 := make(chan struct{}), make(chan struct{})
+	var once1, once2 sync.Once
+	open1 := func() { once1.Do(func() { close(gate1) }) }
+	open2 := func() { once2.Do(func() { close(gate2) }) }
+	t.Cleanup(open1)
+	t.Cleanup(open2)
+	syncs := make(chan struct{}, 8)
+	c.ControlKey(int16(kmsg.SyncGroup), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		syncs <- struct{}{}
+		c.SleepControl(func() { <-gate1 })
+		return nil, nil, false
+	})
+	first := make(chan struct{}, 1)
+	var n atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		req := r.(*kmsg.OffsetCommitRequest)
+		t.Logf("commit #%d: partition 0 %v, partition 1 %v", n.Load()+1, hasPartition(req, 0), hasPartition(req, 1))
+		if n.Add(1) == 1 { // Close's own commit {0,1}: refused
+			first <- struct{}{}
+			return refuseAll(req), nil, true
+		}
+		if hasPartition(req, 1) { // partition 1's commits are refused
+			return refuseAll(req), nil, true
+		}
+		return nil, nil, false
+	})
+	// A second member joins: the cooperative rebalance will revoke one
+	// partition of the source's; both syncs are held.
+	b, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit())
+	require.NoError(t, err)
+	bctx, bcancel := context.WithCancel(context.Background())
+	bdone := make(chan struct{})
+	go func() {
+		defer close(bdone)
+		for bctx.Err() == nil {
+			b.PollFetches(bctx)
+		}
+	}()
+	defer func() { bcancel(); <-bdone; b.Close() }()
+	for range 2 {
+		select {
+		case <-syncs:
+		case <-time.After(10 * time.Second):
+			t.Fatal("no sync")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- src.Close(context.Background()) }()
+	// Close's commit waits, holding the source's commitMu, for the sync.
+	waitWithin(t, 10*time.Second, func() bool {
+		buf := make([]byte, 1<<20)
+		s := string(buf[:runtime.Stack(buf, true)])
+		return strings.Contains(s, "waitJoinSyncMu")
+	}, func() string { return "Close's commit does not wait for the sync" })
+	open1()
+	select {
+	case <-first:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no commit")
+	}
+	open2()
+	var cerr error
+	select {
+	case cerr = <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close hangs")
+	}
+	got := a.committed(topic, topic)
+	t.Logf("Close: %v; committed %v", cerr, got)
+	require.NotEqual(t, int64(1), got[1], "partition 1's commits were all refused")
+	require.Error(t, cerr, "partition 1's settled record was never committed")
+	assert.Contains(t, cerr.Error(), "settled and were not committed")
+}
