@@ -100,9 +100,9 @@ type SourceConfig struct {
 	// Default [DefaultDrainTimeout].
 	DrainTimeout time.Duration
 	// CloseTimeout bounds the last commit at Close, and then, once
-	// more, leaving the group: Close takes at most twice CloseTimeout
-	// after its drain. A client whose leave got no answer in time
-	// closes in the background. Default [DefaultCloseTimeout].
+	// more, leaving the group (and, with Retry or MaxDeliveries, once
+	// more the copies' flush). A client whose leave got no answer in
+	// time closes in the background. Default [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// MaxDeliveries, when positive, is the poison guard: a record whose
 	// items failed this many runs (their outcome was node.Rejected: a
