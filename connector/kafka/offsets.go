@@ -455,31 +455,42 @@ func (t *offsetTracker) retire(trs []*partitionTrack) {
 	}
 }
 
-// settledUncommitted returns the partitions of trs, retired or not, whose
-// settled records run past the offset last committed. A retired track's
-// records that settled after it retired count too: they were handled and
-// not committed, so the partition's next owner reads them again.
-func (t *offsetTracker) settledUncommitted(trs []*partitionTrack) []topicPartition {
+// settledUncommitted returns the partitions of trs, retired or not, with
+// records settled (in the run from the track's front, what a commit can
+// take) that no commit covered, and, apart, those whose start offset
+// (StartAtEnd's, see addLocked) is still to be committed. A retired
+// track's records that settled after it retired count too: they were
+// handled and not committed, so the partition's next owner reads them
+// again.
+func (t *offsetTracker) settledUncommitted(trs []*partitionTrack) (settled, starts []topicPartition) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	var out []topicPartition
 	for _, tr := range trs {
 		if tr.retired {
 			tr.advance() // counted nowhere once retired
 		} else {
 			t.advanceTrack(tr)
 		}
-		if tr.done >= 0 && tr.done > tr.committed {
-			out = append(out, tr.tp)
+		switch {
+		case tr.popped > tr.poppedCommitted:
+			settled = append(settled, tr.tp)
+		case tr.committed < 0 && tr.done >= 0:
+			starts = append(starts, tr.tp)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].topic != out[j].topic {
-			return out[i].topic < out[j].topic
+	sortPartitions(settled)
+	sortPartitions(starts)
+	return settled, starts
+}
+
+// sortPartitions sorts tps by topic, then partition.
+func sortPartitions(tps []topicPartition) {
+	sort.Slice(tps, func(i, j int) bool {
+		if tps[i].topic != tps[j].topic {
+			return tps[i].topic < tps[j].topic
 		}
-		return out[i].partition < out[j].partition
+		return tps[i].partition < tps[j].partition
 	})
-	return out
 }
 
 // held returns the tracks of the partitions the tracker holds.

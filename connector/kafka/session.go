@@ -64,9 +64,10 @@ type session struct {
 	// callbacks then touch nothing of the source.
 	closing   atomic.Pointer[context.Context]
 	abandoned atomic.Bool
-	// revokeErrs are the errors of the revokes' commits once Close began,
-	// guarded by revokeMu (not commitMu, which a revoke of an abandoned
-	// client may hold).
+	// closeBegun is set when Close begins, before its drain; revokeErrs
+	// are the errors of the revokes' commits since, guarded by revokeMu
+	// (not commitMu, which a revoke of an abandoned client may hold).
+	closeBegun atomic.Bool
 	revokeMu   sync.Mutex
 	revokeErrs []error
 
@@ -478,7 +479,7 @@ wait:
 	}
 	cctx, cancel := context.WithTimeout(base, cfg.CloseTimeout)
 	defer cancel()
-	if cerr := sess.commitLocked(cctx, sess.tracker.dueOf(trs)); cerr != nil && closing != nil {
+	if cerr := sess.commitLocked(cctx, sess.tracker.dueOf(trs)); cerr != nil && sess.closeBegun.Load() {
 		sess.revokeMu.Lock()
 		sess.revokeErrs = append(sess.revokeErrs, cerr)
 		sess.revokeMu.Unlock()
@@ -505,6 +506,12 @@ func (sess *session) lost(_ context.Context, _ *kgo.Client, m map[string][]int32
 // client, which leaves the group.
 func (sess *session) close(ctx context.Context, drain bool) error {
 	cfg := &sess.src.cfg
+	// Close answers for the partitions held now: at its end, whatever of
+	// them settled and was not committed is its error, whichever commit
+	// (its own, a revoke's during the drain or after, the leave's) failed
+	// to take it.
+	holding := sess.tracker.held()
+	sess.closeBegun.Store(true)
 	if drain {
 		timer := cfg.Clock.NewTimer(cfg.DrainTimeout)
 	wait:
@@ -521,10 +528,6 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.CloseTimeout)
 	defer cancel()
-	// Close answers for the partitions held now: at its end, whatever of
-	// them settled and was not committed is its error, whichever commit
-	// (its own, a rebalance's, the leave's) failed to take it.
-	holding := sess.tracker.held()
 	sess.closing.Store(&cctx)
 	// A record whose failed run is being settled (its copy or dead letter
 	// on its way, poison.go) settles before the last commit, and before
@@ -563,8 +566,8 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 		sess.abandoned.Store(true)
 		abandoned = true
 	}
-	left := sess.tracker.settledUncommitted(holding)
-	if len(left) == 0 {
+	left, starts := sess.tracker.settledUncommitted(holding)
+	if len(left) == 0 && len(starts) == 0 {
 		// Everything that settled is committed, whichever commit took
 		// it: an error of an earlier one (a late answer) changed nothing.
 		return nil
@@ -572,7 +575,12 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 	sess.revokeMu.Lock()
 	err = errors.Join(append([]error{err}, sess.revokeErrs...)...)
 	sess.revokeMu.Unlock()
-	err = errors.Join(err, fmt.Errorf("kafka: records of group %s settled and were not committed, in partitions %v; the group's next reader reads them again", cfg.Group, left))
+	if len(left) > 0 {
+		err = errors.Join(err, fmt.Errorf("kafka: records of group %s settled and were not committed, in partitions %v; the group's next reader reads them again", cfg.Group, left))
+	}
+	if len(starts) > 0 {
+		err = errors.Join(err, fmt.Errorf("kafka: the start offsets of group %s were not committed, in partitions %v; with StartAtEnd, the group's next reader starts at the end then", cfg.Group, starts))
+	}
 	if abandoned {
 		err = errors.Join(err, fmt.Errorf("kafka: close the client of group %s: it did not close within CloseTimeout (%v) (its leave, or the commit made as it leaves, got no answer); it closes in the background: %w",
 			cfg.Group, cfg.CloseTimeout, context.Cause(lctx)))
