@@ -382,3 +382,74 @@ func TestCloseSaysWhatARevokeDuringTheDrainDidNotCommit(t *testing.T) {
 	require.Error(t, cerr, "a record delivered during Close was never committed")
 	assert.Contains(t, cerr.Error(), "settled and were not committed")
 }
+
+// A revoke under way when Close begins (its partition already out of the
+// tracker, its record in flight) has its commit refused after Close
+// began: Close says the record was not committed. (Found by review:
+// Close returned nil.)
+func TestCloseSaysWhatARevokeUnderWayAtItsStartDidNotCommit(t *testing.T) {
+	c := newCluster(t, 1)
+	a := newAdmin(t, c)
+	topic := uniqueName(t)
+	a.topic(topic, 2)
+	a.produce(topic, rec(0, "", "a"), rec(1, "", "b"))
+	cfg := a.config(topic)
+	cfg.Clock = clockwork.NewFakeClock()
+	cfg.CommitEvery = 1000
+	cfg.CloseTimeout = 3 * time.Second
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	require.NoError(t, src.Open(testContext(t)))
+	e := &holdAll{n: 2, stop: src.Stop}
+	require.NoError(t, src.Run(testContext(t), e))
+
+	var n atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if n.Add(1) == 1 { // the revoke's commit
+			return refuseAll(r.(*kmsg.OffsetCommitRequest)), nil, true
+		}
+		return nil, nil, false
+	})
+	b, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit())
+	require.NoError(t, err)
+	bctx, bcancel := context.WithCancel(context.Background())
+	bdone := make(chan struct{})
+	go func() {
+		defer close(bdone)
+		for bctx.Err() == nil {
+			b.PollFetches(bctx)
+		}
+	}()
+	defer func() { bcancel(); <-bdone; b.Close() }()
+	// The revoke begins, and waits, before Close.
+	waitWithin(t, 10*time.Second, func() bool {
+		buf := make([]byte, 1<<20)
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "kafka.(*session).revoked")
+	}, func() string { return "no revoke" })
+	closed := make(chan error, 1)
+	go func() { closed <- src.Close(context.Background()) }()
+	waitWithin(t, 10*time.Second, func() bool {
+		buf := make([]byte, 1<<20)
+		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "kafka.(*session).close")
+	}, func() string { return "no close" })
+	e.mu.Lock()
+	held := e.held
+	e.held = nil
+	e.mu.Unlock()
+	for _, d := range held {
+		d(node.Delivered)
+	}
+	var cerr error
+	select {
+	case cerr = <-closed:
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close hangs")
+	}
+	got := a.committed(topic, topic)
+	t.Logf("Close: %v; committed %v; commits %d", cerr, got, n.Load())
+	require.Len(t, got, 1, "the revoked partition's delivered record was not committed")
+	require.Error(t, cerr, "a record delivered during Close was never committed")
+	assert.Contains(t, cerr.Error(), "settled and were not committed")
+}

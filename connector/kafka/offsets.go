@@ -35,6 +35,9 @@ type offsetTracker struct {
 	// (under the lock, so it must not block) when that happens.
 	commitStart bool
 	onStart     func()
+	// leaving are the tracks revoked and not yet retired: a revoke under
+	// way waits for their records in flight, then commits them.
+	leaving map[*partitionTrack]struct{}
 }
 
 // A topicPartition names one partition of a topic.
@@ -105,7 +108,7 @@ const (
 )
 
 func newOffsetTracker() *offsetTracker {
-	return &offsetTracker{tracks: map[topicPartition]*partitionTrack{}}
+	return &offsetTracker{tracks: map[topicPartition]*partitionTrack{}, leaving: map[*partitionTrack]struct{}{}}
 }
 
 // assign starts a track for each partition that has none.
@@ -395,6 +398,7 @@ func (t *offsetTracker) revoke(topic string, partitions []int32) []*partitionTra
 			t.advanceTrack(tr)
 			tr.revoking = true
 			tr.flight.Or(trackRevoking)
+			t.leaving[tr] = struct{}{}
 			out = append(out, tr)
 		}
 	}
@@ -452,6 +456,7 @@ func (t *offsetTracker) retire(trs []*partitionTrack) {
 		}
 		tr.revoking, tr.retired = true, true
 		tr.flight.Or(trackRevoking)
+		delete(t.leaving, tr)
 	}
 }
 
@@ -493,12 +498,16 @@ func sortPartitions(tps []topicPartition) {
 	})
 }
 
-// held returns the tracks of the partitions the tracker holds.
+// held returns the tracks of the partitions the tracker holds, and of
+// those a revoke under way has yet to commit and retire.
 func (t *offsetTracker) held() []*partitionTrack {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	out := make([]*partitionTrack, 0, len(t.tracks))
+	out := make([]*partitionTrack, 0, len(t.tracks)+len(t.leaving))
 	for _, tr := range t.tracks {
+		out = append(out, tr)
+	}
+	for tr := range t.leaving {
 		out = append(out, tr)
 	}
 	return out

@@ -566,7 +566,15 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 		sess.abandoned.Store(true)
 		abandoned = true
 	}
+	sess.revokeMu.Lock()
+	failed := err != nil || len(sess.revokeErrs) > 0
+	sess.revokeMu.Unlock()
 	left, starts := sess.tracker.settledUncommitted(holding)
+	if !failed {
+		// A start offset that no commit took was in no commit that
+		// failed: none was due (the group had one).
+		starts = nil
+	}
 	if len(left) == 0 && len(starts) == 0 {
 		// Everything that settled is committed, whichever commit took
 		// it: an error of an earlier one (a late answer) changed nothing.
@@ -579,7 +587,7 @@ func (sess *session) close(ctx context.Context, drain bool) error {
 		err = errors.Join(err, fmt.Errorf("kafka: records of group %s settled and were not committed, in partitions %v; the group's next reader reads them again", cfg.Group, left))
 	}
 	if len(starts) > 0 {
-		err = errors.Join(err, fmt.Errorf("kafka: the start offsets of group %s were not committed, in partitions %v; with StartAtEnd, the group's next reader starts at the end then", cfg.Group, starts))
+		err = errors.Join(err, fmt.Errorf("kafka: the start offsets of group %s, in partitions %v, may not be committed (a commit failed); with StartAtEnd, if the group had none, its next reader starts at the end", cfg.Group, starts))
 	}
 	if abandoned {
 		err = errors.Join(err, fmt.Errorf("kafka: close the client of group %s: it did not close within CloseTimeout (%v) (its leave, or the commit made as it leaves, got no answer); it closes in the background: %w",
