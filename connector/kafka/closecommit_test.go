@@ -10,7 +10,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
@@ -59,6 +58,15 @@ func closeSetup(t *testing.T, commitEvery int, closeTimeout time.Duration) (*kfa
 	return c, a, topic, cfg
 }
 
+// openSource returns a source of cfg, opened.
+func openSource(t *testing.T, cfg kafka.SourceConfig) *kafka.Source {
+	t.Helper()
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	require.NoError(t, src.Open(testContext(t)))
+	return src
+}
+
 // waitClientGone waits until no goroutine runs that did not run at
 // before, but the cluster's: a client Close left to close in the
 // background is gone once the broker answered.
@@ -95,9 +103,7 @@ func TestCloseTimeoutBoundsAnUnansweredRequest(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c, a, topic, cfg := closeSetup(t, tc.commitEvery, 200*time.Millisecond)
 			before := goleak.IgnoreCurrent()
-			src, err := kafka.NewSource(cfg)
-			require.NoError(t, err)
-			require.NoError(t, src.Open(testContext(t)))
+			src := openSource(t, cfg)
 			held, release := holdRequests(t, c, tc.hold)
 			require.NoError(t, src.Run(testContext(t), &countingEmitter{stop: src.Stop, n: 3}))
 			if tc.commitEvery == 1 {
@@ -159,9 +165,7 @@ func (e *countingEmitter) EmitTracked(ctx context.Context, m kafka.Message, done
 // committed, and Close returns nil, as nothing is left uncommitted.
 func TestCloseLateCommitAnswerCommitsAtLeave(t *testing.T) {
 	c, a, topic, cfg := closeSetup(t, 1000, 2*time.Second)
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
+	src := openSource(t, cfg)
 	// The first commit is held, then refused: only a later commit can
 	// commit the offsets.
 	gate := make(chan struct{})
@@ -170,20 +174,7 @@ func TestCloseLateCommitAnswerCommitsAtLeave(t *testing.T) {
 	t.Cleanup(release)
 	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.SleepControl(func() { <-gate })
-		creq := req.(*kmsg.OffsetCommitRequest)
-		resp := creq.ResponseKind().(*kmsg.OffsetCommitResponse)
-		for _, rt := range creq.Topics {
-			st := kmsg.NewOffsetCommitResponseTopic()
-			st.Topic = rt.Topic
-			for _, rp := range rt.Partitions {
-				sp := kmsg.NewOffsetCommitResponseTopicPartition()
-				sp.Partition = rp.Partition
-				sp.ErrorCode = kerr.RequestTimedOut.Code
-				st.Partitions = append(st.Partitions, sp)
-			}
-			resp.Topics = append(resp.Topics, st)
-		}
-		return resp, nil, true
+		return refuseAll(req.(*kmsg.OffsetCommitRequest)), nil, true
 	})
 	require.NoError(t, src.Run(testContext(t), &countingEmitter{stop: src.Stop, n: 3}))
 	closed := make(chan error, 1)

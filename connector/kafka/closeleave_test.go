@@ -30,18 +30,10 @@ func countRequests(c *kfake.Cluster, key kmsg.Key) *atomic.Int64 {
 }
 
 // awaitClose calls src.Close and returns its error, failing the test when
-// it has not returned within 5 s.
+// it has not returned within 15 s.
 func awaitClose(t *testing.T, src *kafka.Source) error {
 	t.Helper()
-	closed := make(chan error, 1)
-	go func() { closed <- src.Close(context.Background()) }()
-	select {
-	case err := <-closed:
-		return err
-	case <-time.After(5 * time.Second):
-		t.Fatal("Close did not return within 5 s")
-		return nil
-	}
+	return closedWithin(t, closeIn(src))
 }
 
 // When only the broker's answers to commits are missing, no leave reaches
@@ -51,9 +43,7 @@ func awaitClose(t *testing.T, src *kafka.Source) error {
 func TestCloseErrorNamesTheUnansweredCommit(t *testing.T) {
 	c, _, _, cfg := closeSetup(t, 1000, 300*time.Millisecond)
 	before := goleak.IgnoreCurrent()
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
+	src := openSource(t, cfg)
 	leaves := countRequests(c, kmsg.LeaveGroup)
 	_, release := holdRequests(t, c, kmsg.OffsetCommit)
 	require.NoError(t, src.Run(testContext(t), &countingEmitter{stop: src.Stop, n: 3}))
@@ -71,11 +61,27 @@ func TestCloseErrorNamesTheUnansweredCommit(t *testing.T) {
 // the others until settleHeld; it cancels the run at the n-th.
 type holdingEmitter struct {
 	delivered
-	mu     sync.Mutex
+	heldDones
 	seen   int
 	n      int
-	held   []func(node.Outcome)
 	cancel context.CancelFunc
+}
+
+// heldDones keeps the done funcs of records held, for a test to settle.
+type heldDones struct {
+	mu   sync.Mutex
+	held []func(node.Outcome)
+}
+
+// settleHeld delivers the records held.
+func (h *heldDones) settleHeld() {
+	h.mu.Lock()
+	held := h.held
+	h.held = nil
+	h.mu.Unlock()
+	for _, d := range held {
+		d(node.Delivered)
+	}
 }
 
 func (e *holdingEmitter) EmitTracked(_ context.Context, _ kafka.Message, done func(o node.Outcome)) error {
@@ -95,16 +101,6 @@ func (e *holdingEmitter) EmitTracked(_ context.Context, _ kafka.Message, done fu
 	return nil
 }
 
-func (e *holdingEmitter) settleHeld() {
-	e.mu.Lock()
-	held := e.held
-	e.held = nil
-	e.mu.Unlock()
-	for _, d := range held {
-		d(node.Delivered)
-	}
-}
-
 // Records that settle after Close's own commit are committed by the
 // revoke of the leave; when the broker does not answer that commit,
 // Close must not return nil: records it saw delivered were not
@@ -113,9 +109,7 @@ func (e *holdingEmitter) settleHeld() {
 func TestCloseSaysWhenTheLeavesCommitDidNotLand(t *testing.T) {
 	c, a, topic, cfg := closeSetup(t, 1000, 300*time.Millisecond)
 	before := goleak.IgnoreCurrent()
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
+	src := openSource(t, cfg)
 	ctx, cancel := context.WithCancel(testContext(t))
 	e := &holdingEmitter{n: 3, cancel: cancel}
 	gate := make(chan struct{})

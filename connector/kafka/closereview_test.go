@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
@@ -29,9 +30,7 @@ func TestCloseSaysWhatSettledDuringTheLeave(t *testing.T) {
 	c, a, topic, cfg := closeSetup(t, 1000, 2*time.Second)
 	a.produce(topic, rec(0, "", "d"))
 	before := goleak.IgnoreCurrent()
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
+	src := openSource(t, cfg)
 	ctx, cancel := context.WithCancel(testContext(t))
 	e := &holdingEmitter{n: 4, cancel: cancel}
 	var commits atomic.Int64
@@ -91,14 +90,11 @@ func hasPartition(req *kmsg.OffsetCommitRequest, p int32) bool {
 	return false
 }
 
-// Close's own commit fails for partitions 0 and 1; a cooperative
-// rebalance (a second member joins) revokes partition 1 during Close and
-// its revoke's commit fails too; the leave's revoke then commits
-// partition 0. Partition 1's settled record was never committed: Close
-// says so. (Found by review: Close returned nil, as the leave's commit
-// went through.) Close's commit waits for the group's sync in franz-go
-// (waitJoinSyncMu), which the test finds in the goroutines' stacks.
-func TestCloseSaysWhatARebalanceDuringCloseDidNotCommit(t *testing.T) {
+// twoPartitionSource opens a source on a cluster of the test's own, on a
+// topic of two partitions holding a record each, whose committer commits
+// only at Close (its fake clock never moves), with a CloseTimeout of 3 s.
+func twoPartitionSource(t *testing.T) (*kfake.Cluster, *admin, string, *kafka.Source) {
+	t.Helper()
 	c := newCluster(t, 1)
 	a := newAdmin(t, c)
 	topic := uniqueName(t)
@@ -108,11 +104,99 @@ func TestCloseSaysWhatARebalanceDuringCloseDidNotCommit(t *testing.T) {
 	cfg.Clock = clockwork.NewFakeClock()
 	cfg.CommitEvery = 1000
 	cfg.CloseTimeout = 3 * time.Second
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
-	require.NoError(t, src.Run(testContext(t), &countingEmitter{stop: src.Stop, n: 2}))
+	src := openSource(t, cfg)
+	return c, a, topic, src
+}
 
+// joinCooperative starts a second member of topic's group, with the
+// cooperative balancer, polling until the test ends: the group rebalances
+// and revokes one of the source's partitions.
+func joinCooperative(t *testing.T, c *kfake.Cluster, topic string) {
+	t.Helper()
+	b, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
+		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit())
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			b.PollFetches(ctx)
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; b.Close() })
+}
+
+// waitForStacks waits until the goroutines' stacks hold every one of
+// frames, at once.
+func waitForStacks(t *testing.T, what string, frames ...string) {
+	t.Helper()
+	waitWithin(t, 10*time.Second, func() bool {
+		buf := make([]byte, 1<<20)
+		s := string(buf[:runtime.Stack(buf, true)])
+		for _, f := range frames {
+			if !strings.Contains(s, f) {
+				return false
+			}
+		}
+		return true
+	}, func() string { return what })
+}
+
+// refuseFirstCommit refuses the first OffsetCommit c is sent and lets the
+// others through; it returns their count.
+func refuseFirstCommit(c *kfake.Cluster) *atomic.Int64 {
+	var n atomic.Int64
+	c.ControlKey(int16(kmsg.OffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if n.Add(1) == 1 {
+			return refuseAll(r.(*kmsg.OffsetCommitRequest)), nil, true
+		}
+		return nil, nil, false
+	})
+	return &n
+}
+
+// closeIn calls src.Close on a goroutine of its own; closedWithin returns
+// its error, failing the test after 15 s.
+func closeIn(src *kafka.Source) <-chan error {
+	closed := make(chan error, 1)
+	go func() { closed <- src.Close(context.Background()) }()
+	return closed
+}
+
+func closedWithin(t *testing.T, closed <-chan error) error {
+	t.Helper()
+	select {
+	case err := <-closed:
+		return err
+	case <-time.After(15 * time.Second):
+		t.Fatal("Close still waits 15 s after it began")
+		return nil
+	}
+}
+
+// requireUncommittedSaid checks that partition 1's delivered record was
+// not committed, partition 0's was, and that Close said so.
+func requireUncommittedSaid(t *testing.T, a *admin, topic string, cerr error) {
+	t.Helper()
+	got := a.committed(topic, topic)
+	t.Logf("Close: %v; committed %v", cerr, got)
+	require.Equal(t, map[int32]int64{0: 1}, got, "partition 1's commits were refused")
+	require.Error(t, cerr, "partition 1's settled record was never committed")
+	assert.Contains(t, cerr.Error(), "settled and were not committed")
+}
+
+// Close's own commit fails for partitions 0 and 1; a cooperative
+// rebalance (a second member joins) revokes partition 1 during Close and
+// its revoke's commit fails too; the leave's revoke then commits
+// partition 0. Partition 1's settled record was never committed: Close
+// says so. (Found by review: Close returned nil, as the leave's commit
+// went through.) Close's commit waits for the group's sync in franz-go
+// (waitJoinSyncMu), which the test finds in the goroutines' stacks.
+func TestCloseSaysWhatARebalanceDuringCloseDidNotCommit(t *testing.T) {
+	c, a, topic, src := twoPartitionSource(t)
+	require.NoError(t, src.Run(testContext(t), &countingEmitter{stop: src.Stop, n: 2}))
 	gate1, gate2 := make(chan struct{}), make(chan struct{})
 	var once1, once2 sync.Once
 	open1 := func() { once1.Do(func() { close(gate1) }) }
@@ -141,20 +225,9 @@ func TestCloseSaysWhatARebalanceDuringCloseDidNotCommit(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	// A second member joins: the cooperative rebalance will revoke one
-	// partition of the source's; both syncs are held.
-	b, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit())
-	require.NoError(t, err)
-	bctx, bcancel := context.WithCancel(context.Background())
-	bdone := make(chan struct{})
-	go func() {
-		defer close(bdone)
-		for bctx.Err() == nil {
-			b.PollFetches(bctx)
-		}
-	}()
-	defer func() { bcancel(); <-bdone; b.Close() }()
+	// The cooperative rebalance will revoke one partition of the
+	// source's; both syncs are held.
+	joinCooperative(t, c, topic)
 	for range 2 {
 		select {
 		case <-syncs:
@@ -162,14 +235,8 @@ func TestCloseSaysWhatARebalanceDuringCloseDidNotCommit(t *testing.T) {
 			t.Fatal("no sync")
 		}
 	}
-	closed := make(chan error, 1)
-	go func() { closed <- src.Close(context.Background()) }()
-	// Close's commit waits, holding the source's commitMu, for the sync.
-	waitWithin(t, 10*time.Second, func() bool {
-		buf := make([]byte, 1<<20)
-		s := string(buf[:runtime.Stack(buf, true)])
-		return strings.Contains(s, "waitJoinSyncMu")
-	}, func() string { return "Close's commit does not wait for the sync" })
+	closed := closeIn(src)
+	waitForStacks(t, "Close's commit does not wait for the sync", "waitJoinSyncMu")
 	open1()
 	select {
 	case <-first:
@@ -177,17 +244,7 @@ func TestCloseSaysWhatARebalanceDuringCloseDidNotCommit(t *testing.T) {
 		t.Fatal("no commit")
 	}
 	open2()
-	var cerr error
-	select {
-	case cerr = <-closed:
-	case <-time.After(15 * time.Second):
-		t.Fatal("Close hangs")
-	}
-	got := a.committed(topic, topic)
-	t.Logf("Close: %v; committed %v", cerr, got)
-	require.NotEqual(t, int64(1), got[1], "partition 1's commits were all refused")
-	require.Error(t, cerr, "partition 1's settled record was never committed")
-	assert.Contains(t, cerr.Error(), "settled and were not committed")
+	requireUncommittedSaid(t, a, topic, closedWithin(t, closed))
 }
 
 // failFirstEmitter holds the first record's done, delivers the others, and
@@ -224,9 +281,7 @@ func (e *failFirstEmitter) EmitTracked(_ context.Context, _ kafka.Message, done 
 // (at least once).
 func TestCloseCommitsOnlyTheSettledRunFromTheFront(t *testing.T) {
 	_, a, topic, cfg := closeSetup(t, 1000, 2*time.Second)
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
+	src := openSource(t, cfg)
 	ctx, cancel := context.WithCancel(testContext(t))
 	e := &failFirstEmitter{n: 3, cancel: cancel}
 	_ = src.Run(ctx, e)
@@ -244,9 +299,7 @@ func TestCloseCommitsOnlyTheSettledRunFromTheFront(t *testing.T) {
 func TestCloseSaysTheStartOffsetWasNotCommitted(t *testing.T) {
 	c, a, topic, cfg := closeSetup(t, 1000, 500*time.Millisecond)
 	cfg.StartAtEnd = true
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
+	src := openSource(t, cfg)
 	c.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
 		return refuseAll(req.(*kmsg.OffsetCommitRequest)), nil, true
@@ -295,9 +348,8 @@ func (e *emitFn) EmitTracked(_ context.Context, _ kafka.Message, done func(o nod
 // holdAll holds the done of every record, and calls stop at the n-th.
 type holdAll struct {
 	delivered
-	mu   sync.Mutex
+	heldDones
 	n    int
-	held []func(node.Outcome)
 	stop func()
 }
 
@@ -318,69 +370,17 @@ func (e *holdAll) EmitTracked(_ context.Context, _ kafka.Message, done func(o no
 // record is never committed: Close says so. (Found by review: Close took
 // what it answers for after its drain, and returned nil.)
 func TestCloseSaysWhatARevokeDuringTheDrainDidNotCommit(t *testing.T) {
-	c := newCluster(t, 1)
-	a := newAdmin(t, c)
-	topic := uniqueName(t)
-	a.topic(topic, 2)
-	a.produce(topic, rec(0, "", "a"), rec(1, "", "b"))
-	cfg := a.config(topic)
-	cfg.Clock = clockwork.NewFakeClock()
-	cfg.CommitEvery = 1000
-	cfg.CloseTimeout = 3 * time.Second
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
+	c, a, topic, src := twoPartitionSource(t)
 	e := &holdAll{n: 2, stop: src.Stop}
 	require.NoError(t, src.Run(testContext(t), e))
-
-	var n atomic.Int64
-	c.ControlKey(int16(kmsg.OffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if n.Add(1) == 1 { // the revoke's commit, during the drain
-			return refuseAll(r.(*kmsg.OffsetCommitRequest)), nil, true
-		}
-		return nil, nil, false
-	})
-	closed := make(chan error, 1)
-	go func() { closed <- src.Close(context.Background()) }()
-
-	b, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit())
-	require.NoError(t, err)
-	bctx, bcancel := context.WithCancel(context.Background())
-	bdone := make(chan struct{})
-	go func() {
-		defer close(bdone)
-		for bctx.Err() == nil {
-			b.PollFetches(bctx)
-		}
-	}()
-	defer func() { bcancel(); <-bdone; b.Close() }()
+	refuseFirstCommit(c) // the revoke's, during the drain
+	closed := closeIn(src)
+	joinCooperative(t, c, topic)
 	// The source's revoke waits for its partition's record in flight,
 	// while Close drains.
-	waitWithin(t, 10*time.Second, func() bool {
-		buf := make([]byte, 1<<20)
-		s := string(buf[:runtime.Stack(buf, true)])
-		return strings.Contains(s, "kafka.(*session).revoked") && strings.Contains(s, "kafka.(*session).close")
-	}, func() string { return "no revoke during the drain" })
-	e.mu.Lock()
-	held := e.held
-	e.held = nil
-	e.mu.Unlock()
-	for _, d := range held {
-		d(node.Delivered)
-	}
-	var cerr error
-	select {
-	case cerr = <-closed:
-	case <-time.After(15 * time.Second):
-		t.Fatal("Close hangs")
-	}
-	got := a.committed(topic, topic)
-	t.Logf("Close: %v; committed %v; commits %d", cerr, got, n.Load())
-	require.Len(t, got, 1, "the revoked partition's delivered record was not committed")
-	require.Error(t, cerr, "a record delivered during Close was never committed")
-	assert.Contains(t, cerr.Error(), "settled and were not committed")
+	waitForStacks(t, "no revoke during the drain", "kafka.(*session).revoked", "kafka.(*session).close")
+	e.settleHeld()
+	requireUncommittedSaid(t, a, topic, closedWithin(t, closed))
 }
 
 // A revoke under way when Close begins (its partition already out of the
@@ -388,68 +388,14 @@ func TestCloseSaysWhatARevokeDuringTheDrainDidNotCommit(t *testing.T) {
 // began: Close says the record was not committed. (Found by review:
 // Close returned nil.)
 func TestCloseSaysWhatARevokeUnderWayAtItsStartDidNotCommit(t *testing.T) {
-	c := newCluster(t, 1)
-	a := newAdmin(t, c)
-	topic := uniqueName(t)
-	a.topic(topic, 2)
-	a.produce(topic, rec(0, "", "a"), rec(1, "", "b"))
-	cfg := a.config(topic)
-	cfg.Clock = clockwork.NewFakeClock()
-	cfg.CommitEvery = 1000
-	cfg.CloseTimeout = 3 * time.Second
-	src, err := kafka.NewSource(cfg)
-	require.NoError(t, err)
-	require.NoError(t, src.Open(testContext(t)))
+	c, a, topic, src := twoPartitionSource(t)
 	e := &holdAll{n: 2, stop: src.Stop}
 	require.NoError(t, src.Run(testContext(t), e))
-
-	var n atomic.Int64
-	c.ControlKey(int16(kmsg.OffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if n.Add(1) == 1 { // the revoke's commit
-			return refuseAll(r.(*kmsg.OffsetCommitRequest)), nil, true
-		}
-		return nil, nil, false
-	})
-	b, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.ConsumerGroup(topic), kgo.ConsumeTopics(topic),
-		kgo.Balancers(kgo.CooperativeStickyBalancer()), kgo.DisableAutoCommit())
-	require.NoError(t, err)
-	bctx, bcancel := context.WithCancel(context.Background())
-	bdone := make(chan struct{})
-	go func() {
-		defer close(bdone)
-		for bctx.Err() == nil {
-			b.PollFetches(bctx)
-		}
-	}()
-	defer func() { bcancel(); <-bdone; b.Close() }()
-	// The revoke begins, and waits, before Close.
-	waitWithin(t, 10*time.Second, func() bool {
-		buf := make([]byte, 1<<20)
-		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "kafka.(*session).revoked")
-	}, func() string { return "no revoke" })
-	closed := make(chan error, 1)
-	go func() { closed <- src.Close(context.Background()) }()
-	waitWithin(t, 10*time.Second, func() bool {
-		buf := make([]byte, 1<<20)
-		return strings.Contains(string(buf[:runtime.Stack(buf, true)]), "kafka.(*session).close")
-	}, func() string { return "no close" })
-	e.mu.Lock()
-	held := e.held
-	e.held = nil
-	e.mu.Unlock()
-	for _, d := range held {
-		d(node.Delivered)
-	}
-	var cerr error
-	select {
-	case cerr = <-closed:
-	case <-time.After(15 * time.Second):
-		t.Fatal("Close hangs")
-	}
-	got := a.committed(topic, topic)
-	t.Logf("Close: %v; committed %v; commits %d", cerr, got, n.Load())
-	require.Len(t, got, 1, "the revoked partition's delivered record was not committed")
-	require.Error(t, cerr, "a record delivered during Close was never committed")
-	assert.Contains(t, cerr.Error(), "settled and were not committed")
+	refuseFirstCommit(c) // the revoke's
+	joinCooperative(t, c, topic)
+	waitForStacks(t, "no revoke", "kafka.(*session).revoked") // begins, and waits, before Close
+	closed := closeIn(src)
+	waitForStacks(t, "no close", "kafka.(*session).close")
+	e.settleHeld()
+	requireUncommittedSaid(t, a, topic, closedWithin(t, closed))
 }
