@@ -80,8 +80,10 @@ type ExactlyOnceConfig[T any] struct {
 	// DialTimeout bounds connecting to a broker. Default
 	// [DefaultDialTimeout].
 	DialTimeout time.Duration
-	// CloseTimeout bounds, in real time, the transaction's end at Close.
-	// Default [DefaultCloseTimeout].
+	// CloseTimeout bounds, in real time, the transaction's end at Close,
+	// and then, once more, the client's leave and close; a client not
+	// closed in that time closes in the background. Default
+	// [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// Dial, when set, opens the connections to the brokers in place of a
 	// net.Dialer.
@@ -346,8 +348,8 @@ func (s *TransactSource) Open(ctx context.Context) error {
 	old := s.sess
 	s.sess = sess
 	s.mu.Unlock()
-	if old != nil {
-		old.Close()
+	if old != nil { // opened twice without a Close: do not leak the first
+		_ = s.closeSession(ctx, old)
 	}
 	s.core.mu.Lock()
 	s.core.cl = sess.Client()
@@ -650,7 +652,9 @@ func (s *TransactSource) Stop() { s.stopFunc() }
 
 // Close ends the epoch under way, committing it if every record of it
 // settled (as after a drain or Stop) and aborting it otherwise (as after
-// a cancelled run), and closes the client, which leaves the group.
+// a cancelled run), and closes the client, which leaves the group. The
+// end and the leave are bounded by CloseTimeout each; a client whose leave
+// got no answer in time closes in the background, and Close returns.
 func (s *TransactSource) Close(ctx context.Context) error {
 	s.mu.Lock()
 	sess := s.sess
@@ -671,8 +675,38 @@ func (s *TransactSource) Close(ctx context.Context) error {
 		err = s.end(cctx, sess, ep)
 		cancel()
 	}
-	sess.Close()
+	// The client leaves the group and closes within a CloseTimeout of
+	// its own. A broker answers a connection's requests in turn, so an
+	// end it has not answered holds the leave's request too, and the
+	// client waits for a request it wrote until the broker answers or
+	// its request timeout passes: Close does not wait for that. The
+	// client then closes in the background; the member stays in the
+	// group until its session times out (SessionTimeout).
+	if cerr := s.closeSession(ctx, sess); cerr != nil && err != nil {
+		// Without err the epoch ended: only the leave is left, which
+		// changes no offset and no output.
+		return errors.Join(err, cerr)
+	}
 	return err
+}
+
+// closeSession closes sess, which leaves the group, within CloseTimeout;
+// past it, sess closes in the background and the error says so.
+func (s *TransactSource) closeSession(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.core.closeTimeout)
+	defer cancel()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		sess.Close()
+	}()
+	select {
+	case <-closed:
+		return nil
+	case <-lctx.Done():
+		return fmt.Errorf("kafka: close the exactly-once client: it did not close within CloseTimeout (%v) (its leave, behind the transaction's end, got no answer); it closes in the background: %w",
+			s.core.closeTimeout, context.Cause(lctx))
+	}
 }
 
 // Commits returns how many epochs the source committed, and Aborts how
