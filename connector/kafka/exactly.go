@@ -349,6 +349,15 @@ func (s *TransactSource) Open(ctx context.Context) error {
 	s.sess = sess
 	s.mu.Unlock()
 	if old != nil { // opened twice without a Close: do not leak the first
+		s.core.mu.Lock()
+		ep := s.epoch.Swap(nil)
+		s.core.mu.Unlock()
+		if ep != nil {
+			ep.tainted.Store(true)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.core.closeTimeout)
+			_ = s.end(cctx, old, ep)
+			cancel()
+		}
 		_ = s.closeSession(ctx, old)
 	}
 	s.core.mu.Lock()
@@ -698,13 +707,13 @@ func (s *TransactSource) closeSession(ctx context.Context, sess *kgo.GroupTransa
 	closed := make(chan struct{})
 	go func() {
 		defer close(closed)
-		sess.Close()
+		sess.CloseAllowingRebalance()
 	}()
 	select {
 	case <-closed:
 		return nil
 	case <-lctx.Done():
-		return fmt.Errorf("kafka: close the exactly-once client: it did not close within CloseTimeout (%v) (its leave, behind the transaction's end, got no answer); it closes in the background: %w",
+		return fmt.Errorf("kafka: close the exactly-once client: it did not close within CloseTimeout (%v) (its leave got no answer, or waited behind an unanswered transaction end); it closes in the background: %w",
 			s.core.closeTimeout, context.Cause(lctx))
 	}
 }

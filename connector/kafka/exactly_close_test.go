@@ -72,3 +72,33 @@ func TestExactlyOnceCloseTimeoutBoundsAnUnansweredRequest(t *testing.T) {
 		})
 	}
 }
+
+// Opened twice without a Close, after a run cancelled mid-epoch (its polls
+// block rebalances, and its epoch did not end): the second Open aborts the
+// first session's epoch on that session, not on its own (which has no
+// transaction), and closes the first client for good, so that nothing of
+// it keeps running. (Found by review: the first client never closed, and
+// Close ended the old epoch on the new session, calling it unknown.)
+func TestExactlyOnceOpenTwiceClosesTheFirstClient(t *testing.T) {
+	c := newCluster(t, 1)
+	addrs := c.ListenAddrs()
+	in, out := pubName(t), pubName(t)
+	createTopicOn(t, c, in, 1)
+	createTopicOn(t, c, out, 1)
+	fillInput(t, addrs, in, 3)
+	eo, err := kafka.NewExactlyOnce(kafka.ExactlyOnceConfig[kafka.Message]{Brokers: addrs, Topic: in, Group: in,
+		TransactionalID: in + "-txn", Output: out, Record: echoRecord, Clock: clockwork.NewFakeClock(),
+		CommitInterval: time.Hour, AckTimeout: time.Hour, MaxInFlight: 32, CloseTimeout: 200 * time.Millisecond,
+		SessionTimeout: 6 * time.Second})
+	require.NoError(t, err)
+	before := goleak.IgnoreCurrent()
+	src := eo.Source()
+	require.NoError(t, src.Open(testContext(t)))
+	ctx, cancel := context.WithCancel(testContext(t))
+	t.Logf("first Run: %v", src.Run(ctx, &countingEmitter{stop: cancel, n: 3}))
+	require.NoError(t, src.Open(testContext(t)))
+	cerr := src.Close(context.Background())
+	assert.NotErrorIs(t, cerr, kafka.ErrOutcomeUnknown, "the first session's epoch was ended on the second session")
+	assert.Positive(t, src.Aborts(), "the cancelled run's epoch was aborted")
+	waitClientGone(t, before)
+}
