@@ -8,6 +8,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 
@@ -32,17 +33,7 @@ func TestExactlyOnceCloseTimeoutBoundsAnUnansweredRequest(t *testing.T) {
 		{"leave-held", kmsg.LeaveGroup, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := newCluster(t, 1)
-			addrs := c.ListenAddrs()
-			in, out := pubName(t), pubName(t)
-			createTopicOn(t, c, in, 1)
-			createTopicOn(t, c, out, 1)
-			fillInput(t, addrs, in, 3)
-			// The epoch stays open until Close: its clock never moves.
-			eo, err := kafka.NewExactlyOnce(kafka.ExactlyOnceConfig[kafka.Message]{Brokers: addrs, Topic: in, Group: in,
-				TransactionalID: in + "-txn", Output: out, Record: echoRecord, Clock: clockwork.NewFakeClock(),
-				CommitInterval: time.Hour, AckTimeout: time.Hour, MaxInFlight: 32, CloseTimeout: 200 * time.Millisecond})
-			require.NoError(t, err)
+			c, eo := eoCloseSetup(t)
 			before := goleak.IgnoreCurrent()
 			src := eo.Source()
 			require.NoError(t, src.Open(testContext(t)))
@@ -80,6 +71,25 @@ func TestExactlyOnceCloseTimeoutBoundsAnUnansweredRequest(t *testing.T) {
 // it keeps running. (Found by review: the first client never closed, and
 // Close ended the old epoch on the new session, calling it unknown.)
 func TestExactlyOnceOpenTwiceClosesTheFirstClient(t *testing.T) {
+	_, eo := eoCloseSetup(t)
+	before := goleak.IgnoreCurrent()
+	src := eo.Source()
+	require.NoError(t, src.Open(testContext(t)))
+	ctx, cancel := context.WithCancel(testContext(t))
+	t.Logf("first Run: %v", src.Run(ctx, &countingEmitter{stop: cancel, n: 3}))
+	require.NoError(t, src.Open(testContext(t)))
+	cerr := src.Close(context.Background())
+	assert.NotErrorIs(t, cerr, kafka.ErrOutcomeUnknown, "the first session's epoch was ended on the second session")
+	assert.Positive(t, src.Aborts(), "the cancelled run's epoch was aborted")
+	waitClientGone(t, before)
+}
+
+// eoCloseSetup starts a cluster of the test's own with an input topic of
+// one partition holding three records, and returns it with an ExactlyOnce
+// of CloseTimeout 200 ms whose epoch stays open until Close (its fake
+// clock never moves).
+func eoCloseSetup(t *testing.T) (*kfake.Cluster, *kafka.ExactlyOnce[kafka.Message]) {
+	t.Helper()
 	c := newCluster(t, 1)
 	addrs := c.ListenAddrs()
 	in, out := pubName(t), pubName(t)
@@ -91,14 +101,5 @@ func TestExactlyOnceOpenTwiceClosesTheFirstClient(t *testing.T) {
 		CommitInterval: time.Hour, AckTimeout: time.Hour, MaxInFlight: 32, CloseTimeout: 200 * time.Millisecond,
 		SessionTimeout: 6 * time.Second})
 	require.NoError(t, err)
-	before := goleak.IgnoreCurrent()
-	src := eo.Source()
-	require.NoError(t, src.Open(testContext(t)))
-	ctx, cancel := context.WithCancel(testContext(t))
-	t.Logf("first Run: %v", src.Run(ctx, &countingEmitter{stop: cancel, n: 3}))
-	require.NoError(t, src.Open(testContext(t)))
-	cerr := src.Close(context.Background())
-	assert.NotErrorIs(t, cerr, kafka.ErrOutcomeUnknown, "the first session's epoch was ended on the second session")
-	assert.Positive(t, src.Aborts(), "the cancelled run's epoch was aborted")
-	waitClientGone(t, before)
+	return c, eo
 }
