@@ -409,13 +409,17 @@ func TestDrainFinishesParkedItems(t *testing.T) {
 		clock := clockwork.NewFakeClock()
 		w := &waiter{waits: map[int]time.Duration{0: time.Hour, 1: time.Hour}}
 		c := newCounter(v.flowing)
-		src := &endlessSource{items: ints(n)}
+		src := &endlessSource{items: ints(n), sent: make(chan struct{})}
 		b := parkPipeline(clock, w, c, src, v.opts)
 		p := build(t, b)
 		run := pipelinetest.Start(t.Context(), p)
 		if v.flowing > 0 {
 			await(t, c.reached, "the items that do not wait")
 		}
+		// Every item is taken before the drain, which stops the source:
+		// with none flowing, the two timers may be armed before the
+		// source emitted the rest.
+		await(t, src.sent, "the source's last emit")
 		if err := clock.BlockUntilContext(t.Context(), 2); err != nil {
 			t.Fatal(err)
 		}
@@ -432,8 +436,12 @@ func TestDrainFinishesParkedItems(t *testing.T) {
 	}
 }
 
-// An endlessSource emits its items, then waits for its context to end.
-type endlessSource struct{ items []int }
+// An endlessSource emits its items, closes sent, then waits for its
+// context to end.
+type endlessSource struct {
+	items []int
+	sent  chan struct{}
+}
 
 func (s *endlessSource) Run(ctx context.Context, out node.Emitter[int]) error {
 	for _, x := range s.items {
@@ -441,6 +449,7 @@ func (s *endlessSource) Run(ctx context.Context, out node.Emitter[int]) error {
 			return err
 		}
 	}
+	close(s.sent)
 	<-ctx.Done()
 	return nil
 }
