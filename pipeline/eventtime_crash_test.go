@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -58,6 +59,9 @@ type crashSource struct {
 	items []ev
 	from  int
 	hold  int
+	// tell, when set, is told the position the source resumed at (the
+	// child's stdout, which its parent reads); nil in-process.
+	tell io.Writer
 }
 
 func (s *crashSource) Resume(pos []byte) error {
@@ -69,7 +73,9 @@ func (s *crashSource) Resume(pos []byte) error {
 		}
 		s.from = n
 	}
-	fmt.Printf("from %d\n", s.from)
+	if s.tell != nil {
+		fmt.Fprintf(s.tell, "from %d\n", s.from)
+	}
 	return nil
 }
 
@@ -201,7 +207,7 @@ func TestEventTimeCrashChild(t *testing.T) {
 	if dir == "" {
 		t.Skip("the child of TestEventTimeWindowsSurviveSIGKILL")
 	}
-	src := &crashSource{items: crashItems(), hold: -1}
+	src := &crashSource{items: crashItems(), hold: -1, tell: os.Stdout}
 	sink := &windowSink{run: os.Getenv(etCrashRunEnv)}
 	if stop, n, ok := strings.Cut(os.Getenv(etCrashStopEnv), ":"); ok {
 		k, err := strconv.Atoi(n)
