@@ -504,12 +504,20 @@ func TestWriteTimeoutLetsAStuckPageGo(t *testing.T) {
 	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
 	require.NoError(t, err)
 	defer conn.Close()
+	// The page's receive buffer is set small, which stops the kernel
+	// growing it (up to 32 MiB here): the 20 MiB snapshot must outgrow
+	// what the sockets hold, or its write ends and the handler waits for
+	// the next tick, on a clock that stands still.
+	require.NoError(t, conn.(*net.TCPConn).SetReadBuffer(4096))
 	_, err = fmt.Fprintf(conn, "GET /api/events HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
 	require.NoError(t, err)
 	select {
 	case <-returned:
-	case <-time.After(10 * time.Second):
-		t.Fatalf("the stream's handler is still blocked 10 s into a 200 ms write timeout (Watchers %d)", in.Watchers())
+	case <-time.After(time.Minute):
+		// A guard against a hang, not a wait: the clock stands still,
+		// so only the write timeout ends the handler. Marshalling the
+		// snapshot under -race on a loaded machine took seconds.
+		t.Fatalf("the stream's handler is still blocked a minute into a 200 ms write timeout (Watchers %d)", in.Watchers())
 	}
 	assert.Equal(t, 0, in.Watchers())
 	in.Close()
