@@ -225,9 +225,17 @@ type TransactSource struct {
 	maxInFlight    int
 	txnTimeout     time.Duration
 
-	// mu guards sess; Open and Close replace it.
-	mu   sync.Mutex
-	sess *kgo.GroupTransactSession
+	// life serializes Open and Close. mu guards sess, which they
+	// replace, gen, which each of them moves on, and runCancel, the
+	// cancel of the Run under way: a Run begins an epoch only on the
+	// session of the gen it started under, so that one still going when
+	// Close or Open took the session over (a program's own call; the
+	// pipeline calls neither while Run runs) stops, and begins none.
+	life      sync.Mutex
+	mu        sync.Mutex
+	sess      *kgo.GroupTransactSession
+	gen       uint64
+	runCancel context.CancelCauseFunc
 
 	// epoch is the current epoch's state; the Run goroutine replaces it
 	// between epochs, when nothing of the old one is in flight, or, after
@@ -258,9 +266,12 @@ type epochState struct {
 	// inFlight counts the records emitted and not ended.
 	inFlight atomic.Int64
 	// polled counts the records emitted; tainted is set when one of them
-	// did not settle, or an output's produce is unknown.
-	polled  atomic.Int64
-	tainted atomic.Bool
+	// did not settle, or an output's produce is unknown. unemitted counts
+	// the records of a poll not yet emitted: the transaction's commit
+	// would commit their offsets too.
+	polled    atomic.Int64
+	unemitted atomic.Int64
+	tainted   atomic.Bool
 	// ended is set, with the client's lock held, before the epoch's
 	// transaction ends: no output is admitted into it after.
 	ended atomic.Bool
@@ -271,6 +282,10 @@ type epochState struct {
 	// Deliveries; guarded by the source's dmu.
 	emitted map[recordID]int
 }
+
+// live reports whether a record of ep is in flight, or polled and not
+// yet emitted.
+func (ep *epochState) live() bool { return ep.inFlight.Load() > 0 || ep.unemitted.Load() > 0 }
 
 // A recordID names a record of the cluster.
 type recordID struct {
@@ -305,7 +320,7 @@ func (s *TransactSource) admit(item any) (*epochState, error) {
 			}
 		}
 		for _, o := range s.old {
-			if d, ok := o.emitted[id]; ok && d == m.Deliveries && o.inFlight.Load() > 0 {
+			if d, ok := o.emitted[id]; ok && d == m.Deliveries && o.live() {
 				return nil, errStale
 			}
 		}
@@ -321,7 +336,7 @@ func (s *TransactSource) admit(item any) (*epochState, error) {
 	s.dmu.Lock()
 	old := false
 	for _, o := range s.old {
-		old = old || o.inFlight.Load() > 0
+		old = old || o.live()
 	}
 	s.dmu.Unlock()
 	if old {
@@ -331,8 +346,12 @@ func (s *TransactSource) admit(item any) (*epochState, error) {
 }
 
 // Open creates the transactional client, which joins the group; an
-// unreachable cluster is transient.
+// unreachable cluster is transient. Called again without Close, it aborts
+// the first session's epoch on that session, ends any Run still running
+// on it (see Close), and closes the first client.
 func (s *TransactSource) Open(ctx context.Context) error {
+	s.life.Lock()
+	defer s.life.Unlock()
 	sess, err := kgo.NewGroupTransactSession(s.options()...)
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("kafka: exactly-once client: %w", err))
@@ -347,11 +366,15 @@ func (s *TransactSource) Open(ctx context.Context) error {
 	s.mu.Lock()
 	old := s.sess
 	s.sess = sess
+	s.takeOver()
+	var ep *epochState
+	if old != nil {
+		s.core.mu.Lock()
+		ep = s.epoch.Swap(nil)
+		s.core.mu.Unlock()
+	}
 	s.mu.Unlock()
 	if old != nil { // opened twice without a Close: do not leak the first
-		s.core.mu.Lock()
-		ep := s.epoch.Swap(nil)
-		s.core.mu.Unlock()
 		if ep != nil {
 			ep.tainted.Store(true)
 			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.core.closeTimeout)
@@ -366,17 +389,45 @@ func (s *TransactSource) Open(ctx context.Context) error {
 	return nil
 }
 
+// takeOver ends the Run under way, if any: Close or Open took its
+// session; mu is held.
+func (s *TransactSource) takeOver() {
+	s.gen++
+	if s.runCancel != nil {
+		s.runCancel(errTakenOver)
+		s.runCancel = nil
+	}
+}
+
+// errTakenOver ends a Run whose source was closed, or opened again, while
+// it ran.
+var errTakenOver = fmt.Errorf("kafka: the exactly-once source was closed or opened again while it ran: %w", ErrNotOpen)
+
 // Run emits records epoch by epoch until ctx is done (it returns the
 // cause) or Stop is called (it returns nil). The epoch under way when
 // Run returns is ended by Close: committed when every record of it
-// settled, else aborted.
+// settled, else aborted. A Close or Open called while Run runs ends it:
+// it stops polling, begins no epoch, and returns an error matching
+// [ErrNotOpen]; the epoch is ended by that Close or Open.
 func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	s.mu.Lock()
-	sess := s.sess
+	sess, gen := s.sess, s.gen
+	if sess != nil {
+		s.runCancel = cancel
+	}
 	s.mu.Unlock()
 	if sess == nil {
 		return ErrNotOpen
 	}
+	defer func() {
+		s.mu.Lock()
+		if s.gen == gen {
+			s.runCancel = nil
+		}
+		s.mu.Unlock()
+	}()
 	if ep := s.epoch.Swap(nil); ep != nil {
 		// Run again after a run that failed: the epoch it left is
 		// aborted, its records read again.
@@ -393,11 +444,22 @@ func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) err
 				return err
 			}
 		}
-		if err := sess.Begin(); err != nil {
+		ep := &epochState{emitted: map[recordID]int{}, begun: time.Now()}
+		// Begun only on the session this Run started on, while it is
+		// still the source's: Close or Open would not end it.
+		s.mu.Lock()
+		if s.gen != gen {
+			s.mu.Unlock()
+			return errTakenOver
+		}
+		err := sess.Begin()
+		if err == nil {
+			s.epoch.Store(ep)
+		}
+		s.mu.Unlock()
+		if err != nil {
 			return classify(fmt.Errorf("kafka: begin transaction: %w", err))
 		}
-		ep := &epochState{emitted: map[recordID]int{}, begun: time.Now()}
-		s.epoch.Store(ep)
 		if err := s.runEpoch(ctx, sess, ep, out); err != nil || s.stopCtx.Err() != nil {
 			// Close ends the epoch, once the pipeline settled its
 			// records.
@@ -461,7 +523,12 @@ func (s *TransactSource) runEpoch(ctx context.Context, sess *kgo.GroupTransactSe
 			}
 		})
 		var emitErr error
+		// Counted before the first emit: a Close that ends the epoch
+		// meanwhile (on this goroutine, from the emitter, or on another)
+		// must not commit the offsets of the records not yet emitted.
+		ep.unemitted.Add(int64(fetches.NumRecords()))
 		fetches.EachRecord(func(r *kgo.Record) {
+			defer s.emitted(ep)
 			if emitErr != nil {
 				// Not emitted: the epoch must not commit past it.
 				ep.tainted.Store(true)
@@ -519,6 +586,17 @@ func (s *TransactSource) emit(ctx context.Context, ep *epochState, r *kgo.Record
 	return err
 }
 
+// emitted counts one record of ep's poll emitted, or left unemitted;
+// after the poll's last, a wait for the ended epochs looks again.
+func (s *TransactSource) emitted(ep *epochState) {
+	if ep.unemitted.Add(-1) == 0 {
+		select {
+		case s.freed <- struct{}{}:
+		default:
+		}
+	}
+}
+
 // waitSettled waits for every record of ep to end.
 func (s *TransactSource) waitSettled(ctx context.Context, ep *epochState) error {
 	for ep.inFlight.Load() > 0 {
@@ -538,7 +616,7 @@ func (s *TransactSource) waitOld(ctx context.Context) error {
 		s.dmu.Lock()
 		live := s.old[:0]
 		for _, ep := range s.old {
-			if ep.inFlight.Load() > 0 {
+			if ep.live() {
 				live = append(live, ep)
 			}
 		}
@@ -574,12 +652,12 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		// began): there is no transaction to end.
 		return nil
 	}
-	if ep.inFlight.Load() > 0 {
+	if ep.live() {
 		ep.tainted.Store(true)
 		s.dmu.Lock()
 		live := s.old[:0]
 		for _, o := range s.old {
-			if o.inFlight.Load() > 0 {
+			if o.live() {
 				live = append(live, o)
 			}
 		}
@@ -664,18 +742,26 @@ func (s *TransactSource) Stop() { s.stopFunc() }
 // a cancelled run), and closes the client, which leaves the group. The
 // end and the leave are bounded by CloseTimeout each; a client whose leave
 // got no answer in time closes in the background, and Close returns.
+// A Run still running (the pipeline closes a source only after its Run
+// returned) ends with an error matching [ErrNotOpen], and begins no
+// epoch; the epoch is aborted while a record of its last poll is in
+// flight or not yet emitted.
 func (s *TransactSource) Close(ctx context.Context) error {
+	s.life.Lock()
+	defer s.life.Unlock()
 	s.mu.Lock()
 	sess := s.sess
 	s.sess = nil
-	s.mu.Unlock()
 	if sess == nil {
+		s.mu.Unlock()
 		return nil
 	}
+	s.takeOver()
 	s.core.mu.Lock()
 	s.core.cl = nil
 	ep := s.epoch.Swap(nil)
 	s.core.mu.Unlock()
+	s.mu.Unlock()
 	var err error
 	if ep != nil {
 		// A record still in flight aborts it (end): the pipeline left
