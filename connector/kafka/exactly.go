@@ -236,6 +236,7 @@ type TransactSource struct {
 	sess      *kgo.GroupTransactSession
 	gen       uint64
 	runCancel context.CancelCauseFunc
+	runDone   chan struct{}
 
 	// epoch is the current epoch's state; the Run goroutine replaces it
 	// between epochs, when nothing of the old one is in flight, or, after
@@ -350,8 +351,6 @@ func (s *TransactSource) admit(item any) (*epochState, error) {
 // the first session's epoch on that session, ends any Run still running
 // on it (see Close), and closes the first client.
 func (s *TransactSource) Open(ctx context.Context) error {
-	s.life.Lock()
-	defer s.life.Unlock()
 	sess, err := kgo.NewGroupTransactSession(s.options()...)
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("kafka: exactly-once client: %w", err))
@@ -363,17 +362,21 @@ func (s *TransactSource) Open(ctx context.Context) error {
 		}
 		return resilience.MarkTransient(fmt.Errorf("kafka: exactly-once client: no broker answers: %w: %w", ErrConnectionLost, err))
 	}
+	// Taken after the ping, so that a Close never waits for it.
+	s.life.Lock()
+	defer s.life.Unlock()
 	s.mu.Lock()
 	old := s.sess
 	s.sess = sess
-	s.takeOver()
+	running := s.takeOver()
 	var ep *epochState
 	if old != nil {
 		s.core.mu.Lock()
-		ep = s.epoch.Swap(nil)
+		ep = s.retire()
 		s.core.mu.Unlock()
 	}
 	s.mu.Unlock()
+	s.awaitRun(ctx, running)
 	if old != nil { // opened twice without a Close: do not leak the first
 		if ep != nil {
 			ep.tainted.Store(true)
@@ -390,14 +393,58 @@ func (s *TransactSource) Open(ctx context.Context) error {
 }
 
 // takeOver ends the Run under way, if any: Close or Open took its
-// session; mu is held.
-func (s *TransactSource) takeOver() {
+// session; mu is held. It returns a channel closed once that Run
+// returned, nil when none ran.
+func (s *TransactSource) takeOver() <-chan struct{} {
 	s.gen++
-	if s.runCancel != nil {
-		s.runCancel(errTakenOver)
-		s.runCancel = nil
+	if s.runCancel == nil {
+		return nil
+	}
+	s.runCancel(errTakenOver)
+	done := s.runDone
+	s.runCancel, s.runDone = nil, nil
+	return done
+}
+
+// retire takes the open epoch, for Close or Open to end once the Run
+// they took over returned: no output joins it after (the client's lock
+// is held, as admit holds it). It is kept in old, so that the output of
+// one of its records in flight, or emitted by that Run meanwhile, is
+// stale, and is aborted when one is: its end would otherwise commit the
+// offsets of records whose outputs were refused.
+func (s *TransactSource) retire() *epochState {
+	ep := s.epoch.Swap(nil)
+	if ep == nil {
+		return nil
+	}
+	if ep.live() {
+		ep.tainted.Store(true)
+	}
+	s.dmu.Lock()
+	s.old = append(s.old, ep)
+	s.dmu.Unlock()
+	return ep
+}
+
+// awaitRun waits, within CloseTimeout, for the Run that takeOver ended
+// to return, so that the epoch's end and the client's close do not run
+// beside its poll (the client does not allow that). A Close called from
+// the emitter, on Run's own goroutine, waits the whole CloseTimeout.
+func (s *TransactSource) awaitRun(ctx context.Context, done <-chan struct{}) {
+	if done == nil {
+		return
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.core.closeTimeout)
+	defer cancel()
+	select {
+	case <-done:
+	case <-wctx.Done():
 	}
 }
+
+// errRunning refuses a Run while another runs: both would poll the one
+// client, and each end the other's epoch.
+var errRunning = resilience.MarkPermanent(errors.New("kafka: exactly-once source: Run called while another Run of it runs"))
 
 // errTakenOver ends a Run whose source was closed, or opened again, while
 // it ran.
@@ -408,27 +455,46 @@ var errTakenOver = fmt.Errorf("kafka: the exactly-once source was closed or open
 // Run returns is ended by Close: committed when every record of it
 // settled, else aborted. A Close or Open called while Run runs ends it:
 // it stops polling, begins no epoch, and returns an error matching
-// [ErrNotOpen]; the epoch is ended by that Close or Open.
-func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) error {
+// [ErrNotOpen]; the epoch is ended by that Close or Open. One Run at a
+// time: a second, while one runs, returns a permanent error at once.
+func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) (err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	s.mu.Lock()
 	sess, gen := s.sess, s.gen
+	if sess != nil && s.runCancel != nil {
+		s.mu.Unlock()
+		return errRunning
+	}
+	var left *epochState
+	done := make(chan struct{})
 	if sess != nil {
-		s.runCancel = cancel
+		s.runCancel, s.runDone = cancel, done
+		left = s.epoch.Swap(nil)
 	}
 	s.mu.Unlock()
 	if sess == nil {
 		return ErrNotOpen
 	}
+	defer close(done)
 	defer func() {
 		s.mu.Lock()
 		if s.gen == gen {
-			s.runCancel = nil
+			s.runCancel, s.runDone = nil, nil
 		}
 		s.mu.Unlock()
+		if errors.Is(context.Cause(ctx), errTakenOver) {
+			// A poll may have blocked the rebalance that the client's
+			// close, under way, waits for.
+			sess.AllowRebalance()
+		}
+		if err != nil && errors.Is(context.Cause(ctx), errTakenOver) && !errors.Is(err, errTakenOver) {
+			// Whatever this Run was doing when Close or Open took
+			// its session over, that is why it ended.
+			err = errors.Join(errTakenOver, err)
+		}
 	}()
-	if ep := s.epoch.Swap(nil); ep != nil {
+	if ep := left; ep != nil {
 		// Run again after a run that failed: the epoch it left is
 		// aborted, its records read again.
 		ep.tainted.Store(true)
@@ -511,39 +577,50 @@ func (s *TransactSource) runEpoch(ctx context.Context, sess *kgo.GroupTransactSe
 			}
 			continue
 		}
-		fetches := sess.PollRecords(pollCtx, room)
-		if fetches.IsClientClosed() {
-			return resilience.MarkTransient(fmt.Errorf("kafka: exactly-once consume: %w", ErrConnectionLost))
-		}
-		var ferr error
-		fetches.EachError(func(topic string, partition int32, err error) {
-			if ferr == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
-				!connectionLost(err) {
-				ferr = classify(fmt.Errorf("kafka: exactly-once consume %s partition %d: %w", topic, partition, err))
-			}
-		})
-		var emitErr error
-		// Counted before the first emit: a Close that ends the epoch
-		// meanwhile (on this goroutine, from the emitter, or on another)
-		// must not commit the offsets of the records not yet emitted.
-		ep.unemitted.Add(int64(fetches.NumRecords()))
-		fetches.EachRecord(func(r *kgo.Record) {
-			defer s.emitted(ep)
-			if emitErr != nil {
-				// Not emitted: the epoch must not commit past it.
-				ep.tainted.Store(true)
-				return
-			}
-			emitErr = s.emit(ctx, ep, r, out)
-		})
-		if emitErr != nil {
-			return emitErr
-		}
-		if ferr != nil {
-			ep.tainted.Store(true)
-			return ferr
+		if err := s.pollEmit(ctx, pollCtx, sess, ep, room, out); err != nil {
+			return err
 		}
 	}
+}
+
+// pollEmit polls up to room records and emits them. The poll under way
+// counts as a record of ep not yet emitted, from before the client takes
+// the records (their offsets then join what the transaction's commit
+// commits) until the last of them is emitted: a Close on another
+// goroutine meanwhile aborts ep.
+func (s *TransactSource) pollEmit(ctx, pollCtx context.Context, sess *kgo.GroupTransactSession, ep *epochState, room int, out node.Emitter[Message]) error {
+	ep.unemitted.Add(1)
+	defer s.emitted(ep)
+	fetches := sess.PollRecords(pollCtx, room)
+	if fetches.IsClientClosed() {
+		return resilience.MarkTransient(fmt.Errorf("kafka: exactly-once consume: %w", ErrConnectionLost))
+	}
+	var ferr error
+	fetches.EachError(func(topic string, partition int32, err error) {
+		if ferr == nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) &&
+			!connectionLost(err) {
+			ferr = classify(fmt.Errorf("kafka: exactly-once consume %s partition %d: %w", topic, partition, err))
+		}
+	})
+	var emitErr error
+	ep.unemitted.Add(int64(fetches.NumRecords()))
+	fetches.EachRecord(func(r *kgo.Record) {
+		defer s.emitted(ep)
+		if emitErr != nil {
+			// Not emitted: the epoch must not commit past it.
+			ep.tainted.Store(true)
+			return
+		}
+		emitErr = s.emit(ctx, ep, r, out)
+	})
+	if emitErr != nil {
+		return emitErr
+	}
+	if ferr != nil {
+		ep.tainted.Store(true)
+		return ferr
+	}
+	return nil
 }
 
 // emit emits r tracked, counted in ep.
@@ -656,13 +733,18 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		ep.tainted.Store(true)
 		s.dmu.Lock()
 		live := s.old[:0]
+		kept := false
 		for _, o := range s.old {
 			if o.live() {
 				live = append(live, o)
+				kept = kept || o == ep
 			}
 		}
 		clear(s.old[len(live):])
-		s.old = append(live, ep)
+		s.old = live
+		if !kept {
+			s.old = append(s.old, ep)
+		}
 		s.dmu.Unlock()
 	}
 	commit := !ep.tainted.Load()
@@ -744,8 +826,9 @@ func (s *TransactSource) Stop() { s.stopFunc() }
 // got no answer in time closes in the background, and Close returns.
 // A Run still running (the pipeline closes a source only after its Run
 // returned) ends with an error matching [ErrNotOpen], and begins no
-// epoch; the epoch is aborted while a record of its last poll is in
-// flight or not yet emitted.
+// epoch: Close waits for it to return, within a CloseTimeout of its own,
+// and the epoch is aborted while a poll was under way or a record of it
+// is in flight or not yet emitted.
 func (s *TransactSource) Close(ctx context.Context) error {
 	s.life.Lock()
 	defer s.life.Unlock()
@@ -756,12 +839,13 @@ func (s *TransactSource) Close(ctx context.Context) error {
 		s.mu.Unlock()
 		return nil
 	}
-	s.takeOver()
+	running := s.takeOver()
 	s.core.mu.Lock()
 	s.core.cl = nil
-	ep := s.epoch.Swap(nil)
+	ep := s.retire()
 	s.core.mu.Unlock()
 	s.mu.Unlock()
+	s.awaitRun(ctx, running)
 	var err error
 	if ep != nil {
 		// A record still in flight aborts it (end): the pipeline left

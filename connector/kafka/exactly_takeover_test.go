@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice/connector/kafka"
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // A takeoverEnv is an input topic of records and an empty output topic
@@ -296,4 +297,39 @@ func (e *stopAfter) EmitTracked(ctx context.Context, m kafka.Message, done func(
 		e.stop()
 	}
 	return err
+}
+
+// A second Run while one runs is refused at once, with a permanent error
+// that is not ErrNotOpen, and the first goes on: both would poll the one
+// client and end each other's epochs (the records the first polled after
+// the second began were committed by the second's epoch, without their
+// outputs). The first then commits every output once.
+func TestExactlyOnceSecondRunIsRefused(t *testing.T) {
+	env := takeoverSetup(t, 6)
+	src := env.eo.Source()
+	require.NoError(t, src.Open(testContext(t)))
+	blocked, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	em := &stopAfter{inner: &funcEmitter{f: func(ctx context.Context, m kafka.Message, done func(node.Outcome)) error {
+		once.Do(func() { close(blocked); <-release })
+		if err := env.eo.Sink().Write(ctx, m); err != nil {
+			done(node.Failed)
+			return nil
+		}
+		done(node.Delivered)
+		return nil
+	}}, n: 6, stop: src.Stop}
+	first := make(chan error, 1)
+	go func() { first <- src.Run(testContext(t), em) }()
+	<-blocked
+	err := src.Run(testContext(t), &hookEmitter{sink: env.eo.Sink()})
+	require.Error(t, err)
+	assert.False(t, resilience.IsTransient(err), "%v", err)
+	assert.NotErrorIs(t, err, kafka.ErrNotOpen)
+	close(release)
+	require.NoError(t, <-first)
+	require.NoError(t, src.Close(context.Background()))
+	assert.Equal(t, []int64{1, 0}, []int64{src.Commits(), src.Aborts()})
+	assert.Equal(t, int64(6), env.a.committed(env.in, env.in)[0])
+	assert.Equal(t, 6, readCommittedCount(t, env.c.ListenAddrs(), env.out, time.Second))
 }
