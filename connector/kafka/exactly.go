@@ -408,18 +408,18 @@ func (s *TransactSource) takeOver() <-chan struct{} {
 
 // retire takes the open epoch, for Close or Open to end once the Run
 // they took over returned: no output joins it after (the client's lock
-// is held, as admit holds it). It is kept in old, so that the output of
-// one of its records in flight, or emitted by that Run meanwhile, is
-// stale, and is aborted when one is: its end would otherwise commit the
-// offsets of records whose outputs were refused.
+// is held, as admit holds it). While a record of it is in flight or not
+// yet emitted it is aborted, and kept in old, so that their outputs are
+// stale: its end would otherwise commit the offsets of records whose
+// outputs were refused. An epoch not live then stays so: takeOver
+// cancelled the Run's poll first, and a cancelled poll returns no
+// records.
 func (s *TransactSource) retire() *epochState {
 	ep := s.epoch.Swap(nil)
-	if ep == nil {
-		return nil
+	if ep == nil || !ep.live() {
+		return ep
 	}
-	if ep.live() {
-		ep.tainted.Store(true)
-	}
+	ep.tainted.Store(true)
 	s.dmu.Lock()
 	s.old = append(s.old, ep)
 	s.dmu.Unlock()
