@@ -310,14 +310,10 @@ func TestExactlyOnceSecondRunIsRefused(t *testing.T) {
 	require.NoError(t, src.Open(testContext(t)))
 	blocked, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
+	write := &hookEmitter{sink: env.eo.Sink()}
 	em := &stopAfter{inner: &funcEmitter{f: func(ctx context.Context, m kafka.Message, done func(node.Outcome)) error {
 		once.Do(func() { close(blocked); <-release })
-		if err := env.eo.Sink().Write(ctx, m); err != nil {
-			done(node.Failed)
-			return nil
-		}
-		done(node.Delivered)
-		return nil
+		return write.EmitTracked(ctx, m, done)
 	}}, n: 6, stop: src.Stop}
 	first := make(chan error, 1)
 	go func() { first <- src.Run(testContext(t), em) }()
