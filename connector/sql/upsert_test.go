@@ -438,7 +438,8 @@ func TestUpserterWriteConcurrently(t *testing.T) {
 }
 
 // With Linger, a part batch of an input that does not end is written once
-// the linger passes on the pipeline's clock.
+// the linger passes on the pipeline's clock; items that come after it
+// fired make a part batch of their own, written once its linger passes.
 func TestUpsertLingerWritesAPartBatch(t *testing.T) {
 	db := openSQLite(t)
 	table := productTable(t, db, sluicesql.SQLite)
@@ -446,8 +447,13 @@ func TestUpsertLingerWritesAPartBatch(t *testing.T) {
 	defer cancel()
 	items := products(3)
 	settled := make(chan node.Outcome, len(items))
+	gate := make(chan struct{})
+	var once sync.Once
 	src := node.SourceFunc[product](func(ctx context.Context, out node.Emitter[product]) error {
-		for _, p := range items {
+		for i, p := range items {
+			if i == 1 {
+				<-gate // the later items come after the first linger
+			}
 			if err := out.EmitTracked(ctx, p, func(o node.Outcome) { settled <- o }); err != nil {
 				return err
 			}
@@ -464,11 +470,24 @@ func TestUpsertLingerWritesAPartBatch(t *testing.T) {
 	run := pipelinetest.Start(ctx, p)
 	require.NoError(t, clock.BlockUntilContext(ctx, 1), "the part batch's linger waits")
 	assert.Empty(t, rows(t, db, table), "nothing written before the linger")
-	clock.Advance(time.Second)
+	// The linger timer starts with the first item gathered; on a loaded
+	// machine the later items may come after it fired, and start a linger
+	// of their own. So the clock moves on by a linger whenever one waits
+	// (a fired timer leaves the clock's waiters in Advance), until every
+	// item settled: one Advance would leave them waiting for good.
+	advancing := make(chan struct{})
+	go func() {
+		defer close(advancing)
+		for clock.BlockUntilContext(ctx, 1) == nil {
+			clock.Advance(time.Second)
+		}
+	}()
+	defer func() { cancel(); <-advancing }()
 	for range items {
 		select {
 		case o := <-settled:
 			assert.Equal(t, node.Delivered, o)
+			once.Do(func() { close(gate) })
 		case <-ctx.Done():
 			t.Fatal(ctx.Err())
 		}
