@@ -70,6 +70,9 @@ func TestOutOfOrderCommitsOnlyThePrefix(t *testing.T) {
 	}()
 	waitFor(t, "nine records settled", func() bool { return others.Load() == 9 })
 	assert.Empty(t, a.committed(topic, topic), "no commit before the clock's")
+	// The commit ticker, made by the committer's goroutine, is the clock's
+	// only waiter: an Advance before it is made would be lost.
+	require.NoError(t, clock.BlockUntilContext(testContext(t), 1))
 	clock.Advance(cfg.CommitInterval)
 	waitFor(t, "a commit", func() bool { return len(a.committed(topic, topic)) > 0 })
 	assert.Equal(t, map[int32]int64{0: 3}, a.committed(topic, topic), "the lowest offset not settled")
@@ -231,6 +234,9 @@ func TestCommitsOnTheClock(t *testing.T) {
 		done <- err
 	}()
 	waitFor(t, "every record stored", func() bool { return n.Load() == 8 })
+	// The commit ticker is made by the committer's goroutine: an Advance
+	// before it is made would be lost.
+	require.NoError(t, clock.BlockUntilContext(testContext(t), 1))
 	clock.Advance(cfg.CommitInterval - time.Nanosecond)
 	assert.Empty(t, a.committed(topic, topic), "no commit before CommitInterval")
 	clock.Advance(time.Nanosecond)
