@@ -103,7 +103,15 @@ func TestParkWokenItemKeepsItsCallsAcrossRestart(t *testing.T) {
 			if err := clock.BlockUntilContext(t.Context(), 1); err != nil {
 				t.Fatal(err)
 			}
+			// The timer's function runs on a goroutine of its own: the
+			// test waits until item 0 joined the woken items, so that the
+			// node fails with it there rather than still parked.
+			woke := make(chan struct{})
+			var once sync.Once
+			pipeline.SetParkWokeHook(func() { once.Do(func() { close(woke) }) })
+			defer pipeline.SetParkWokeHook(nil)
 			clock.Advance(time.Hour)
+			await(t, woke, "item 0's wake")
 			// Item 0 woke, and no worker is free: item 1 fails the node.
 			close(release)
 			if _, err := pipelinetest.AdvanceUntilDone(t.Context(), clock, run, time.Second); err != nil {

@@ -188,7 +188,16 @@ func (pk *parking[T]) woke(it *parkedItem[T]) {
 	}
 	pk.leaves(it)
 	pk.mu.Unlock()
+	if h := parkWokeHook.Load(); h != nil {
+		(*h)()
+	}
 }
+
+// parkWokeHook, when set (by a test, through export_test.go), runs each
+// time woke moved a parked item whose timer fired to the woken ones: the
+// timer's function runs on a goroutine of its own, and a test that must
+// know an item woke before it goes on waits for it.
+var parkWokeHook atomic.Pointer[func()]
 
 // leaves moves it from the parked items to wake or the queue of woken
 // items; mu is held.
