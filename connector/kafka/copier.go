@@ -56,7 +56,7 @@ func (c *copier) produce(ctx context.Context, topic string, rec *kgo.Record, spe
 	spec.consumer = c.consumer
 	cp := &kgo.Record{Topic: topic, Key: rec.Key, Value: rec.Value, Partition: spec.partition,
 		Headers: copyHeaders(rec.Headers, spec)}
-	return produceAcked(ctx, c.cl, c.sent, c.clock, c.timeout, cp)
+	return produceAcked(ctx, c.cl, c.sent, c.clock, c.timeout, cp, nil)
 }
 
 // close closes the copier's client, waiting at most timeout for what is

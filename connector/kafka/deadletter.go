@@ -42,14 +42,17 @@ type DeadLetterConfig struct {
 	// no topic): a source's is [RetryTopics.DeadLetterTopicOf] its topic.
 	// Required.
 	Topic string
-	// AckTimeout bounds the wait for the brokers' ack of one envelope.
-	// Default [DefaultDeadLetterAckTimeout].
+	// AckTimeout bounds the wait for the brokers' ack of one envelope,
+	// on Clock; any positive value (the client's own delivery timeout
+	// is AckTimeout, or a second when AckTimeout is shorter, the least
+	// the client takes). Default [DefaultDeadLetterAckTimeout].
 	AckTimeout time.Duration
 	// DialTimeout bounds connecting to a broker. Default
 	// [DefaultDialTimeout].
 	DialTimeout time.Duration
-	// CloseTimeout bounds the wait at Close for envelopes in flight.
-	// Default [DefaultCloseTimeout].
+	// CloseTimeout bounds the wait at Close for envelopes in flight
+	// (Close does not wait for AckTimeout). Default
+	// [DefaultCloseTimeout].
 	CloseTimeout time.Duration
 	// Dial connects to a broker; nil uses a net.Dialer.
 	Dial func(ctx context.Context, network, host string) (net.Conn, error)
@@ -154,7 +157,9 @@ func producerOpts(brokers []string, ackTimeout, dialTimeout time.Duration,
 		kgo.SeedBrokers(brokers...),
 		kgo.RequiredAcks(kgo.AllISRAcks()),
 		kgo.ProducerLinger(0),
-		kgo.RecordDeliveryTimeout(ackTimeout),
+		// The wait for the ack is on the caller's clock; the client
+		// takes no delivery timeout under a second.
+		kgo.RecordDeliveryTimeout(max(ackTimeout, minDeliveryTimeout)),
 		kgo.DialTimeout(dialTimeout),
 		// A copy keeps its record's partition number, modulo the count
 		// of the topic it goes to (see copyPartitioner).
@@ -196,12 +201,15 @@ func (d *DeadLetterPublisher) Write(ctx context.Context, env deadletter.Envelope
 		rec.Key = []byte(env.CorrelationID)
 		rec.Partition = int32(keyPartition(rec.Key))
 	}
+	// The read lock keeps Close from closing the client while the
+	// envelope is handed to it, and no longer: Close does not wait for
+	// the ack, which its client's close answers (unknown).
 	d.mu.RLock()
-	defer d.mu.RUnlock()
 	if d.cl == nil {
+		d.mu.RUnlock()
 		return resilience.MarkPermanent(fmt.Errorf("kafka: dead-letter publisher of topic %q is closed", d.cfg.Topic))
 	}
-	if err := produceAcked(ctx, d.cl, d.sent, d.cfg.Clock, d.cfg.AckTimeout, rec); err != nil {
+	if err := produceAcked(ctx, d.cl, d.sent, d.cfg.Clock, d.cfg.AckTimeout, rec, d.mu.RUnlock); err != nil {
 		return fmt.Errorf("kafka: dead letter to topic %q: %w", d.cfg.Topic, err)
 	}
 	return nil
@@ -216,7 +224,9 @@ func keyPartition(key []byte) int {
 }
 
 // Close waits, within CloseTimeout, for envelopes in flight, and closes
-// the client. A Write after Close fails, permanent.
+// the client: a Write whose envelope is still unanswered then fails as
+// unknown (transient), the envelope maybe stored. A Write after Close
+// fails, permanent.
 func (d *DeadLetterPublisher) Close() error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -255,13 +265,17 @@ func isUnknown(err error) bool {
 }
 
 // produceAcked produces rec on cl, whose produce requests sent counts, and
-// waits, at most timeout on clock, for the brokers' ack. An error is an
-// *unknownError when the record may be stored; otherwise no broker
+// waits, at most timeout on clock, for the brokers' ack. handed, when not
+// nil, is called once rec was handed to cl, before the wait. An error is
+// an *unknownError when the record may be stored; otherwise no broker
 // stored it.
-func produceAcked(ctx context.Context, cl *kgo.Client, sent *sentWatch, clock clockwork.Clock, timeout time.Duration, rec *kgo.Record) error {
+func produceAcked(ctx context.Context, cl *kgo.Client, sent *sentWatch, clock clockwork.Clock, timeout time.Duration, rec *kgo.Record, handed func()) error {
 	done := make(chan error, 1)
 	mark := sent.mark()
 	cl.Produce(ctx, rec, func(_ *kgo.Record, err error) { done <- err })
+	if handed != nil {
+		handed()
+	}
 	timer := clock.NewTimer(timeout)
 	defer timer.Stop()
 	select {
