@@ -556,8 +556,15 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 		}
 		return resilience.MarkPermanent(fmt.Errorf("kafka: produce to topic %q: the publisher was not opened, or was closed: %w", topic, ErrNotOpen))
 	}
+	// wait is what the wait for the ack ends on beside its timer: ctx,
+	// and for a record produced alone Close too, which cuts the wait
+	// (the Write holds mu, which Close takes).
+	wait := ctx
 	if alone {
-		fctx, stop := c.aloneContext(ctx)
+		cut, stopCut := c.aloneCut(ctx)
+		defer stopCut()
+		wait = cut
+		fctx, stop := c.flushContext(cut)
 		err := cl.Flush(fctx)
 		stop()
 		if err != nil {
@@ -588,7 +595,7 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 	select {
 	case err := <-done:
 		return c.answer(ctx, topic, err, mark)
-	case <-ctx.Done():
+	case <-wait.Done():
 	case <-timer.Chan():
 	}
 	// An answer that came with the end of the wait is still the answer.
@@ -601,27 +608,43 @@ func (c *pubCore) attempt(ctx context.Context, topic string, rec *kgo.Record, al
 	if ctx.Err() != nil {
 		return &ProduceError{Topic: topic, Unknown: true, Err: context.Cause(ctx)}
 	}
+	if wait.Err() != nil {
+		// Close cut the wait of a record produced alone: it was sent,
+		// and its answer had not come.
+		return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true,
+			Err: errors.New("the publisher closed before the broker answered")}))
+	}
 	return resilience.MarkBlameless(resilience.MarkTransient(&ProduceError{Topic: topic, Unknown: true,
 		Err: fmt.Errorf("no ack within AckTimeout (%s)", c.ackTimeout)}))
 }
 
-// aloneContext bounds the wait of a record to be produced alone for the
-// records in flight before it: ctx, AckTimeout on the publisher's clock
-// (the wait holds every other Write off), and Close, which cuts it with a
-// cause matching ErrNotOpen. stop releases it.
-func (c *pubCore) aloneContext(ctx context.Context) (_ context.Context, stop func()) {
-	fctx, cancel := context.WithCancelCause(ctx)
-	timer := c.clock.AfterFunc(c.ackTimeout, func() { cancel(nil) })
+// aloneCut returns ctx, cut by Close with a cause matching ErrNotOpen:
+// the waits of a record produced alone, which holds every other Write
+// off, and Close too, for the records in flight before it and for its
+// ack. stop releases it.
+func (c *pubCore) aloneCut(ctx context.Context) (_ context.Context, stop func()) {
+	cut, cancel := context.WithCancelCause(ctx)
 	c.closeMu.Lock()
 	if c.closing {
 		cancel(errAloneClosed)
 	}
 	c.aloneCancel = cancel
 	c.closeMu.Unlock()
-	return fctx, func() {
+	return cut, func() {
 		c.closeMu.Lock()
 		c.aloneCancel = nil
 		c.closeMu.Unlock()
+		cancel(nil)
+	}
+}
+
+// flushContext bounds the wait of a record to be produced alone for the
+// records in flight before it: cut (see aloneCut) and AckTimeout on the
+// publisher's clock. stop releases it.
+func (c *pubCore) flushContext(cut context.Context) (_ context.Context, stop func()) {
+	fctx, cancel := context.WithCancelCause(cut)
+	timer := c.clock.AfterFunc(c.ackTimeout, func() { cancel(nil) })
+	return fctx, func() {
 		timer.Stop()
 		cancel(nil)
 	}
