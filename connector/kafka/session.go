@@ -302,6 +302,11 @@ func (sess *session) nudgeCommit() {
 // release counts one held record ended.
 func (sess *session) release() {
 	sess.held.Add(-1)
+	sess.roomFreed()
+}
+
+// roomFreed tells a Run that waits for room to look again.
+func (sess *session) roomFreed() {
 	select {
 	case sess.freed <- struct{}{}:
 	default:
@@ -485,6 +490,10 @@ wait:
 		sess.revokeMu.Unlock()
 	}
 	sess.tracker.retire(trs)
+	// Their records settled and not committed took room, which Run may
+	// wait for: nothing else would say it came back when the commit
+	// failed.
+	sess.roomFreed()
 }
 
 // lost is the group's OnPartitionsLost: the partitions are no longer the
@@ -499,6 +508,8 @@ func (sess *session) lost(_ context.Context, _ *kgo.Client, m map[string][]int32
 		sess.tracker.retire(sess.tracker.revoke(topic, ps))
 	}
 	sess.src.dropHeld(sess, m)
+	// Their records settled and not committed took room (see revoked).
+	sess.roomFreed()
 }
 
 // close ends the session: after a drain it waits, up to DrainTimeout, for
