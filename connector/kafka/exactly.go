@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -185,7 +186,7 @@ func NewExactlyOnce[T any](cfg ExactlyOnceConfig[T]) (*ExactlyOnce[T], error) {
 	}
 	core := newPubCore(cfg.Brokers, cfg.Output, cfg.AckTimeout, PubRetry{}, cfg.MaxRecordBytes, cfg.DialTimeout, cfg.CloseTimeout, cfg.Dial, cfg.Clock)
 	_, identifies := any(*new(T)).(Message)
-	src := &TransactSource{core: core, commitInterval: cfg.CommitInterval, maxInFlight: cfg.MaxInFlight, txnTimeout: cfg.TransactionTimeout,
+	src := &TransactSource{core: core, group: cfg.Group, commitInterval: cfg.CommitInterval, maxInFlight: cfg.MaxInFlight, txnTimeout: cfg.TransactionTimeout,
 		freed: make(chan struct{}, 1), identifies: identifies, deliveries: map[recordID]int{}}
 	src.stopCtx, src.stopFunc = context.WithCancel(context.Background())
 	src.options = func() []kgo.Opt {
@@ -220,6 +221,7 @@ func (e *ExactlyOnce[T]) Sink() *TransactSink[T] { return e.snk }
 // [node.Source] of [Message] with Open, Close and Stop, as [Source] has.
 type TransactSource struct {
 	core           *pubCore
+	group          string
 	options        func() []kgo.Opt
 	commitInterval time.Duration
 	maxInFlight    int
@@ -777,10 +779,79 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		s.committed.Add(1)
 		// A committed record is not read again here.
 		s.forget(ep)
+	case commit && live:
+		// The client says the commit it was asked for did not happen,
+		// and rewound to the offsets it last saw committed. It says so
+		// too when the broker answered the commit UNKNOWN_SERVER_ERROR,
+		// which some brokers do after committing: the epoch's records
+		// would be read, and their outputs committed, again. The
+		// group's committed offsets tell which it was.
+		stored, ferr := s.commitStored(ctx, sess, ep)
+		switch {
+		case ferr != nil:
+			s.unknown.Add(1)
+			s.forget(ep)
+			return classify(fmt.Errorf("kafka: end transaction: the commit's outcome is unknown (the client did not confirm it, and the group's offsets could not be read): %w: %w", ErrOutcomeUnknown, ferr))
+		case stored:
+			s.committed.Add(1)
+			s.forget(ep)
+		default:
+			s.aborted.Add(1)
+		}
 	default:
 		s.aborted.Add(1)
 	}
 	return nil
+}
+
+// commitStored reports whether the group's committed offsets cover every
+// record ep emitted, read once no transaction's offsets are pending
+// (RequireStable): the broker committed ep's transaction (or another
+// member committed its partitions further since, which is as good). Then
+// the client, which rewound to the offsets it last saw committed, is set
+// to them, so that ep's records are not read again.
+func (s *TransactSource) commitStored(ctx context.Context, sess *kgo.GroupTransactSession, ep *epochState) (bool, error) {
+	want := map[string]map[int32]int64{}
+	s.dmu.Lock()
+	for id := range ep.emitted {
+		ps := want[id.topic]
+		if ps == nil {
+			ps = map[int32]int64{}
+			want[id.topic] = ps
+		}
+		ps[id.partition] = max(ps[id.partition], id.offset+1)
+	}
+	s.dmu.Unlock()
+	if len(want) == 0 {
+		return false, nil
+	}
+	fctx, cancel := context.WithTimeout(kadm.RequireStable(ctx), s.core.closeTimeout)
+	defer cancel()
+	got, err := kadm.NewClient(sess.Client()).FetchOffsets(fctx, s.group)
+	if err != nil {
+		return false, err
+	}
+	set := map[string]map[int32]kgo.EpochOffset{}
+	for topic, ps := range want {
+		for p, next := range ps {
+			o, ok := got.Lookup(topic, p)
+			if !ok {
+				return false, nil
+			}
+			if o.Err != nil {
+				return false, o.Err
+			}
+			if o.At < next {
+				return false, nil
+			}
+			if set[topic] == nil {
+				set[topic] = map[int32]kgo.EpochOffset{}
+			}
+			set[topic][p] = kgo.EpochOffset{Epoch: o.LeaderEpoch, Offset: o.At}
+		}
+	}
+	sess.Client().SetOffsets(set)
+	return true, nil
 }
 
 // forget drops the deliveries counted for ep's records, once they may
@@ -899,7 +970,9 @@ func (s *TransactSource) Aborts() int64 { return s.aborted.Load() }
 
 // Unknowns returns how many epochs the source tried to commit without
 // learning whether they committed: the run's context ended, or the
-// connection broke, while the commit was under way (Run's error then
+// connection broke, while the commit was under way, or the client did not
+// confirm it and the group's committed offsets could not be read (Run's
+// error then
 // matches [ErrOutcomeUnknown]; a pipeline's own error, when its caller
 // cancelled it, stays the cancel's). Such an epoch is counted neither in
 // Commits nor in Aborts; the broker either committed it or aborts it, and

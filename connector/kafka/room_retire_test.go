@@ -99,7 +99,9 @@ func TestLostPartitionsGiveRoomBack(t *testing.T) {
 	refusing.Store(false)
 	readAgain := func() bool { return slices.Index(log.snapshot()[1:], partOff{0, 0}) >= 0 }
 	waitWithin(t, 10*time.Second, readAgain,
-		func() string { return fmt.Sprintf("the Run did not read offset 0 again after the loss: read %v", log.snapshot()) })
+		func() string {
+			return fmt.Sprintf("the Run did not read offset 0 again after the loss: read %v", log.snapshot())
+		})
 	cancel()
 	require.ErrorIs(t, <-ran, context.Canceled, "the Run ends with its context")
 	require.NoError(t, src.Close(context.Background()))
