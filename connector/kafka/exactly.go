@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -201,6 +202,7 @@ func NewExactlyOnce[T any](cfg ExactlyOnceConfig[T]) (*ExactlyOnce[T], error) {
 			kgo.FetchMaxWait(fetchWait),
 			kgo.BlockRebalanceOnPoll(),
 			kgo.SessionTimeout(cfg.SessionTimeout),
+			kgo.WithLogger(endLogger{&src.unconfirmed}),
 		)
 		if cfg.InstanceID != "" {
 			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
@@ -262,6 +264,13 @@ type TransactSource struct {
 	stopFunc context.CancelFunc
 
 	committed, aborted, unknown atomic.Int64
+
+	// unconfirmed is set by the client's logger when an End's commit was
+	// answered UNKNOWN_SERVER_ERROR (see endLogger); stale is the session
+	// whose client's own view of the committed offsets is behind the
+	// group's since such a commit was found stored (see realign).
+	unconfirmed atomic.Bool
+	stale       atomic.Pointer[kgo.GroupTransactSession]
 }
 
 // An epochState counts one epoch's records.
@@ -503,6 +512,11 @@ func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) (er
 		if err := s.end(ctx, sess, ep); err != nil {
 			return err
 		}
+	}
+	// A Run that failed at an epoch's end may have left the client
+	// rewound behind the group's offsets (see realign).
+	if err := s.realign(ctx, sess); err != nil {
+		return err
 	}
 	for {
 		if !s.identifies {
@@ -751,7 +765,9 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 	}
 	commit := !ep.tainted.Load()
 	live := ctx.Err() == nil
+	s.unconfirmed.Store(false)
 	committed, err := sess.End(ctx, kgo.TransactionEndTry(commit))
+	unconfirmed := s.unconfirmed.Swap(false)
 	sess.AllowRebalance()
 	var ke *kerr.Error
 	switch {
@@ -779,37 +795,93 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		s.committed.Add(1)
 		// A committed record is not read again here.
 		s.forget(ep)
-	case commit && live:
-		// The client says the commit it was asked for did not happen,
-		// and rewound to the offsets it last saw committed. It says so
-		// too when the broker answered the commit UNKNOWN_SERVER_ERROR,
-		// which some brokers do after committing: the epoch's records
-		// would be read, and their outputs committed, again. The
-		// group's committed offsets tell which it was.
+	case unconfirmed && commit && live:
+		// The broker answered the commit UNKNOWN_SERVER_ERROR, which
+		// some brokers do after committing; the client then reports it
+		// not committed and rewinds to the offsets it last saw
+		// committed, so that the epoch's records would be read, and
+		// their outputs committed, again. The group's committed offsets
+		// tell which it was.
 		stored, ferr := s.commitStored(ctx, sess, ep)
 		switch {
 		case ferr != nil:
 			s.unknown.Add(1)
 			s.forget(ep)
-			return classify(fmt.Errorf("kafka: end transaction: the commit's outcome is unknown (the client did not confirm it, and the group's offsets could not be read): %w: %w", ErrOutcomeUnknown, ferr))
+			return classify(fmt.Errorf("kafka: end transaction: the commit's outcome is unknown (the broker answered UNKNOWN_SERVER_ERROR, and the group's offsets could not be read): %w: %w", ErrOutcomeUnknown, ferr))
 		case stored:
 			s.committed.Add(1)
 			s.forget(ep)
+			// The client still holds the offsets before the epoch as
+			// the group's: its later rewinds must be corrected.
+			s.stale.Store(sess)
 		default:
 			s.aborted.Add(1)
+			return s.realign(ctx, sess)
 		}
 	default:
 		s.aborted.Add(1)
+		return s.realign(ctx, sess)
 	}
 	return nil
 }
 
+// endLogger is the exactly-once client's logger: it logs nothing, and
+// sets unconfirmed when the client says that an end of a transaction was
+// answered UNKNOWN_SERVER_ERROR, the one answer after which the client
+// reports a commit it asked for as not committed though the broker may
+// have committed it (franz-go v1.22's GroupTransactSession.End, which
+// then retries the end as an abort and sends nothing).
+type endLogger struct{ unconfirmed *atomic.Bool }
+
+func (endLogger) Level() kgo.LogLevel { return kgo.LogLevelInfo }
+
+func (l endLogger) Log(_ kgo.LogLevel, msg string, _ ...any) {
+	if strings.Contains(msg, "end transaction returned an unknown server error") {
+		l.unconfirmed.Store(true)
+	}
+}
+
+// fetchRetryWait is the wait, on the source's clock, before the group's
+// committed offsets are asked for again after a retryable answer (such
+// as UNSTABLE_OFFSET_COMMIT, while a transaction's markers are written).
+const fetchRetryWait = 100 * time.Millisecond
+
+// fetchCommitted returns the group's committed offsets once no
+// transaction's offsets are pending (RequireStable), asking again after a
+// retryable answer, within CloseTimeout.
+func (s *TransactSource) fetchCommitted(ctx context.Context, sess *kgo.GroupTransactSession) (kadm.OffsetResponses, error) {
+	fctx, cancel := context.WithTimeout(kadm.RequireStable(ctx), s.core.closeTimeout)
+	defer cancel()
+	adm := kadm.NewClient(sess.Client())
+	for {
+		got, err := adm.FetchOffsets(fctx, s.group)
+		if err == nil {
+			err = got.Error()
+		}
+		if err == nil {
+			return got, nil
+		}
+		if !kerr.IsRetriable(err) || fctx.Err() != nil {
+			if fctx.Err() != nil && ctx.Err() == nil {
+				return nil, fmt.Errorf("%w (within CloseTimeout, %s)", err, s.core.closeTimeout)
+			}
+			return nil, err
+		}
+		t := s.core.clock.NewTimer(fetchRetryWait)
+		select {
+		case <-t.Chan():
+		case <-fctx.Done():
+		}
+		t.Stop()
+	}
+}
+
 // commitStored reports whether the group's committed offsets cover every
-// record ep emitted, read once no transaction's offsets are pending
-// (RequireStable): the broker committed ep's transaction (or another
-// member committed its partitions further since, which is as good). Then
-// the client, which rewound to the offsets it last saw committed, is set
-// to them, so that ep's records are not read again.
+// record ep emitted (see fetchCommitted): the broker committed ep's
+// transaction (or another member committed its partitions further since,
+// which is as good). Then the client, which rewound to the offsets it
+// last saw committed, is set to them, so that ep's records are not read
+// again.
 func (s *TransactSource) commitStored(ctx context.Context, sess *kgo.GroupTransactSession, ep *epochState) (bool, error) {
 	want := map[string]map[int32]int64{}
 	s.dmu.Lock()
@@ -825,33 +897,51 @@ func (s *TransactSource) commitStored(ctx context.Context, sess *kgo.GroupTransa
 	if len(want) == 0 {
 		return false, nil
 	}
-	fctx, cancel := context.WithTimeout(kadm.RequireStable(ctx), s.core.closeTimeout)
-	defer cancel()
-	got, err := kadm.NewClient(sess.Client()).FetchOffsets(fctx, s.group)
+	got, err := s.fetchCommitted(ctx, sess)
 	if err != nil {
 		return false, err
 	}
-	set := map[string]map[int32]kgo.EpochOffset{}
 	for topic, ps := range want {
 		for p, next := range ps {
-			o, ok := got.Lookup(topic, p)
-			if !ok {
+			if o, ok := got.Lookup(topic, p); !ok || o.At < next {
 				return false, nil
 			}
-			if o.Err != nil {
-				return false, o.Err
-			}
-			if o.At < next {
-				return false, nil
-			}
-			if set[topic] == nil {
-				set[topic] = map[int32]kgo.EpochOffset{}
-			}
-			set[topic][p] = kgo.EpochOffset{Epoch: o.LeaderEpoch, Offset: o.At}
 		}
 	}
-	sess.Client().SetOffsets(set)
+	sess.Client().SetOffsets(committedOffsets(got))
 	return true, nil
+}
+
+// realign sets the client of sess, which has just rewound to what it
+// holds as the group's committed offsets, to the group's own, when a
+// commit found stored after the broker answered it UNKNOWN_SERVER_ERROR
+// left the client's behind (see commitStored); else it does nothing.
+// An error ends the Run: the client would read that epoch's records again.
+func (s *TransactSource) realign(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	if s.stale.Load() != sess {
+		return nil
+	}
+	got, err := s.fetchCommitted(ctx, sess)
+	if err != nil {
+		return classify(fmt.Errorf("kafka: exactly-once: after an abort, the group's committed offsets could not be read to set the client to them (it holds older ones since a commit answered UNKNOWN_SERVER_ERROR was found stored): %w", err))
+	}
+	sess.Client().SetOffsets(committedOffsets(got))
+	return nil
+}
+
+// committedOffsets are the offsets of got to set a client to.
+func committedOffsets(got kadm.OffsetResponses) map[string]map[int32]kgo.EpochOffset {
+	set := map[string]map[int32]kgo.EpochOffset{}
+	got.Each(func(o kadm.OffsetResponse) {
+		if o.Err != nil || o.At < 0 {
+			return
+		}
+		if set[o.Topic] == nil {
+			set[o.Topic] = map[int32]kgo.EpochOffset{}
+		}
+		set[o.Topic][o.Partition] = kgo.EpochOffset{Epoch: o.LeaderEpoch, Offset: o.At}
+	})
+	return set
 }
 
 // forget drops the deliveries counted for ep's records, once they may
@@ -971,8 +1061,8 @@ func (s *TransactSource) Aborts() int64 { return s.aborted.Load() }
 // Unknowns returns how many epochs the source tried to commit without
 // learning whether they committed: the run's context ended, or the
 // connection broke, while the commit was under way, or the client did not
-// confirm it and the group's committed offsets could not be read (Run's
-// error then
+// confirm it (the broker answered UNKNOWN_SERVER_ERROR) and the group's
+// committed offsets could not be read (Run's error then
 // matches [ErrOutcomeUnknown]; a pipeline's own error, when its caller
 // cancelled it, stays the cancel's). Such an epoch is counted neither in
 // Commits nor in Aborts; the broker either committed it or aborts it, and
