@@ -202,7 +202,6 @@ func NewExactlyOnce[T any](cfg ExactlyOnceConfig[T]) (*ExactlyOnce[T], error) {
 			kgo.FetchMaxWait(fetchWait),
 			kgo.BlockRebalanceOnPoll(),
 			kgo.SessionTimeout(cfg.SessionTimeout),
-			kgo.WithLogger(endLogger{&src.unconfirmed}),
 		)
 		if cfg.InstanceID != "" {
 			opts = append(opts, kgo.InstanceID(cfg.InstanceID))
@@ -265,12 +264,12 @@ type TransactSource struct {
 
 	committed, aborted, unknown atomic.Int64
 
-	// unconfirmed is set by the client's logger when an End's commit was
-	// answered UNKNOWN_SERVER_ERROR (see endLogger); stale is the session
-	// whose client's own view of the committed offsets is behind the
-	// group's since such a commit was found stored (see realign).
-	unconfirmed atomic.Bool
-	stale       atomic.Pointer[kgo.GroupTransactSession]
+	// watches holds each open session's endWatch, by session; stale is
+	// the session whose client's own view of the committed offsets may
+	// be behind the group's since a commit answered
+	// UNKNOWN_SERVER_ERROR (see realign).
+	watches sync.Map // *kgo.GroupTransactSession -> *endWatch
+	stale   atomic.Pointer[kgo.GroupTransactSession]
 }
 
 // An epochState counts one epoch's records.
@@ -362,11 +361,14 @@ func (s *TransactSource) admit(item any) (*epochState, error) {
 // the first session's epoch on that session, ends any Run still running
 // on it (see Close), and closes the first client.
 func (s *TransactSource) Open(ctx context.Context) error {
-	sess, err := kgo.NewGroupTransactSession(s.options()...)
+	watch := &endWatch{}
+	sess, err := kgo.NewGroupTransactSession(append(s.options(), kgo.WithLogger(watch))...)
 	if err != nil {
 		return resilience.MarkPermanent(fmt.Errorf("kafka: exactly-once client: %w", err))
 	}
+	s.watches.Store(sess, watch)
 	if err := sess.Client().Ping(ctx); err != nil {
+		s.watches.Delete(sess)
 		sess.Close()
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
@@ -765,9 +767,10 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 	}
 	commit := !ep.tainted.Load()
 	live := ctx.Err() == nil
-	s.unconfirmed.Store(false)
+	watch := s.watchOf(sess)
+	watch.reset()
 	committed, err := sess.End(ctx, kgo.TransactionEndTry(commit))
-	unconfirmed := s.unconfirmed.Swap(false)
+	unconfirmed := watch.commitUnconfirmed()
 	sess.AllowRebalance()
 	var ke *kerr.Error
 	switch {
@@ -795,7 +798,7 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		s.committed.Add(1)
 		// A committed record is not read again here.
 		s.forget(ep)
-	case unconfirmed && commit && live:
+	case unconfirmed && live:
 		// The broker answered the commit UNKNOWN_SERVER_ERROR, which
 		// some brokers do after committing; the client then reports it
 		// not committed and rewinds to the offsets it last saw
@@ -807,6 +810,9 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		case ferr != nil:
 			s.unknown.Add(1)
 			s.forget(ep)
+			// The client rewound: a Run again on it first sets it to
+			// the group's offsets, or fails.
+			s.stale.Store(sess)
 			return classify(fmt.Errorf("kafka: end transaction: the commit's outcome is unknown (the broker answered UNKNOWN_SERVER_ERROR, and the group's offsets could not be read): %w: %w", ErrOutcomeUnknown, ferr))
 		case stored:
 			s.committed.Add(1)
@@ -825,20 +831,51 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 	return nil
 }
 
-// endLogger is the exactly-once client's logger: it logs nothing, and
-// sets unconfirmed when the client says that an end of a transaction was
-// answered UNKNOWN_SERVER_ERROR, the one answer after which the client
-// reports a commit it asked for as not committed though the broker may
-// have committed it (franz-go v1.22's GroupTransactSession.End, which
-// then retries the end as an abort and sends nothing).
-type endLogger struct{ unconfirmed *atomic.Bool }
+// An endWatch is an exactly-once client's logger: it logs nothing, and
+// learns from what franz-go v1.22's GroupTransactSession.End logs whether
+// it sent a commit (the "transaction session ending" line's
+// will_try_commit) and whether an end was answered UNKNOWN_SERVER_ERROR,
+// after which End reports the transaction as not committed (it retries
+// the end as an abort, which sends nothing) though the broker may have
+// committed it. End runs on one goroutine at a time per client; the
+// client logs from its own goroutines too, hence the atomics.
+type endWatch struct {
+	tried, unknownAnswer atomic.Bool
+}
 
-func (endLogger) Level() kgo.LogLevel { return kgo.LogLevelInfo }
+func (*endWatch) Level() kgo.LogLevel { return kgo.LogLevelInfo }
 
-func (l endLogger) Log(_ kgo.LogLevel, msg string, _ ...any) {
-	if strings.Contains(msg, "end transaction returned an unknown server error") {
-		l.unconfirmed.Store(true)
+func (w *endWatch) Log(_ kgo.LogLevel, msg string, keyvals ...any) {
+	switch {
+	case msg == "transaction session ending":
+		for i := 0; i+1 < len(keyvals); i += 2 {
+			if k, ok := keyvals[i].(string); ok && k == "will_try_commit" {
+				tried, _ := keyvals[i+1].(bool)
+				w.tried.Store(tried)
+			}
+		}
+	case strings.Contains(msg, "end transaction returned an unknown server error"):
+		w.unknownAnswer.Store(true)
 	}
+}
+
+// reset forgets what an earlier End logged.
+func (w *endWatch) reset() {
+	w.tried.Store(false)
+	w.unknownAnswer.Store(false)
+}
+
+// commitUnconfirmed reports whether the End since reset sent a commit
+// and had an answer UNKNOWN_SERVER_ERROR.
+func (w *endWatch) commitUnconfirmed() bool { return w.tried.Load() && w.unknownAnswer.Load() }
+
+// watchOf returns the endWatch of sess; an endWatch that never learns
+// anything for a session that has none (it was closed).
+func (s *TransactSource) watchOf(sess *kgo.GroupTransactSession) *endWatch {
+	if w, ok := s.watches.Load(sess); ok {
+		return w.(*endWatch)
+	}
+	return &endWatch{}
 }
 
 // fetchRetryWait is the wait, on the source's clock, before the group's
@@ -1033,6 +1070,7 @@ func (s *TransactSource) Close(ctx context.Context) error {
 // closeSession closes sess, which leaves the group, within CloseTimeout;
 // past it, sess closes in the background and the error says so.
 func (s *TransactSource) closeSession(ctx context.Context, sess *kgo.GroupTransactSession) error {
+	s.watches.Delete(sess)
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.core.closeTimeout)
 	defer cancel()
 	closed := make(chan struct{})
