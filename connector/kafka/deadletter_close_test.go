@@ -1,52 +1,17 @@
 package kafka_test
 
 import (
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/connector/kafka"
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/resilience"
 )
-
-// holdNthProduce makes c hold its nth produce request (counted from 1)
-// until release; held is closed once it arrived. When t ends, the request
-// is released and its handling waited for before the cluster closes.
-func holdNthProduce(t *testing.T, c *kfake.Cluster, nth int32) (held <-chan struct{}, release func()) {
-	ch := make(chan struct{})
-	gate := make(chan struct{})
-	finished := make(chan struct{})
-	var n atomic.Int32
-	var once sync.Once
-	release = func() { once.Do(func() { close(gate) }) }
-	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		if n.Add(1) != nth {
-			return nil, nil, false
-		}
-		close(ch)
-		c.SleepControl(func() { <-gate })
-		close(finished)
-		return nil, nil, false
-	})
-	t.Cleanup(func() {
-		release()
-		select {
-		case <-ch:
-			<-finished
-		default:
-		}
-	})
-	return ch, release
-}
 
 // Close waits CloseTimeout for a letter the broker has not answered, not
 // the letter's AckTimeout (a minute on a clock that never moves here):

@@ -267,9 +267,11 @@ type TransactSource struct {
 	// watches holds each open session's endWatch, by session; stale is
 	// the session whose client's own view of the committed offsets may
 	// be behind the group's since a commit answered
-	// UNKNOWN_SERVER_ERROR (see realign).
+	// UNKNOWN_SERVER_ERROR (see realign); rewound says an end aborted,
+	// so that the client rewound.
 	watches sync.Map // *kgo.GroupTransactSession -> *endWatch
 	stale   atomic.Pointer[kgo.GroupTransactSession]
+	rewound atomic.Bool
 }
 
 // An epochState counts one epoch's records.
@@ -517,6 +519,7 @@ func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) (er
 	}
 	// A Run that failed at an epoch's end may have left the client
 	// rewound behind the group's offsets (see realign).
+	s.rewound.Store(false)
 	if err := s.realign(ctx, sess); err != nil {
 		return err
 	}
@@ -554,6 +557,14 @@ func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) (er
 		}
 		if err := s.end(ctx, sess, ep); err != nil {
 			return err
+		}
+		// An abort rewound the client: to the group's offsets, when it
+		// holds older ones (see realign). Only Run's own ends do this: the
+		// client an end of Close or Open aborts on is closed after it.
+		if s.rewound.Swap(false) {
+			if err := s.realign(ctx, sess); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -822,11 +833,11 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 			s.stale.Store(sess)
 		default:
 			s.aborted.Add(1)
-			return s.realign(ctx, sess)
+			s.rewound.Store(true)
 		}
 	default:
 		s.aborted.Add(1)
-		return s.realign(ctx, sess)
+		s.rewound.Store(true)
 	}
 	return nil
 }
@@ -951,9 +962,10 @@ func (s *TransactSource) commitStored(ctx context.Context, sess *kgo.GroupTransa
 
 // realign sets the client of sess, which has just rewound to what it
 // holds as the group's committed offsets, to the group's own, when a
-// commit found stored after the broker answered it UNKNOWN_SERVER_ERROR
-// left the client's behind (see commitStored); else it does nothing.
-// An error ends the Run: the client would read that epoch's records again.
+// commit answered UNKNOWN_SERVER_ERROR left the client's behind (see
+// commitStored); else it does nothing. Run calls it after its own aborts
+// and as it starts. An error ends the Run: the client would read a
+// committed epoch's records again.
 func (s *TransactSource) realign(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	if s.stale.Load() != sess {
 		return nil
@@ -1071,6 +1083,7 @@ func (s *TransactSource) Close(ctx context.Context) error {
 // past it, sess closes in the background and the error says so.
 func (s *TransactSource) closeSession(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	s.watches.Delete(sess)
+	s.stale.CompareAndSwap(sess, nil)
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.core.closeTimeout)
 	defer cancel()
 	closed := make(chan struct{})

@@ -3,17 +3,12 @@ package kafka_test
 import (
 	"context"
 	"errors"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kerr"
-	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/connector/kafka"
 )
@@ -35,35 +30,16 @@ func TestExactlyOnceFailedRunAfterAStoredUnconfirmedCommit(t *testing.T) {
 	fillInputFrom(t, addrs, in, 0, 5)
 	clock := clockwork.NewFakeClock()
 	eo := newEO(t, addrs, in, out, in, in+"-txn", clock)
-	hit := answerNthCommitUnknownStored(t, c, 2)
+	hit := answerCommitsUnknown(t, c, map[int32]bool{2: true})[2]
 	a := newAdmin(t, c)
-	var stage atomic.Int32
 	fail := func(_ context.Context, m kafka.Message) (kafka.Message, error) {
 		if string(m.Value) == "v12" {
 			return m, errors.New("v12 refused")
 		}
 		return m, nil
 	}
-	err := runUntil(t, eoPipeline(t, eo, clock, fail), eo.Source(), clock, time.Second, func() bool {
-		switch stage.Load() {
-		case 0:
-			if lagOf(t, a, in, in) == 0 {
-				fillInputFrom(t, addrs, in, 5, 10)
-				stage.Store(1)
-			}
-		case 1:
-			select {
-			case <-hit:
-			default:
-				return false
-			}
-			if lagOf(t, a, in, in) == 0 {
-				fillInputFrom(t, addrs, in, 10, 15)
-				stage.Store(2)
-			}
-		}
-		return false
-	})
+	err := runUntil(t, eoPipeline(t, eo, clock, fail), eo.Source(), clock, time.Second,
+		fillInTurns(t, a, addrs, in, []<-chan struct{}{nil, hit}, nil))
 	src := eo.Source()
 	t.Logf("run 1: %v; commits %d, aborts %d, unknowns %d", err, src.Commits(), src.Aborts(), src.Unknowns())
 	require.ErrorContains(t, err, "v12 refused")
@@ -75,46 +51,6 @@ func TestExactlyOnceFailedRunAfterAStoredUnconfirmedCommit(t *testing.T) {
 	require.NoError(t, err)
 	checkOnce(t, readCommitted(t, addrs, out, 15), 15)
 	assert.Zero(t, src.Unknowns())
-}
-
-// answerNthCommitUnknownStored passes the nth committing EndTxn on to the
-// broker (which commits) and answers it UNKNOWN_SERVER_ERROR.
-func answerNthCommitUnknownStored(t *testing.T, c *kfake.Cluster, nth int32) (hit <-chan struct{}) {
-	t.Helper()
-	fwd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	require.NoError(t, err)
-	t.Cleanup(fwd.Close)
-	ch := make(chan struct{})
-	var n atomic.Int32
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit {
-			return nil, nil, false
-		}
-		k := n.Add(1)
-		if k != nth {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-		var ferr error
-		c.SleepControl(func() {
-			var got kmsg.Response
-			got, ferr = fwd.Request(context.Background(), r)
-			if ferr == nil {
-				if code := got.(*kmsg.EndTxnResponse).ErrorCode; code != 0 {
-					ferr = kerr.ErrorForCode(code)
-				}
-			}
-		})
-		if ferr != nil {
-			t.Errorf("the broker did not commit the transaction: %v", ferr)
-		}
-		resp.ErrorCode = kerr.UnknownServerError.Code
-		close(ch)
-		return resp, nil, true
-	})
-	return ch
 }
 
 // The same, the next epoch's commit answered UNKNOWN_SERVER_ERROR and not
@@ -131,78 +67,45 @@ func TestExactlyOnceAbortAfterAStoredUnconfirmedCommit(t *testing.T) {
 	fillInputFrom(t, addrs, in, 0, 5)
 	clock := clockwork.NewFakeClock()
 	eo := newEO(t, addrs, in, out, in, in+"-txn", clock)
-	fwd, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...))
-	require.NoError(t, err)
-	t.Cleanup(fwd.Close)
-	hit2, hit3 := make(chan struct{}), make(chan struct{})
-	var n atomic.Int32
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit {
-			return nil, nil, false
-		}
-		k := n.Add(1)
-		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-		switch k {
-		case 2: // stored, answered UNKNOWN_SERVER_ERROR
-			var ferr error
-			c.SleepControl(func() {
-				var got kmsg.Response
-				got, ferr = fwd.Request(context.Background(), r)
-				if ferr == nil {
-					if code := got.(*kmsg.EndTxnResponse).ErrorCode; code != 0 {
-						ferr = kerr.ErrorForCode(code)
-					}
-				}
-			})
-			if ferr != nil {
-				t.Errorf("the broker did not commit the transaction: %v", ferr)
-			}
-			resp.ErrorCode = kerr.UnknownServerError.Code
-			close(hit2)
-			return resp, nil, true
-		case 4: // (3 was 2 passed on to the broker) not stored, answered UNKNOWN_SERVER_ERROR
-			resp.ErrorCode = kerr.UnknownServerError.Code
-			close(hit3)
-			return resp, nil, true
-		}
-		return nil, nil, false
-	})
+	hits := answerCommitsUnknown(t, c, map[int32]bool{2: true, 3: false})
 	a := newAdmin(t, c)
-	var stage atomic.Int32
 	pass := func(_ context.Context, m kafka.Message) (kafka.Message, error) { return m, nil }
-	err = runUntil(t, eoPipeline(t, eo, clock, pass), eo.Source(), clock, time.Second, func() bool {
-		switch stage.Load() {
-		case 0:
-			if lagOf(t, a, in, in) == 0 {
-				fillInputFrom(t, addrs, in, 5, 10)
-				stage.Store(1)
-			}
-		case 1:
-			select {
-			case <-hit2:
-			default:
-				return false
-			}
-			if lagOf(t, a, in, in) == 0 {
-				fillInputFrom(t, addrs, in, 10, 15)
-				stage.Store(2)
-			}
-		case 2:
-			select {
-			case <-hit3:
-			default:
-				return false
-			}
-			return lagOf(t, a, in, in) == 0
-		}
-		return false
-	})
+	err := runUntil(t, eoPipeline(t, eo, clock, pass), eo.Source(), clock, time.Second,
+		fillInTurns(t, a, addrs, in, []<-chan struct{}{nil, hits[2]}, hits[3]))
 	src := eo.Source()
 	t.Logf("run: %v; commits %d, aborts %d, unknowns %d", err, src.Commits(), src.Aborts(), src.Unknowns())
 	require.NoError(t, err)
 	checkOnce(t, readCommitted(t, addrs, out, 15), 15)
 	assert.Zero(t, src.Unknowns())
 	assert.Equal(t, int64(1), src.Aborts(), "the epoch not stored")
+}
+
+// fillInTurns returns the done function of runUntil for a test that
+// fills its input five records at a time (the first five filled before):
+// each time the group has read every record (lag 0) and the turn's hit
+// (nil: none) was answered, it fills the next five; after the last turn
+// it is done once end (nil: never) was answered and the lag is 0.
+func fillInTurns(t *testing.T, a *admin, addrs []string, in string, hits []<-chan struct{}, end <-chan struct{}) func() bool {
+	turn := 0
+	closed := func(ch <-chan struct{}) bool {
+		if ch == nil {
+			return true
+		}
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	return func() bool {
+		if turn < len(hits) {
+			if closed(hits[turn]) && lagOf(t, a, in, in) == 0 {
+				turn++
+				fillInputFrom(t, addrs, in, 5*turn, 5*turn+5)
+			}
+			return false
+		}
+		return end != nil && closed(end) && lagOf(t, a, in, in) == 0
+	}
 }

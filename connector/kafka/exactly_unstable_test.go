@@ -77,29 +77,15 @@ func TestExactlyOnceUnstableOffsetsAreAskedAgain(t *testing.T) {
 	createTopicOn(t, c, in, 1)
 	createTopicOn(t, c, out, 1)
 	const n = 10
-	fillInputFrom(t, addrs, in, 0, n/2)
+	fillInputFrom(t, addrs, in, 0, 5)
 	clock := clockwork.NewFakeClock()
 	eo := newEO(t, addrs, in, out, in, in+"-txn", clock)
-	hit := answerNthCommitUnknown(t, c, 2)
-	var refilled atomic.Bool
+	hit := answerCommitsUnknown(t, c, map[int32]bool{2: false})[2]
 	unst := unstableOnceAfter(t, c, hit)
 	pass := func(_ context.Context, m kafka.Message) (kafka.Message, error) { return m, nil }
 	a := newAdmin(t, c)
-	err := runUntil(t, eoPipeline(t, eo, clock, pass), eo.Source(), clock, time.Second, func() bool {
-		if !refilled.Load() {
-			if lagOf(t, a, in, in) == 0 {
-				fillInputFrom(t, addrs, in, n/2, n)
-				refilled.Store(true)
-			}
-			return false
-		}
-		select {
-		case <-hit:
-		default:
-			return false
-		}
-		return lagOf(t, a, in, in) == 0
-	})
+	err := runUntil(t, eoPipeline(t, eo, clock, pass), eo.Source(), clock, time.Second,
+		fillInTurns(t, a, addrs, in, []<-chan struct{}{nil}, hit))
 	src := eo.Source()
 	t.Logf("unstable answers %d; run error %v; commits %d, aborts %d, unknowns %d", unst.Load(), err, src.Commits(), src.Aborts(), src.Unknowns())
 	require.NoError(t, err, "a retriable UNSTABLE_OFFSET_COMMIT turned an abort into a failed Run")
@@ -107,24 +93,4 @@ func TestExactlyOnceUnstableOffsetsAreAskedAgain(t *testing.T) {
 	assert.Positive(t, unst.Load(), "the unstable answer was given")
 	assert.Equal(t, int64(1), src.Aborts(), "the epoch not stored")
 	checkOnce(t, readCommitted(t, addrs, out, n), n)
-}
-
-// answerNthCommitUnknown answers the nth EndTxn that commits with
-// UNKNOWN_SERVER_ERROR without passing it on (the broker did not commit).
-func answerNthCommitUnknown(t *testing.T, c *kfake.Cluster, nth int32) (hit <-chan struct{}) {
-	t.Helper()
-	ch := make(chan struct{})
-	var n atomic.Int32
-	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		c.KeepControl()
-		r := req.(*kmsg.EndTxnRequest)
-		if !r.Commit || n.Add(1) != nth {
-			return nil, nil, false
-		}
-		resp := r.ResponseKind().(*kmsg.EndTxnResponse)
-		resp.ErrorCode = kerr.UnknownServerError.Code
-		close(ch)
-		return resp, nil, true
-	})
-	return ch
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/jonboulle/clockwork"
@@ -185,21 +186,25 @@ func TestPublisherRecordTooLarge(t *testing.T) {
 // for before the cluster closes: a cluster closed while it wakes a held
 // request can leave a goroutine behind.
 func holdProduce(t *testing.T, c *kfake.Cluster) (held <-chan struct{}, release func()) {
+	return holdNthProduce(t, c, 1)
+}
+
+// holdNthProduce is holdProduce for the nth produce request (counted from
+// 1); the others pass.
+func holdNthProduce(t *testing.T, c *kfake.Cluster, nth int32) (held <-chan struct{}, release func()) {
 	ch := make(chan struct{})
-	finished := make(chan struct{})
 	gate := make(chan struct{})
-	var once, releaseOnce sync.Once
-	release = func() { releaseOnce.Do(func() { close(gate) }) }
+	finished := make(chan struct{})
+	var n atomic.Int32
+	var once sync.Once
+	release = func() { once.Do(func() { close(gate) }) }
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		first := false
-		once.Do(func() { first = true })
-		if !first {
+		if n.Add(1) != nth {
 			return nil, nil, false
 		}
 		close(ch)
 		c.SleepControl(func() { <-gate })
-		c.DropControl()
 		close(finished)
 		return nil, nil, false
 	})
