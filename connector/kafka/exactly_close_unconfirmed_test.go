@@ -44,16 +44,7 @@ func TestExactlyOnceCloseAfterAStoredUnconfirmedCommitAsksNothing(t *testing.T) 
 		if !failFetch.Load() {
 			return nil, nil, false
 		}
-		r := req.(*kmsg.OffsetFetchRequest)
-		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
-		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-		for _, g := range r.Groups {
-			rg := kmsg.NewOffsetFetchResponseGroup()
-			rg.Group = g.Group
-			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			resp.Groups = append(resp.Groups, rg)
-		}
-		return resp, nil, true
+		return refusedOffsetFetch(req), nil, true
 	})
 	src := env.eo.Source()
 	require.NoError(t, src.Open(testContext(t)))
@@ -95,4 +86,19 @@ loop:
 	assert.NoError(t, cerr, "the epoch aborted, and the client is closed after it: nothing to set")
 	assert.Equal(t, before+1, src.Aborts(), "the epoch the emit failed in, ended by Close")
 	assert.Zero(t, src.Unknowns())
+}
+
+// refusedOffsetFetch answers req GROUP_AUTHORIZATION_FAILED: the group's
+// offsets cannot be read.
+func refusedOffsetFetch(req kmsg.Request) kmsg.Response {
+	r := req.(*kmsg.OffsetFetchRequest)
+	resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
+	resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
+	for _, g := range r.Groups {
+		rg := kmsg.NewOffsetFetchResponseGroup()
+		rg.Group = g.Group
+		rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
+		resp.Groups = append(resp.Groups, rg)
+	}
+	return resp
 }

@@ -37,16 +37,7 @@ func TestExactlyOnceRunAgainAfterAnUnknownUnconfirmedCommit(t *testing.T) {
 		if !failed.CompareAndSwap(false, true) {
 			return nil, nil, false
 		}
-		r := req.(*kmsg.OffsetFetchRequest)
-		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
-		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-		for _, g := range r.Groups {
-			rg := kmsg.NewOffsetFetchResponseGroup()
-			rg.Group = g.Group
-			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			resp.Groups = append(resp.Groups, rg)
-		}
-		return resp, nil, true
+		return refusedOffsetFetch(req), nil, true
 	})
 	src := env.eo.Source()
 	require.NoError(t, src.Open(testContext(t)))
@@ -143,16 +134,7 @@ func TestExactlyOnceAbortAnsweredUnknownServerErrorIsNoCommit(t *testing.T) {
 		if !abortHit.Load() || !fetchFailed.CompareAndSwap(false, true) {
 			return nil, nil, false
 		}
-		r := req.(*kmsg.OffsetFetchRequest)
-		resp := r.ResponseKind().(*kmsg.OffsetFetchResponse)
-		resp.ErrorCode = kerr.GroupAuthorizationFailed.Code
-		for _, g := range r.Groups {
-			rg := kmsg.NewOffsetFetchResponseGroup()
-			rg.Group = g.Group
-			rg.ErrorCode = kerr.GroupAuthorizationFailed.Code
-			resp.Groups = append(resp.Groups, rg)
-		}
-		return resp, nil, true
+		return refusedOffsetFetch(req), nil, true
 	})
 	src := env.eo.Source()
 	require.NoError(t, src.Open(testContext(t)))
