@@ -272,6 +272,11 @@ type TransactSource struct {
 	watches sync.Map // *kgo.GroupTransactSession -> *endWatch
 	stale   atomic.Pointer[kgo.GroupTransactSession]
 	rewound atomic.Bool
+	// unended is the session whose last commit's outcome was unknown
+	// (the context ended or the connection broke while it was under
+	// way): its client keeps the transaction for an abort, and begins
+	// none until that abort.
+	unended atomic.Pointer[kgo.GroupTransactSession]
 }
 
 // An epochState counts one epoch's records.
@@ -515,6 +520,19 @@ func (s *TransactSource) Run(ctx context.Context, out node.Emitter[Message]) (er
 		ep.tainted.Store(true)
 		if err := s.end(ctx, sess, ep); err != nil {
 			return err
+		}
+	}
+	if s.unended.CompareAndSwap(sess, nil) {
+		// The last commit's outcome was unknown: end its transaction
+		// with the abort the client kept it for (it reloads the
+		// producer ID, which aborts the transaction if the broker still
+		// has it open, and leaves it committed if the broker committed
+		// it); realign then sets the client to the group's offsets.
+		_, err := sess.End(ctx, kgo.TryAbort)
+		sess.AllowRebalance()
+		if err != nil {
+			s.unended.Store(sess)
+			return classify(fmt.Errorf("kafka: exactly-once: abort the transaction whose commit's outcome was unknown: %w", err))
 		}
 	}
 	// A Run that failed at an epoch's end may have left the client
@@ -792,6 +810,11 @@ func (s *TransactSource) end(ctx context.Context, sess *kgo.GroupTransactSession
 		// its records may not be read again.
 		s.unknown.Add(1)
 		s.forget(ep)
+		// The client keeps the transaction for an abort, and holds the
+		// offsets before it as the group's: a Run again on it ends that
+		// first (see Run).
+		s.unended.Store(sess)
+		s.stale.Store(sess)
 		return classify(fmt.Errorf("kafka: end transaction: the commit's outcome is unknown: %w: %w", ErrOutcomeUnknown, err))
 	case err != nil && brokerEndedTxn(err) && time.Since(ep.begun) >= s.txnTimeout:
 		// The broker aborted the transaction, past TransactionTimeout,
@@ -1084,6 +1107,7 @@ func (s *TransactSource) Close(ctx context.Context) error {
 func (s *TransactSource) closeSession(ctx context.Context, sess *kgo.GroupTransactSession) error {
 	s.watches.Delete(sess)
 	s.stale.CompareAndSwap(sess, nil)
+	s.unended.CompareAndSwap(sess, nil)
 	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.core.closeTimeout)
 	defer cancel()
 	closed := make(chan struct{})
