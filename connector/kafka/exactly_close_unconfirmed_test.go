@@ -5,7 +5,6 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,34 +48,20 @@ func TestExactlyOnceCloseAfterAStoredUnconfirmedCommitAsksNothing(t *testing.T) 
 	src := env.eo.Source()
 	require.NoError(t, src.Open(testContext(t)))
 	em := &refuseEmitter{hookEmitter: hookEmitter{sink: env.eo.Sink()}, refuse: "v4"}
-	res := make(chan error, 1)
-	go func() { res <- src.Run(testContext(t), em) }()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(20 * time.Second)
 	filled := false
-	var err error
-loop:
-	for {
-		select {
-		case err = <-res:
-			break loop
-		case <-deadline:
-			t.Fatal("Run did not return")
-		case <-tick.C:
-			env.clock.Advance(time.Hour)
-			if !filled {
-				select {
-				case <-hit:
-					if env.a.committed(env.in, env.in)[0] == 3 {
-						fillInputFrom(t, env.c.ListenAddrs(), env.in, 3, 6)
-						filled = true
-					}
-				default:
-				}
-			}
+	err := env.runTicking(t, testContext(t), src, em, func(int) {
+		if filled {
+			return
 		}
-	}
+		select {
+		case <-hit:
+			if env.a.committed(env.in, env.in)[0] == 3 {
+				fillInputFrom(t, env.c.ListenAddrs(), env.in, 3, 6)
+				filled = true
+			}
+		default:
+		}
+	})
 	t.Logf("run: %v; commits %d aborts %d unknowns %d", err, src.Commits(), src.Aborts(), src.Unknowns())
 	require.ErrorContains(t, err, "v4 refused")
 	failFetch.Store(true)

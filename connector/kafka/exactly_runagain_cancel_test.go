@@ -23,22 +23,7 @@ func TestExactlyOnceRunAgainAfterACancelledCommit(t *testing.T) {
 	src := env.eo.Source()
 	require.NoError(t, src.Open(testContext(t)))
 	run := func(ctx context.Context, em *countEmitter, onTick func(i int)) error {
-		res := make(chan error, 1)
-		go func() { res <- src.Run(ctx, em) }()
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		deadline := time.After(20 * time.Second)
-		for i := 0; ; i++ {
-			select {
-			case err := <-res:
-				return err
-			case <-deadline:
-				t.Fatal("Run did not return")
-			case <-tick.C:
-				env.clock.Advance(time.Hour)
-				onTick(i)
-			}
-		}
+		return env.runTicking(t, ctx, src, em, onTick)
 	}
 	ctx1, cancel1 := context.WithCancel(testContext(t))
 	em1 := &countEmitter{hookEmitter: hookEmitter{sink: env.eo.Sink()}}

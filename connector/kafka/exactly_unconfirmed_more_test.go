@@ -42,24 +42,11 @@ func TestExactlyOnceRunAgainAfterAnUnknownUnconfirmedCommit(t *testing.T) {
 	src := env.eo.Source()
 	require.NoError(t, src.Open(testContext(t)))
 	run := func(em *countEmitter, stopAt int) error {
-		res := make(chan error, 1)
-		go func() { res <- src.Run(testContext(t), em) }()
-		tick := time.NewTicker(5 * time.Millisecond)
-		defer tick.Stop()
-		deadline := time.After(20 * time.Second)
-		for i := 0; ; i++ {
-			select {
-			case err := <-res:
-				return err
-			case <-deadline:
-				t.Fatal("Run did not return")
-			case <-tick.C:
-				env.clock.Advance(time.Hour)
-				if i == stopAt {
-					src.Stop()
-				}
+		return env.runTicking(t, testContext(t), src, em, func(i int) {
+			if i == stopAt {
+				src.Stop()
 			}
-		}
+		})
 	}
 	em1 := &countEmitter{hookEmitter: hookEmitter{sink: env.eo.Sink()}}
 	err1 := run(em1, -1) // it ends on its own, with the unknown commit
@@ -139,27 +126,12 @@ func TestExactlyOnceAbortAnsweredUnknownServerErrorIsNoCommit(t *testing.T) {
 	src := env.eo.Source()
 	require.NoError(t, src.Open(testContext(t)))
 	em := &countEmitter{hookEmitter: hookEmitter{sink: env.eo.Sink()}}
-	res := make(chan error, 1)
-	go func() { res <- src.Run(testContext(t), em) }()
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	deadline := time.After(20 * time.Second)
-	var rerr error
-loop:
-	for {
-		select {
-		case rerr = <-res:
-			break loop
-		case <-deadline:
-			t.Fatal("Run did not return")
-		case <-tick.C:
-			env.clock.Advance(time.Hour)
-			if abortHit.Load() {
-				// The Run went on past the abort: stop it.
-				src.Stop()
-			}
+	rerr := env.runTicking(t, testContext(t), src, em, func(int) {
+		if abortHit.Load() {
+			// The Run went on past the abort: stop it.
+			src.Stop()
 		}
-	}
+	})
 	t.Logf("run: %v; refused %v abortHit %v fetchFailed %v; commits %d aborts %d unknowns %d", rerr, refused.Load(), abortHit.Load(), fetchFailed.Load(), src.Commits(), src.Aborts(), src.Unknowns())
 	require.True(t, abortHit.Load(), "the abort was answered UNKNOWN_SERVER_ERROR")
 	assert.False(t, fetchFailed.Load(), "the group's offsets were not asked for")
@@ -167,4 +139,29 @@ loop:
 	require.NoError(t, src.Close(context.Background()))
 	assert.NoError(t, rerr, "an abort the client decided on its own is no unknown commit")
 	assert.Zero(t, src.Unknowns(), "no commit was sent")
+}
+
+// runTicking runs src.Run(ctx, em), advancing env's clock an hour every
+// 5 ms of real time and calling onTick(i) after the i-th advance, until
+// Run returns, and returns its error; t fails if it does not return
+// within 20 s.
+func (env *takeoverEnv) runTicking(t *testing.T, ctx context.Context, src *kafka.TransactSource, em node.Emitter[kafka.Message], onTick func(i int)) error {
+	t.Helper()
+	res := make(chan error, 1)
+	go func() { res <- src.Run(ctx, em) }()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.NewTimer(20 * time.Second)
+	defer deadline.Stop()
+	for i := 0; ; i++ {
+		select {
+		case err := <-res:
+			return err
+		case <-deadline.C:
+			t.Fatal("Run did not return")
+		case <-tick.C:
+			env.clock.Advance(time.Hour)
+			onTick(i)
+		}
+	}
 }
