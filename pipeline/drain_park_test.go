@@ -353,7 +353,10 @@ func TestDrainRacingTheEndOfAWaitSettlesEachItemOnce(t *testing.T) {
 		await(t, cc.reached, "every item's first call")
 		require.NoError(t, clock.BlockUntilContext(t.Context(), waiting))
 		go clock.Advance(time.Hour)
-		require.True(t, p.Drain())
+		// The run may have ended before the drain came (every wait ended,
+		// every item delivered): Drain then reports false, and the books
+		// below hold all the same.
+		p.Drain()
 		res, err := waitRun(t, run, "race")
 		require.NoError(t, err)
 		br.mu.Lock()

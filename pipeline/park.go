@@ -245,6 +245,10 @@ func (pk *parking[T]) recall(back func(T) bool) {
 			pk.leaves(it)
 		}
 	}
+	// An item waiting for room looks at back again now, even when no
+	// parked item left (none that back takes): it may go back itself.
+	close(pk.room)
+	pk.room = make(chan struct{})
 }
 
 // poke leaves a token in signal; mu is held.

@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -75,5 +76,43 @@ func TestParkingFullUntilAnItemWakes(t *testing.T) {
 	}
 	if left := pk.close(); len(left) != 1 || left[0] != 1 {
 		t.Fatalf("close returned %v; want the item still parked, 1", left)
+	}
+}
+
+// A drain whose recall takes back none of the parked items (the broker
+// cannot take them) still lets an item that waits for room go back at
+// once when the broker can take it: the wait for room ends with the
+// recall, not at the first parked item's timer.
+func TestParkingRecallWakesAWaitForRoom(t *testing.T) {
+	t.Parallel()
+	ctx := t.Context()
+	clock := clockwork.NewFakeClock()
+	pk := newParking[int](clock, 1, nil)
+	if err := pk.park(ctx, 0, clock.Now().Add(time.Hour), nil); err != nil {
+		t.Fatal(err)
+	}
+	second := make(chan error, 1)
+	go func() { second <- pk.park(ctx, 1, clock.Now().Add(time.Hour), nil) }()
+	// The second item waits for room; give it every chance to get there
+	// before the recall (a recall before it waits is the other path, and
+	// must pass too).
+	for range 100 {
+		runtime.Gosched()
+	}
+	pk.recall(func(v int) bool { return v == 1 })
+	select {
+	case err := <-second:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the item waiting for room still waits after a recall that would take it back")
+	}
+	if v, ok := pk.take(); !ok || v != 1 {
+		t.Fatalf("took %v, %v; want the item that goes back, 1", v, ok)
+	}
+	pk.leave()
+	if left := pk.close(); len(left) != 1 || left[0] != 0 {
+		t.Fatalf("close returned %v; want the item still parked, 0", left)
 	}
 }
