@@ -215,8 +215,12 @@ func (c *csvRows) read() (row[Record], error) {
 	raw := c.rec.take(end)
 	c.at.off = end
 	c.at.line += int64(bytes.Count(raw, []byte{'\n'}))
-	if len(raw) > 0 && raw[len(raw)-1] != '\n' {
-		c.at.line++ // the file's last line, without its end
+	if len(raw) > 0 {
+		c.at.end = endNewline
+		if raw[len(raw)-1] != '\n' {
+			c.at.line++ // the file's last line, without its end
+			c.at.end = endNone
+		}
 	}
 	if err != nil {
 		pe := err.(*csv.ParseError)

@@ -12,9 +12,13 @@
 // with the item after it; line numbers in errors still count from the
 // file's start. A position's bytes are the package's own, to be kept as
 // given: their encoding is not part of the API. A position that does not
-// fit the file (bytes no source gave, an offset past the file's end or not
-// at a line's end, as when the file changed) is an error wrapping
-// [ErrPosition] that names the file.
+// fit the file (bytes no source gave, an offset past the file's end, or
+// one whose byte before it is not what ended the line it was given after,
+// as when the file changed) is an error wrapping [ErrPosition] that names
+// the file. A file a writer appends to is read on from the position: after
+// a last line that had no end, the end appended later is skipped, not
+// emitted as an empty line, and a last line that the file now continues
+// (its item was cut short) is an [ErrPosition].
 //
 // # Compressed input
 //

@@ -97,9 +97,13 @@ func (in *input) move(ctx context.Context, path string, p position) error {
 		}
 	}
 	if p.off > 0 {
-		if err := endsLine(in.r); err != nil {
+		skip, err := afterLine(in.r, p.end)
+		if err != nil {
 			return positionError(path, p, err)
 		}
+		// The end a writer gave the last line since is that line's, whose
+		// item was emitted: the items go on after it.
+		in.at.off += skip
 		return nil
 	}
 	hasBOM, err := startsWith(in.r, bom)
@@ -170,32 +174,78 @@ func stopped(ctx context.Context, err error) error {
 	return err
 }
 
-// errPastEnd and errMidLine say why a position does not fit.
+// errPastEnd, errMidLine, errLineEnd and errContinued say why a position
+// does not fit.
 var (
 	errPastEnd = errors.New("past the end of the file")
 	errMidLine = errors.New("not at the end of a line")
+	// errLineEnd is a position after a line that ended with "\n" where the
+	// byte before it is no longer "\n", or after a last line without its
+	// end where it now is.
+	errLineEnd = errors.New("not after a line end as when it was given: the file changed")
+	// errContinued is a position after a last line without its end that
+	// the file now continues: a writer was in the middle of the line,
+	// whose item was cut short.
+	errContinued = errors.New("after a last line without its end, and the file now continues the last line")
 	// errTruncated is a gzip stream that ends without its trailer before
 	// the position.
 	errTruncated = errors.New("past the end of the gzip stream, which is truncated")
 )
 
-// endsLine reads the byte before the position, which must end a line, or
-// be the file's last byte.
-func endsLine(r *bufio.Reader) error {
+// afterLine reads the byte before the position, which must end the line
+// before it as end says: "\n", or, after the file's last line that had no
+// end (endNone, or endUnknown with another byte), that line's last byte.
+// Such a line may have been given its end since, by a writer that appends
+// to the file: afterLine then reads that end too ("\n", "\r\n", or the
+// "\n" after a line's last "\r", which a line at the end of the file
+// drops; a "\r" alone at the end, as a "\r\n" half written) and returns
+// how many bytes it read. Anything else after that line continues it.
+func afterLine(r *bufio.Reader, end lineEnd) (skip int64, err error) {
 	b, err := r.ReadByte()
 	if errors.Is(err, io.EOF) {
-		return errPastEnd
+		return 0, errPastEnd
 	}
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if b == '\n' {
-		return nil
+	switch {
+	case b == '\n' && end == endNone:
+		return 0, errLineEnd
+	case b == '\n':
+		return 0, nil
+	case end == endNewline:
+		if _, err := r.Peek(1); errors.Is(err, io.EOF) {
+			return 0, errLineEnd
+		}
+		return 0, errMidLine
 	}
-	if _, err := r.Peek(1); errors.Is(err, io.EOF) {
-		return nil
+	next, err := r.Peek(1)
+	switch {
+	case errors.Is(err, io.EOF):
+		return 0, nil // still the file's last line
+	case err != nil:
+		return 0, err
+	case next[0] == '\n':
+		_, _ = r.Discard(1)
+		return 1, nil
+	case next[0] == '\r' && b != '\r':
+		two, err := r.Peek(2)
+		if errors.Is(err, io.EOF) {
+			_, _ = r.Discard(1)
+			return 1, nil
+		}
+		if err != nil {
+			return 0, err
+		}
+		if two[1] == '\n' {
+			_, _ = r.Discard(2)
+			return 2, nil
+		}
 	}
-	return errMidLine
+	if end == endUnknown {
+		return 0, errMidLine
+	}
+	return 0, errContinued
 }
 
 // positionError is the error of position p, which does not fit the file.
@@ -206,7 +256,8 @@ func positionError(path string, p position, err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	if errors.Is(err, errPastEnd) || errors.Is(err, errMidLine) || errors.Is(err, errTruncated) {
+	if errors.Is(err, errPastEnd) || errors.Is(err, errMidLine) || errors.Is(err, errLineEnd) ||
+		errors.Is(err, errContinued) || errors.Is(err, errTruncated) {
 		return fmt.Errorf("%w: %s: %v is %v", ErrPosition, path, p, err)
 	}
 	return fmt.Errorf("file: %s: move to %v: %w", path, p, err)

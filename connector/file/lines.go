@@ -38,6 +38,10 @@ func (l *lineReader) next() (line []byte, num int64, err error) {
 	}
 	l.at.off += int64(len(line))
 	l.at.line++
+	l.at.end = endNewline
+	if line[len(line)-1] != '\n' {
+		l.at.end = endNone // the file's last line, without its end
+	}
 	line = bytes.TrimSuffix(line, []byte{'\n'})
 	line = bytes.TrimSuffix(line, []byte{'\r'})
 	return line, l.at.line, nil
