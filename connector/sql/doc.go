@@ -31,7 +31,10 @@
 // column has no index; two rows of one page with the same
 // key say that it is not unique; and a page that starts with the row it
 // was to start after says that the database compares the key otherwise
-// than the driver gave it. Rows that tie with the last row of a page,
+// than the driver gave it. Before a page's rows are emitted, a key or
+// watermark column that the pages cannot order by fails the run too: on
+// MySQL an ENUM or SET (ordered by its list, compared as text) and a
+// DECIMAL read into a float field (rounded). Rows that tie with the last row of a page,
 // outside it, are not seen: a non-unique key loses them.
 //
 // Each row is emitted with its key as its position (node.Emitter's

@@ -302,6 +302,9 @@ func (s *Source[T]) readPage(ctx context.Context, pg *page[T]) (int, error) {
 	for _, t := range types {
 		pg.kinds = append(pg.kinds, kindOf(t.DatabaseTypeName()))
 	}
+	if err := s.checkKeyTypes(types, cols, pg); err != nil {
+		return 0, err
+	}
 	if err := s.scan.bind(cols[:nItem]); err != nil {
 		return 0, fmt.Errorf("sql: %s: %w", s.name(), err)
 	}
@@ -396,6 +399,33 @@ func (s *Source[T]) pageError(ctx context.Context, err error) error {
 		return context.Cause(ctx)
 	}
 	return fmt.Errorf("sql: %s: read the page after %s: %w", s.name(), s.keyText(s.after), err)
+}
+
+// checkKeyTypes fails when a key or watermark column, whose type the
+// page's column types give, is one the pages cannot order by, as rows
+// would be left out without a word:
+//
+//   - on MySQL (MariaDB) an ENUM or SET, which the database orders by
+//     the value's place in the type's list (its bits), while the next
+//     page's condition compares it with the last row's value as text;
+//   - a DECIMAL (NUMERIC) that the item holds in a float field, which
+//     rounds it: the next page's condition, k > the rounded value,
+//     skips the rows that round to the same float.
+func (s *Source[T]) checkKeyTypes(types []*stdsql.ColumnType, cols []string, pg *page[T]) error {
+	for j, c := range pg.keySrc {
+		t := strings.ToUpper(types[c].DatabaseTypeName())
+		var problem string
+		switch {
+		case s.d.name == MySQL.name && (t == "ENUM" || t == "SET"):
+			problem = fmt.Sprintf("column %q is of type %s, which MySQL and MariaDB order by the value's place in the type's list, not as the text the next page would compare it with, so rows would be lost: key by columns of other types (such as the primary key's id)", s.q.order[j], t)
+		case (t == "DECIMAL" || t == "NUMERIC") && c < pg.nItem && s.scan.float(cols[c]):
+			problem = fmt.Sprintf("column %q is a %s read into a float field, which rounds it, so the next page would skip the rows that round to the same float: read it into a string field", s.q.order[j], t)
+		default:
+			continue
+		}
+		return &KeyError{Source: s.name(), Columns: s.q.order, Problem: problem}
+	}
+	return nil
 }
 
 // checkNulls fails when a row (of Where) has NULL in a key or watermark

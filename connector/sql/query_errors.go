@@ -83,7 +83,9 @@ var ErrKey = errors.New("sql: the key does not order the rows")
 // order the rows as it must, one by one: two rows of a page have the same
 // key (the key is not unique), a page starts with the row it was to start
 // after (the database compares the key's values otherwise than the driver
-// gives them), or rows have NULL in a key or watermark column. It fails
+// gives them), rows have NULL in a key or watermark column, or such a
+// column is of a type the pages cannot order by (on MySQL an ENUM or SET;
+// a DECIMAL read into a float field). It fails
 // the run: reading on would lose rows without a word, or read one for
 // ever.
 type KeyError struct {

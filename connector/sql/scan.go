@@ -35,6 +35,9 @@ type scanner[T any] interface {
 	// field an integer, which holds a key value as it is on every
 	// database.
 	integer(col string) bool
+	// float reports whether the column is one of the item's and its
+	// field a float32 or float64.
+	float(col string) bool
 	// value returns the value of the i-th column bound, of a scanned
 	// item, as a position holds it.
 	value(item *T, i int) any
@@ -144,6 +147,15 @@ func (s *structScanner[T]) integer(col string) bool {
 		return t.PkgPath() == ""
 	}
 	return false
+}
+
+func (s *structScanner[T]) float(col string) bool {
+	idx, ok := s.fields[col]
+	if !ok {
+		return false
+	}
+	k := reflect.TypeFor[T]().FieldByIndex(idx).Type.Kind()
+	return k == reflect.Float32 || k == reflect.Float64
 }
 
 func (s *structScanner[T]) value(item *T, i int) any {
@@ -282,6 +294,9 @@ func (s *mapScanner) keyable(string) bool { return true }
 // integer is false: the map holds what the driver gives, which on SQLite
 // may be a time it parsed.
 func (s *mapScanner) integer(string) bool { return false }
+
+// float is false: the map holds a DECIMAL as the driver's text.
+func (s *mapScanner) float(string) bool { return false }
 
 func (s *mapScanner) value(item *map[string]any, i int) any { return (*item)[s.cols[i]] }
 
