@@ -12,6 +12,7 @@ import (
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/sluicehq/sluice/idempotency"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -58,7 +59,8 @@ var ErrPoison = errors.New("nats: poison message")
 var ErrAckTimeout = errors.New("nats: publish not acknowledged in time")
 
 // A PubAckError is a publish that the stream did not acknowledge within
-// PublisherConfig.AckTimeout. It reaches the pipeline marked transient,
+// PublisherConfig.AckTimeout. It reaches the pipeline marked transient and
+// blameless (the late answer is not the message's fault),
 // for item retry: the stream may have stored the message anyway, and a
 // retry with the same Nats-Msg-Id inside the stream's duplicate window is
 // absorbed by the stream.
@@ -74,8 +76,57 @@ func (e *PubAckError) Error() string {
 	return fmt.Sprintf("nats: publish to subject %q not acknowledged within %s", e.Subject, e.Timeout)
 }
 
-// Is reports whether target is [ErrAckTimeout].
-func (e *PubAckError) Is(target error) bool { return target == ErrAckTimeout }
+// Is reports whether target is [ErrAckTimeout]. The stream may have
+// stored the message: it also matches [ErrOutcomeUnknown] and
+// idempotency.ErrUnknownOutcome.
+func (e *PubAckError) Is(target error) bool {
+	return target == ErrAckTimeout || target == ErrOutcomeUnknown || target == idempotency.ErrUnknownOutcome
+}
+
+// ErrOutcomeUnknown is matched by the error of a publish that the stream
+// may have stored, or not: its PubAck did not come in time, or the
+// connection went away after it was sent, or the publisher closed before a
+// retry. Counting such a publish as failed is not safe: a retry outside
+// the stream's duplicate window may store the message twice. It also
+// matches idempotency.ErrUnknownOutcome, so that an idempotency guard
+// around the publisher keeps the item's claim.
+var ErrOutcomeUnknown = errors.New("nats: publish outcome unknown")
+
+// unknownError is a publish error whose outcome is unknown.
+type unknownError struct{ err error }
+
+func (e *unknownError) Error() string {
+	return e.err.Error() + " (outcome unknown: the stream may have stored the message)"
+}
+
+func (e *unknownError) Unwrap() error { return e.err }
+
+func (e *unknownError) Is(target error) bool {
+	return target == ErrOutcomeUnknown || target == idempotency.ErrUnknownOutcome
+}
+
+// outcomeUnknown marks err as a publish whose outcome is unknown; a
+// PubAckError says so already.
+func outcomeUnknown(err error) error {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return err
+	}
+	return &unknownError{err}
+}
+
+// blameless marks err transient and not the message's fault: the server
+// was away, refused it for the stream's state (full, no leader), or did
+// not answer in time.
+func blameless(err error) error { return resilience.MarkBlameless(resilience.MarkTransient(err)) }
+
+// unavailable reports whether err is JetStream's answer that it cannot
+// take the message now (HTTP-like code 503: a stream at its limits with
+// DiscardNew, insufficient resources, no leader), a state of the stream,
+// not of the message.
+func unavailable(err error) bool {
+	var ae *jetstream.APIError
+	return errors.As(err, &ae) && ae.Code == 503
+}
 
 // connectionLost reports whether err says that the connection went away
 // or could not be reached, as opposed to the server refusing an operation

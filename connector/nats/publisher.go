@@ -289,11 +289,17 @@ func (c *pubCore) conn(ctx context.Context) (jetstream.JetStream, error) {
 }
 
 // publish sends msg and waits for its PubAck, within AckTimeout. A
-// publish that fails before the stream took it (no connection, a lost
-// connection) is retried under PubRetry; the stream's answers (no stream
-// for the subject, a refusal) are permanent, and a PubAck that does not
-// come in time is transient (a [*PubAckError]).
+// publish that fails for a lost connection is retried under PubRetry, and
+// blameless; the stream's refusals are permanent, but for a stream that
+// cannot take it now (503), transient and blameless; a PubAck that does
+// not come in time is a [*PubAckError], transient and blameless, not
+// sent again here. Whatever may have been stored matches
+// [ErrOutcomeUnknown].
 func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
+	// sent is the error of the last attempt that may have reached the
+	// stream, while later attempts fail before they send: the outcome
+	// stays unknown.
+	var sent error
 	for attempt := 1; ; attempt++ {
 		err := c.attempt(ctx, msg)
 		if err == nil {
@@ -302,14 +308,27 @@ func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		if errors.Is(err, ErrOutcomeUnknown) {
+			sent = err
+		}
+		if attempt > 1 && errors.Is(err, ErrNotOpen) {
+			// Closed during this Write: not the message's fault.
+			if sent != nil {
+				return blameless(outcomeUnknown(fmt.Errorf("%w (the publisher closed before its retry: %w)", sent, ErrNotOpen)))
+			}
+			return blameless(fmt.Errorf("%w (the publisher closed before its retry)", err))
+		}
 		if !connectionLost(err) {
 			return err
 		}
+		if sent != nil {
+			err = outcomeUnknown(err)
+		}
 		if !c.retry.Enabled {
-			return resilience.MarkTransient(err)
+			return blameless(err)
 		}
 		if attempt > c.retry.MaxRetry {
-			return resilience.MarkRetried(fmt.Errorf("nats: publish gave up after %d attempts: %w", attempt, err), attempt)
+			return resilience.MarkBlameless(resilience.MarkRetried(fmt.Errorf("nats: publish gave up after %d attempts: %w", attempt, err), attempt))
 		}
 		if err := broker.Wait(ctx, c.clock, c.retry.Delay); err != nil {
 			return err
@@ -334,12 +353,16 @@ func (c *pubCore) attempt(ctx context.Context, msg *natsgo.Msg) error {
 		return nil
 	case ctx.Err() != nil:
 		return context.Cause(ctx)
-	case connectionLost(err):
-		return fmt.Errorf("nats: publish to subject %q: %w: %w", msg.Subject, ErrConnectionLost, err)
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsgo.ErrTimeout):
-		return resilience.MarkTransient(&PubAckError{Subject: msg.Subject, Timeout: c.ackTimeout})
+		// Before connectionLost, which takes a deadline for a net.Error:
+		// the connection is there, the PubAck is late.
+		return blameless(&PubAckError{Subject: msg.Subject, Timeout: c.ackTimeout})
+	case connectionLost(err):
+		return outcomeUnknown(fmt.Errorf("nats: publish to subject %q: %w: %w", msg.Subject, ErrConnectionLost, err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders):
 		return resilience.MarkPermanent(fmt.Errorf("nats: publish to subject %q: no stream stores the subject: %w", msg.Subject, err))
+	case unavailable(err):
+		return blameless(fmt.Errorf("nats: publish to subject %q: the stream cannot take it now: %w", msg.Subject, err))
 	}
 	return classify(fmt.Errorf("nats: publish to subject %q: %w", msg.Subject, err))
 }

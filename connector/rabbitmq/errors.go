@@ -10,6 +10,7 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
+	"github.com/sluicehq/sluice/idempotency"
 	"github.com/sluicehq/sluice/resilience"
 )
 
@@ -64,7 +65,8 @@ var (
 
 // A ConfirmError is a publish that the broker did not confirm: it answered
 // with a nack, or not within the timeout. It reaches the pipeline marked
-// transient, for item retry: a nack means the broker could not take the
+// transient and blameless (not the message's fault), for item retry: a
+// nack means the broker could not take the
 // message now (a full queue with x-overflow=reject-publish, an internal
 // error), and a late confirm may still come, so a retry can publish the
 // message twice.
@@ -86,13 +88,44 @@ func (e *ConfirmError) Error() string {
 }
 
 // Is reports whether target is [ErrConfirmTimeout] for a timeout, or
-// [ErrNacked] for a nack.
+// [ErrNacked] for a nack. A timeout's outcome is unknown: it also matches
+// [ErrOutcomeUnknown] and idempotency.ErrUnknownOutcome.
 func (e *ConfirmError) Is(target error) bool {
 	if e.Timeout > 0 {
-		return target == ErrConfirmTimeout
+		return target == ErrConfirmTimeout || target == ErrOutcomeUnknown || target == idempotency.ErrUnknownOutcome
 	}
 	return target == ErrNacked
 }
+
+// ErrOutcomeUnknown is matched by the error of a publish that may have
+// reached the broker, or not: its confirm did not come in time, or its
+// channel or connection closed before it came, or the publisher closed
+// before a retry. Counting such a publish as failed is not safe: a retry
+// may publish the message twice. It also matches
+// idempotency.ErrUnknownOutcome, so that an idempotency guard around the
+// publisher keeps the item's claim.
+var ErrOutcomeUnknown = errors.New("rabbitmq: publish outcome unknown")
+
+// unknownError is a publish error whose outcome is unknown.
+type unknownError struct{ err error }
+
+func (e *unknownError) Error() string {
+	return e.err.Error() + " (outcome unknown: the broker may have taken the message)"
+}
+
+func (e *unknownError) Unwrap() error { return e.err }
+
+func (e *unknownError) Is(target error) bool {
+	return target == ErrOutcomeUnknown || target == idempotency.ErrUnknownOutcome
+}
+
+// outcomeUnknown marks err as a publish whose outcome is unknown.
+func outcomeUnknown(err error) error { return &unknownError{err} }
+
+// blameless marks err transient and not the message's fault: the broker
+// was away, refused it for its own state (a full queue), or did not say
+// in time.
+func blameless(err error) error { return resilience.MarkBlameless(resilience.MarkTransient(err)) }
 
 // ErrReturned is matched by every [*ReturnError].
 var ErrReturned = errors.New("rabbitmq: mandatory publish returned")

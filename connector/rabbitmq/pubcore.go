@@ -27,8 +27,14 @@ type pubCore struct {
 	closeTimeout time.Duration
 	clock        clockwork.Clock
 
-	mu   sync.Mutex // guards sess; serialises publishing on its channel
-	sess *pubSession
+	// reopen says that close ends publishing until the next open (a
+	// Publisher); without it a publish after close connects again (a
+	// DeadLetterPublisher, which has no Open).
+	reopen bool
+
+	mu     sync.Mutex // guards sess and closed; serialises publishing on its channel
+	sess   *pubSession
+	closed bool // closed, and reopen: publish fails until open
 
 	amu     sync.Mutex // publishes sent without waiting for their confirm
 	async   []*publish
@@ -74,12 +80,18 @@ func (c *pubCore) connect(ctx context.Context) (*pubSession, error) {
 func (c *pubCore) open(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = false
 	_, err := c.session(ctx)
 	return err
 }
 
 // session returns a working session, replacing a broken one. c.mu is held.
 func (c *pubCore) session(ctx context.Context) (*pubSession, error) {
+	if c.closed {
+		// A write after Close is the program's error: a connection
+		// dialled now would be closed by nothing.
+		return nil, resilience.MarkPermanent(fmt.Errorf("rabbitmq: publish after Close: %w", ErrNotOpen))
+	}
 	if c.sess != nil && !c.sess.broken() {
 		return c.sess, nil
 	}
@@ -100,6 +112,10 @@ func (c *pubCore) session(ctx context.Context) (*pubSession, error) {
 // a lost channel) is retried under PubRetry; the broker's answers (a nack,
 // a return, a refusal) and a confirm timeout are returned as they are.
 func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	// sent is the error of the last attempt that may have reached the
+	// broker (its confirm never came), while later attempts fail
+	// before they send: the outcome stays unknown.
+	var sent error
 	for attempt := 1; ; attempt++ {
 		p, err := c.send(ctx, exchange, key, msg)
 		if err == nil {
@@ -111,25 +127,43 @@ func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 				return nil
 			}
 			if err = c.await(ctx, p, c.confirms.Timeout); err == nil || !connectionLost(err) {
-				return classify(err)
+				return err // classified by await
 			}
+			sent = err
 		}
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
+		if attempt > 1 && errors.Is(err, ErrNotOpen) || connectionLost(err) && c.isClosed() {
+			// Closed during this Write: not the message's fault.
+			if sent != nil {
+				return blameless(outcomeUnknown(fmt.Errorf("%w (the publisher closed before its retry: %w)", sent, ErrNotOpen)))
+			}
+			return blameless(fmt.Errorf("%w (the publisher closed before its retry: %w)", err, ErrNotOpen))
+		}
 		if !connectionLost(err) {
 			return classify(err)
 		}
+		if sent != nil && !errors.Is(err, ErrOutcomeUnknown) {
+			err = outcomeUnknown(fmt.Errorf("%w (an earlier attempt's confirm never came: %w)", err, sent))
+		}
 		if !c.retry.Enabled {
-			return resilience.MarkTransient(err)
+			return blameless(err)
 		}
 		if attempt > c.retry.MaxRetry {
-			return resilience.MarkRetried(fmt.Errorf("rabbitmq: publish gave up after %d attempts: %w", attempt, err), attempt)
+			return resilience.MarkBlameless(resilience.MarkRetried(fmt.Errorf("rabbitmq: publish gave up after %d attempts: %w", attempt, err), attempt))
 		}
 		if err := broker.Wait(ctx, c.clock, c.retry.Delay); err != nil {
 			return err
 		}
 	}
+}
+
+// isClosed reports whether close ended publishing until the next open.
+func (c *pubCore) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // send publishes msg on the current session, connecting first if needed,
@@ -185,7 +219,7 @@ func (c *pubCore) await(ctx context.Context, p *publish, timeout time.Duration) 
 		return p.err
 	case <-timer:
 		if p.sess.forget(p) {
-			return resilience.MarkTransient(&ConfirmError{Exchange: p.exchange, RoutingKey: p.routingKey, Timeout: c.confirms.Timeout})
+			return blameless(&ConfirmError{Exchange: p.exchange, RoutingKey: p.routingKey, Timeout: c.confirms.Timeout})
 		}
 	case <-ctx.Done():
 		if p.sess.forget(p) {
@@ -258,6 +292,7 @@ func (c *pubCore) close() error {
 	c.mu.Lock()
 	s := c.sess
 	c.sess = nil
+	c.closed = c.reopen
 	c.mu.Unlock()
 	if s == nil {
 		return nil

@@ -131,6 +131,7 @@ func NewPublisher[T any](cfg PublisherConfig[T]) (*Publisher[T], error) {
 		return nil, err
 	}
 	core.name = "sluice publisher " + cfg.Exchange
+	core.reopen = true
 	return &Publisher[T]{cfg: cfg, core: core}, nil
 }
 

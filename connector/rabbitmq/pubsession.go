@@ -1,6 +1,7 @@
 package rabbitmq
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -110,7 +111,7 @@ func (s *pubSession) onConfirm(c amqp.Confirmation) {
 	}
 	switch {
 	case !c.Ack:
-		p.err = resilience.MarkTransient(&ConfirmError{Exchange: p.exchange, RoutingKey: p.routingKey})
+		p.err = blameless(&ConfirmError{Exchange: p.exchange, RoutingKey: p.routingKey})
 	case p.returned != nil:
 		p.err = resilience.MarkPermanent(p.returned)
 	}
@@ -118,18 +119,37 @@ func (s *pubSession) onConfirm(c amqp.Confirmation) {
 }
 
 // fail ends every publish still waiting with the channel's close reason.
-// A connection that went away makes them transient; a channel the broker
-// closed over a refusal (an unknown exchange) makes them permanent.
+//   - A connection that went away: the outcome is unknown (the broker may
+//     have taken the message before), and not the message's fault; it is
+//     retried under PubRetry.
+//   - The broker refused the publisher's target (no such exchange, access
+//     refused): every publish waiting is refused alike, permanent.
+//   - Any other refusal (406, an invalid property of one message) is one
+//     message's, but every publish waiting on the channel ends with it:
+//     transient, the outcome unknown, so that item retry tells them apart
+//     (the others go through on a new channel; the refused one is refused
+//     again until its retries run out).
 func (s *pubSession) fail(reason error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if connectionLost(reason) {
+	lost := connectionLost(reason)
+	if lost {
 		s.err = fmt.Errorf("%w: %w", ErrConnectionLost, reason)
 	} else {
 		s.err = reason
 	}
+	var ae *amqp.Error
+	target := !lost && errors.As(reason, &ae) && (ae.Code == amqp.NotFound || ae.Code == amqp.AccessRefused)
 	for seq, p := range s.pending {
-		p.err = fmt.Errorf("rabbitmq: publish to exchange %q with key %q: channel closed before the confirm: %w", p.exchange, p.routingKey, s.err)
+		err := fmt.Errorf("rabbitmq: publish to exchange %q with key %q: channel closed before the confirm: %w", p.exchange, p.routingKey, s.err)
+		switch {
+		case lost:
+			p.err = outcomeUnknown(err)
+		case target:
+			p.err = resilience.MarkPermanent(err)
+		default:
+			p.err = resilience.MarkTransient(outcomeUnknown(err))
+		}
 		close(p.done)
 		delete(s.pending, seq)
 	}

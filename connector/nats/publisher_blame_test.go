@@ -1,0 +1,147 @@
+package nats_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sluicehq/sluice/connector/nats"
+	"github.com/sluicehq/sluice/idempotency"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// blamePublisher is a publisher of strings to subject through url.
+func blamePublisher(t *testing.T, url, subject string, retry bool, ackTimeout time.Duration) *nats.Publisher[string] {
+	t.Helper()
+	pub, err := nats.NewPublisher(nats.PublisherConfig[string]{
+		URL: url, Subject: subject,
+		Message:      func(s string) (*natsgo.Msg, error) { return &natsgo.Msg{Data: []byte(s)}, nil },
+		AckTimeout:   ackTimeout,
+		PubRetry:     nats.PubRetry{Enabled: retry, MaxRetry: 2, Delay: 10 * time.Millisecond},
+		DialTimeout:  2 * time.Second,
+		CloseTimeout: 300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	return pub
+}
+
+// assertUnknown checks that err says the publish may have been stored,
+// for the pipeline (not the message's fault, worth a retry) and for an
+// idempotency guard (keep the claim).
+func assertUnknown(t *testing.T, err error) {
+	t.Helper()
+	assert.ErrorIs(t, err, nats.ErrOutcomeUnknown)
+	assert.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
+	assert.True(t, resilience.IsBlameless(err), "not the message's fault: %v", err)
+	assert.True(t, resilience.IsTransient(err), "worth a retry: %v", err)
+}
+
+// A PubAck that does not come in time, on a connection that is there, is
+// a *PubAckError of unknown outcome, not a lost connection: the publisher
+// does not publish it again on its own (the stream stored it), with
+// PubRetry or without.
+func TestPublishAckTimeoutIsUnknownNotLost(t *testing.T) {
+	t.Parallel()
+	for _, retry := range []bool{false, true} {
+		a := newAdmin(t)
+		name := uniqueName(t)
+		subject := a.stream(name)
+		px := newProxy(t, a.url)
+		pub := blamePublisher(t, px.URL(a.url), subject, retry, 300*time.Millisecond)
+		ctx := testContext(t)
+		require.NoError(t, pub.Open(ctx))
+		px.Pause()
+		err := pub.Write(ctx, "m1")
+		require.Error(t, err)
+		assert.ErrorIs(t, err, nats.ErrAckTimeout, "PubRetry %v", retry)
+		assert.NotErrorIs(t, err, nats.ErrConnectionLost, "PubRetry %v", retry)
+		assertUnknown(t, err)
+		_, retried := resilience.RetriedAttempts(err)
+		assert.False(t, retried, "PubRetry %v: published again: %v", retry, err)
+		px.Resume()
+		assert.Equal(t, uint64(1), a.messages(name), "PubRetry %v", retry)
+		assert.Equal(t, 1, px.Connections(), "PubRetry %v", retry)
+	}
+}
+
+// Close while a Write waits for its PubAck (PubRetry on): the stream has
+// the message, and the Write ends with its outcome unknown, not with a
+// permanent "publish after Close".
+func TestPublishCloseDuringAckWaitIsUnknown(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	px := newProxy(t, a.url)
+	pub := blamePublisher(t, px.URL(a.url), subject, true, time.Minute)
+	ctx := testContext(t)
+	require.NoError(t, pub.Open(ctx))
+	px.Pause()
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(ctx, "m1") }()
+	waitFor(t, "the stream to store the message", func() bool { return a.messages(name) == 1 })
+	_ = pub.Close(ctx)
+	px.Resume()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Write still waits after Close")
+	}
+	require.Error(t, err)
+	assertUnknown(t, err)
+	assert.ErrorIs(t, err, nats.ErrNotOpen)
+	assert.Equal(t, 1, px.Connections(), "no connection dialled after Close")
+}
+
+// A server that is away is not the message's fault: the error is
+// blameless, with the publisher's retry and without, and says nothing
+// was sent.
+func TestPublishServerDownIsBlameless(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	for _, retry := range []bool{false, true} {
+		px := newProxy(t, a.url)
+		pub := blamePublisher(t, px.URL(a.url), "x.y", retry, time.Second)
+		px.Close()
+		err := pub.Write(ctx, "m1")
+		require.Error(t, err)
+		assert.True(t, resilience.IsBlameless(err), "PubRetry %v: %v", retry, err)
+		assert.NotErrorIs(t, err, nats.ErrOutcomeUnknown, "PubRetry %v: never sent: %v", retry, err)
+	}
+}
+
+// A stream at its limits (MaxMsgs with DiscardNew) refuses the message for
+// its state, not the message's: transient and blameless, not unknown (the
+// stream said no). A message larger than the stream takes is the
+// message's own fault: permanent.
+func TestPublishStreamFullIsBlameless(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	a.cleanup(name)
+	ctx := testContext(t)
+	_, err := a.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"},
+		Storage: jetstream.MemoryStorage, MaxMsgs: 1, MaxMsgSize: 64, Discard: jetstream.DiscardNew})
+	require.NoError(t, err)
+	pub := blamePublisher(t, a.url, name+".in", false, 5*time.Second)
+	require.NoError(t, pub.Open(ctx))
+	require.NoError(t, pub.Write(ctx, "m1"))
+	err = pub.Write(ctx, "m2")
+	require.Error(t, err)
+	assert.True(t, resilience.IsTransient(err), "%v", err)
+	assert.True(t, resilience.IsBlameless(err), "%v", err)
+	assert.NotErrorIs(t, err, nats.ErrOutcomeUnknown)
+
+	err = pub.Write(ctx, string(make([]byte, 100)))
+	require.Error(t, err)
+	assert.False(t, resilience.IsTransient(err), "%v", err)
+	assert.False(t, resilience.IsBlameless(err), "%v", err)
+}
