@@ -231,3 +231,34 @@ func TestAPositionOfTheEarlierEncodingStillResumes(t *testing.T) {
 	require.NoError(t, src.Resume([]byte{1, 3, 0, 0}))
 	require.ErrorIs(t, src.Open(context.Background()), file.ErrPosition, "not at the end of a line")
 }
+
+// A CSV record cut off inside a quoted field (LazyQuotes; a bad row
+// without them) at the end of the file may be continued by what a writer
+// appends, its "\n" included: the resume fails with ErrPosition rather
+// than take the appended "\n" for the record's end and read the rest of
+// the field as records of their own. A record without an open quote is
+// resumed as a line is.
+func TestCSVResumeAfterARecordCutInsideAQuote(t *testing.T) {
+	t.Parallel()
+	for _, opts := range []file.CSVOptions{{LazyQuotes: true, FieldsPerRecord: -1}, {LazyQuotes: true, Header: true}} {
+		path := write(t, "in.csv", "id,n\n1,\"x", false)
+		src := file.CSV(path, opts)
+		first := runFrom(t, src, nil)
+		require.True(t, len(first.pos) > 0)
+		appendTo(t, path, "\ny\"\n2,b\n", false)
+		require.NoError(t, src.Resume(first.pos[len(first.pos)-1]))
+		r := &recorder[file.Record]{}
+		err := src.Run(context.Background(), r)
+		require.ErrorIs(t, err, file.ErrPosition)
+		require.Empty(t, r.items)
+	}
+	path := write(t, "in.csv", "id,n\n1,\"x\"", false)
+	src := file.CSV(path, file.CSVOptions{Header: true})
+	first := runFrom(t, src, nil)
+	appendTo(t, path, "\n2,b\n", false)
+	require.NoError(t, src.Resume(first.pos[len(first.pos)-1]))
+	r := &recorder[file.Record]{}
+	require.NoError(t, src.Run(context.Background(), r))
+	require.Len(t, r.items, 1)
+	require.Equal(t, []string{"2", "b"}, r.items[0].Fields)
+}

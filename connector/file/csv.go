@@ -220,6 +220,11 @@ func (c *csvRows) read() (row[Record], error) {
 		if raw[len(raw)-1] != '\n' {
 			c.at.line++ // the file's last line, without its end
 			c.at.end = endNone
+			if bytes.Count(raw, []byte{'"'})%2 == 1 {
+				// A quote may be open (LazyQuotes, or a bad row): what a
+				// writer appends may continue the field.
+				c.at.end = endOpen
+			}
 		}
 	}
 	if err != nil {

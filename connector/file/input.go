@@ -209,7 +209,7 @@ func afterLine(r *bufio.Reader, end lineEnd) (skip int64, err error) {
 		return 0, err
 	}
 	switch {
-	case b == '\n' && end == endNone:
+	case b == '\n' && (end == endNone || end == endOpen):
 		return 0, errLineEnd
 	case b == '\n':
 		return 0, nil
@@ -225,6 +225,8 @@ func afterLine(r *bufio.Reader, end lineEnd) (skip int64, err error) {
 		return 0, nil // still the file's last line
 	case err != nil:
 		return 0, err
+	case end == endOpen:
+		return 0, errContinued
 	case next[0] == '\n':
 		_, _ = r.Discard(1)
 		return 1, nil

@@ -35,8 +35,12 @@ const (
 	// writer appends after it may end it.
 	endNone
 	// endUnknown: a version 1 position, which did not say. A byte other
-	// than "\n" before it is taken as endNone.
+	// than "\n" before it is taken as endNone. Never encoded.
 	endUnknown
+	// endOpen: the file's last CSV record, without its end, with a quote
+	// that may still be open (an odd number of quotes): whatever a writer
+	// appends may continue its field, "\n" too.
+	endOpen
 )
 
 const (
@@ -108,7 +112,7 @@ func decodePosition(b []byte) (position, error) {
 	// record has at most one field more than it has bytes. A position
 	// after a line without its end is after an item.
 	if len(b) != 0 || p.line > p.off || p.fields > p.off+1 ||
-		n == 4 && (p.end > endNone || p.end == endNone && p.off == 0) {
+		n == 4 && (p.end > endOpen || p.end == endUnknown || p.end != endNewline && p.off == 0) {
 		return position{}, errMalformed
 	}
 	return p, nil
