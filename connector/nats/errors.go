@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"syscall"
 	"time"
 
@@ -120,12 +121,20 @@ func outcomeUnknown(err error) error {
 func blameless(err error) error { return resilience.MarkBlameless(resilience.MarkTransient(err)) }
 
 // unavailable reports whether err is JetStream's answer that it cannot
-// take the message now (HTTP-like code 503: a stream at its limits with
-// DiscardNew, insufficient resources, no leader), a state of the stream,
-// not of the message.
-func unavailable(err error) bool {
+// take the message now (HTTP-like code 503: a stream at its count limits
+// with DiscardNew, insufficient resources, no leader), a state of the
+// stream, not of the message. A stream at its byte limit is not: the same
+// answer comes for a message larger than the stream's MaxBytes, every
+// time (transient only, for item retry, which then blames the message).
+func unavailable(err error) (state, bytes bool) {
 	var ae *jetstream.APIError
-	return errors.As(err, &ae) && ae.Code == 503
+	if !errors.As(err, &ae) || ae.Code != 503 {
+		return false, false
+	}
+	if strings.Contains(ae.Description, "bytes") {
+		return false, true
+	}
+	return true, false
 }
 
 // connectionLost reports whether err says that the connection went away

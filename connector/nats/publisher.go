@@ -306,12 +306,18 @@ func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
 			return nil
 		}
 		if ctx.Err() != nil {
+			switch {
+			case errors.Is(err, ErrOutcomeUnknown):
+				return err
+			case sent != nil:
+				return outcomeUnknown(fmt.Errorf("%w (after an attempt whose PubAck never came: %w)", context.Cause(ctx), sent))
+			}
 			return context.Cause(ctx)
 		}
 		if errors.Is(err, ErrOutcomeUnknown) {
 			sent = err
 		}
-		if attempt > 1 && errors.Is(err, ErrNotOpen) {
+		if attempt > 1 && errors.Is(err, ErrNotOpen) || connectionLost(err) && c.isClosed() {
 			// Closed during this Write: not the message's fault.
 			if sent != nil {
 				return blameless(outcomeUnknown(fmt.Errorf("%w (the publisher closed before its retry: %w)", sent, ErrNotOpen)))
@@ -331,6 +337,9 @@ func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
 			return resilience.MarkBlameless(resilience.MarkRetried(fmt.Errorf("nats: publish gave up after %d attempts: %w", attempt, err), attempt))
 		}
 		if err := broker.Wait(ctx, c.clock, c.retry.Delay); err != nil {
+			if sent != nil {
+				return outcomeUnknown(fmt.Errorf("%w (after an attempt whose PubAck never came: %w)", err, sent))
+			}
 			return err
 		}
 	}
@@ -352,7 +361,7 @@ func (c *pubCore) attempt(ctx context.Context, msg *natsgo.Msg) error {
 		}
 		return nil
 	case ctx.Err() != nil:
-		return context.Cause(ctx)
+		return outcomeUnknown(context.Cause(ctx)) // sent: the stream may have it
 	case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, natsgo.ErrTimeout):
 		// Before connectionLost, which takes a deadline for a net.Error:
 		// the connection is there, the PubAck is late.
@@ -361,10 +370,21 @@ func (c *pubCore) attempt(ctx context.Context, msg *natsgo.Msg) error {
 		return outcomeUnknown(fmt.Errorf("nats: publish to subject %q: %w: %w", msg.Subject, ErrConnectionLost, err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders):
 		return resilience.MarkPermanent(fmt.Errorf("nats: publish to subject %q: no stream stores the subject: %w", msg.Subject, err))
-	case unavailable(err):
+	}
+	switch state, bytes := unavailable(err); {
+	case state:
 		return blameless(fmt.Errorf("nats: publish to subject %q: the stream cannot take it now: %w", msg.Subject, err))
+	case bytes:
+		return resilience.MarkTransient(fmt.Errorf("nats: publish to subject %q: the stream cannot take it now, or ever if it is larger than the stream's MaxBytes: %w", msg.Subject, err))
 	}
 	return classify(fmt.Errorf("nats: publish to subject %q: %w", msg.Subject, err))
+}
+
+// isClosed reports whether close ended publishing until the next open.
+func (c *pubCore) isClosed() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.closed
 }
 
 // close closes the connection, if one is open.

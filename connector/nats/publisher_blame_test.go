@@ -2,6 +2,7 @@ package nats_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -144,4 +145,59 @@ func TestPublishStreamFullIsBlameless(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, resilience.IsTransient(err), "%v", err)
 	assert.False(t, resilience.IsBlameless(err), "%v", err)
+}
+
+// A stream at its byte limit gives the same answer as a message larger
+// than the stream's MaxBytes, which no state of the stream ever takes: it
+// is transient, for item retry, and not blameless, so that such a message
+// runs out of retries and is dead-lettered instead of coming back for
+// ever.
+func TestPublishStreamBytesLimitIsNotBlameless(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	a.cleanup(name)
+	ctx := testContext(t)
+	_, err := a.js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: []string{name + ".>"},
+		Storage: jetstream.MemoryStorage, MaxBytes: 1024, Discard: jetstream.DiscardNew})
+	require.NoError(t, err)
+	pub := blamePublisher(t, a.url, name+".in", false, 5*time.Second)
+	require.NoError(t, pub.Open(ctx))
+	require.NoError(t, pub.Write(ctx, "small"))
+	err = pub.Write(ctx, string(make([]byte, 4096)))
+	require.Error(t, err)
+	assert.True(t, resilience.IsTransient(err), "%v", err)
+	assert.False(t, resilience.IsBlameless(err), "%v", err)
+	assert.NotErrorIs(t, err, nats.ErrOutcomeUnknown)
+	assert.Equal(t, uint64(1), a.messages(name))
+}
+
+// A Write whose context ends while it waits for the PubAck of what it
+// sent ends with the context's cause, its outcome unknown.
+func TestPublishCancelledDuringAckWaitIsUnknown(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	px := newProxy(t, a.url)
+	pub := blamePublisher(t, px.URL(a.url), subject, true, time.Minute)
+	ctx := testContext(t)
+	require.NoError(t, pub.Open(ctx))
+	px.Pause()
+	cause := errors.New("the item's deadline")
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(wctx, "m1") }()
+	waitFor(t, "the stream to store the message", func() bool { return a.messages(name) == 1 })
+	cancel(cause)
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Write still waits after its context ended")
+	}
+	px.Resume()
+	assert.ErrorIs(t, err, cause)
+	assert.ErrorIs(t, err, nats.ErrOutcomeUnknown)
+	assert.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -32,9 +33,14 @@ type pubCore struct {
 	// DeadLetterPublisher, which has no Open).
 	reopen bool
 
-	mu     sync.Mutex // guards sess and closed; serialises publishing on its channel
-	sess   *pubSession
-	closed bool // closed, and reopen: publish fails until open
+	mu   sync.Mutex // guards sess; serialises publishing on its channel
+	sess *pubSession
+	// closed: closed, and reopen: publish fails until open. Set before
+	// close takes mu, so that a session dialled meanwhile sees it.
+	closed atomic.Bool
+	// live is sess, for close, which must not wait for mu: a publish
+	// stuck writing to a broker that does not read holds it.
+	live atomic.Pointer[pubSession]
 
 	amu     sync.Mutex // publishes sent without waiting for their confirm
 	async   []*publish
@@ -80,14 +86,14 @@ func (c *pubCore) connect(ctx context.Context) (*pubSession, error) {
 func (c *pubCore) open(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.closed = false
+	c.closed.Store(false)
 	_, err := c.session(ctx)
 	return err
 }
 
 // session returns a working session, replacing a broken one. c.mu is held.
 func (c *pubCore) session(ctx context.Context) (*pubSession, error) {
-	if c.closed {
+	if c.closed.Load() {
 		// A write after Close is the program's error: a connection
 		// dialled now would be closed by nothing.
 		return nil, resilience.MarkPermanent(fmt.Errorf("rabbitmq: publish after Close: %w", ErrNotOpen))
@@ -96,6 +102,7 @@ func (c *pubCore) session(ctx context.Context) (*pubSession, error) {
 		return c.sess, nil
 	}
 	if c.sess != nil {
+		c.live.CompareAndSwap(c.sess, nil)
 		_ = c.sess.close(c.closeTimeout)
 		c.sess = nil
 	}
@@ -104,6 +111,13 @@ func (c *pubCore) session(ctx context.Context) (*pubSession, error) {
 		return nil, err
 	}
 	c.sess = s
+	c.live.Store(s)
+	if c.closed.Load() && c.live.CompareAndSwap(s, nil) {
+		// Close came while this dialled, and did not see it.
+		c.sess = nil
+		_ = s.close(c.closeTimeout)
+		return nil, blameless(fmt.Errorf("rabbitmq: the publisher closed while it connected: %w", ErrNotOpen))
+	}
 	return s, nil
 }
 
@@ -132,6 +146,9 @@ func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 			sent = err
 		}
 		if ctx.Err() != nil {
+			if sent != nil {
+				return outcomeUnknown(fmt.Errorf("%w (after an attempt whose confirm never came: %w)", context.Cause(ctx), sent))
+			}
 			return context.Cause(ctx)
 		}
 		if attempt > 1 && errors.Is(err, ErrNotOpen) || connectionLost(err) && c.isClosed() {
@@ -154,17 +171,16 @@ func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 			return resilience.MarkBlameless(resilience.MarkRetried(fmt.Errorf("rabbitmq: publish gave up after %d attempts: %w", attempt, err), attempt))
 		}
 		if err := broker.Wait(ctx, c.clock, c.retry.Delay); err != nil {
+			if sent != nil {
+				return outcomeUnknown(fmt.Errorf("%w (after an attempt whose confirm never came: %w)", err, sent))
+			}
 			return err
 		}
 	}
 }
 
 // isClosed reports whether close ended publishing until the next open.
-func (c *pubCore) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+func (c *pubCore) isClosed() bool { return c.closed.Load() }
 
 // send publishes msg on the current session, connecting first if needed,
 // and returns the publish to wait for when confirms are on.
@@ -186,10 +202,18 @@ func (c *pubCore) send(ctx context.Context, exchange, key string, msg amqp.Publi
 			msg.Headers[SeqHeader] = int64(p.seq)
 		}
 		if err := s.register(p); err != nil {
-			return nil, err
+			// The channel closed before this was sent: whatever closed
+			// it, a new channel is the way on.
+			return nil, fmt.Errorf("rabbitmq: publish to exchange %q with key %q: %w: %w", exchange, key, ErrConnectionLost, err)
 		}
 	}
-	if err := s.ch.PublishWithContext(ctx, exchange, key, c.mandatory, false, msg); err != nil {
+	// The library looks at ctx only before it writes: a write stuck on a
+	// broker that does not read (a resource alarm) is ended by closing
+	// the connection, whose deadline ends the write.
+	stop := context.AfterFunc(ctx, func() { _ = s.conn.CloseDeadline(time.Now()) })
+	err = s.ch.PublishWithContext(ctx, exchange, key, c.mandatory, false, msg)
+	stop()
+	if err != nil {
 		if p != nil {
 			s.forget(p)
 		}
@@ -223,7 +247,7 @@ func (c *pubCore) await(ctx context.Context, p *publish, timeout time.Duration) 
 		}
 	case <-ctx.Done():
 		if p.sess.forget(p) {
-			return context.Cause(ctx)
+			return outcomeUnknown(context.Cause(ctx)) // sent: the broker may have it
 		}
 	}
 	<-p.done // answered while we gave up: take the answer
@@ -287,15 +311,25 @@ func (c *pubCore) keep(err error) {
 	}
 }
 
-// close closes the session, if any.
+// close closes the session, if any. It closes the live session before
+// it takes mu: a publish stuck writing to a broker that does not read
+// holds mu, and the close's deadline on the connection ends its write.
 func (c *pubCore) close() error {
-	c.mu.Lock()
-	s := c.sess
-	c.sess = nil
-	c.closed = c.reopen
-	c.mu.Unlock()
-	if s == nil {
-		return nil
+	var err error
+	if c.reopen {
+		c.closed.Store(true)
 	}
-	return s.close(c.closeTimeout)
+	s := c.live.Swap(nil)
+	if s != nil {
+		err = s.close(c.closeTimeout)
+	}
+	c.mu.Lock()
+	rest := c.sess
+	c.sess = nil
+	c.mu.Unlock()
+	if rest != nil && rest != s {
+		// Dialled by a publish between the two steps.
+		err = errors.Join(err, rest.close(c.closeTimeout))
+	}
+	return err
 }

@@ -1,6 +1,9 @@
 package rabbitmq_test
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,20 +156,117 @@ func TestPublishBrokerDownIsBlameless(t *testing.T) {
 	}
 }
 
-// A nack (a full queue that rejects publishes) is the queue's state, not
-// the message's fault: transient and blameless.
-func TestPublishNackIsBlameless(t *testing.T) {
+// A nack is transient, for item retry, but not blameless: the broker does
+// not say why, and a message larger than a queue's x-max-length-bytes is
+// nacked every time, by an empty queue too, so it must run out of
+// retries and be dead-lettered rather than come back for ever. It says
+// the broker did not take the message: not unknown.
+func TestPublishNackIsTransientNotBlameless(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	for _, args := range []amqp.Table{
+		{"x-max-length": int32(1), "x-overflow": "reject-publish"},
+		{"x-max-length-bytes": int64(1024), "x-overflow": "reject-publish"},
+	} {
+		q := uniqueName(t)
+		a.declareQueue(q, args)
+		pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: a.url, RoutingKey: q, Confirms: waitConfirms,
+			Publishing: func(s string) (amqp.Publishing, error) { return amqp.Publishing{Body: []byte(s)}, nil }})
+		require.NoError(t, pub.Open(ctx))
+		require.NoError(t, pub.Write(ctx, "m1"))
+		err := pub.Write(ctx, strings.Repeat("x", 4096))
+		require.ErrorIs(t, err, rabbitmq.ErrNacked, "%v", args)
+		assert.True(t, resilience.IsTransient(err), "%v", args)
+		assert.False(t, resilience.IsBlameless(err), "%v", args)
+		assert.NotErrorIs(t, err, rabbitmq.ErrOutcomeUnknown, "%v: the broker said no", args)
+	}
+}
+
+// A Write whose context ends while it waits for the confirm of what it
+// sent ends with the context's cause, its outcome unknown.
+func TestPublishCancelledDuringConfirmWaitIsUnknown(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
 	ctx := testContext(t)
 	q := uniqueName(t)
-	a.declareQueue(q, amqp.Table{"x-max-length": int32(1), "x-overflow": "reject-publish"})
-	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: a.url, RoutingKey: q, Confirms: waitConfirms})
+	a.declareQueue(q, nil)
+	px := newProxy(t, a.url)
+	clock := clockwork.NewFakeClock()
+	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: q, Clock: clock,
+		Confirms: rabbitmq.Confirms{Enabled: true, WaitFor: true, Timeout: time.Minute}, CloseTimeout: 100 * time.Millisecond,
+		PubRetry: rabbitmq.PubRetry{Enabled: true, MaxRetry: 3, Delay: time.Second}})
 	require.NoError(t, pub.Open(ctx))
-	require.NoError(t, pub.Write(ctx, "m1"))
-	err := pub.Write(ctx, "m2")
-	require.ErrorIs(t, err, rabbitmq.ErrNacked)
-	assert.True(t, resilience.IsTransient(err))
-	assert.True(t, resilience.IsBlameless(err))
-	assert.NotErrorIs(t, err, rabbitmq.ErrOutcomeUnknown, "the broker said no")
+	px.pause()
+	cause := errors.New("the item's deadline")
+	wctx, cancel := context.WithCancelCause(ctx)
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(wctx, "m1") }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // sent; its confirm's wait
+	cancel(cause)
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Write still waits after its context ended")
+	}
+	px.resume()
+	assert.ErrorIs(t, err, cause)
+	assert.ErrorIs(t, err, rabbitmq.ErrOutcomeUnknown)
+	assert.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
+}
+
+// A publish stuck writing to a broker that does not read (TCP
+// backpressure, as under a resource alarm) ends when its context ends,
+// and Close ends a stuck one too, within CloseTimeout, instead of waiting
+// for the publisher's lock that the stuck write holds.
+func TestPublishStuckWriteEndsWithItsContextAndClose(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.declareQueue(q, nil)
+	px := newProxy(t, a.url)
+	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: q, Confirms: waitConfirms,
+		CloseTimeout: 500 * time.Millisecond})
+	require.NoError(t, pub.Open(ctx))
+	px.Bandwidth(1) // 1 kB/s: the client's writes back up
+	body := string(make([]byte, 4<<20))
+	within := func(what string, c <-chan error) error {
+		t.Helper()
+		select {
+		case err := <-c:
+			return err
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: still blocked", what)
+			return nil
+		}
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+	defer cancel()
+	wrote := make(chan error, 1)
+	go func() { wrote <- pub.Write(wctx, body) }()
+	err := within("a Write whose context ended", wrote)
+	require.Error(t, err)
+	assert.ErrorIs(t, err, context.DeadlineExceeded)
+
+	go func() { wrote <- pub.Write(ctx, body) }()
+	// The first Write's end closed its connection: this one dials again,
+	// and then its write backs up (or Close comes during the dial).
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for px.connections() < 2 {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			t.Fatal("the second Write did not dial")
+		}
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- pub.Close(ctx) }()
+	_ = within("Close, with a Write stuck", closed)
+	err = within("a Write stuck when Close came", wrote)
+	require.Error(t, err)
+	assert.True(t, resilience.IsBlameless(err), "%v", err)
 }

@@ -111,7 +111,10 @@ func (s *pubSession) onConfirm(c amqp.Confirmation) {
 	}
 	switch {
 	case !c.Ack:
-		p.err = blameless(&ConfirmError{Exchange: p.exchange, RoutingKey: p.routingKey})
+		// Transient, not blameless: the broker does not say why, and a
+		// message larger than a queue's x-max-length-bytes is nacked
+		// every time, the message's own fault.
+		p.err = resilience.MarkTransient(&ConfirmError{Exchange: p.exchange, RoutingKey: p.routingKey})
 	case p.returned != nil:
 		p.err = resilience.MarkPermanent(p.returned)
 	}
@@ -122,10 +125,11 @@ func (s *pubSession) onConfirm(c amqp.Confirmation) {
 //   - A connection that went away: the outcome is unknown (the broker may
 //     have taken the message before), and not the message's fault; it is
 //     retried under PubRetry.
-//   - The broker refused the publisher's target (no such exchange, access
-//     refused): every publish waiting is refused alike, permanent.
-//   - Any other refusal (406, an invalid property of one message) is one
-//     message's, but every publish waiting on the channel ends with it:
+//   - The broker refused the publisher's target (no such exchange):
+//     every publish waiting is refused alike, permanent.
+//   - Any other refusal (406, an invalid property of one message; 403, a
+//     routing key the user may not publish to) may be one message's, but
+//     every publish waiting on the channel ends with it:
 //     transient, the outcome unknown, so that item retry tells them apart
 //     (the others go through on a new channel; the refused one is refused
 //     again until its retries run out).
@@ -139,7 +143,7 @@ func (s *pubSession) fail(reason error) {
 		s.err = reason
 	}
 	var ae *amqp.Error
-	target := !lost && errors.As(reason, &ae) && (ae.Code == amqp.NotFound || ae.Code == amqp.AccessRefused)
+	target := !lost && errors.As(reason, &ae) && ae.Code == amqp.NotFound
 	for seq, p := range s.pending {
 		err := fmt.Errorf("rabbitmq: publish to exchange %q with key %q: channel closed before the confirm: %w", p.exchange, p.routingKey, s.err)
 		switch {
