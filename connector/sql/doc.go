@@ -34,7 +34,7 @@
 // than the driver gave it. Before a page's rows are emitted, a key or
 // watermark column that the pages cannot order by fails the run too: on
 // MySQL an ENUM or SET (ordered by its list, compared as text) and a
-// DECIMAL read into a float field (rounded). Rows that tie with the last row of a page,
+// column read into a float field narrower than it (rounded). Rows that tie with the last row of a page,
 // outside it, are not seen: a non-unique key loses them.
 //
 // Each row is emitted with its key as its position (node.Emitter's

@@ -408,9 +408,10 @@ func (s *Source[T]) pageError(ctx context.Context, err error) error {
 //   - on MySQL (MariaDB) an ENUM or SET, which the database orders by
 //     the value's place in the type's list (its bits), while the next
 //     page's condition compares it with the last row's value as text;
-//   - a DECIMAL (NUMERIC) that the item holds in a float field, which
-//     rounds it: the next page's condition, k > the rounded value,
-//     skips the rows that round to the same float.
+//   - a column that the item holds in a float field narrower than the
+//     column (a DECIMAL, an integer, a double in a float32), which rounds
+//     it: the next page's condition, k > the rounded value, skips the
+//     rows that round to the same float.
 func (s *Source[T]) checkKeyTypes(types []*stdsql.ColumnType, cols []string, pg *page[T]) error {
 	for j, c := range pg.keySrc {
 		t := strings.ToUpper(types[c].DatabaseTypeName())
@@ -418,14 +419,31 @@ func (s *Source[T]) checkKeyTypes(types []*stdsql.ColumnType, cols []string, pg 
 		switch {
 		case s.d.name == MySQL.name && (t == "ENUM" || t == "SET"):
 			problem = fmt.Sprintf("column %q is of type %s, which MySQL and MariaDB order by the value's place in the type's list, not as the text the next page would compare it with, so rows would be lost: key by columns of other types (such as the primary key's id)", s.q.order[j], t)
-		case (t == "DECIMAL" || t == "NUMERIC") && c < pg.nItem && s.scan.float(cols[c]):
-			problem = fmt.Sprintf("column %q is a %s read into a float field, which rounds it, so the next page would skip the rows that round to the same float: read it into a string field", s.q.order[j], t)
+		case c < pg.nItem && s.rounds(t, s.scan.floatBits(cols[c])):
+			problem = fmt.Sprintf("column %q is a %s read into a float field narrower than it, which rounds it, so the next page would skip the rows that round to the same float: read it into a field of its own type (a string for a DECIMAL, an integer, a float64)", s.q.order[j], t)
 		default:
 			continue
 		}
 		return &KeyError{Source: s.name(), Columns: s.q.order, Problem: problem}
 	}
 	return nil
+}
+
+// rounds reports whether a key column of database type t (upper case)
+// read into a float field of bits (0: not a float field) loses precision.
+// An unknown type (an expression's, "") is taken not to.
+func (s *Source[T]) rounds(t string, bits int) bool {
+	if bits == 0 || t == "" {
+		return false
+	}
+	mysql := s.d.name == MySQL.name
+	switch {
+	case t == "FLOAT4" || mysql && t == "FLOAT":
+		return false // 4 bytes: any float field holds it
+	case t == "FLOAT8" || t == "DOUBLE" || t == "DOUBLE PRECISION" || t == "REAL" || t == "FLOAT":
+		return bits == 32
+	}
+	return true // an integer, a DECIMAL, or another type no float holds
 }
 
 // checkNulls fails when a row (of Where) has NULL in a key or watermark

@@ -85,7 +85,7 @@ var ErrKey = errors.New("sql: the key does not order the rows")
 // after (the database compares the key's values otherwise than the driver
 // gives them), rows have NULL in a key or watermark column, or such a
 // column is of a type the pages cannot order by (on MySQL an ENUM or SET;
-// a DECIMAL read into a float field). It fails
+// a column read into a float field narrower than it). It fails
 // the run: reading on would lose rows without a word, or read one for
 // ever.
 type KeyError struct {

@@ -35,9 +35,9 @@ type scanner[T any] interface {
 	// field an integer, which holds a key value as it is on every
 	// database.
 	integer(col string) bool
-	// float reports whether the column is one of the item's and its
-	// field a float32 or float64.
-	float(col string) bool
+	// floatBits returns 32 or 64 when the column is one of the item's and
+	// its field a float32 or float64, else 0.
+	floatBits(col string) int
 	// value returns the value of the i-th column bound, of a scanned
 	// item, as a position holds it.
 	value(item *T, i int) any
@@ -149,13 +149,18 @@ func (s *structScanner[T]) integer(col string) bool {
 	return false
 }
 
-func (s *structScanner[T]) float(col string) bool {
+func (s *structScanner[T]) floatBits(col string) int {
 	idx, ok := s.fields[col]
 	if !ok {
-		return false
+		return 0
 	}
-	k := reflect.TypeFor[T]().FieldByIndex(idx).Type.Kind()
-	return k == reflect.Float32 || k == reflect.Float64
+	switch reflect.TypeFor[T]().FieldByIndex(idx).Type.Kind() {
+	case reflect.Float32:
+		return 32
+	case reflect.Float64:
+		return 64
+	}
+	return 0
 }
 
 func (s *structScanner[T]) value(item *T, i int) any {
@@ -295,8 +300,8 @@ func (s *mapScanner) keyable(string) bool { return true }
 // may be a time it parsed.
 func (s *mapScanner) integer(string) bool { return false }
 
-// float is false: the map holds a DECIMAL as the driver's text.
-func (s *mapScanner) float(string) bool { return false }
+// floatBits is 0: the map holds a value as the driver gives it.
+func (s *mapScanner) floatBits(string) int { return 0 }
 
 func (s *mapScanner) value(item *map[string]any, i int) any { return (*item)[s.cols[i]] }
 
