@@ -170,7 +170,10 @@ func (g *Guard[T]) Stats() Stats {
 // the context it was given has ended. Write then keeps the claim until its
 // lease ends, instead of releasing it, and counts the write in
 // Stats.Unknown: until then every owner, this guard included, finds the
-// key busy ([ErrInProgress]); after, the key is claimed and written again,
+// key busy ([ErrInProgress]) (a guard made anew with the same owner, as a
+// restarted process with a stable [WithOwner] is, knows nothing of the
+// write: the store grants it the claim at once, and it writes again);
+// after, the key is claimed and written again,
 // which duplicates the item if the first write had happened. The busy
 // error this guard gives its own later calls for the key carries
 // [resilience.RetryAfter] of the lease time left, so that the item's
@@ -279,12 +282,25 @@ func (g *Guard[T]) complete(key string, ctx context.Context) error {
 		g.setPending(key, false)
 		return nil
 	case errors.Is(err, ErrLostClaim):
-		g.lost.Add(1)
+		if !g.pendingComplete(key) {
+			g.lost.Add(1) // once per write, not per retry that records it
+		}
 		// Nobody may hold the key now (the owner that took it over failed
 		// and released it): claim it again and record the write, so that
-		// a redelivery does not write it once more. Another owner's live
-		// claim or completion is theirs.
-		if st, cerr := g.store.Claim(sctx, key, g.cfg.owner, g.cfg.clock.Now(), g.cfg.lease); cerr == nil && st == Claimed {
+		// a redelivery does not write it once more. A completion by
+		// another owner is theirs. While another owner holds the key, or
+		// the claim fails (it may have been granted all the same), the
+		// write stays to be recorded: the item's retry tries again.
+		st, cerr := g.store.Claim(sctx, key, g.cfg.owner, g.cfg.clock.Now(), g.cfg.lease)
+		switch {
+		case cerr != nil:
+			g.setPending(key, true)
+			return resilience.MarkTransient(fmt.Errorf("idempotency: claim again to record the write, after the claim was lost%s: %w", g.where(key), cerr))
+		case st == Busy:
+			g.setPending(key, true)
+			return resilience.MarkBlameless(resilience.MarkTransient(fmt.Errorf("%w%s: written, and held by another owner since; the write is recorded once it is free",
+				ErrInProgress, g.where(key))))
+		case st == Claimed:
 			if err := g.store.Complete(sctx, key, g.cfg.owner, g.cfg.clock.Now()); err != nil && !errors.Is(err, ErrLostClaim) {
 				g.setPending(key, true)
 				return resilience.MarkTransient(fmt.Errorf("idempotency: complete after the write%s: %w", g.where(key), err))

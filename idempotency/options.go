@@ -74,8 +74,12 @@ func WithClock(clock clockwork.Clock) Option {
 // may run at the same time as another, in this process or another, needs
 // an owner of its own: two guards with one owner would both be granted a
 // key. A stable owner (a pod's name) lets a restarted consumer take its
-// own unfinished claims back at once, without waiting for their lease. It
-// must not be empty.
+// own unfinished claims back at once, without waiting for their lease;
+// that includes the claim of a write whose outcome was unknown (the
+// process died before it knew, or its guard kept the claim for the
+// lease), which the restarted consumer then writes again at once, where
+// the default owner would wait for the lease to end. It must not be
+// empty.
 func WithOwner(owner string) Option {
 	return func(c *config) {
 		if owner == "" {
