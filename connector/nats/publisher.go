@@ -322,9 +322,14 @@ func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
 			if sent != nil {
 				return blameless(outcomeUnknown(fmt.Errorf("%w (the publisher closed before its retry: %w)", sent, ErrNotOpen)))
 			}
-			return blameless(fmt.Errorf("%w (the publisher closed before its retry)", err))
+			return blameless(fmt.Errorf("nats: the publisher closed during the Write, before its retry: %w", ErrNotOpen))
 		}
 		if !connectionLost(err) {
+			if sent != nil && !errors.Is(err, ErrOutcomeUnknown) {
+				// The stream answered a retry; an earlier attempt may
+				// have been stored all the same.
+				return outcomeUnknown(fmt.Errorf("%w (an earlier attempt was sent: %w)", err, sent))
+			}
 			return err
 		}
 		if sent != nil {

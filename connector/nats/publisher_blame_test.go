@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	natsgo "github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
@@ -200,4 +201,37 @@ func TestPublishCancelledDuringAckWaitIsUnknown(t *testing.T) {
 	assert.ErrorIs(t, err, cause)
 	assert.ErrorIs(t, err, nats.ErrOutcomeUnknown)
 	assert.ErrorIs(t, err, idempotency.ErrUnknownOutcome)
+}
+
+// Close during a Write's retry wait, with nothing sent, ends the Write
+// blameless and transient: the Close, not the message, ended it.
+func TestPublishCloseDuringRetryWaitIsBlamelessAndTransient(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	px := newProxy(t, a.url)
+	clock := clockwork.NewFakeClock()
+	pub, err := nats.NewPublisher(nats.PublisherConfig[string]{
+		URL: px.URL(a.url), Subject: "x.y", Clock: clock,
+		Message:     func(s string) (*natsgo.Msg, error) { return &natsgo.Msg{Data: []byte(s)}, nil },
+		PubRetry:    nats.PubRetry{Enabled: true, MaxRetry: 3, Delay: time.Second},
+		DialTimeout: 2 * time.Second,
+	})
+	require.NoError(t, err)
+	require.NoError(t, pub.Open(ctx))
+	t.Cleanup(func() { _ = pub.Close(context.Background()) })
+	px.Close() // the server is away: the connection goes, dials are refused
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(ctx, "b") }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the retry's wait
+	require.NoError(t, pub.Close(ctx))
+	clock.Advance(time.Second)
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Write still waits")
+	}
+	require.ErrorIs(t, err, nats.ErrNotOpen)
+	assert.True(t, resilience.IsBlameless(err), "%v", err)
+	assert.True(t, resilience.IsTransient(err), "%v", err)
 }

@@ -141,6 +141,11 @@ func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 				return nil
 			}
 			if err = c.await(ctx, p, c.confirms.Timeout); err == nil || !connectionLost(err) {
+				if err != nil && sent != nil && !errors.Is(err, ErrOutcomeUnknown) {
+					// The broker answered a retry (a nack); an earlier
+					// attempt may have reached it all the same.
+					return outcomeUnknown(fmt.Errorf("%w (an earlier attempt's confirm never came: %w)", err, sent))
+				}
 				return err // classified by await
 			}
 			sent = err
@@ -152,13 +157,19 @@ func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 			return context.Cause(ctx)
 		}
 		if attempt > 1 && errors.Is(err, ErrNotOpen) || connectionLost(err) && c.isClosed() {
-			// Closed during this Write: not the message's fault.
+			// Closed during this Write: not the message's fault. (err may
+			// be the permanent refusal of a publish after Close.)
 			if sent != nil {
 				return blameless(outcomeUnknown(fmt.Errorf("%w (the publisher closed before its retry: %w)", sent, ErrNotOpen)))
 			}
-			return blameless(fmt.Errorf("%w (the publisher closed before its retry: %w)", err, ErrNotOpen))
+			return blameless(fmt.Errorf("rabbitmq: the publisher closed during the Write, before its retry: %w", ErrNotOpen))
 		}
 		if !connectionLost(err) {
+			if sent != nil {
+				// The broker answered a retry; an earlier attempt may
+				// have reached it all the same.
+				return outcomeUnknown(fmt.Errorf("%w (an earlier attempt's confirm never came: %w)", classify(err), sent))
+			}
 			return classify(err)
 		}
 		if sent != nil && !errors.Is(err, ErrOutcomeUnknown) {
@@ -207,11 +218,34 @@ func (c *pubCore) send(ctx context.Context, exchange, key string, msg amqp.Publi
 			return nil, fmt.Errorf("rabbitmq: publish to exchange %q with key %q: %w: %w", exchange, key, ErrConnectionLost, err)
 		}
 	}
-	// The library looks at ctx only before it writes: a write stuck on a
-	// broker that does not read (a resource alarm) is ended by closing
-	// the connection, whose deadline ends the write.
-	stop := context.AfterFunc(ctx, func() { _ = s.conn.CloseDeadline(time.Now()) })
+	if err := ctx.Err(); err != nil {
+		if p != nil {
+			s.forget(p)
+		}
+		return nil, context.Cause(ctx) // not sent
+	}
+	// The library looks at ctx only before it writes: a write still stuck
+	// closeTimeout after ctx ended, on a broker that does not read (a
+	// resource alarm), is ended by closing the connection, whose deadline
+	// ends the write. Only a write still going: the connection is shared,
+	// and a close fails every publish waiting on it.
+	var (
+		wmu     sync.Mutex
+		writing = true
+	)
+	stop := context.AfterFunc(ctx, func() {
+		time.AfterFunc(c.closeTimeout, func() {
+			wmu.Lock()
+			defer wmu.Unlock()
+			if writing {
+				_ = s.conn.CloseDeadline(time.Now())
+			}
+		})
+	})
 	err = s.ch.PublishWithContext(ctx, exchange, key, c.mandatory, false, msg)
+	wmu.Lock()
+	writing = false
+	wmu.Unlock()
 	stop()
 	if err != nil {
 		if p != nil {
@@ -322,6 +356,11 @@ func (c *pubCore) close() error {
 	s := c.live.Swap(nil)
 	if s != nil {
 		err = s.close(c.closeTimeout)
+	}
+	if c.reopen {
+		// No need of mu, which a Write may hold while it dials: a
+		// session dialled now sees closed and closes itself.
+		return err
 	}
 	c.mu.Lock()
 	rest := c.sess

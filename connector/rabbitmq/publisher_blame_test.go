@@ -270,3 +270,121 @@ func TestPublishStuckWriteEndsWithItsContextAndClose(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, resilience.IsBlameless(err), "%v", err)
 }
+
+// A Write whose context ended before it was sent is not sent, and leaves
+// the connection its neighbours share open.
+func TestPublishCancelledWriteKeepsTheConnection(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.declareQueue(q, nil)
+	px := newProxy(t, a.url)
+	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: q, Confirms: waitConfirms})
+	require.NoError(t, pub.Open(ctx))
+	require.NoError(t, pub.Write(ctx, "a"))
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, pub.Write(cancelled, "x"), context.Canceled)
+	require.NoError(t, pub.Write(ctx, "b"))
+	assert.Equal(t, 1, px.connections(), "the healthy connection was closed")
+	ready, _ := a.depth(q)
+	assert.Equal(t, 2, ready)
+}
+
+// A retry the broker nacks, after an earlier attempt that reached it but
+// whose confirm never came (the connection was cut), keeps the outcome
+// unknown: the broker has the message.
+func TestPublishRetryNackedAfterASentAttemptIsUnknown(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.declareQueue(q, amqp.Table{"x-max-length": int64(1), "x-overflow": "reject-publish"})
+	px := newProxy(t, a.url)
+	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: q,
+		Confirms: waitConfirms, PubRetry: rabbitmq.PubRetry{Enabled: true, Delay: 10 * time.Millisecond}})
+	require.NoError(t, pub.Open(ctx))
+	px.pause()
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(ctx, "b") }()
+	require.Eventually(t, func() bool { n, _ := a.depth(q); return n == 1 }, 20*time.Second, 10*time.Millisecond)
+	px.cut()
+	px.resume()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Write still waits")
+	}
+	require.ErrorIs(t, err, rabbitmq.ErrNacked)
+	assert.ErrorIs(t, err, rabbitmq.ErrOutcomeUnknown, "the broker has the message")
+	ready, _ := a.depth(q)
+	assert.Equal(t, 1, ready)
+}
+
+// Close during a Write's retry wait, with nothing sent, ends the Write
+// blameless and transient: the Close, not the message, ended it.
+func TestPublishCloseDuringRetryWaitIsBlamelessAndTransient(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	px := newProxy(t, a.url)
+	clock := clockwork.NewFakeClock()
+	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: uniqueName(t), Clock: clock,
+		Confirms: waitConfirms, PubRetry: rabbitmq.PubRetry{Enabled: true, Delay: time.Second}})
+	require.NoError(t, pub.Open(ctx))
+	px.cut()
+	px.Close() // the broker is away: dials are refused
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(ctx, "b") }()
+	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the retry's wait
+	require.NoError(t, pub.Close(ctx))
+	clock.Advance(time.Second)
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Write still waits")
+	}
+	require.ErrorIs(t, err, rabbitmq.ErrNotOpen)
+	assert.True(t, resilience.IsBlameless(err), "%v", err)
+	assert.True(t, resilience.IsTransient(err), "%v", err)
+	assert.NotErrorIs(t, err, rabbitmq.ErrOutcomeUnknown, "nothing was sent")
+}
+
+// Close does not wait for a Write that is dialling (its DialTimeout): the
+// connection the Write dials is closed by the Write, which sees the Close.
+func TestPublishCloseDoesNotWaitForADial(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.declareQueue(q, nil)
+	px := newProxy(t, a.url)
+	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: q,
+		Confirms: waitConfirms, DialTimeout: time.Minute, CloseTimeout: 200 * time.Millisecond})
+	px.pause() // the handshake's answers are held back
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(ctx, "b") }()
+	require.Eventually(t, func() bool { return px.connections() == 1 }, 20*time.Second, 5*time.Millisecond)
+	closed := make(chan error, 1)
+	go func() { closed <- pub.Close(ctx) }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waits for the dial")
+	}
+	px.resume()
+	var err error
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		t.Fatal("the Write still waits")
+	}
+	require.ErrorIs(t, err, rabbitmq.ErrNotOpen)
+	assert.True(t, resilience.IsBlameless(err), "%v", err)
+	ready, _ := a.depth(q)
+	assert.Zero(t, ready)
+}
