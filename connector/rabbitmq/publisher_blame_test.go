@@ -333,8 +333,6 @@ func TestPublishCloseDuringRetryWaitIsBlamelessAndTransient(t *testing.T) {
 	clock := clockwork.NewFakeClock()
 	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: uniqueName(t), Clock: clock,
 		Confirms: waitConfirms, PubRetry: rabbitmq.PubRetry{Enabled: true, Delay: time.Second}})
-	require.NoError(t, pub.Open(ctx))
-	px.cut()
 	px.Close() // the broker is away: dials are refused
 	done := make(chan error, 1)
 	go func() { done <- pub.Write(ctx, "b") }()
