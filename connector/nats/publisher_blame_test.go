@@ -90,12 +90,7 @@ func TestPublishCloseDuringAckWaitIsUnknown(t *testing.T) {
 	waitFor(t, "the stream to store the message", func() bool { return a.messages(name) == 1 })
 	_ = pub.Close(ctx)
 	px.Resume()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		t.Fatal("the Write still waits after Close")
-	}
+	err := awaitWrite(t, ctx, done, "the Write still waits after Close")
 	require.Error(t, err)
 	assertUnknown(t, err)
 	assert.ErrorIs(t, err, nats.ErrNotOpen)
@@ -191,12 +186,7 @@ func TestPublishCancelledDuringAckWaitIsUnknown(t *testing.T) {
 	go func() { done <- pub.Write(wctx, "m1") }()
 	waitFor(t, "the stream to store the message", func() bool { return a.messages(name) == 1 })
 	cancel(cause)
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		t.Fatal("the Write still waits after its context ended")
-	}
+	err := awaitWrite(t, ctx, done, "the Write still waits after its context ended")
 	px.Resume()
 	assert.ErrorIs(t, err, cause)
 	assert.ErrorIs(t, err, nats.ErrOutcomeUnknown)
@@ -225,12 +215,21 @@ func TestPublishCloseDuringRetryWaitIsBlamelessAndTransient(t *testing.T) {
 	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the retry's wait
 	require.NoError(t, pub.Close(ctx))
 	clock.Advance(time.Second)
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		t.Fatal("the Write still waits")
-	}
+	err = awaitWrite(t, ctx, done, "the Write still waits")
 	require.ErrorIs(t, err, nats.ErrNotOpen)
 	assert.True(t, resilience.IsBlameless(err), "%v", err)
 	assert.True(t, resilience.IsTransient(err), "%v", err)
+}
+
+// awaitWrite returns the error a Write sent on done, and fails the test
+// with what (what still waits) when ctx ends first.
+func awaitWrite(t *testing.T, ctx context.Context, done <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		t.Fatal(what)
+		return nil
+	}
 }

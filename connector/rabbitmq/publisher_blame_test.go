@@ -77,12 +77,7 @@ func TestPublishCloseDuringConfirmWait(t *testing.T) {
 	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // sent; its confirm's wait
 	_ = pub.Close(ctx)                                  // the close-ok is held back: CloseTimeout
 	px.resume()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		t.Fatal("the Write still waits after Close")
-	}
+	err := awaitWrite(t, ctx, done, "the Write still waits after Close")
 	require.Error(t, err)
 	assertUnknown(t, err)
 	assert.ErrorIs(t, err, rabbitmq.ErrNotOpen)
@@ -204,12 +199,7 @@ func TestPublishCancelledDuringConfirmWaitIsUnknown(t *testing.T) {
 	go func() { done <- pub.Write(wctx, "m1") }()
 	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // sent; its confirm's wait
 	cancel(cause)
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		t.Fatal("the Write still waits after its context ended")
-	}
+	err := awaitWrite(t, ctx, done, "the Write still waits after its context ended")
 	px.resume()
 	assert.ErrorIs(t, err, cause)
 	assert.ErrorIs(t, err, rabbitmq.ErrOutcomeUnknown)
@@ -311,12 +301,7 @@ func TestPublishRetryNackedAfterASentAttemptIsUnknown(t *testing.T) {
 	require.Eventually(t, func() bool { n, _ := a.depth(q); return n == 1 }, 20*time.Second, 10*time.Millisecond)
 	px.cut()
 	px.resume()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		t.Fatal("the Write still waits")
-	}
+	err := awaitWrite(t, ctx, done, "the Write still waits")
 	require.ErrorIs(t, err, rabbitmq.ErrNacked)
 	assert.ErrorIs(t, err, rabbitmq.ErrOutcomeUnknown, "the broker has the message")
 	ready, _ := a.depth(q)
@@ -339,12 +324,7 @@ func TestPublishCloseDuringRetryWaitIsBlamelessAndTransient(t *testing.T) {
 	require.NoError(t, clock.BlockUntilContext(ctx, 1)) // the retry's wait
 	require.NoError(t, pub.Close(ctx))
 	clock.Advance(time.Second)
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		t.Fatal("the Write still waits")
-	}
+	err := awaitWrite(t, ctx, done, "the Write still waits")
 	require.ErrorIs(t, err, rabbitmq.ErrNotOpen)
 	assert.True(t, resilience.IsBlameless(err), "%v", err)
 	assert.True(t, resilience.IsTransient(err), "%v", err)
@@ -375,14 +355,22 @@ func TestPublishCloseDoesNotWaitForADial(t *testing.T) {
 		t.Fatal("Close waits for the dial")
 	}
 	px.resume()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		t.Fatal("the Write still waits")
-	}
+	err := awaitWrite(t, ctx, done, "the Write still waits")
 	require.ErrorIs(t, err, rabbitmq.ErrNotOpen)
 	assert.True(t, resilience.IsBlameless(err), "%v", err)
 	ready, _ := a.depth(q)
 	assert.Zero(t, ready)
+}
+
+// awaitWrite returns the error a Write sent on done, and fails the test
+// with what (what still waits) when ctx ends first.
+func awaitWrite(t *testing.T, ctx context.Context, done <-chan error, what string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		t.Fatal(what)
+		return nil
+	}
 }
