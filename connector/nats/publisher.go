@@ -136,6 +136,7 @@ func (p *Publisher[T]) Open(ctx context.Context) error { return p.core.open(ctx)
 // Write publishes item with its Nats-Msg-Id and waits for the stream's
 // PubAck. See [PubRetry] for what it retries by itself.
 func (p *Publisher[T]) Write(ctx context.Context, item T) error {
+	closes := p.core.closes.Load() // a Close from now on comes during this Write
 	msg, err := p.cfg.Message(item)
 	if err != nil {
 		return resilience.MarkPermanent(err)
@@ -156,7 +157,7 @@ func (p *Publisher[T]) Write(ctx context.Context, item T) error {
 			out.Header.Set(jetstream.MsgIDHeader, id)
 		}
 	}
-	return p.core.publish(ctx, out)
+	return p.core.publishSince(ctx, closes, out)
 }
 
 // Duplicates returns how many publishes the stream acknowledged as
@@ -192,10 +193,18 @@ type pubCore struct {
 	// DeadLetterPublisher, which has no Open).
 	reopen bool
 
-	mu     sync.Mutex
-	nc     *natsgo.Conn
-	js     jetstream.JetStream
-	closed bool // closed, and reopen: publish fails until open
+	mu sync.Mutex // guards nc and js; held while a publish dials
+	nc *natsgo.Conn
+	js jetstream.JetStream
+	// closed: closed, and reopen: publish fails until open. Set before
+	// close looks at live, so that a connection dialled meanwhile sees it.
+	closed atomic.Bool
+	// closes counts the closes that set closed: a Write that began
+	// before one is not refused as a Write after Close.
+	closes atomic.Uint64
+	// live is nc, for close, which must not wait for mu while a publish
+	// dials.
+	live atomic.Pointer[natsgo.Conn]
 }
 
 // coreProblems returns the problems of the settings shared by every
@@ -254,9 +263,7 @@ func newCore(url string, ackTimeout time.Duration, retry PubRetry, dialTimeout, 
 
 // open connects unless a working connection is there already.
 func (c *pubCore) open(ctx context.Context) error {
-	c.mu.Lock()
-	c.closed = false
-	c.mu.Unlock()
+	c.closed.Store(false)
 	_, err := c.conn(ctx)
 	return err
 }
@@ -266,7 +273,7 @@ func (c *pubCore) open(ctx context.Context) error {
 func (c *pubCore) conn(ctx context.Context) (jetstream.JetStream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.closed {
+	if c.closed.Load() {
 		// A write after Close is the program's error: a connection
 		// dialled now would be closed by nothing.
 		return nil, resilience.MarkPermanent(fmt.Errorf("nats: publish after Close: %w", ErrNotOpen))
@@ -285,6 +292,13 @@ func (c *pubCore) conn(ctx context.Context) (jetstream.JetStream, error) {
 		return nil, classify(fmt.Errorf("nats: jetstream: %w", err))
 	}
 	c.nc, c.js = nc, js
+	c.live.Store(nc)
+	if c.closed.Load() && c.live.CompareAndSwap(nc, nil) {
+		// Close came while this dialled, and did not see it.
+		c.nc, c.js = nil, nil
+		nc.Close()
+		return nil, blameless(fmt.Errorf("nats: the publisher closed while it connected: %w", ErrNotOpen))
+	}
 	return js, nil
 }
 
@@ -296,6 +310,12 @@ func (c *pubCore) conn(ctx context.Context) (jetstream.JetStream, error) {
 // sent again here. Whatever may have been stored matches
 // [ErrOutcomeUnknown].
 func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
+	return c.publishSince(ctx, c.closes.Load(), msg)
+}
+
+// publishSince is publish for a Write that began when c.closes was
+// closes: a Close after that is a Close during the Write, not before it.
+func (c *pubCore) publishSince(ctx context.Context, closes uint64, msg *natsgo.Msg) error {
 	// sent is the error of the last attempt that may have reached the
 	// stream, while later attempts fail before they send: the outcome
 	// stays unknown.
@@ -317,7 +337,7 @@ func (c *pubCore) publish(ctx context.Context, msg *natsgo.Msg) error {
 		if errors.Is(err, ErrOutcomeUnknown) {
 			sent = err
 		}
-		if attempt > 1 && errors.Is(err, ErrNotOpen) || connectionLost(err) && c.isClosed() {
+		if errors.Is(err, ErrNotOpen) && (attempt > 1 || c.closes.Load() != closes) || connectionLost(err) && c.isClosed() {
 			// Closed during this Write: not the message's fault.
 			if sent != nil {
 				return blameless(outcomeUnknown(fmt.Errorf("%w (the publisher closed before its retry: %w)", sent, ErrNotOpen)))
@@ -356,6 +376,9 @@ func (c *pubCore) attempt(ctx context.Context, msg *natsgo.Msg) error {
 	if err != nil {
 		return err
 	}
+	if ctx.Err() != nil {
+		return context.Cause(ctx) // not sent
+	}
 	actx, cancel := context.WithTimeout(ctx, c.ackTimeout)
 	defer cancel()
 	ack, err := js.PublishMsg(actx, msg)
@@ -386,18 +409,21 @@ func (c *pubCore) attempt(ctx context.Context, msg *natsgo.Msg) error {
 }
 
 // isClosed reports whether close ended publishing until the next open.
-func (c *pubCore) isClosed() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.closed
-}
+func (c *pubCore) isClosed() bool { return c.closed.Load() }
 
 // close closes the connection, if one is open.
 func (c *pubCore) close() error {
+	if c.reopen {
+		c.closed.Store(true)
+		c.closes.Add(1)
+		// No need of mu, which a Write may hold while it dials: a
+		// connection dialled now sees closed and closes itself.
+		return closeConn(c.live.Swap(nil), c.closeTimeout)
+	}
 	c.mu.Lock()
 	nc := c.nc
 	c.nc, c.js = nil, nil
-	c.closed = c.reopen
+	c.live.Store(nil)
 	c.mu.Unlock()
 	return closeConn(nc, c.closeTimeout)
 }

@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -232,4 +233,80 @@ func awaitWrite(t *testing.T, ctx context.Context, done <-chan error, what strin
 		t.Fatal(what)
 		return nil
 	}
+}
+
+// A Write whose context ended before it was sent sends nothing, and says
+// so: its error is the context's, not of unknown outcome.
+func TestPublishCancelledBeforeSentIsNotUnknown(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	name := uniqueName(t)
+	subject := a.stream(name)
+	ctx := testContext(t)
+	pub := blamePublisher(t, a.url, subject, true, time.Second)
+	require.NoError(t, pub.Open(ctx))
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	err := pub.Write(cancelled, "m1")
+	require.ErrorIs(t, err, context.Canceled)
+	assert.NotErrorIs(t, err, nats.ErrOutcomeUnknown)
+	assert.Zero(t, a.messages(name))
+}
+
+// blackhole accepts connections and answers nothing, so that a dial to it
+// waits for its DialTimeout; accepted gets each connection, which the
+// test closes to end that dial.
+func blackhole(t *testing.T) (addr string, accepted <-chan net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	conns := make(chan net.Conn, 8)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			conns <- c
+		}
+	}()
+	return ln.Addr().String(), conns
+}
+
+// Close does not wait for a Write that dials (up to its DialTimeout), and
+// that Write, begun before the Close, ends blameless and transient; the
+// connection it was dialling is closed, not kept.
+func TestPublishCloseDoesNotWaitForADial(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	addr, accepted := blackhole(t)
+	pub, err := nats.NewPublisher(nats.PublisherConfig[string]{
+		URL: "nats://" + addr, Subject: "x.y",
+		Message:     func(s string) (*natsgo.Msg, error) { return &natsgo.Msg{Data: []byte(s)}, nil },
+		DialTimeout: time.Minute,
+	})
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(ctx, "m1") }()
+	var conn net.Conn
+	select {
+	case conn = <-accepted:
+	case <-ctx.Done():
+		t.Fatal("the Write did not dial")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- pub.Close(ctx) }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waits for the dial")
+	}
+	conn.Close() // the dial fails now
+	err = awaitWrite(t, ctx, done, "the Write still waits")
+	require.Error(t, err)
+	assert.True(t, resilience.IsBlameless(err), "%v", err)
+	assert.True(t, resilience.IsTransient(err), "%v", err)
 }

@@ -38,6 +38,9 @@ type pubCore struct {
 	// closed: closed, and reopen: publish fails until open. Set before
 	// close takes mu, so that a session dialled meanwhile sees it.
 	closed atomic.Bool
+	// closes counts the closes that set closed: a Write that began
+	// before one is not refused as a Write after Close.
+	closes atomic.Uint64
 	// live is sess, for close, which must not wait for mu: a publish
 	// stuck writing to a broker that does not read holds it.
 	live atomic.Pointer[pubSession]
@@ -126,6 +129,12 @@ func (c *pubCore) session(ctx context.Context) (*pubSession, error) {
 // a lost channel) is retried under PubRetry; the broker's answers (a nack,
 // a return, a refusal) and a confirm timeout are returned as they are.
 func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
+	return c.publishSince(ctx, c.closes.Load(), exchange, key, msg)
+}
+
+// publishSince is publish for a Write that began when c.closes was
+// closes: a Close after that is a Close during the Write, not before it.
+func (c *pubCore) publishSince(ctx context.Context, closes uint64, exchange, key string, msg amqp.Publishing) error {
 	// sent is the error of the last attempt that may have reached the
 	// broker (its confirm never came), while later attempts fail
 	// before they send: the outcome stays unknown.
@@ -156,7 +165,7 @@ func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Pu
 			}
 			return context.Cause(ctx)
 		}
-		if attempt > 1 && errors.Is(err, ErrNotOpen) || connectionLost(err) && c.isClosed() {
+		if errors.Is(err, ErrNotOpen) && (attempt > 1 || c.closes.Load() != closes) || connectionLost(err) && c.isClosed() {
 			// Closed during this Write: not the message's fault. (err may
 			// be the permanent refusal of a publish after Close.)
 			if sent != nil {
@@ -352,6 +361,7 @@ func (c *pubCore) close() error {
 	var err error
 	if c.reopen {
 		c.closed.Store(true)
+		c.closes.Add(1)
 	}
 	s := c.live.Swap(nil)
 	if s != nil {

@@ -204,6 +204,7 @@ func (p *Publisher[T]) Open(ctx context.Context) error { return p.core.open(ctx)
 // Write publishes item. See [Confirms] for when it returns, and
 // [PubRetry] for what it retries by itself.
 func (p *Publisher[T]) Write(ctx context.Context, item T) error {
+	closes := p.core.closes.Load() // a Close from now on comes during this Write
 	msg, err := p.cfg.Publishing(item)
 	if err != nil {
 		return resilience.MarkPermanent(err)
@@ -212,7 +213,7 @@ func (p *Publisher[T]) Write(ctx context.Context, item T) error {
 	if p.cfg.Route != nil {
 		key = p.cfg.Route(item)
 	}
-	return p.core.publish(ctx, p.cfg.Exchange, key, msg)
+	return p.core.publishSince(ctx, closes, p.cfg.Exchange, key, msg)
 }
 
 // Flush waits for the confirms of the messages sent without waiting (see

@@ -3,6 +3,7 @@ package rabbitmq_test
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -372,5 +373,65 @@ func awaitWrite(t *testing.T, ctx context.Context, done <-chan error, what strin
 	case <-ctx.Done():
 		t.Fatal(what)
 		return nil
+	}
+}
+
+// A Write begun before Close, which waits for the publisher while another
+// Write dials, is not refused as a Write after Close: both end blameless
+// and transient, and Close waits for neither.
+func TestPublishWriteQueuedAtCloseIsBlameless(t *testing.T) {
+	t.Parallel()
+	ctx := testContext(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { ln.Close() })
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { c.Close() })
+			accepted <- c
+		}
+	}()
+	second := make(chan struct{})
+	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: "amqp://guest:guest@" + ln.Addr().String() + "/", RoutingKey: "q",
+		Confirms: waitConfirms, DialTimeout: time.Minute,
+		Publishing: func(s string) (amqp.Publishing, error) {
+			if s == "second" {
+				close(second)
+			}
+			return amqp.Publishing{Body: []byte(s)}, nil
+		}})
+	first, queued := make(chan error, 1), make(chan error, 1)
+	go func() { first <- pub.Write(ctx, "first") }()
+	var conn net.Conn
+	select {
+	case conn = <-accepted: // the first Write dials, and waits for an answer
+	case <-ctx.Done():
+		t.Fatal("the first Write did not dial")
+	}
+	go func() { queued <- pub.Write(ctx, "second") }()
+	select {
+	case <-second: // the second Write began
+	case <-ctx.Done():
+		t.Fatal("the second Write did not begin")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- pub.Close(ctx) }()
+	select {
+	case err := <-closed:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close waits for the dial")
+	}
+	conn.Close() // the dial fails now
+	for _, c := range []chan error{first, queued} {
+		err := awaitWrite(t, ctx, c, "a Write still waits")
+		require.ErrorIs(t, err, rabbitmq.ErrNotOpen)
+		assert.True(t, resilience.IsBlameless(err), "%v", err)
+		assert.True(t, resilience.IsTransient(err), "%v", err)
 	}
 }
