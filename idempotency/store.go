@@ -48,6 +48,16 @@ func (s State) String() string {
 // before its completion plus the store's retention. A store never reads a
 // clock of its own to decide, so that it works on a fake clock.
 //
+// A store's failure is seldom the item's: mark an error that no key
+// causes (the store unreachable, locked, out of room) with
+// [resilience.MarkBlameless]. The [Guard] keeps the mark, so that a good
+// item is not dead-lettered, nor counted against a broker's delivery
+// limit, while the store is away. Leave unmarked an error that a key can
+// cause (a key too long for a column): under a dead-letter action its item
+// is then set aside instead of delivered again and again. The stores of
+// the sqlstore and redisstore packages mark every error but
+// [ErrLostClaim], since no key makes them fail.
+//
 // The [github.com/sluicehq/sluice/idempotency/storetest] package checks an
 // implementation against this contract.
 type Store interface {

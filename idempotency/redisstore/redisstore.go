@@ -9,6 +9,12 @@
 // store works on a fake clock; besides, every key gets a time to live on
 // the server's clock, so that Redis drops completed keys after the
 // retention and abandoned claims a retention after their lease.
+//
+// Every error the store returns, but [idempotency.ErrLostClaim], is
+// marked with [resilience.MarkBlameless]: Redis takes any key, so a
+// failure is the server's (unreachable, out of memory, refusing writes),
+// not the item's, and a good item is not dead-lettered, nor counted
+// against a broker's delivery limit, while Redis is away.
 package redisstore
 
 import (
@@ -21,6 +27,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/sluicehq/sluice/idempotency"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // DefaultPrefix is what a [Store] puts before each key unless
@@ -137,7 +144,7 @@ func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lea
 	n, err := claimScript.Run(ctx, s.client, []string{s.prefix + key},
 		owner, stamp(now), stamp(now.Add(lease)), stamp(before(now, s.retention)), ms(addSat(lease, s.retention))).Int()
 	if err != nil {
-		return 0, fmt.Errorf("redisstore: claim: %w", err)
+		return 0, resilience.MarkBlameless(fmt.Errorf("redisstore: claim: %w", err))
 	}
 	switch n {
 	case 1:
@@ -147,7 +154,7 @@ func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lea
 	case 3:
 		return idempotency.Busy, nil
 	}
-	return 0, fmt.Errorf("redisstore: claim: the script answered %d", n)
+	return 0, resilience.MarkBlameless(fmt.Errorf("redisstore: claim: the script answered %d", n))
 }
 
 // Complete implements [idempotency.Store.Complete]. The key's time to live
@@ -155,7 +162,7 @@ func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lea
 func (s *Store) Complete(ctx context.Context, key, owner string, now time.Time) error {
 	n, err := completeScript.Run(ctx, s.client, []string{s.prefix + key}, owner, stamp(now), ms(s.retention)).Int()
 	if err != nil {
-		return fmt.Errorf("redisstore: complete: %w", err)
+		return resilience.MarkBlameless(fmt.Errorf("redisstore: complete: %w", err))
 	}
 	if n != 1 {
 		return idempotency.ErrLostClaim
@@ -166,7 +173,7 @@ func (s *Store) Complete(ctx context.Context, key, owner string, now time.Time) 
 // Release implements [idempotency.Store.Release].
 func (s *Store) Release(ctx context.Context, key, owner string) error {
 	if err := releaseScript.Run(ctx, s.client, []string{s.prefix + key}, owner).Err(); err != nil {
-		return fmt.Errorf("redisstore: release: %w", err)
+		return resilience.MarkBlameless(fmt.Errorf("redisstore: release: %w", err))
 	}
 	return nil
 }

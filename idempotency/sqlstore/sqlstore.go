@@ -10,6 +10,13 @@
 // gets it. A row holds the SHA-256 of the key, not the key, so that keys of
 // any length and any bytes fit an index; times are Unix nanoseconds, taken
 // from the caller.
+//
+// Every error of Claim, Complete and Release, but
+// [idempotency.ErrLostClaim], is marked with [resilience.MarkBlameless]:
+// no key makes a statement fail, so a failure is the database's
+// (unreachable, locked, refusing the table), not the item's, and a good
+// item is not dead-lettered, nor counted against a broker's delivery
+// limit, while the database is away.
 package sqlstore
 
 import (
@@ -25,6 +32,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/idempotency"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // A Dialect is the SQL that a [Store] speaks to one database system: use
@@ -235,7 +243,8 @@ func (s *Store) Table() string { return s.table }
 // and its interval passed since the last prune, it first deletes the rows
 // past their retention; an error of that prune is ignored (the next
 // interval tries again), not returned.
-func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lease time.Duration) (idempotency.State, error) {
+func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lease time.Duration) (_ idempotency.State, err error) {
+	defer func() { err = blameless(err) }()
 	if err := s.ensureTable(ctx); err != nil {
 		return 0, err
 	}
@@ -270,7 +279,8 @@ func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lea
 }
 
 // Complete implements [idempotency.Store.Complete].
-func (s *Store) Complete(ctx context.Context, key, owner string, now time.Time) error {
+func (s *Store) Complete(ctx context.Context, key, owner string, now time.Time) (err error) {
+	defer func() { err = blameless(err) }()
 	if err := s.ensureTable(ctx); err != nil {
 		return err
 	}
@@ -301,7 +311,8 @@ func (s *Store) Complete(ctx context.Context, key, owner string, now time.Time) 
 }
 
 // Release implements [idempotency.Store.Release].
-func (s *Store) Release(ctx context.Context, key, owner string) error {
+func (s *Store) Release(ctx context.Context, key, owner string) (err error) {
+	defer func() { err = blameless(err) }()
 	if err := s.ensureTable(ctx); err != nil {
 		return err
 	}
@@ -404,6 +415,19 @@ func (s *Store) create(ctx context.Context) error {
 		}
 	}
 	return tx.Commit()
+}
+
+// blameless marks err as not the item's fault ([resilience.MarkBlameless]):
+// a row holds the hash of the key, so no key makes a statement fail, and
+// an error here is the database's (unreachable, locked, refused), not the
+// item's. A good item is then not dead-lettered, nor counted against a
+// broker's delivery limit, while the database is away. ErrLostClaim, an
+// answer rather than a failure, is returned as it is.
+func blameless(err error) error {
+	if err == nil || errors.Is(err, idempotency.ErrLostClaim) {
+		return err
+	}
+	return resilience.MarkBlameless(err)
 }
 
 // addSat is a+b for a non-negative b, saturating instead of wrapping
