@@ -42,8 +42,9 @@ type PublisherConfig[T any] struct {
 	// URL is the server's URL. Required.
 	URL string
 	// Subject is the subject of every message, unless Route is set. A
-	// stream must store it: a publish that no stream acknowledges fails
-	// permanently.
+	// stream must store it: a publish that no stream answers fails, with
+	// an error that is transient (a stream without a leader for the
+	// moment gives the same answer) for the pipeline's item retry.
 	Subject string
 	// Route, when set, gives each item's subject.
 	Route func(item T) string
@@ -397,7 +398,13 @@ func (c *pubCore) attempt(ctx context.Context, msg *natsgo.Msg) error {
 	case connectionLost(err):
 		return outcomeUnknown(fmt.Errorf("nats: publish to subject %q: %w: %w", msg.Subject, ErrConnectionLost, err))
 	case errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, natsgo.ErrNoResponders):
-		return resilience.MarkPermanent(fmt.Errorf("nats: publish to subject %q: no stream stores the subject: %w", msg.Subject, err))
+		// No stream stores the subject, or its stream has no leader for
+		// the moment (an election, a server restarting): nothing tells
+		// the two apart, and the client's own retries cover only a short
+		// election. Transient, so that the item's retry outlasts a
+		// longer one; not blameless, so that a subject no stream will
+		// ever store (a Route's bad subject) still runs out of retries.
+		return resilience.MarkTransient(fmt.Errorf("nats: publish to subject %q: no stream stores the subject, or its stream has no leader now: %w", msg.Subject, err))
 	}
 	switch state, bytes := unavailable(err); {
 	case state:

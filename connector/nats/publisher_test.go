@@ -57,7 +57,7 @@ func TestPublisherDedupByMsgID(t *testing.T) {
 }
 
 // MsgID in the config wins over the item's CorrelationID; a subject no
-// stream stores fails permanently.
+// stream stores fails, transient and not blameless.
 func TestPublisherMsgIDAndNoStream(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)
@@ -81,7 +81,8 @@ func TestPublisherMsgIDAndNoStream(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "nats: publish to subject")
 	assert.Contains(t, err.Error(), "no stream stores the subject")
-	assert.False(t, resilience.IsTransient(err))
+	assert.True(t, resilience.IsTransient(err), "a stream may be between leaders")
+	assert.False(t, resilience.IsBlameless(err), "a subject no stream stores runs out of retries")
 
 	failing, err := nats.NewPublisher(nats.PublisherConfig[order]{URL: a.url, Subject: subject,
 		Message: func(order) (*natsgo.Msg, error) { return nil, errBroken }})
