@@ -211,6 +211,12 @@ func (f *File) decode(data []byte) error {
 	if c.Version != fileVersion {
 		return fmt.Errorf("its version is %d (this version of Sluice reads %d)", c.Version, fileVersion)
 	}
+	if c.Positions == nil {
+		// A saved file always has the list, empty or not: a file without
+		// it was edited, and opening it as empty would start every
+		// source over.
+		return errors.New("it has no list of positions")
+	}
 	for i, e := range c.Positions {
 		if e.Position == nil {
 			return fmt.Errorf("position %d (pipeline %q, source %q) has no position", i+1, e.Pipeline, e.Source)

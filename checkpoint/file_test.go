@@ -82,6 +82,8 @@ func TestOpenFileRefusesACorruptFile(t *testing.T) {
 		"bad base64":       `{"format":"sluice-checkpoint","version":1,"positions":[{"pipeline":"p","source":"s","position":"!!"}]}`,
 		"a field misspelt": `{"format":"sluice-checkpoint","version":1,"positions":[{"pipeline":"p","source":"s","postion":""}]}`,
 		"trailing data":    `{"format":"sluice-checkpoint","version":1,"positions":[]}{}`,
+		"no positions":     `{"format":"sluice-checkpoint","version":1}`,
+		"null positions":   `{"format":"sluice-checkpoint","version":1,"positions":null}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -241,4 +243,16 @@ func TestFileRefusesNamesItCannotKeep(t *testing.T) {
 	assert.EqualError(t, err, `checkpoint: the pipeline name "orders\xff" is not UTF-8 text`)
 	err = f.Save(context.Background(), "orders", "re\x00ad", []byte("1"))
 	assert.EqualError(t, err, `checkpoint: the source name "re\x00ad" holds a NUL byte`)
+}
+
+// A file with an empty list of positions, as a store that saved nothing
+// yet writes, opens as an empty store.
+func TestOpenFileWithNoPositionsYet(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "positions.json")
+	require.NoError(t, os.WriteFile(path, []byte(`{"format":"sluice-checkpoint","version":1,"positions":[]}`), 0o600))
+	f := openFile(t, path)
+	pos, err := f.Load(context.Background(), "orders", "read")
+	require.NoError(t, err)
+	assert.Nil(t, pos)
 }
