@@ -70,8 +70,9 @@ type Envelope struct {
 	// was recorded.
 	LastFailure time.Time `json:"last_failure"`
 
-	// ItemError is set when the file sink could not encode Item: it holds
-	// the encoder's error, the file holds a null item, and ItemText holds
+	// ItemError is set when the file sink could not encode Item, or its
+	// JSON would not give Item back as it is ([ErrLossy]): it holds the
+	// encoder's error, the file holds a null item, and ItemText holds
 	// the item as [Describe] renders it (bounded, safe for cyclic items),
 	// so that a person can still see what failed. Both are empty when Item
 	// was encoded.

@@ -23,7 +23,9 @@ const (
 // dead-letter sink: it shows at most 8 levels of nesting (a pointer to a
 // struct is one level with it), 64 elements of a slice, array or map, and
 // 4096 bytes in all, marks what it leaves out with "...", and prints a
-// pointer, map or slice it meets again inside itself as <cycle>. Map
+// pointer, map or slice it meets again inside itself as <cycle>. A byte
+// of a string that is not valid UTF-8 is shown as \xNN, so that the text
+// keeps it through JSON. Map
 // entries are sorted by key: as fmt sorts them for strings, numbers and
 // booleans, by the key's rendering otherwise. It calls no method of the
 // item (no String, Error or MarshalJSON), so user code can neither recurse
@@ -84,7 +86,7 @@ func (d *describer) value(v reflect.Value, depth int) {
 	case reflect.Complex64, reflect.Complex128:
 		d.write(strconv.FormatComplex(v.Complex(), 'g', -1, v.Type().Bits()))
 	case reflect.String:
-		d.write(v.String())
+		d.write(escapeInvalid(v.String()))
 	case reflect.Chan, reflect.Func, reflect.UnsafePointer:
 		if v.IsNil() {
 			d.write("<nil>")
@@ -242,4 +244,23 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// escapeInvalid returns s with each byte that is not part of valid UTF-8
+// written as \xNN; a valid s is returned as it is.
+func escapeInvalid(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 {
+			fmt.Fprintf(&b, "\\x%02x", s[i])
+		} else {
+			b.WriteString(s[i : i+n])
+		}
+		i += n
+	}
+	return b.String()
 }

@@ -2,6 +2,7 @@ package deadletter_test
 
 import (
 	"context"
+	"encoding/json"
 	"math"
 	"path/filepath"
 	"strconv"
@@ -205,6 +206,10 @@ func TestEncodeItem(t *testing.T) {
 		inner  *chain
 		Hidden *chain `json:"-"`
 	}
+	raw, err = deadletter.EncodeItem(hidden{1, deepChain(2 * deadletter.MaxDepth), deepChain(2 * deadletter.MaxDepth)}, json.Marshal)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"Shown":1}`, string(raw))
+	// The default JSON takes pointers left out for handles, not data.
 	raw, err = deadletter.EncodeItem(hidden{1, deepChain(2 * deadletter.MaxDepth), deepChain(2 * deadletter.MaxDepth)}, nil)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"Shown":1}`, string(raw))

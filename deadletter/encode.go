@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"unicode/utf8"
 )
 
 // MaxDepth is the deepest nesting of an item that [EncodeItem] encodes:
@@ -17,20 +18,41 @@ const MaxDepth = 10000
 // [MaxDepth], or cyclic.
 var ErrTooDeep = errors.New("deadletter: item nested too deep to encode, or cyclic")
 
+// ErrLossy is the encoding error of an item that JSON would not give back
+// as it is, so that a re-drive would turn it into another item: a string
+// that is not valid UTF-8 (each bad byte would become U+FFFD), a field
+// that encoding/json leaves out (unexported, or tagged `json:"-"`) and
+// that holds data: a value that is not empty, not a pointer, channel,
+// function or interface (a handle, such as a broker message's delivery,
+// is not the item's data). The default JSON encoding refuses such an item, which
+// then goes in its envelope as [Envelope.ItemText] with
+// [Envelope.ItemError] saying why; a type that marshals itself, or an
+// encoder of your own ([WithEncoder]), is trusted with what it keeps.
+var ErrLossy = errors.New("deadletter: JSON would not give the item back as it is")
+
 // EncodeItem encodes item with enc (nil: JSON without HTML escaping, the
 // file sink's default) for a dead-letter envelope, so that no item can
 // crash the process: an item nested deeper than [MaxDepth] (or cyclic) is
 // refused with [ErrTooDeep] before enc sees it, a panic in enc (or in an
 // item's MarshalJSON) becomes an error, and so does a result that is not
-// one JSON value. The result is compact JSON. A sink that writes envelopes
-// as bytes calls it, and on error records the error in ItemError and
-// [Describe]'s rendering in ItemText, as the file sink does.
+// one JSON value. With a nil enc, an item that JSON would not give back
+// as it is is refused with [ErrLossy]. The result is compact JSON. A sink
+// that writes envelopes as bytes calls it, and on error records the error
+// in ItemError and [Describe]'s rendering in ItemText, as the file sink
+// does.
 func EncodeItem(item any, enc func(item any) ([]byte, error)) (json.RawMessage, error) {
-	if enc == nil {
+	strict := enc == nil
+	if strict {
 		enc = encodeJSON
 	}
-	if tooDeep(item) {
-		return nil, ErrTooDeep
+	return encodeChecked(item, enc, strict)
+}
+
+// encodeChecked is EncodeItem; strict refuses an item that enc, the JSON
+// of encoding/json, would not give back as it is.
+func encodeChecked(item any, enc func(item any) ([]byte, error), strict bool) (json.RawMessage, error) {
+	if err := walk(item, strict); err != nil {
+		return nil, err
 	}
 	return encodeItem(item, enc)
 }
@@ -40,13 +62,15 @@ var (
 	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
 )
 
-// tooDeep reports whether item nests deeper than MaxDepth the way
+// walk returns ErrTooDeep when item nests deeper than MaxDepth the way
 // encoding/json walks it: through pointers and interfaces (no level),
 // exported fields (not those tagged "-"), slices, arrays and map values
-// (a level each), not into values that marshal themselves. It walks without recursion, and visits a
-// pointer, map or slice again only when it meets it deeper than before,
-// so shared parts cost little and a cycle ends at MaxDepth.
-func tooDeep(item any) bool {
+// (a level each), not into values that marshal themselves. It walks
+// without recursion, and visits a pointer, map or slice again only when it
+// meets it deeper than before, so shared parts cost little and a cycle
+// ends at MaxDepth. When strict, it returns an error matching ErrLossy for
+// the first part of item that encoding/json would not give back as it is.
+func walk(item any, strict bool) error {
 	type frame struct {
 		v     reflect.Value
 		depth int
@@ -62,22 +86,33 @@ func tooDeep(item any) bool {
 			continue
 		}
 		if f.depth > MaxDepth {
-			return true
+			return ErrTooDeep
 		}
 		t := v.Type()
-		if t.Kind() != reflect.Interface && (t.Implements(jsonMarshaler) || t.Implements(textMarshaler) ||
-			(v.CanAddr() && (reflect.PointerTo(t).Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(textMarshaler)))) {
+		if t.Kind() != reflect.Interface && marshalsItself(t, v.CanAddr()) {
 			// It encodes itself (encoding/json calls a pointer method only
 			// on an addressable value).
 			continue
 		}
 		switch v.Kind() {
+		case reflect.String:
+			if strict && !utf8.ValidString(v.String()) {
+				return lossy("a %s is not valid UTF-8", t)
+			}
 		case reflect.Interface:
 			if !v.IsNil() {
 				push(v.Elem(), f.depth)
 			}
 		case reflect.Pointer, reflect.Map, reflect.Slice:
-			if v.IsNil() || (v.Kind() != reflect.Pointer && flat(t.Elem())) {
+			if v.IsNil() {
+				continue
+			}
+			if strict {
+				if err := badStrings(v); err != nil {
+					return err
+				}
+			}
+			if v.Kind() != reflect.Pointer && flat(t.Elem()) {
 				continue
 			}
 			// A slice is itself only with the same start, type and length:
@@ -103,6 +138,11 @@ func tooDeep(item any) bool {
 				}
 			}
 		case reflect.Array:
+			if strict {
+				if err := badStrings(v); err != nil {
+					return err
+				}
+			}
 			if !flat(t.Elem()) {
 				for i := range v.Len() {
 					push(v.Index(i), f.depth+1)
@@ -111,13 +151,84 @@ func tooDeep(item any) bool {
 		case reflect.Struct:
 			for i := range v.NumField() {
 				sf := t.Field(i)
-				if (sf.IsExported() || sf.Anonymous) && sf.Tag.Get("json") != "-" {
+				switch {
+				case sf.Tag.Get("json") == "-":
+					if strict && holdsData(sf.Type) && !v.Field(i).IsZero() {
+						return lossy("field %s of %s is tagged json:\"-\" and holds data", sf.Name, t)
+					}
+				case sf.IsExported() || sf.Anonymous && promotes(sf.Type):
 					push(v.Field(i), f.depth+1)
+				case strict && holdsData(sf.Type) && !v.Field(i).IsZero():
+					return lossy("field %s of %s is unexported and holds data", sf.Name, t)
 				}
 			}
 		}
 	}
-	return false
+	return nil
+}
+
+// marshalsItself reports whether encoding/json encodes a value of t with
+// its own method; addressable, whether it may call a pointer method.
+func marshalsItself(t reflect.Type, addressable bool) bool {
+	return t.Implements(jsonMarshaler) || t.Implements(textMarshaler) ||
+		addressable && (reflect.PointerTo(t).Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(textMarshaler))
+}
+
+// holdsData reports whether a field of type t that JSON leaves out would
+// take the item's data with it: a value (a number, a string, a struct, a
+// slice, a map...), not a pointer, channel, function or interface, which
+// hold a handle (a connection, a broker's delivery, a lock) rather than
+// the item.
+func holdsData(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Pointer, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer, reflect.Uintptr:
+		return false
+	}
+	return true
+}
+
+// promotes reports whether encoding/json encodes the fields of an
+// unexported embedded field of type t: a struct, or a pointer to one.
+func promotes(t reflect.Type) bool {
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return t.Kind() == reflect.Struct
+}
+
+// badStrings returns an error matching ErrLossy when v, a map, slice or
+// array, has a string key or element that is not valid UTF-8 and that
+// walk does not visit on its own: the elements of a slice or array of
+// strings, and a map's keys.
+func badStrings(v reflect.Value) error {
+	t := v.Type()
+	switch {
+	case v.Kind() == reflect.Map:
+		keys := t.Key().Kind() == reflect.String && !marshalsItself(t.Key(), false)
+		values := t.Elem().Kind() == reflect.String && !marshalsItself(t.Elem(), false)
+		if !keys && !values {
+			return nil
+		}
+		for iter := v.MapRange(); iter.Next(); {
+			if keys && !utf8.ValidString(iter.Key().String()) {
+				return lossy("a key of %s is not valid UTF-8", t)
+			}
+			if values && !utf8.ValidString(iter.Value().String()) {
+				return lossy("a string in %s is not valid UTF-8", t)
+			}
+		}
+	case v.Kind() != reflect.Pointer && t.Elem().Kind() == reflect.String && !marshalsItself(t.Elem(), false):
+		for i := range v.Len() {
+			if !utf8.ValidString(v.Index(i).String()) {
+				return lossy("a string in %s is not valid UTF-8", t)
+			}
+		}
+	}
+	return nil
+}
+
+func lossy(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrLossy, fmt.Sprintf(format, args...))
 }
 
 type deepKey struct {
@@ -165,7 +276,7 @@ func MarshalEnvelope(env Envelope) ([]byte, error) {
 		env.ItemType = TypeOf(env.Item)
 	}
 	if env.ItemError == "" && env.Item != nil {
-		raw, err := EncodeItem(env.Item, json.Marshal)
+		raw, err := encodeChecked(env.Item, json.Marshal, true)
 		if err != nil {
 			env.ItemError = errText(err)
 			env.ItemText = Describe(env.Item)

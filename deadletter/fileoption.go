@@ -14,7 +14,10 @@ import (
 type FileOption func(*fileConfig)
 
 type fileConfig struct {
+	// encode is WithEncoder's encoder; nil, the default JSON, which
+	// EncodeItem also checks for items it would not give back as they are.
 	encode      func(any) ([]byte, error)
+	encodeSet   bool
 	groupCommit time.Duration // 0: fsync on every write
 	clock       clockwork.Clock
 	maxBytes    int64 // 0: never rotate
@@ -23,15 +26,14 @@ type fileConfig struct {
 
 func defaultFileConfig() fileConfig {
 	return fileConfig{
-		encode: encodeJSON,
-		clock:  clockwork.NewRealClock(),
-		perm:   0o600,
+		clock: clockwork.NewRealClock(),
+		perm:  0o600,
 	}
 }
 
 func (c fileConfig) validate() error {
 	switch {
-	case c.encode == nil:
+	case c.encodeSet && c.encode == nil:
 		return fmt.Errorf("WithEncoder: nil encoder")
 	case c.groupCommit < 0:
 		return fmt.Errorf("WithGroupCommit: interval %s is negative", c.groupCommit)
@@ -48,9 +50,11 @@ func (c fileConfig) validate() error {
 // is not JSON-friendly can be returned as a JSON string, base64 for
 // bytes). When it returns an error, returns something that is not JSON or
 // panics, the envelope is still written: with a null item,
-// [Envelope.ItemError] and [Envelope.ItemText].
+// [Envelope.ItemError] and [Envelope.ItemText]. The default encoder also
+// refuses, that way, an item it would not give back as it is
+// ([ErrLossy]); an encoder of your own is trusted with what it keeps.
 func WithEncoder(encode func(item any) ([]byte, error)) FileOption {
-	return func(c *fileConfig) { c.encode = encode }
+	return func(c *fileConfig) { c.encode, c.encodeSet = encode, true }
 }
 
 // WithGroupCommit makes writers share fsyncs: a Write puts its line in the
