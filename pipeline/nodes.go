@@ -31,6 +31,7 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 	s.newEdge = edgeOf[In]
 	s.newRunner = func(nr *nodeRun) runner {
 		p := newProc(nr, t, t.Process, func(ctx context.Context, w *writer[Out], _ *tally, env envelope[In], r Out) error {
+			env.tr.reshape()
 			return w.push(ctx, envelope[Out]{val: r, tr: env.tr})
 		})
 		if f, ok := nr.spec.cfg.fallback.(func(context.Context, In, error) (Out, error)); ok {
@@ -52,6 +53,7 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 				if g != nil {
 					g.passed()
 				}
+				it.tr.reshape()
 				if err := w.push(ctx, envelope[Out]{val: r, tr: it.tr}); err != nil {
 					return nil, err
 				}
@@ -160,7 +162,11 @@ func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context
 }
 
 // Unbatch adds a node that hands over the items of each slice of in one by
-// one.
+// one. Tracked items of a Batch handed straight to it each take back their
+// own tracking, so that each reports its own fate; after a Map or
+// Transform of the batch, which may have reordered it, they share the
+// batch's, as after a FlatMap (use MapBatch to call a function on a slice
+// and keep each item's own fate).
 func Unbatch[T any](b *Builder, name string, in Stream[[]T], opts ...NodeOption) Stream[T] {
 	s := b.add(name, KindUnbatch, opts, in.s)
 	takeBatches[[]T](s)

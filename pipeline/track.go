@@ -27,8 +27,12 @@ type tracker struct {
 	refs    atomic.Int64
 	outcome atomic.Int32
 	fired   atomic.Bool
-	blamed  atomic.Bool // root only: the item failed the run (its outcome then is Rejected)
-	window  bool        // group only: of an Aggregate window, whose value is not its items
+	// flag is, on a root, that the item failed the run (its outcome then
+	// is Rejected: see blame); on a group, that a node's function took the
+	// batch's value, which may then no longer hold its items in their
+	// order (see reshape).
+	flag   atomic.Bool
+	window bool // group only: of an Aggregate window, whose value is not its items
 	// quiet marks a root that only carries a key: the item is not tracked
 	// (nobody waits for its outcome), so it is handed over in batches as
 	// untracked items are, and the run's end does not report it.
@@ -201,7 +205,7 @@ func (t *tracker) blame() {
 	switch {
 	case t == nil:
 	case t.done != nil:
-		t.blamed.Store(true)
+		t.flag.Store(true)
 	case len(t.parents) == 1:
 		t.parents[0].blame()
 	}
@@ -214,7 +218,7 @@ func (t *tracker) unblame() {
 	switch {
 	case t == nil:
 	case t.done != nil:
-		t.blamed.Store(false)
+		t.flag.Store(false)
 	case len(t.parents) == 1:
 		t.parents[0].unblame()
 	}
@@ -252,7 +256,7 @@ func (t *tracker) fire(o node.Outcome) {
 		if o == 0 {
 			o = node.Failed // no part reported an outcome: never claim one
 		}
-		if o == node.Failed && t.blamed.Load() {
+		if o == node.Failed && t.flag.Load() {
 			o = node.Rejected
 		}
 		t.of.reg.remove(t)
@@ -405,16 +409,28 @@ func groupOf(trs []*tracker) *tracker {
 }
 
 // ungroup returns the trackers of a batch's items, by position, when tr is
-// the tracker of a batch of n items; else nil. A caller that hands the
+// the tracker of a batch of n items that no node's function reshaped;
+// else nil. A caller that hands the
 // items on with their own trackers adds a part to each first, then
 // releases tr before it hands any on: a hand-over that waits, then a run
 // that stops, must not keep the items already handed on from their own
 // outcomes.
 func (tr *tracker) ungroup(n int) []*tracker {
-	if tr == nil || tr.parents == nil || len(tr.parents) != n || tr.window {
+	if tr == nil || tr.parents == nil || len(tr.parents) != n || tr.window || tr.flag.Load() {
 		return nil
 	}
 	return tr.parents
+}
+
+// reshape records, on the tracker of a batch, that a node's function made
+// a new value of it: a Map may sort, swap or replace the items, in place
+// or not, so that the value's positions no longer say whose each item is.
+// An Unbatch then hands the items on sharing the batch's tracker, as a
+// FlatMap does, instead of giving one item another's fate.
+func (tr *tracker) reshape() {
+	if tr != nil && tr.parents != nil && tr.done == nil && !tr.flag.Load() {
+		tr.flag.Store(true)
+	}
 }
 
 func (r *registry) remove(t *tracker) {
