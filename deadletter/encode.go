@@ -19,15 +19,14 @@ const MaxDepth = 10000
 var ErrTooDeep = errors.New("deadletter: item nested too deep to encode, or cyclic")
 
 // ErrLossy is the encoding error of an item that JSON would not give back
-// as it is, so that a re-drive would turn it into another item: a string
-// that is not valid UTF-8 (each bad byte would become U+FFFD), a field
-// that encoding/json leaves out (unexported, or tagged `json:"-"`) and
-// that holds data: a value that is not empty, not a pointer, channel,
-// function or interface (a handle, such as a broker message's delivery,
-// is not the item's data). The default JSON encoding refuses such an item, which
+// as it is, so that a re-drive would turn it into another item: one with a
+// string that is not valid UTF-8, anywhere in it (each bad byte would come
+// back as U+FFFD). The default JSON encoding refuses such an item, which
 // then goes in its envelope as [Envelope.ItemText] with
 // [Envelope.ItemError] saying why; a type that marshals itself, or an
 // encoder of your own ([WithEncoder]), is trusted with what it keeps.
+// What encoding/json leaves out by its own rules (unexported fields,
+// fields tagged `json:"-"`) is not the item's JSON, and comes back empty.
 var ErrLossy = errors.New("deadletter: JSON would not give the item back as it is")
 
 // EncodeItem encodes item with enc (nil: JSON without HTML escaping, the
@@ -151,15 +150,8 @@ func walk(item any, strict bool) error {
 		case reflect.Struct:
 			for i := range v.NumField() {
 				sf := t.Field(i)
-				switch {
-				case sf.Tag.Get("json") == "-":
-					if strict && holdsData(sf.Type) && !v.Field(i).IsZero() {
-						return lossy("field %s of %s is tagged json:\"-\" and holds data", sf.Name, t)
-					}
-				case sf.IsExported() || sf.Anonymous && promotes(sf.Type):
+				if sf.Tag.Get("json") != "-" && (sf.IsExported() || sf.Anonymous && promotes(sf.Type)) {
 					push(v.Field(i), f.depth+1)
-				case strict && holdsData(sf.Type) && !v.Field(i).IsZero():
-					return lossy("field %s of %s is unexported and holds data", sf.Name, t)
 				}
 			}
 		}
@@ -172,19 +164,6 @@ func walk(item any, strict bool) error {
 func marshalsItself(t reflect.Type, addressable bool) bool {
 	return t.Implements(jsonMarshaler) || t.Implements(textMarshaler) ||
 		addressable && (reflect.PointerTo(t).Implements(jsonMarshaler) || reflect.PointerTo(t).Implements(textMarshaler))
-}
-
-// holdsData reports whether a field of type t that JSON leaves out would
-// take the item's data with it: a value (a number, a string, a struct, a
-// slice, a map...), not a pointer, channel, function or interface, which
-// hold a handle (a connection, a broker's delivery, a lock) rather than
-// the item.
-func holdsData(t reflect.Type) bool {
-	switch t.Kind() {
-	case reflect.Pointer, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer, reflect.Uintptr:
-		return false
-	}
-	return true
 }
 
 // promotes reports whether encoding/json encodes the fields of an
