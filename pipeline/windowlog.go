@@ -10,6 +10,7 @@ import (
 	"maps"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -440,6 +441,7 @@ func jsonKeyProblem(t reflect.Type) error {
 		}
 		return nil
 	case reflect.Struct:
+		named := map[string]string{} // JSON name to field
 		for i := range t.NumField() {
 			f := t.Field(i)
 			switch {
@@ -447,6 +449,16 @@ func jsonKeyProblem(t reflect.Type) error {
 				return fmt.Errorf("%s: field %s is unexported, and JSON leaves it out", t, f.Name)
 			case f.Tag.Get("json") == "-":
 				return fmt.Errorf("%s: field %s is tagged json:\"-\", and JSON leaves it out", t, f.Name)
+			}
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			if name == "" && !(f.Anonymous && f.Type.Kind() == reflect.Struct) {
+				name = f.Name
+			}
+			if name != "" {
+				if other, ok := named[name]; ok {
+					return fmt.Errorf("%s: fields %s and %s have one JSON name, %q, and JSON leaves both out", t, other, f.Name, name)
+				}
+				named[name] = f.Name
 			}
 			if err := jsonKeyProblem(f.Type); err != nil {
 				return fmt.Errorf("%s.%s: %w", t, f.Name, err)

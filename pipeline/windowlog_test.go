@@ -235,8 +235,9 @@ func TestWindowLogSlidingSkipsOnlyWrittenWindows(t *testing.T) {
 }
 
 // One item: its window is handed on at the end of input, Partial, and a
-// Partial window is not recorded, so that input added later still adds
-// to it.
+// Partial window is not recorded, nor are its items: the resumed run that
+// reads input added later hands the window on again from the items added
+// alone (docs/nodes.md says so).
 func TestWindowLogOneItem(t *testing.T) {
 	t.Parallel()
 	store := checkpoint.NewMemory()
