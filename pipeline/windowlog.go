@@ -456,7 +456,7 @@ func jsonKeyProblem(t reflect.Type) error {
 			}
 			if name != "" {
 				if other, ok := named[name]; ok {
-					return fmt.Errorf("%s: fields %s and %s have one JSON name, %q, and JSON leaves both out", t, other, f.Name, name)
+					return fmt.Errorf("%s: fields %s and %s have one JSON name, %q, and JSON keeps one of them at most", t, other, f.Name, name)
 				}
 				named[name] = f.Name
 			}
