@@ -22,8 +22,10 @@ type Message struct {
 	// for every delivery of it.
 	Offset int64 `json:"offset"`
 	// Key is the record's key; nil for a record without one. Records of
-	// one key go to one partition, in order (see [RecordKey]).
-	Key []byte `json:"key,omitempty"`
+	// one key go to one partition, in order (see [RecordKey]). Its JSON
+	// is null for no key and "" for an empty one, so that a dead letter
+	// re-driven keeps the difference, which RecordKey makes.
+	Key []byte `json:"key"`
 	// Value is the record's payload.
 	Value []byte `json:"value"`
 	// Headers are the record's headers, in order; nil when it has none.
