@@ -45,7 +45,7 @@ type stamped struct {
 // redriveOne writes item to a new dead-letter file through the default
 // encoder, then re-drives the file as a T: it returns what the re-drive
 // emitted, its error, and the envelope as the file holds it.
-func redriveOne[T any](t *testing.T, item T) ([]T, error, deadletter.Envelope) {
+func redriveOne[T any](t *testing.T, item T) ([]T, deadletter.Envelope, error) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "dlq.jsonl")
 	f, err := deadletter.OpenFile(path)
@@ -60,7 +60,7 @@ func redriveOne[T any](t *testing.T, item T) ([]T, error, deadletter.Envelope) {
 	require.Len(t, envs, 1, "the envelope is written, whatever its item")
 	var out collector[T]
 	err = deadletter.Source[T](path).Run(context.Background(), &out)
-	return out.items, err, envs[0]
+	return out.items, envs[0], err
 }
 
 // An item that JSON would not give back as it is is never re-driven as
@@ -81,19 +81,19 @@ func TestLossyItemIsNotRedrivenAsAnother(t *testing.T) {
 	}
 	t.Run("a string not UTF-8", func(t *testing.T) {
 		t.Parallel()
-		items, err, env := redriveOne(t, "id-\xff\xfe-42")
+		items, env, err := redriveOne(t, "id-\xff\xfe-42")
 		check(t, toAny(items), err, env, "a string is not valid UTF-8")
 		assert.Contains(t, env.ItemText, `\xff\xfe`, "the bytes are kept in the text")
 	})
 	t.Run("strings in a slice, a map's value and key", func(t *testing.T) {
 		t.Parallel()
-		items, err, env := redriveOne(t, []string{"ok", "bad\xff"})
+		items, env, err := redriveOne(t, []string{"ok", "bad\xff"})
 		check(t, toAny(items), err, env, "not valid UTF-8")
-		m, err, env := redriveOne(t, map[string]string{"k": "bad\xff"})
+		m, env, err := redriveOne(t, map[string]string{"k": "bad\xff"})
 		check(t, toAny(m), err, env, "not valid UTF-8")
-		k, err, env := redriveOne(t, map[string]int{"bad\xff": 1})
+		k, env, err := redriveOne(t, map[string]int{"bad\xff": 1})
 		check(t, toAny(k), err, env, "a key of map[string]int is not valid UTF-8")
-		a, err, env := redriveOne(t, [2]string{"ok", "bad\xff"})
+		a, env, err := redriveOne(t, [2]string{"ok", "bad\xff"})
 		check(t, toAny(a), err, env, "not valid UTF-8")
 	})
 }
@@ -105,42 +105,42 @@ func TestLossyItemIsNotRedrivenAsAnother(t *testing.T) {
 // documented: a handle, a cache.
 func TestItemsJSONKeepRedriveAsTheyWere(t *testing.T) {
 	t.Parallel()
-	hid, err, env := redriveOne(t, withUnexported{ID: 7, secret: "cache"})
+	hid, env, err := redriveOne(t, withUnexported{ID: 7, secret: "cache"})
 	require.NoError(t, err)
 	assert.Empty(t, env.ItemError)
 	assert.Equal(t, []withUnexported{{ID: 7}}, hid)
-	dash, err, _ := redriveOne(t, withDash{ID: 7, Memo: "kept apart"})
+	dash, _, err := redriveOne(t, withDash{ID: 7, Memo: "kept apart"})
 	require.NoError(t, err)
 	assert.Equal(t, []withDash{{ID: 7}}, dash)
-	emb, err, _ := redriveOne(t, &withEmbedded{withUnexported: withUnexported{ID: 1, secret: "s"}, Note: "n"})
+	emb, _, err := redriveOne(t, &withEmbedded{withUnexported: withUnexported{ID: 1, secret: "s"}, Note: "n"})
 	require.NoError(t, err)
 	assert.Equal(t, []*withEmbedded{{withUnexported: withUnexported{ID: 1}, Note: "n"}}, emb)
-	bad, err, env := redriveOne(t, &withEmbedded{withUnexported: withUnexported{ID: 1}, Note: "n\xff"})
+	bad, env, err := redriveOne(t, &withEmbedded{withUnexported: withUnexported{ID: 1}, Note: "n\xff"})
 	assert.Empty(t, bad)
 	require.Error(t, err, "a promoted field's string is checked too")
 	assert.Contains(t, env.ItemError, "not valid UTF-8")
-	u, err, _ := redriveOne(t, withUnexported{ID: 7})
+	u, _, err := redriveOne(t, withUnexported{ID: 7})
 	require.NoError(t, err)
 	assert.Equal(t, []withUnexported{{ID: 7}}, u)
-	d, err, _ := redriveOne(t, withDash{ID: 7})
+	d, _, err := redriveOne(t, withDash{ID: 7})
 	require.NoError(t, err)
 	assert.Equal(t, []withDash{{ID: 7}}, d)
-	h, err, _ := redriveOne(t, handled{ID: 3, delivery: &withUnexported{secret: "x"}, done: func() {}, Conn: make(chan int)})
+	h, _, err := redriveOne(t, handled{ID: 3, delivery: &withUnexported{secret: "x"}, done: func() {}, Conn: make(chan int)})
 	require.NoError(t, err, "a handle is not the item's data")
 	require.Len(t, h, 1)
 	assert.Equal(t, 3, h[0].ID)
 	at := time.Date(2026, 12, 4, 12, 0, 0, 1, time.UTC)
-	s, err, _ := redriveOne(t, stamped{ID: 1, At: at})
+	s, _, err := redriveOne(t, stamped{ID: 1, At: at})
 	require.NoError(t, err)
 	require.Len(t, s, 1)
 	assert.True(t, s[0].At.Equal(at))
-	b, err, _ := redriveOne(t, []byte("\xff\x00bytes"))
+	b, _, err := redriveOne(t, []byte("\xff\x00bytes"))
 	require.NoError(t, err)
 	assert.Equal(t, [][]byte{[]byte("\xff\x00bytes")}, b)
-	str, err, _ := redriveOne(t, "ünïcödé ✓")
+	str, _, err := redriveOne(t, "ünïcödé ✓")
 	require.NoError(t, err)
 	assert.Equal(t, []string{"ünïcödé ✓"}, str)
-	raw, err, _ := redriveOne(t, json.RawMessage(`{"a":1}`))
+	raw, _, err := redriveOne(t, json.RawMessage(`{"a":1}`))
 	require.NoError(t, err)
 	assert.Equal(t, []json.RawMessage{json.RawMessage(`{"a":1}`)}, raw)
 }
