@@ -350,6 +350,7 @@ func (m *batchMap[In, Out]) settle(ctx context.Context, c *called[In, Out], j in
 			continue
 		}
 		m.completed++
+		c.tr(j).reshape()
 		if err := m.w.push(ctx, envelope[Out]{val: c.outs[j], tr: c.tr(j)}); err != nil {
 			return err
 		}
@@ -405,6 +406,7 @@ func (m *batchMap[In, Out]) alone(ctx context.Context, c *called[In, Out], j int
 	r, fl := itemRetryFrom(ctx, nr, m.one, val, tr, prior, first, nil, idle, from, false)
 	if fl == nil {
 		m.completed++
+		tr.reshape()
 		return m.w.push(ctx, envelope[Out]{val: r, tr: tr})
 	}
 	if err := nr.itemFailed(ctx, val, tr, fl); err != nil {
@@ -435,6 +437,7 @@ func (m *batchMap[In, Out]) settleWritten(ctx context.Context, c *called[In, Out
 	}
 	for i := 1; i < len(c.vals); i++ {
 		if c.errs[i] == nil {
+			c.tr(i).reshape()
 			if err := m.w.push(ctx, envelope[Out]{val: c.outs[i], tr: c.tr(i)}); err == nil {
 				m.completed++
 				continue

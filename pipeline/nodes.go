@@ -163,10 +163,12 @@ func FlatMap[In, Out any](b *Builder, name string, in Stream[In], f func(context
 
 // Unbatch adds a node that hands over the items of each slice of in one by
 // one. Tracked items of a Batch handed straight to it each take back their
-// own tracking, so that each reports its own fate; after a Map or
-// Transform of the batch, which may have reordered it, they share the
-// batch's, as after a FlatMap (use MapBatch to call a function on a slice
-// and keep each item's own fate).
+// own tracking, so that each reports its own fate; after a Map,
+// Transform, MapBatch or FlatMap of the batch, any of which may have
+// reordered it, they share the batch's (give the items to MapBatch to
+// call a function on a batch and keep each item's own fate). Such a node
+// in another branch of a broadcast of the batch may make them share it
+// too.
 func Unbatch[T any](b *Builder, name string, in Stream[[]T], opts ...NodeOption) Stream[T] {
 	s := b.add(name, KindUnbatch, opts, in.s)
 	takeBatches[[]T](s)
@@ -191,6 +193,12 @@ func spread[In, Out any](n *spec, ungroup bool) deliverFunc[In, []Out, Out] {
 				env.tr.finish(node.Filtered)
 			}
 			return nil
+		}
+		if !ungroup {
+			// A FlatMap's results may be reordered or new: if they are
+			// slices, a later Unbatch must not take them for the batch's
+			// items in order.
+			env.tr.reshape()
 		}
 		if own := env.tr.ungroup(len(r)); ungroup && own != nil {
 			// A batch handed on item by item: each item takes back its
