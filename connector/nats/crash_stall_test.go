@@ -187,7 +187,10 @@ func (r *stallRun) checkBack(n int) {
 	start := time.Now()
 	back := collect(t, r.a, r.name, n-len(r.written))
 	took := time.Since(start)
-	assert.Less(t, took, r.pullWait+3*time.Second, "the rest came back %s after the run (PullWait %s)", took, r.pullWait)
+	// Naked back, not left for AckWait (a minute): the bound leaves room
+	// for a loaded machine (6 s seen under CI's parallel packages) and is
+	// still far below AckWait.
+	assert.Less(t, took, r.pullWait+20*time.Second, "the rest came back %s after the run (PullWait %s, AckWait 1m)", took, r.pullWait)
 	assert.Equal(t, 1, back["m-00005"], "the suspect comes back")
 	for _, id := range ids(n) {
 		assert.Equal(t, 1, r.written[id]+back[id], "message %s written or back, once", id)
