@@ -14,11 +14,11 @@ import (
 // Batch of batches, a FlatMap of the outer batch (identity: it hands on
 // the inner batches, sharing the outer batch's tracker), then an Unbatch of
 // each inner batch. The inner batch's tracker is the outer group (2
-// parents: the inner groups), and FlatMap does not reshape it, so ungroup
-// hands each inner batch's items the *inner groups* by position: "a" gets
-// [a,b]'s tracker, "b" gets [c,d]'s. "b", dead-lettered, is reported
-// Delivered, and "c" DeadLettered although written.
-func TestUnbatchSharesFlatMapOfBatchOfBatchesUngroupsTheOuterGroup(t *testing.T) {
+// parents: the inner groups); the FlatMap marks it reshaped, so the
+// Unbatch does not hand each inner batch's items the inner groups by
+// position ("a" [a,b]'s tracker, "b" [c,d]'s): "b", dead-lettered, is
+// never reported Delivered.
+func TestUnbatchAfterAFlatMapOfBatchesOfBatchesNeverCrossesFates(t *testing.T) {
 	t.Parallel()
 	src := pipelinetest.NewTrackedSource("a", "b", "c", "d")
 	b := unbatchShareBuilder("unbatchShare-flatmap")
@@ -39,10 +39,10 @@ func TestUnbatchSharesFlatMapOfBatchOfBatchesUngroupsTheOuterGroup(t *testing.T)
 }
 
 // Batch -> FlatMap that hands on one sorted copy of the batch -> Unbatch:
-// FlatMap shares the batch's tracker but never reshapes it, so the
-// Unbatch gives the sorted items trackers by position, as the Map did
-// before 0c34970: "b" (dead-lettered) is reported Delivered.
-func TestUnbatchSharesFlatMapSortedBatchGivesAnItemAnothersFate(t *testing.T) {
+// the FlatMap marks the batch's tracker reshaped, so the Unbatch does not
+// give the sorted items trackers by position: "b" (dead-lettered) is
+// never reported Delivered.
+func TestUnbatchAfterAFlatMapSortNeverGivesAnItemAnothersFate(t *testing.T) {
 	t.Parallel()
 	src := pipelinetest.NewTrackedSource("b", "a")
 	b := unbatchShareBuilder("unbatchShare-flatmap-sort")

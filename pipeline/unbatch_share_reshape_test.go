@@ -35,10 +35,10 @@ func unbatchShareFailingSink(b *pipeline.Builder, name string, in pipeline.Strea
 }
 
 // MapBatch over a stream of batches (each item a []string) whose function
-// sorts each batch: MapBatch hands each result on with the batch's group
-// tracker but never reshapes it, so the Unbatch after it gives items back
-// trackers by position: the same bug 0c34970 fixed for Map.
-func TestUnbatchSharesMapBatchOverBatchesSortGivesAnItemAnothersFate(t *testing.T) {
+// sorts each batch: MapBatch marks each batch's tracker reshaped as it
+// hands the result on, so the Unbatch after it does not give items back
+// trackers by position.
+func TestUnbatchAfterAMapBatchSortNeverGivesAnItemAnothersFate(t *testing.T) {
 	t.Parallel()
 	src := pipelinetest.NewTrackedSource("b", "a")
 	b := unbatchShareBuilder("unbatchShare-mapbatch")
@@ -68,7 +68,7 @@ func TestUnbatchSharesMapBatchOverBatchesSortGivesAnItemAnothersFate(t *testing.
 // other's Map may reorder in place, so the items share the batch's
 // tracker in both. "b", dead-lettered, is never reported Delivered; "a"
 // ends once, Delivered or with the batch's fate.
-func TestUnbatchSharesBroadcastMapBranchTakesOwnFateFromDirectUnbatch(t *testing.T) {
+func TestUnbatchBesideABroadcastMapNeverGivesAnItemAnothersFate(t *testing.T) {
 	t.Parallel()
 	src := pipelinetest.NewTrackedSource("b", "a")
 	b := unbatchShareBuilder("unbatchShare-broadcast")
@@ -96,7 +96,7 @@ func TestUnbatchSharesBroadcastMapBranchTakesOwnFateFromDirectUnbatch(t *testing
 
 // Same as above without a Filter, fifty times: whatever the branches'
 // timing, no item takes another's fate.
-func TestUnbatchSharesBroadcastDirectUnbatchRace(t *testing.T) {
+func TestUnbatchBesideABroadcastMapUnderAnyTiming(t *testing.T) {
 	t.Parallel()
 	for range 50 {
 		src := pipelinetest.NewTrackedSource("b", "a")
@@ -117,6 +117,6 @@ func TestUnbatchSharesBroadcastDirectUnbatchRace(t *testing.T) {
 	}
 }
 
-func errPermanentReview5(v string) error {
+func errRefusedShare(v string) error {
 	return resilience.MarkPermanent(errors.New("refused: " + v))
 }
