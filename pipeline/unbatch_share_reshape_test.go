@@ -116,7 +116,3 @@ func TestUnbatchBesideABroadcastMapUnderAnyTiming(t *testing.T) {
 		}
 	}
 }
-
-func errRefusedShare(v string) error {
-	return resilience.MarkPermanent(errors.New("refused: " + v))
-}
