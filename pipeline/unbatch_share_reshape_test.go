@@ -64,9 +64,9 @@ func TestUnbatchAfterAMapBatchSortNeverGivesAnItemAnothersFate(t *testing.T) {
 }
 
 // A batch broadcast to two branches, handed straight to an Unbatch in one
-// and Mapped in the other: every branch gets the same slice, which the
-// other's Map may reorder in place, so the items share the batch's
-// tracker in both. "b", dead-lettered, is never reported Delivered; "a"
+// and Mapped in the other: the Map's mark is the batch's, so the direct
+// branch's items may share the batch's tracker too (here, with the Map
+// first, they do). "b", dead-lettered, is never reported Delivered; "a"
 // ends once, Delivered or with the batch's fate.
 func TestUnbatchBesideABroadcastMapNeverGivesAnItemAnothersFate(t *testing.T) {
 	t.Parallel()
