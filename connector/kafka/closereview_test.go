@@ -143,18 +143,22 @@ func waitForStacks(t *testing.T, what string, frames ...string) {
 	}, func() string { return what })
 }
 
-// refuseFirstCommit refuses the first OffsetCommit c is sent and lets the
-// others through; it returns their count.
-func refuseFirstCommit(c *kfake.Cluster) *atomic.Int64 {
-	var n atomic.Int64
+// refuseRevokesCommit refuses the first OffsetCommit c is sent that holds
+// partition 1, the revoked one's, and lets the others through. Not
+// merely the first commit: once the held records settle, the revoke's
+// commit of partition 1 and Close's of partition 0 race, and under load
+// Close's came first (a CI run refused it, and saw partition 1
+// committed).
+func refuseRevokesCommit(c *kfake.Cluster) {
+	var refused atomic.Bool
 	c.ControlKey(int16(kmsg.OffsetCommit), func(r kmsg.Request) (kmsg.Response, error, bool) {
 		c.KeepControl()
-		if n.Add(1) == 1 {
-			return refuseAll(r.(*kmsg.OffsetCommitRequest)), nil, true
+		req := r.(*kmsg.OffsetCommitRequest)
+		if hasPartition(req, 1) && refused.CompareAndSwap(false, true) {
+			return refuseAll(req), nil, true
 		}
 		return nil, nil, false
 	})
-	return &n
 }
 
 // closeIn calls src.Close on a goroutine of its own; closedWithin returns
@@ -373,7 +377,7 @@ func TestCloseSaysWhatARevokeDuringTheDrainDidNotCommit(t *testing.T) {
 	c, a, topic, src := twoPartitionSource(t)
 	e := &holdAll{n: 2, stop: src.Stop}
 	require.NoError(t, src.Run(testContext(t), e))
-	refuseFirstCommit(c) // the revoke's, during the drain
+	refuseRevokesCommit(c) // during the drain
 	closed := closeIn(src)
 	joinCooperative(t, c, topic)
 	// The source's revoke waits for its partition's record in flight,
@@ -391,7 +395,7 @@ func TestCloseSaysWhatARevokeUnderWayAtItsStartDidNotCommit(t *testing.T) {
 	c, a, topic, src := twoPartitionSource(t)
 	e := &holdAll{n: 2, stop: src.Stop}
 	require.NoError(t, src.Run(testContext(t), e))
-	refuseFirstCommit(c) // the revoke's
+	refuseRevokesCommit(c)
 	joinCooperative(t, c, topic)
 	waitForStacks(t, "no revoke", "kafka.(*session).revoked") // begins, and waits, before Close
 	closed := closeIn(src)
