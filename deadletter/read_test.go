@@ -96,9 +96,40 @@ func TestLineErrorMessages(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{
+		"deadletter: " + path + `:1 (byte 0): corrupt line: no "item" and no "item_error": not a dead letter`,
 		"deadletter: " + path + ":2 (byte 8): corrupt line: not a JSON object",
 		"deadletter: " + path + ":3 (byte 13): torn last line: 8 bytes without a newline at the end of the file",
 	}, msgs)
+}
+
+// A JSON object without "item" and without "item_error" is no dead letter
+// (every envelope written holds one of them): it is a corrupt line, not an
+// envelope whose item is null, which a re-drive would send as "null".
+func TestReadRefusesALineWithoutAnItem(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "dlq.jsonl")
+	lines := []string{
+		`{}`,
+		`{"error":"x","origin_node":"n"}`,
+		`{"item":null,"error":"a nil item"}`,
+		`{"item_error":"json: unsupported type","item_text":"f","error":"x"}`,
+		`{"item":{"id":1}}`,
+	}
+	require.NoError(t, os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600))
+	var good, bad []int
+	for r, err := range deadletter.ReadRecords(path) {
+		if err != nil {
+			assert.ErrorIs(t, err, deadletter.ErrCorruptLine)
+			assert.Contains(t, err.Error(), `no "item"`)
+			var le *deadletter.LineError
+			require.ErrorAs(t, err, &le)
+			bad = append(bad, le.Line)
+			continue
+		}
+		good = append(good, r.Line)
+	}
+	assert.Equal(t, []int{1, 2}, bad)
+	assert.Equal(t, []int{3, 4, 5}, good)
 }
 
 func TestReadFileMissing(t *testing.T) {

@@ -130,8 +130,9 @@ func encodeItem(item any, enc func(any) ([]byte, error)) (raw json.RawMessage, e
 }
 
 // decodeLine parses one line of a dead-letter file. Item becomes a
-// json.RawMessage ("null" when the file has none) and Err an error with
-// the text of ErrText.
+// json.RawMessage ("null" for a null item, or for one that could not be
+// encoded) and Err an error with the text of ErrText. A line with neither
+// an item nor an item_error is refused.
 func decodeLine(line []byte) (Envelope, error) {
 	trimmed := bytes.TrimSpace(line)
 	if len(trimmed) == 0 || trimmed[0] != '{' {
@@ -140,6 +141,13 @@ func decodeLine(line []byte) (Envelope, error) {
 	var w wireEnvelope
 	if err := json.Unmarshal(trimmed, &w); err != nil {
 		return Envelope{}, err
+	}
+	if w.Item == nil && w.ItemError == "" {
+		// Every envelope written holds "item", null for a nil item, or
+		// says why it could not (item_error). A line without either is
+		// no dead letter (a hand-edited line, another JSON lines file):
+		// read as a null item, a re-drive would send "null".
+		return Envelope{}, errors.New(`no "item" and no "item_error": not a dead letter`)
 	}
 	env := Envelope{
 		Item:          json.RawMessage("null"),
