@@ -14,6 +14,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/sluicehq/sluice/deadletter"
@@ -63,12 +64,20 @@ func (in input) paths(stderr io.Writer) (paths []string, code int) {
 // could be read at all.
 func (in input) each(stderr io.Writer, f func(deadletter.Record)) (code, bad int, read bool) {
 	paths, code := in.paths(stderr)
+	bad, read = eachIn(paths, stderr, f, &code)
+	return code, bad, read
+}
+
+// eachIn is each over paths, found once: a command that writes a file
+// among them must not find it anew. A bad line or unreadable file sets
+// *code to exitData.
+func eachIn(paths []string, stderr io.Writer, f func(deadletter.Record), code *int) (bad int, read bool) {
 	for _, path := range paths {
 		opened := true
 		for r, err := range deadletter.ReadRecords(path) {
 			if err != nil {
 				dataError(stderr, err)
-				code = exitData
+				*code = exitData
 				var le *deadletter.LineError
 				if !errors.As(err, &le) {
 					opened = false
@@ -81,7 +90,7 @@ func (in input) each(stderr io.Writer, f func(deadletter.Record)) (code, bad int
 		}
 		read = read || opened
 	}
-	return code, bad, read
+	return bad, read
 }
 
 // ls prints one line per envelope, with its file when there are several.
@@ -410,7 +419,8 @@ func filter(args []string, stdout, stderr io.Writer) int {
 	}
 	in.files = positional
 
-	// Look at the input first, so that a missing input creates no output.
+	// Look at the input first, so that a missing input creates no output,
+	// and find it once: the output, made next, is never read as input.
 	paths, code := in.paths(stderr)
 	for _, path := range paths {
 		f, err := os.Open(path)
@@ -419,6 +429,11 @@ func filter(args []string, stdout, stderr io.Writer) int {
 			return exitData
 		}
 		f.Close()
+		if *out == "-" && isStdout(path) || *out != "-" && sameFile(*out, path) {
+			// Appended to its own input, filter would read back what it
+			// writes, for ever.
+			return usageError(stderr, fmt.Sprintf("dlq filter: -o %s is the input %s", *out, path))
+		}
 	}
 	w, report, err := createOutput(*out, stdout, stderr)
 	if err != nil {
@@ -427,7 +442,8 @@ func filter(args []string, stdout, stderr io.Writer) int {
 	}
 	ew := &errWriter{w: w}
 	kept, total := 0, 0
-	rcode, _, _ := in.each(stderr, func(r deadletter.Record) {
+	rcode := exitOK
+	eachIn(paths, stderr, func(r deadletter.Record) {
 		total++
 		if *node != "" && r.OriginNode != *node && r.DecisionNode != *node {
 			return
@@ -438,7 +454,7 @@ func filter(args []string, stdout, stderr io.Writer) int {
 		kept++
 		ew.Write(r.Raw)
 		ew.Write([]byte{'\n'})
-	})
+	}, &rcode)
 	if err := errors.Join(ew.err, w.Close()); err != nil {
 		dataError(stderr, fmt.Errorf("%s: %w", *out, err))
 		return exitData
@@ -472,6 +488,16 @@ func createOutput(name string, stdout, stderr io.Writer) (w io.WriteCloser, repo
 		return nil, nil, fmt.Errorf("dlq filter: -o must name a new file: %w", err)
 	}
 	return syncCloser{f}, stdout, nil
+}
+
+// sameFile reports whether the files a and b name both exist and are one.
+func sameFile(a, b string) bool {
+	ai, err := os.Stat(a)
+	if err != nil {
+		return false
+	}
+	bi, err := os.Stat(b)
+	return err == nil && os.SameFile(ai, bi)
 }
 
 // isStdout reports whether name is this process's standard output, as
@@ -523,8 +549,24 @@ func orDash(s string) string {
 }
 
 // oneLine turns runs of white space, newlines and tabs included, into one
-// space, so that a text fits a table's cell.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
+// space, so that a text fits a table's cell, and shows every other control
+// character as an escape (\x1b): an error text may come from a remote
+// service, and a terminal would act on its escape sequences.
+func oneLine(s string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if !strings.ContainsFunc(s, unicode.IsControl) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range s {
+		if unicode.IsControl(r) { // C0, DEL and C1: all below 0x100
+			fmt.Fprintf(&b, `\x%02x`, r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
 
 // shorten cuts s to n characters, the last of them an ellipsis.
 func shorten(s string, n int) string {

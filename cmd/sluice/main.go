@@ -182,7 +182,8 @@ func newFlagSet(cmd string) *flag.FlagSet {
 }
 
 // parse parses args with flags and positional arguments in any order, as
-// in "filter FILE --node X -o OUT". ok is false when the caller should
+// in "filter FILE --node X -o OUT"; after "--" every argument is
+// positional. ok is false when the caller should
 // return code: after -h, or after a usage error.
 func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positional []string, code int, ok bool) {
 	for {
@@ -195,6 +196,11 @@ func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positiona
 		}
 		if fs.NArg() == 0 {
 			return positional, 0, true
+		}
+		if rest := fs.Args(); len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
+			// Parse stopped at "--": what follows is positional, a
+			// name that starts with - included.
+			return append(positional, rest...), 0, true
 		}
 		positional = append(positional, fs.Arg(0))
 		args = fs.Args()[1:]

@@ -8,11 +8,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"net"
 	"net/url"
 	"os"
 	"os/signal"
 	"strings"
 	"time"
+	"unicode"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
@@ -36,7 +39,7 @@ func letterKey(raw []byte) string {
 // redrive publishes the items of dead letters to RabbitMQ, each once: the
 // ledger records what was re-driven, so that a second redrive of the same
 // files sends only what is new.
-func redrive(args []string, stdout, stderr io.Writer) int {
+func redrive(args []string, stdout, stderr io.Writer) (code int) {
 	fs := newFlagSet("redrive")
 	var in input
 	addInputFlags(fs, &in)
@@ -74,12 +77,30 @@ func redrive(args []string, stdout, stderr io.Writer) int {
 
 	// The ledger knows a letter by the broker and the target it went to:
 	// the same queue on another broker or vhost still gets it.
-	where, err := brokerOf(*url)
+	broker, asWritten, err := brokerOf(*url)
 	if err != nil {
 		return usageError(stderr, "dlq redrive: --amqp: "+err.Error())
 	}
-	where += " " + target
-	done, err := readLedger(*ledgerPath, where)
+	where := broker + " " + target
+	// Lines written before the broker's name was made canonical name it
+	// as the URL wrote it.
+	legacy := asWritten + " " + target
+	var ledger *ledgerFile
+	if !*dryRun {
+		// Held from the reading of the ledger to the last letter's line:
+		// two redrives at once would each send what the other sends.
+		if ledger, err = openLedger(*ledgerPath); err != nil {
+			dataError(stderr, err)
+			return exitData
+		}
+		defer func() {
+			if err := ledger.close(); err != nil {
+				dataError(stderr, err)
+				code = exitData
+			}
+		}()
+	}
+	done, err := readLedger(*ledgerPath, ledger, where, legacy)
 	if err != nil {
 		dataError(stderr, err)
 		return exitData
@@ -118,9 +139,14 @@ func redrive(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Ctrl-C stops the redrive between two letters: the publish under
+	// way is confirmed (or times out) and recorded first, so that what
+	// the broker took is what the ledger and the count say. A second
+	// Ctrl-C ends the process at once.
+	interrupted, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	sent, err := publishLetters(ctx, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, *ledgerPath, where)
+	context.AfterFunc(interrupted, stop)
+	sent, err := publishLetters(interrupted, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, ledger, where)
 	fmt.Fprintf(stdout, "%d of %d envelopes re-driven to %s; %d were already (ledger %s)\n", sent, total, target, already, *ledgerPath)
 	if err != nil {
 		dataError(stderr, err)
@@ -140,11 +166,15 @@ func cmpOr(a, b string) string {
 // records it in the ledger once the broker confirmed it. A crash between
 // the confirm and the ledger's fsync sends that letter again next time:
 // re-drive is at-least-once, as the handlers of re-driven items must
-// allow (docs/dead-letters.md).
-func publishLetters(ctx context.Context, todo []letter, url, exchange, key string, timeout time.Duration, ledgerPath, target string) (sent int, err error) {
+// allow (docs/dead-letters.md). When interrupted ends, it stops before
+// the next letter; the publish under way is not cancelled by it, only
+// bounded by the confirm timeout, so that a letter the broker took is
+// counted and recorded.
+func publishLetters(interrupted context.Context, todo []letter, url, exchange, key string, timeout time.Duration, ledger *ledgerFile, target string) (sent int, err error) {
 	if len(todo) == 0 {
 		return 0, nil
 	}
+	ctx := context.WithoutCancel(interrupted)
 	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig[letter]{
 		URL: url, Exchange: exchange, RoutingKey: key,
 		// An item no queue takes is an error, not a silent drop.
@@ -171,32 +201,19 @@ func publishLetters(ctx context.Context, todo []letter, url, exchange, key strin
 	if err != nil {
 		return 0, err
 	}
-	if err := pub.Open(ctx); err != nil {
+	if err := pub.Open(interrupted); err != nil {
 		return 0, errors.Join(err, pub.Close(ctx))
 	}
 	defer func() { err = errors.Join(err, pub.Close(ctx)) }()
-	ledger, created, err := openLedger(ledgerPath)
-	if err != nil {
-		return 0, err
-	}
-	defer func() {
-		err = errors.Join(err, ledger.Close())
-		if created && sent == 0 {
-			// Opened first so that a ledger that cannot be written stops
-			// the redrive before it sends anything; a redrive that sent
-			// nothing leaves no empty ledger behind.
-			err = errors.Join(err, os.Remove(ledgerPath))
-		}
-	}()
 	for _, l := range todo {
+		if interrupted.Err() != nil {
+			return sent, errors.New("interrupted: the letters after this count were not sent")
+		}
 		if err := pub.Write(ctx, l); err != nil {
 			return sent, fmt.Errorf("%s:%d: %w", l.r.Path, l.r.Line, err)
 		}
-		if _, err := fmt.Fprintf(ledger, "%s %s %s:%d\n", l.key, ledgerTarget(target), l.r.Path, l.r.Line); err != nil {
-			return sent, fmt.Errorf("ledger: %w", err)
-		}
-		if err := ledger.Sync(); err != nil {
-			return sent, fmt.Errorf("ledger: %w", err)
+		if err := ledger.record(l, target); err != nil {
+			return sent, err
 		}
 		sent++
 	}
@@ -210,42 +227,81 @@ func publishLetters(ctx context.Context, todo []letter, url, exchange, key strin
 // another place still gets it.
 
 // brokerOf names the broker of an AMQP URL for the ledger: host, port and
-// vhost, without the credentials.
-func brokerOf(raw string) (string, error) {
+// vhost, without the credentials. name is canonical: the host in lower
+// case and the port given, 5672 (5671 for amqps) when the URL has none,
+// so that one broker written two ways is one; asWritten is what versions
+// before wrote, the host as the URL has it.
+func brokerOf(raw string) (name, asWritten string, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return "", fmt.Errorf("%q is not an amqp:// or amqps:// URL", u.Redacted())
+		return "", "", fmt.Errorf("%q is not an amqp:// or amqps:// URL", u.Redacted())
 	}
 	vhost := strings.TrimPrefix(u.Path, "/")
 	if vhost == "" {
 		vhost = "/"
 	}
-	return u.Scheme + "://" + u.Host + " vhost " + vhost, nil
+	port := u.Port()
+	if port == "" {
+		port = "5672"
+		if u.Scheme == "amqps" {
+			port = "5671"
+		}
+	}
+	host := net.JoinHostPort(strings.ToLower(u.Hostname()), port)
+	return u.Scheme + "://" + host + " vhost " + vhost, u.Scheme + "://" + u.Host + " vhost " + vhost, nil
 }
 
-func ledgerTarget(target string) string { return strings.ReplaceAll(target, " ", "%20") }
+// ledgerTarget is target as one field of a ledger line: % and white space
+// escaped as %XX, so that no two targets share a field.
+func ledgerTarget(target string) string {
+	var b strings.Builder
+	for _, r := range target {
+		if r == '%' || unicode.IsSpace(r) {
+			for _, c := range []byte(string(r)) {
+				fmt.Fprintf(&b, "%%%02X", c)
+			}
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
 
-// readLedger returns the keys that the ledger at path holds for target; a
-// missing ledger is empty. A torn last line, left by a crash, is ignored:
-// its letter was not recorded.
-func readLedger(path, target string) (map[string]bool, error) {
+// readLedger returns the keys that the ledger at path holds for target
+// (or, as versions before wrote it, legacy); a missing ledger is empty.
+// It reads f, the ledger opened and locked, when not nil. A torn last
+// line, left by a crash, is ignored: its letter was not recorded.
+func readLedger(path string, f *ledgerFile, target, legacy string) (map[string]bool, error) {
 	done := map[string]bool{}
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return done, nil
+	var r io.Reader
+	if f != nil {
+		r = io.NewSectionReader(f.f, 0, math.MaxInt64)
+	} else {
+		file, err := os.Open(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return done, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ledger: %w", err)
+		}
+		defer file.Close()
+		r = file
 	}
-	if err != nil {
-		return nil, fmt.Errorf("ledger: %w", err)
-	}
-	defer f.Close()
 	want := ledgerTarget(target)
-	sc := bufio.NewScanner(f)
+	// Before the target was escaped, only its spaces were; a target with
+	// % in it is not looked for so, since that was ambiguous.
+	old := strings.ReplaceAll(legacy, " ", "%20")
+	if strings.Contains(legacy, "%") {
+		old = want
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && len(fields[0]) == sha256.Size*2 && fields[1] == want {
+		if len(fields) >= 2 && len(fields[0]) == sha256.Size*2 && (fields[1] == want || fields[1] == old) {
 			done[fields[0]] = true
 		}
 	}
@@ -255,27 +311,89 @@ func readLedger(path, target string) (map[string]bool, error) {
 	return done, nil
 }
 
-// openLedger opens the ledger for appending, first ending a torn last line
-// (a crash in the middle of a write), so that the next line starts whole.
-// created says the file did not exist before.
-func openLedger(path string) (f *os.File, created bool, err error) {
-	f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+// A ledgerFile is the ledger, open for appending and locked.
+type ledgerFile struct {
+	f       *os.File
+	path    string
+	created bool // the file did not exist before
+}
+
+// openLedger opens the ledger at path, creating it, and locks it; it
+// first ends a torn last line (a crash in the middle of a write), so that
+// the next line starts whole. Another redrive that holds it is an error,
+// not a wait.
+func openLedger(path string) (*ledgerFile, error) {
+	for range 8 {
+		l, again, err := tryOpenLedger(path)
+		if !again {
+			return l, err
+		}
+	}
+	return nil, fmt.Errorf("ledger %s: it was removed and made again while it was opened, eight times", path)
+}
+
+// tryOpenLedger is openLedger once: again says the file at path was
+// removed or replaced between its opening and its lock (a redrive that
+// made it and sent nothing removed it), and should be opened anew.
+func tryOpenLedger(path string) (l *ledgerFile, again bool, err error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND, 0)
+	created := false
 	if errors.Is(err, os.ErrNotExist) {
 		f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 		created = err == nil
+		if errors.Is(err, os.ErrExist) {
+			return nil, true, nil
+		}
 	}
 	if err != nil {
 		return nil, false, fmt.Errorf("ledger: %w", err)
 	}
-	info, err := f.Stat()
-	if err == nil && info.Size() > 0 {
+	if err := lockFile(f); err != nil {
+		f.Close()
+		if errors.Is(err, errLocked) {
+			return nil, false, fmt.Errorf("ledger %s: another redrive is using it (%w); run one at a time per ledger", path, err)
+		}
+		return nil, false, fmt.Errorf("ledger %s: lock: %w", path, err)
+	}
+	held, herr := f.Stat()
+	named, nerr := os.Stat(path)
+	if herr != nil || nerr != nil || !os.SameFile(held, named) {
+		f.Close()
+		return nil, true, nil
+	}
+	if size := held.Size(); size > 0 {
 		last := make([]byte, 1)
-		if _, err = f.ReadAt(last, info.Size()-1); err == nil && last[0] != '\n' {
+		if _, err = f.ReadAt(last, size-1); err == nil && last[0] != '\n' {
 			_, err = f.Write([]byte{'\n'})
 		}
 	}
 	if err != nil {
 		return nil, false, errors.Join(fmt.Errorf("ledger: %w", err), f.Close())
 	}
-	return f, created, nil
+	return &ledgerFile{f: f, path: path, created: created}, false, nil
+}
+
+// record appends l's line, for target, and syncs it.
+func (l *ledgerFile) record(lt letter, target string) error {
+	if _, err := fmt.Fprintf(l.f, "%s %s %s:%d\n", lt.key, ledgerTarget(target), lt.r.Path, lt.r.Line); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	if err := l.f.Sync(); err != nil {
+		return fmt.Errorf("ledger: %w", err)
+	}
+	return nil
+}
+
+// close closes the ledger. One this redrive made and wrote nothing to is
+// removed first, while still locked, so that a redrive that sent nothing
+// leaves no empty ledger behind; a redrive that opened it meanwhile finds
+// it gone once it holds the lock, and makes it anew.
+func (l *ledgerFile) close() error {
+	var err error
+	if l.created {
+		if info, serr := l.f.Stat(); serr == nil && info.Size() == 0 {
+			err = os.Remove(l.path)
+		}
+	}
+	return errors.Join(err, l.f.Close())
 }

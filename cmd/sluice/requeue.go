@@ -120,8 +120,10 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 			return moved, nil // the queue is empty
 		}
 		if err := pub.Write(ctx, d); err != nil {
-			// Back where it was, for the next try.
-			return moved, errors.Join(fmt.Errorf("rabbitmq: publish to %q: %w", to, err), d.Nack(false, true))
+			// Back where it was, for the next try. On a quorum queue the
+			// return may count as a delivery: say so, since the broker
+			// drops or dead-letters it past the queue's delivery limit.
+			return moved, errors.Join(fmt.Errorf("rabbitmq: publish to %q: %w; the message went back to %q (on a quorum queue that counts as one more delivery, toward its x-delivery-limit)", to, err, from), d.Nack(false, true))
 		}
 		if err := d.Ack(false); err != nil {
 			return moved, fmt.Errorf("rabbitmq: ack on %q (the message is on %q too): %w", from, to, err)
