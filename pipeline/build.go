@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jonboulle/clockwork"
 
@@ -94,8 +95,11 @@ func (c *buildCheck) nodeProblems(n *spec, checks ...[]error) {
 
 // checkName checks the pipeline's name.
 func checkName(name string) []error {
-	if name == "" {
+	switch {
+	case name == "":
 		return []error{errors.New("the pipeline has no name")}
+	case !utf8.ValidString(name):
+		return []error{fmt.Errorf("the pipeline's name %q is not valid UTF-8: observers use names as labels, and Prometheus refuses such a label", name)}
 	}
 	return nil
 }
@@ -144,6 +148,8 @@ func checkNodeName(n *spec, names map[string]bool) []error {
 		return []error{fmt.Errorf("node %d (%s) has no name", n.id+1, n.kind)}
 	case names[n.name]:
 		return []error{errors.New("name used by another node")}
+	case !utf8.ValidString(n.name):
+		return []error{fmt.Errorf("node name %q is not valid UTF-8: observers use names as labels, and Prometheus refuses such a label", n.name)}
 	}
 	return nil
 }

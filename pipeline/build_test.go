@@ -133,6 +133,25 @@ func TestBuildOptionsOfThePipeline(t *testing.T) {
 	}, problems(t, err))
 }
 
+// A pipeline or node name that is not valid UTF-8 fails Build: observers
+// use names as labels, and a Prometheus scrape fails whole on such a label
+// (a review's finding: Build passed, and every scrape of the registry
+// failed).
+func TestBuildRefusesANameThatIsNotUTF8(t *testing.T) {
+	t.Parallel()
+	b := pipeline.New("orders\xff")
+	pipeline.Sink(b, "sink\xfe", pipeline.Source(b, "src", pipelinetest.NewSliceSource(1)), &pipelinetest.Collector[int]{})
+	_, err := b.Build()
+	assert.ElementsMatch(t, []string{
+		`: the pipeline's name "orders\xff" is not valid UTF-8: observers use names as labels, and Prometheus refuses such a label`,
+		"sink\xfe" + `: node name "sink\xfe" is not valid UTF-8: observers use names as labels, and Prometheus refuses such a label`,
+	}, problems(t, err))
+	b = pipeline.New("commandes-été")
+	pipeline.Sink(b, "écrire", pipeline.Source(b, "src", pipelinetest.NewSliceSource(1)), &pipelinetest.Collector[int]{})
+	_, err = b.Build()
+	assert.NoError(t, err, "any valid UTF-8 is a name")
+}
+
 func TestBuildAcceptsDeadLetterWithASink(t *testing.T) {
 	t.Parallel()
 	b := pipeline.New("ok", pipeline.WithDeadLetter(deadletter.NewMemory(10)),

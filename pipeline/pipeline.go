@@ -44,7 +44,8 @@ type Builder struct {
 	errs  []error
 }
 
-// New returns a Builder for a pipeline called name. A nil option is
+// New returns a Builder for a pipeline called name, which Build wants
+// non-empty and valid UTF-8, as each node's name. A nil option is
 // reported by Build.
 func New(name string, opts ...Option) *Builder {
 	b := &Builder{name: name, cfg: config{handOver: -1}}
