@@ -274,8 +274,10 @@ func (m Message) Resumed() (deadletter.Resume, bool) {
 //
 // A copy that is not stored, or whose outcome is unknown, fails the
 // write: the engine retries it and then fails the run, and the original
-// is not committed. Every other envelope goes to next unchanged; a batch
-// goes to a tier only when each of its records may still be retried. next
+// is not committed; a batch's record whose copy was stored before another
+// record's failed is not copied again by the write's retry. Every other
+// envelope goes to next unchanged; a batch goes to a tier only when each
+// of its records may still be retried. next
 // must not be nil. The sink is a [deadletter.BrokerRetrier]: the pipeline
 // counts an item it wrote nothing for as a broker retry
 // (NodeStats.BrokerRetries), not as a dead letter.
@@ -320,7 +322,10 @@ func (r retrier) Exhausted(rec *record) bool {
 }
 
 // Retry produces each record to the tier of its next broker retry and
-// waits for the acks; a single record's copy carries the story of env.
+// waits for the acks; a single record's copy carries the story of env. A
+// record whose copy an earlier try of the write stored is skipped: the
+// engine retries a failed write whole, and a batch's copies that were
+// acked before one failed must not be stored again.
 func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envelope) error {
 	s := r.src
 	c := s.copier()
@@ -331,6 +336,9 @@ func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envel
 	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	defer cancel()
 	for _, rec := range recs {
+		if rec.tiered.Load() {
+			continue
+		}
 		st := *rec.g.pastStory()
 		if len(recs) == 1 {
 			st = st.told(env, s.cfg.Clock.Now(), false)
@@ -341,6 +349,7 @@ func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envel
 		if _, err := c.tierCopy(ctx, rec.kr, s.copySpec(rec, st), wait); err != nil {
 			return fmt.Errorf("kafka: broker retry of record %s: %w", rec.emitted().CorrelationID(), err)
 		}
+		rec.tiered.Store(true)
 	}
 	return nil
 }

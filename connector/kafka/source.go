@@ -492,6 +492,11 @@ type record struct {
 	kr    *kgo.Record
 	ended atomic.Bool
 	g     recordGuard
+	// tiered is set once a broker retry of the record has its tier copy
+	// acked: a later try of the write (the engine retries a batch's write
+	// whole when another record's copy failed) skips the record rather
+	// than store a second copy.
+	tiered atomic.Bool
 }
 
 func (r *record) key() topicPartitionOffset {
