@@ -268,7 +268,9 @@ func (m Message) Resumed() (deadletter.Resume, bool) {
 //     longest from there on), due that tier's delay from now, with its
 //     story; the item then settles, and the original is committed past;
 //   - writes nothing when the record's partition is no longer the
-//     source's (its session closed): its next reader reads it again;
+//     source's (its session closed, or the partition was lost, or revoked
+//     and the revoke no longer waits for it): its next reader reads it
+//     again;
 //   - otherwise writes the envelope to next, told from the record's first
 //     delivery (every delivery's calls).
 //
@@ -313,7 +315,10 @@ func (r retrier) Merge(rec *record, env deadletter.Envelope) deadletter.Envelope
 
 func (r retrier) Enabled() bool { return r.src.cfg.Retry.Enabled }
 
-func (r retrier) Gone(rec *record) bool { return rec.sess.ctx.Err() != nil }
+// Gone reports whether rec's session closed, or its partition is no
+// longer the source's (see offsetTracker.gone): its next reader reads it
+// again, and a copy would be one more delivery.
+func (r retrier) Gone(rec *record) bool { return rec.gone() }
 
 func (r retrier) Transient(err error) bool { return r.src.cfg.Retry.Classifier.IsTransient(err) }
 

@@ -503,6 +503,13 @@ func (r *record) key() topicPartitionOffset {
 	return topicPartitionOffset{r.track.tp, r.kr.Offset}
 }
 
+// gone reports whether r's session closed or its partition is no longer
+// the source's to settle: r settling commits nothing, and the partition's
+// next reader reads r again.
+func (r *record) gone() bool {
+	return r.sess.ctx.Err() != nil || r.sess.tracker.gone(r.track)
+}
+
 // message returns the Message that r emits.
 func (r *record) message() Message {
 	kr := r.kr
