@@ -220,13 +220,22 @@ func (s *Source) HandOffAfter() time.Duration {
 // waits for the ack; the pipeline then settles the original as handed off
 // (deadletter.HandOffItem). It fails, and the pipeline waits in process
 // instead, when the message did not come from a source with
-// HandOffAfter, or the copy was not stored: its outcome unknown among
+// HandOffAfter, its partition is no longer the source's (its session
+// closed, or the partition was lost, or revoked and the revoke no longer
+// waits for it: its next reader reads it again, and the item's settling
+// commits nothing), or the copy was not stored: its outcome unknown among
 // them (a copy that may be stored makes a second delivery, at least once;
 // the original is not committed before it is done).
 func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	r := m.r
 	if r == nil || r.src.HandOffAfter() <= 0 {
 		return errors.New("kafka: the message's source has no hand-off")
+	}
+	if r.gone() {
+		// Its next reader reads it again: a copy would be one more
+		// delivery. The item waits in process; what it settles commits
+		// nothing.
+		return fmt.Errorf("kafka: hand off record %s: its partition is no longer the source's", m.CorrelationID())
 	}
 	s := r.src
 	c := s.copier()
