@@ -34,11 +34,13 @@ const maxTierDelay = 7 * 24 * time.Hour
 // its [Message] naming the original record.
 //
 // A record goes to the first tier whose delay covers its wait (the
-// longest tier when none does: it then waits in that tier past the
-// delay). It comes back at its due time, or later by at most its tier's
-// delay less its own wait: a tier partition is read in order, so a record
-// waits behind the earlier record at its head. Choose delays close to the
-// waits the pipeline asks for.
+// longest tier when none does). It comes back at its due time, or later by
+// at most its tier's delay less its own wait: a tier partition is read in
+// order, so a record waits behind the earlier record at its head. Choose
+// delays close to the waits the pipeline asks for. A record is never held
+// longer than its tier's delay from when the source read it, whatever its
+// HeaderDue says (the copying process's clock may run ahead): a wait
+// longer than the longest tier's delay comes back after that delay.
 //
 // The zero value is disabled.
 type RetryTopics struct {
