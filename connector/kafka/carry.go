@@ -53,7 +53,8 @@ const (
 	// broker.MaxHistory of them, each naming its node.
 	HeaderHistory = "Sluice-History"
 	// HeaderDue is when a copy in a tier is due (RFC 3339, UTC): the
-	// source does not emit it before.
+	// source does not emit it before, nor holds it longer than its tier's
+	// delay from when it read the copy.
 	HeaderDue = "Sluice-Due"
 	// HeaderResumeNode, HeaderResumeRetry and HeaderResumeSince say where
 	// a hand-off left the record's item retry: the node, the retry its

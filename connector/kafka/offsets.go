@@ -71,6 +71,10 @@ type partitionTrack struct {
 	// guarded by the tracker's mu; revoking sets trackRevoking in flight
 	// too, for emit.
 	revoking, retired bool
+	// taken is set, guarded by mu, once a revoke took what it commits of
+	// the track (dueOf): a record that settles from then on is committed
+	// by nobody, so its next owner reads it again.
+	taken bool
 	// flight counts the entries handed to the pipeline and not settled or
 	// failed (what a revoke waits for), with trackRevoking once the track
 	// is being revoked: emit adds to it only while that is not set, in
@@ -197,6 +201,17 @@ func (t *offsetTracker) revoking(tr *partitionTrack) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return tr.revoking || tr.retired
+}
+
+// gone reports whether tr's partition is no longer the source's to
+// settle: it was lost or retired, or the revoke that gives it up took what
+// it commits. A record of it that settles now is not committed; its next
+// owner reads it again. (While a revoke still waits for the partition's
+// records in flight, a record that settles is committed by the revoke.)
+func (t *offsetTracker) gone(tr *partitionTrack) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return tr.retired || tr.taken
 }
 
 // emit marks e as handed to the pipeline, and reports false when its
@@ -438,6 +453,7 @@ func (t *offsetTracker) dueOf(trs []*partitionTrack) []commitOffset {
 	var out []commitOffset
 	for _, tr := range trs {
 		t.advanceTrack(tr)
+		tr.taken = true
 		if c, ok := tr.due(); ok && !tr.retired {
 			out = append(out, c)
 		}

@@ -188,6 +188,32 @@ func TestTrackerSettleAfterRevoke(t *testing.T) {
 	assert.Equal(t, map[int32]int64{0: 6}, dueMap(tr))
 }
 
+// A partition being revoked is still the source's to settle while the
+// revoke waits (what settles then is committed); it is gone once the
+// revoke took what it commits, and once retired.
+func TestTrackerGoneOnceTheRevokeTookItsCommit(t *testing.T) {
+	tr := newOffsetTracker()
+	tr.assign("t", []int32{0, 1})
+	p0, es0 := addAll(t, tr, 0, 0, 1)
+	p1, _ := addAll(t, tr, 1, 0)
+	require.True(t, tr.emit(p0, es0[0]))
+	require.True(t, tr.emit(p0, es0[1]))
+	assert.False(t, tr.gone(p0), "owned")
+	trs := tr.revoke("t", []int32{0})
+	assert.False(t, tr.gone(p0), "the revoke waits: a record that settles now is committed by it")
+	tr.end(p0, es0[0], true)
+	due := tr.dueOf(trs)
+	require.Len(t, due, 1)
+	assert.Equal(t, int64(1), due[0].offset)
+	assert.True(t, tr.gone(p0), "the revoke took its commit: a record settling now commits nothing")
+	tr.end(p0, es0[1], true)
+	tr.retire(trs)
+	assert.True(t, tr.gone(p0), "retired")
+	assert.False(t, tr.gone(p1), "the partition kept is the source's")
+	tr.retire(tr.revoke("t", []int32{1}))
+	assert.True(t, tr.gone(p1), "lost")
+}
+
 func TestTrackerLost(t *testing.T) {
 	tr := newOffsetTracker()
 	tr.assign("t", []int32{0})

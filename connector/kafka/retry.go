@@ -34,11 +34,13 @@ const maxTierDelay = 7 * 24 * time.Hour
 // its [Message] naming the original record.
 //
 // A record goes to the first tier whose delay covers its wait (the
-// longest tier when none does: it then waits in that tier past the
-// delay). It comes back at its due time, or later by at most its tier's
-// delay less its own wait: a tier partition is read in order, so a record
-// waits behind the earlier record at its head. Choose delays close to the
-// waits the pipeline asks for.
+// longest tier when none does). It comes back at its due time, or later by
+// at most its tier's delay less its own wait: a tier partition is read in
+// order, so a record waits behind the earlier record at its head. Choose
+// delays close to the waits the pipeline asks for. A record is never held
+// longer than its tier's delay from when the source read it, whatever its
+// HeaderDue says (the copying process's clock may run ahead): a wait
+// longer than the longest tier's delay comes back after that delay.
 //
 // The zero value is disabled.
 type RetryTopics struct {
@@ -220,13 +222,22 @@ func (s *Source) HandOffAfter() time.Duration {
 // waits for the ack; the pipeline then settles the original as handed off
 // (deadletter.HandOffItem). It fails, and the pipeline waits in process
 // instead, when the message did not come from a source with
-// HandOffAfter, or the copy was not stored: its outcome unknown among
+// HandOffAfter, its partition is no longer the source's (its session
+// closed, or the partition was lost, or revoked and the revoke no longer
+// waits for it: its next reader reads it again, and the item's settling
+// commits nothing), or the copy was not stored: its outcome unknown among
 // them (a copy that may be stored makes a second delivery, at least once;
 // the original is not committed before it is done).
 func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	r := m.r
 	if r == nil || r.src.HandOffAfter() <= 0 {
 		return errors.New("kafka: the message's source has no hand-off")
+	}
+	if r.gone() {
+		// Its next reader reads it again: a copy would be one more
+		// delivery. The item waits in process; what it settles commits
+		// nothing.
+		return fmt.Errorf("kafka: hand off record %s: its partition is no longer the source's", m.CorrelationID())
 	}
 	s := r.src
 	c := s.copier()
@@ -268,14 +279,18 @@ func (m Message) Resumed() (deadletter.Resume, bool) {
 //     longest from there on), due that tier's delay from now, with its
 //     story; the item then settles, and the original is committed past;
 //   - writes nothing when the record's partition is no longer the
-//     source's (its session closed): its next reader reads it again;
+//     source's (its session closed, or the partition was lost, or revoked
+//     and the revoke no longer waits for it): its next reader reads it
+//     again;
 //   - otherwise writes the envelope to next, told from the record's first
 //     delivery (every delivery's calls).
 //
 // A copy that is not stored, or whose outcome is unknown, fails the
 // write: the engine retries it and then fails the run, and the original
-// is not committed. Every other envelope goes to next unchanged; a batch
-// goes to a tier only when each of its records may still be retried. next
+// is not committed; a batch's record whose copy was stored before another
+// record's failed is not copied again by the write's retry. Every other
+// envelope goes to next unchanged; a batch goes to a tier only when each
+// of its records may still be retried. next
 // must not be nil. The sink is a [deadletter.BrokerRetrier]: the pipeline
 // counts an item it wrote nothing for as a broker retry
 // (NodeStats.BrokerRetries), not as a dead letter.
@@ -311,7 +326,10 @@ func (r retrier) Merge(rec *record, env deadletter.Envelope) deadletter.Envelope
 
 func (r retrier) Enabled() bool { return r.src.cfg.Retry.Enabled }
 
-func (r retrier) Gone(rec *record) bool { return rec.sess.ctx.Err() != nil }
+// Gone reports whether rec's session closed, or its partition is no
+// longer the source's (see offsetTracker.gone): its next reader reads it
+// again, and a copy would be one more delivery.
+func (r retrier) Gone(rec *record) bool { return rec.gone() }
 
 func (r retrier) Transient(err error) bool { return r.src.cfg.Retry.Classifier.IsTransient(err) }
 
@@ -320,7 +338,10 @@ func (r retrier) Exhausted(rec *record) bool {
 }
 
 // Retry produces each record to the tier of its next broker retry and
-// waits for the acks; a single record's copy carries the story of env.
+// waits for the acks; a single record's copy carries the story of env. A
+// record whose copy an earlier try of the write stored is skipped: the
+// engine retries a failed write whole, and a batch's copies that were
+// acked before one failed must not be stored again.
 func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envelope) error {
 	s := r.src
 	c := s.copier()
@@ -331,6 +352,9 @@ func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envel
 	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	defer cancel()
 	for _, rec := range recs {
+		if rec.tiered.Load() {
+			continue
+		}
 		st := *rec.g.pastStory()
 		if len(recs) == 1 {
 			st = st.told(env, s.cfg.Clock.Now(), false)
@@ -341,6 +365,7 @@ func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envel
 		if _, err := c.tierCopy(ctx, rec.kr, s.copySpec(rec, st), wait); err != nil {
 			return fmt.Errorf("kafka: broker retry of record %s: %w", rec.emitted().CorrelationID(), err)
 		}
+		rec.tiered.Store(true)
 	}
 	return nil
 }

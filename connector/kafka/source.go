@@ -492,10 +492,22 @@ type record struct {
 	kr    *kgo.Record
 	ended atomic.Bool
 	g     recordGuard
+	// tiered is set once a broker retry of the record has its tier copy
+	// acked: a later try of the write (the engine retries a batch's write
+	// whole when another record's copy failed) skips the record rather
+	// than store a second copy.
+	tiered atomic.Bool
 }
 
 func (r *record) key() topicPartitionOffset {
 	return topicPartitionOffset{r.track.tp, r.kr.Offset}
+}
+
+// gone reports whether r's session closed or its partition is no longer
+// the source's to settle: r settling commits nothing, and the partition's
+// next reader reads r again.
+func (r *record) gone() bool {
+	return r.sess.ctx.Err() != nil || r.sess.tracker.gone(r.track)
 }
 
 // message returns the Message that r emits.

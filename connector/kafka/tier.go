@@ -478,11 +478,24 @@ func (s *Source) arrive(ctx context.Context, rec *record, out node.Emitter[Messa
 		return nil
 	}
 	if t := s.tierRun(); t != nil {
-		if _, ok := s.cfg.Retry.tierDelay(s.cfg.Topic, rec.kr.Topic); ok && !t.gate.offer(rec, rec.g.copied().due) {
+		if d, ok := s.cfg.Retry.tierDelay(s.cfg.Topic, rec.kr.Topic); ok && !t.gate.offer(rec, tierDue(rec.g.copied().due, s.cfg.Clock.Now(), d)) {
 			return nil
 		}
 	}
 	return s.emitGuarded(ctx, rec, out)
+}
+
+// tierDue returns when a tier record read at now, in a tier of delay, is
+// due: the due time its copy carries (HeaderDue), but never later than
+// the tier's delay from now. The carried time is the copying process's
+// clock; one far ahead of the source's (a clock running fast, a forged
+// header) would otherwise pause the tier partition, and every copy behind
+// it, until then.
+func tierDue(carried, now time.Time, delay time.Duration) time.Time {
+	if bound := now.Add(delay); carried.After(bound) {
+		return bound
+	}
+	return carried
 }
 
 // emitGuarded emits rec after the crash ledger's turn and the poison

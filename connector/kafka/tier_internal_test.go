@@ -334,3 +334,23 @@ func TestDueGateClockMovesBeforeTheTimer(t *testing.T) {
 		require.FailNow(t, "the record due during the timer's start was never released")
 	}
 }
+
+// A tier record is due when its copy says, but never later than its
+// tier's delay from when the source read it; a zero due time is now.
+func TestTierDueBoundedByTheTiersDelay(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for _, c := range []struct {
+		name          string
+		carried, want time.Time
+	}{
+		{"none", time.Time{}, time.Time{}},
+		{"past", now.Add(-time.Hour), now.Add(-time.Hour)},
+		{"within the delay", now.Add(30 * time.Second), now.Add(30 * time.Second)},
+		{"at the delay", now.Add(time.Minute), now.Add(time.Minute)},
+		{"past the delay", now.Add(time.Minute + 1), now.Add(time.Minute)},
+		{"30 days ahead", now.Add(30 * 24 * time.Hour), now.Add(time.Minute)},
+	} {
+		assert.Equal(t, c.want, tierDue(c.carried, now, time.Minute), c.name)
+	}
+}
