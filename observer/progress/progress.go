@@ -250,7 +250,16 @@ func (r *Reporter) OnNodeStarted(e observer.NodeEvent) {
 		return
 	}
 	if p.runID != e.RunID {
-		r.begin(p, e.RunID, r.clock.Now())
+		now := r.clock.Now()
+		if st := p.r.Stats(); st.RunID == e.RunID {
+			// The counters as this run starts: no node has taken an
+			// item yet (each starts after its event, and the events
+			// wait for r.mu). The last sample, of the run before,
+			// missed what settled after its last node completed: the
+			// tracked items its end failed.
+			p.last, p.lastT = st, now
+		}
+		r.begin(p, e.RunID, now)
 	}
 	r.ensureLoop()
 }
