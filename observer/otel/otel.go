@@ -110,6 +110,12 @@ type target struct {
 	r     observer.StatsReader
 	nodes []metric.MeasurementOption   // pipeline, node
 	kinds [][]metric.MeasurementOption // pipeline, node, kind; by node, then RetryKind - 1
+	// zeros are the exhaustion series that start at zero, recorded when
+	// the pipeline first runs (zeroed), not at Build: a counter's series
+	// cannot be deleted, and a Build that fails after UseStats (another
+	// observer refused the pipeline) must leave none. Guarded by o.mu.
+	zeros  []metric.AddOption
+	zeroed bool
 }
 
 type kindKey struct {
@@ -217,10 +223,10 @@ func (o *Observer) UseStats(r observer.StatsReader) error {
 		for i, k := range kinds {
 			byKind[i] = o.attrs(name, n.Node, k)
 			// Exhaustion counters start at zero, as the Prometheus ones do:
-			// only those that can move.
+			// only those that can move, from the pipeline's first run.
 			for _, l := range limits {
 				if n.Exhaustible.Has(k, l) {
-					o.exhausted.Add(context.Background(), 0, o.limitAttrs(name, n.Node, k, l))
+					t.zeros = append(t.zeros, o.limitAttrs(name, n.Node, k, l))
 				}
 			}
 		}
@@ -307,9 +313,21 @@ func (o *Observer) observe(_ context.Context, ob metric.Observer) error {
 	return nil
 }
 
-// OnNodeStarted does nothing: the items in flight are in the pipeline's
-// Stats.
-func (o *Observer) OnNodeStarted(observer.NodeEvent) {}
+// OnNodeStarted starts the exhaustion counters of the pipeline at zero,
+// once, at its first run. The items in flight are in the pipeline's Stats.
+func (o *Observer) OnNodeStarted(e observer.NodeEvent) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	t := o.byName[e.Pipeline]
+	if t == nil || t.zeroed {
+		return
+	}
+	t.zeroed = true
+	for _, opt := range t.zeros {
+		o.exhausted.Add(context.Background(), 0, opt)
+	}
+	t.zeros = nil
+}
 
 // OnNodeCompleted does nothing: a node's counts are in its counters.
 func (o *Observer) OnNodeCompleted(observer.NodeEvent) {}
