@@ -280,8 +280,9 @@ func (m Message) Resumed() (deadletter.Resume, bool) {
 //     story; the item then settles, and the original is committed past;
 //   - writes nothing when the record's partition is no longer the
 //     source's (its session closed, or the partition was lost, or revoked
-//     and the revoke no longer waits for it): its next reader reads it
-//     again;
+//     and the revoke no longer waits for it); the item then settles (a
+//     broker retry) but the record does not: it is not committed, not even
+//     by Close's last commits, and its next reader reads it again;
 //   - otherwise writes the envelope to next, told from the record's first
 //     delivery (every delivery's calls).
 //
@@ -298,7 +299,37 @@ func (s *Source) DeadLetter(next deadletter.Sink) deadletter.Sink {
 	if next == nil {
 		panic("sluice: kafka: Source.DeadLetter: next sink is nil")
 	}
-	return &broker.RetrySink[*record]{Source: retrier{s}, Next: next, Poison: ErrPoison}
+	return retrySink{&broker.RetrySink[*record]{Source: retrier{s}, Next: next, Poison: ErrPoison}}
+}
+
+// retrySink is the source's DeadLetter sink: the broker's retry sink,
+// which also marks each record of an item it gave back to the broker and
+// wrote nothing for (gone, see [retrier.Gone]) as unwritten, so that the
+// item's settling does not settle it for the offset tracker (record.done):
+// no commit takes it, and its next reader reads it again.
+type retrySink struct{ s *broker.RetrySink[*record] }
+
+// Write decides env's fate as WriteOrRetry does.
+func (w retrySink) Write(ctx context.Context, env deadletter.Envelope) error {
+	_, err := w.WriteOrRetry(ctx, env)
+	return err
+}
+
+// WriteOrRetry is the broker's retry sink's. When it says retried, a
+// record of the item whose tier copy is not stored was written nowhere:
+// it was gone. (A retried item's record whose copy an earlier try of the
+// write stored stays settled.)
+func (w retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (retried bool, err error) {
+	retried, err = w.s.WriteOrRetry(ctx, env)
+	if err != nil || !retried {
+		return retried, err
+	}
+	for _, rec := range w.s.Source.Deliveries(env) {
+		if !rec.tiered.Load() {
+			rec.unwritten.Store(true)
+		}
+	}
+	return retried, nil
 }
 
 // retrier is the source's part in its retry sink: a copy to a tier.
@@ -328,7 +359,8 @@ func (r retrier) Enabled() bool { return r.src.cfg.Retry.Enabled }
 
 // Gone reports whether rec's session closed, or its partition is no
 // longer the source's (see offsetTracker.gone): its next reader reads it
-// again, and a copy would be one more delivery.
+// again, and a copy would be one more delivery. The sink then writes
+// nothing for rec, and retrySink keeps its settling from the commits.
 func (r retrier) Gone(rec *record) bool { return rec.gone() }
 
 func (r retrier) Transient(err error) bool { return r.src.cfg.Retry.Classifier.IsTransient(err) }

@@ -21,7 +21,9 @@ import (
 // closes it (a last commit, and the client leaves the group).
 //
 // Every record is emitted with EmitTracked and settled by its outcome:
-// Delivered, Filtered, Skipped, DeadLettered and HandedOff settle it;
+// Delivered, Filtered, Skipped, DeadLettered and HandedOff settle it (but
+// DeadLettered for an item that the [Source.DeadLetter] sink wrote
+// nowhere, the record being gone: its next reader reads it again);
 // Failed while the Run goes on (a blameless failure, such as a busy key)
 // emits it again in the run; Failed and Rejected (the run ended first, or
 // failed because of it) leave it unsettled. Per partition, the source commits the lowest offset
@@ -497,6 +499,12 @@ type record struct {
 	// whole when another record's copy failed) skips the record rather
 	// than store a second copy.
 	tiered atomic.Bool
+	// unwritten is set when the source's DeadLetter sink took the item
+	// and wrote the record nowhere, as it was gone (retrySink): its
+	// next reader reads it again, so its settling must not let a commit
+	// take it (Close's last commits run after the session's context
+	// ended, when a record still in flight is gone).
+	unwritten atomic.Bool
 }
 
 func (r *record) key() topicPartitionOffset {
@@ -504,8 +512,10 @@ func (r *record) key() topicPartitionOffset {
 }
 
 // gone reports whether r's session closed or its partition is no longer
-// the source's to settle: r settling commits nothing, and the partition's
-// next reader reads r again.
+// the source's to settle: the partition's next reader reads r again. (A
+// closed session's last commits may still take r once it settles: a
+// hand-off refuses r, and the DeadLetter sink, which then writes r
+// nowhere, keeps its item's settling from the tracker: see retrySink.)
 func (r *record) gone() bool {
 	return r.sess.ctx.Err() != nil || r.sess.tracker.gone(r.track)
 }
@@ -538,8 +548,12 @@ func (r *record) done(o node.Outcome) {
 	}
 	settled := false
 	switch o {
-	case node.Delivered, node.Filtered, node.Skipped, node.DeadLettered, node.HandedOff:
+	case node.Delivered, node.Filtered, node.Skipped, node.HandedOff:
 		settled = true
+	case node.DeadLettered:
+		// Not when the DeadLetter sink wrote the record nowhere because
+		// it was gone: no commit may take it.
+		settled = !r.unwritten.Load()
 	}
 	r.finish(settled)
 }
