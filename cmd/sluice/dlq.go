@@ -122,7 +122,7 @@ func ls(args []string, stdout, stderr io.Writer) int {
 		if withFile {
 			fmt.Fprintf(tw, "%s\t", r.Path)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", r.Line, formatTime(r.LastFailure), orDash(r.OriginNode), r.Attempts, orDash(shorten(oneLine(r.ErrText), errorWidth)))
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", r.Line, formatTime(r.LastFailure), orDash(oneLine(r.OriginNode)), r.Attempts, orDash(shorten(oneLine(r.ErrText), errorWidth)))
 	})
 	if !read {
 		return code
@@ -142,10 +142,10 @@ type grouping struct {
 
 // groupings are what dlq stats counts by, in the order it prints them.
 var groupings = []grouping{
-	{"node", "NODE", func(r deadletter.Record) string { return orDash(r.OriginNode) }},
+	{"node", "NODE", func(r deadletter.Record) string { return orDash(oneLine(r.OriginNode)) }},
 	{"reason", "REASON", func(r deadletter.Record) string { return orDash(reason(r.ErrText)) }},
 	{"error", "ERROR", func(r deadletter.Record) string { return orDash(oneLine(r.ErrText)) }},
-	{"run", "RUN", func(r deadletter.Record) string { return orDash(r.RunID) }},
+	{"run", "RUN", func(r deadletter.Record) string { return orDash(oneLine(r.RunID)) }},
 }
 
 // stats prints counts of the envelopes: by node and by reason, or by what

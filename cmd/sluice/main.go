@@ -183,9 +183,12 @@ func newFlagSet(cmd string) *flag.FlagSet {
 
 // parse parses args with flags and positional arguments in any order, as
 // in "filter FILE --node X -o OUT"; after "--" every argument is
-// positional. ok is false when the caller should
-// return code: after -h, or after a usage error.
+// positional, unless that "--" is a flag's value ("-o --").
 func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positional []string, code int, ok bool) {
+	var rest []string
+	if i := endOfFlags(fs, args); i >= 0 {
+		args, rest = args[:i], args[i+1:]
+	}
 	for {
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
@@ -195,16 +198,33 @@ func parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (positiona
 			return nil, usageError(stderr, strings.TrimPrefix(fs.Name(), "sluice ")+": "+err.Error()), false
 		}
 		if fs.NArg() == 0 {
-			return positional, 0, true
-		}
-		if rest := fs.Args(); len(args) > len(rest) && args[len(args)-len(rest)-1] == "--" {
-			// Parse stopped at "--": what follows is positional, a
-			// name that starts with - included.
 			return append(positional, rest...), 0, true
 		}
 		positional = append(positional, fs.Arg(0))
 		args = fs.Args()[1:]
 	}
+}
+
+// endOfFlags returns the index of the "--" in args that ends the flags,
+// skipping the value of each flag that takes one; -1 when there is none.
+func endOfFlags(fs *flag.FlagSet, args []string) int {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return i
+		case len(a) < 2 || a[0] != '-' || strings.Contains(a, "="):
+			continue
+		}
+		f := fs.Lookup(strings.TrimLeft(a, "-"))
+		if f == nil {
+			continue // Parse reports it
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+			i++ // its value, whatever it is
+		}
+	}
+	return -1
 }
 
 func usageError(stderr io.Writer, msg string) int {

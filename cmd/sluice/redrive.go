@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -77,14 +78,25 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 
 	// The ledger knows a letter by the broker and the target it went to:
 	// the same queue on another broker or vhost still gets it.
-	broker, asWritten, err := brokerOf(*url)
+	broker, err := brokerOf(*url)
 	if err != nil {
 		return usageError(stderr, "dlq redrive: --amqp: "+err.Error())
 	}
 	where := broker + " " + target
-	// Lines written before the broker's name was made canonical name it
-	// as the URL wrote it.
-	legacy := asWritten + " " + target
+	// Ctrl-C stops the redrive between two letters: the publish under
+	// way is confirmed (or times out) and recorded first, so that what
+	// the broker took is what the ledger and the count say. A second
+	// Ctrl-C ends the process at once. Caught from before the ledger is
+	// opened, so that one made and left empty is removed.
+	interrupted, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	context.AfterFunc(interrupted, stop)
+	paths, _ := in.paths(io.Discard)
+	for _, path := range paths {
+		if sameFile(*ledgerPath, path) {
+			return usageError(stderr, fmt.Sprintf("dlq redrive: --ledger %s is the input %s", *ledgerPath, path))
+		}
+	}
 	var ledger *ledgerFile
 	if !*dryRun {
 		// Held from the reading of the ledger to the last letter's line:
@@ -100,7 +112,7 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 			}
 		}()
 	}
-	done, err := readLedger(*ledgerPath, ledger, where, legacy)
+	done, err := readLedger(*ledgerPath, ledger, where)
 	if err != nil {
 		dataError(stderr, err)
 		return exitData
@@ -119,7 +131,7 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 		case r.ItemError != "":
 			// Nothing to send: the item was never encoded.
 			unencoded++
-			dataError(stderr, fmt.Errorf("%s:%d: not re-driven: the item was not encoded when it was dead-lettered: %s", r.Path, r.Line, r.ItemError))
+			dataError(stderr, fmt.Errorf("%s:%d: not re-driven: the item was not encoded when it was dead-lettered: %s", r.Path, r.Line, oneLine(r.ItemError)))
 		default:
 			done[k] = true // a line copied twice is sent once
 			todo = append(todo, letter{r, k})
@@ -128,24 +140,21 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 	if !read {
 		return code
 	}
+	if interrupted.Err() != nil {
+		dataError(stderr, errors.New("interrupted while reading the dead letters: nothing was sent"))
+		return exitData
+	}
 	if unencoded > 0 {
 		code = exitData
 	}
 	if *dryRun {
 		for _, l := range todo {
-			fmt.Fprintf(stdout, "would re-drive %s:%d (%s) to %s\n", l.r.Path, l.r.Line, orDash(l.r.OriginNode), target)
+			fmt.Fprintf(stdout, "would re-drive %s:%d (%s) to %s\n", l.r.Path, l.r.Line, orDash(oneLine(l.r.OriginNode)), target)
 		}
 		fmt.Fprintf(stdout, "%d of %d envelopes would be re-driven to %s; %d were already (ledger %s)\n", len(todo), total, target, already, *ledgerPath)
 		return code
 	}
 
-	// Ctrl-C stops the redrive between two letters: the publish under
-	// way is confirmed (or times out) and recorded first, so that what
-	// the broker took is what the ledger and the count say. A second
-	// Ctrl-C ends the process at once.
-	interrupted, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	context.AfterFunc(interrupted, stop)
 	sent, err := publishLetters(interrupted, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, ledger, where)
 	fmt.Fprintf(stdout, "%d of %d envelopes re-driven to %s; %d were already (ledger %s)\n", sent, total, target, already, *ledgerPath)
 	if err != nil {
@@ -202,6 +211,9 @@ func publishLetters(interrupted context.Context, todo []letter, url, exchange, k
 		return 0, err
 	}
 	if err := pub.Open(interrupted); err != nil {
+		if interrupted.Err() != nil {
+			err = fmt.Errorf("interrupted while connecting: %w", err)
+		}
 		return 0, errors.Join(err, pub.Close(ctx))
 	}
 	defer func() { err = errors.Join(err, pub.Close(ctx)) }()
@@ -227,31 +239,42 @@ func publishLetters(interrupted context.Context, todo []letter, url, exchange, k
 // another place still gets it.
 
 // brokerOf names the broker of an AMQP URL for the ledger: host, port and
-// vhost, without the credentials. name is canonical: the host in lower
-// case and the port given, 5672 (5671 for amqps) when the URL has none,
-// so that one broker written two ways is one; asWritten is what versions
-// before wrote, the host as the URL has it.
-func brokerOf(raw string) (name, asWritten string, err error) {
+// vhost, without the credentials, canonical (canonicalHost), so that one
+// broker written two ways is one.
+func brokerOf(raw string) (string, error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return "", "", err
+		return "", err
 	}
 	if u.Scheme != "amqp" && u.Scheme != "amqps" {
-		return "", "", fmt.Errorf("%q is not an amqp:// or amqps:// URL", u.Redacted())
+		return "", fmt.Errorf("%q is not an amqp:// or amqps:// URL", u.Redacted())
 	}
 	vhost := strings.TrimPrefix(u.Path, "/")
 	if vhost == "" {
 		vhost = "/"
 	}
-	port := u.Port()
-	if port == "" {
+	return u.Scheme + "://" + canonicalHost(u.Scheme, u.Host) + " vhost " + vhost, nil
+}
+
+// canonicalHost is host[:port] of a URL of scheme as one name per
+// broker: the host in lower case without a trailing dot, an IP address in
+// its shortest form (an IPv4-mapped IPv6 one as IPv4), and the port as a
+// number, 5672 (5671 for amqps) when none is given.
+func canonicalHost(scheme, hostport string) string {
+	u := url.URL{Host: hostport}
+	host, port := strings.TrimSuffix(strings.ToLower(u.Hostname()), "."), u.Port()
+	if ip := net.ParseIP(host); ip != nil {
+		host = ip.String()
+	}
+	if n, err := strconv.Atoi(port); err == nil {
+		port = strconv.Itoa(n)
+	} else {
 		port = "5672"
-		if u.Scheme == "amqps" {
+		if scheme == "amqps" {
 			port = "5671"
 		}
 	}
-	host := net.JoinHostPort(strings.ToLower(u.Hostname()), port)
-	return u.Scheme + "://" + host + " vhost " + vhost, u.Scheme + "://" + u.Host + " vhost " + vhost, nil
+	return net.JoinHostPort(host, port)
 }
 
 // ledgerTarget is target as one field of a ledger line: % and white space
@@ -270,11 +293,16 @@ func ledgerTarget(target string) string {
 	return b.String()
 }
 
-// readLedger returns the keys that the ledger at path holds for target
-// (or, as versions before wrote it, legacy); a missing ledger is empty.
+// readLedger returns the keys that the ledger at path holds for target,
+// the canonical name of a broker and a target; a missing ledger is empty.
 // It reads f, the ledger opened and locked, when not nil. A torn last
 // line, left by a crash, is ignored: its letter was not recorded.
-func readLedger(path string, f *ledgerFile, target, legacy string) (map[string]bool, error) {
+//
+// A line written before broker names were canonical names the broker as
+// its URL wrote it (no port, a host in capitals), with only the spaces
+// escaped: it is matched by the canonical form of its name. Not for a
+// target with % in it: such a line's target was ambiguous (docs).
+func readLedger(path string, f *ledgerFile, target string) (map[string]bool, error) {
 	done := map[string]bool{}
 	var r io.Reader
 	if f != nil {
@@ -291,17 +319,15 @@ func readLedger(path string, f *ledgerFile, target, legacy string) (map[string]b
 		r = file
 	}
 	want := ledgerTarget(target)
-	// Before the target was escaped, only its spaces were; a target with
-	// % in it is not looked for so, since that was ambiguous.
-	old := strings.ReplaceAll(legacy, " ", "%20")
-	if strings.Contains(legacy, "%") {
-		old = want
-	}
+	oldForm := !strings.Contains(target, "%")
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
-		if len(fields) >= 2 && len(fields[0]) == sha256.Size*2 && (fields[1] == want || fields[1] == old) {
+		if len(fields) < 2 || len(fields[0]) != sha256.Size*2 {
+			continue
+		}
+		if fields[1] == want || oldForm && canonicalOldTarget(fields[1]) == target {
 			done[fields[0]] = true
 		}
 	}
@@ -309,6 +335,25 @@ func readLedger(path string, f *ledgerFile, target, legacy string) (map[string]b
 		return nil, fmt.Errorf("ledger %s: %w", path, err)
 	}
 	return done, nil
+}
+
+// canonicalOldTarget returns the canonical name of a ledger line's target
+// of the old form, "scheme://host vhost V target" with its spaces as
+// %20; "" when field is not of that form.
+func canonicalOldTarget(field string) string {
+	if strings.Contains(strings.ReplaceAll(field, "%20", ""), "%") {
+		return "" // not the old form: % was never escaped then
+	}
+	t := strings.ReplaceAll(field, "%20", " ")
+	scheme, rest, ok := strings.Cut(t, "://")
+	if !ok || (scheme != "amqp" && scheme != "amqps") {
+		return ""
+	}
+	host, rest, ok := strings.Cut(rest, " vhost ")
+	if !ok {
+		return ""
+	}
+	return scheme + "://" + canonicalHost(scheme, host) + " vhost " + rest
 }
 
 // A ledgerFile is the ledger, open for appending and locked.
@@ -342,7 +387,12 @@ func tryOpenLedger(path string) (l *ledgerFile, again bool, err error) {
 		f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o600)
 		created = err == nil
 		if errors.Is(err, os.ErrExist) {
-			return nil, true, nil
+			if info, lerr := os.Lstat(path); lerr == nil && info.Mode()&os.ModeSymlink != 0 {
+				if _, serr := os.Stat(path); errors.Is(serr, os.ErrNotExist) {
+					return nil, false, fmt.Errorf("ledger %s: a symbolic link to a file that does not exist", path)
+				}
+			}
+			return nil, true, nil // made meanwhile: open it
 		}
 	}
 	if err != nil {
@@ -373,8 +423,13 @@ func tryOpenLedger(path string) (l *ledgerFile, again bool, err error) {
 	return &ledgerFile{f: f, path: path, created: created}, false, nil
 }
 
-// record appends l's line, for target, and syncs it.
+// record appends l's line, for target, and syncs it. A ledger that was
+// removed or replaced at its path meanwhile is an error: the lines would
+// go to a file nobody reads.
 func (l *ledgerFile) record(lt letter, target string) error {
+	if !l.atPath() {
+		return fmt.Errorf("ledger %s: it was removed or replaced during the redrive; the letters sent so far are recorded in no ledger", l.path)
+	}
 	if _, err := fmt.Fprintf(l.f, "%s %s %s:%d\n", lt.key, ledgerTarget(target), lt.r.Path, lt.r.Line); err != nil {
 		return fmt.Errorf("ledger: %w", err)
 	}
@@ -390,10 +445,17 @@ func (l *ledgerFile) record(lt letter, target string) error {
 // it gone once it holds the lock, and makes it anew.
 func (l *ledgerFile) close() error {
 	var err error
-	if l.created {
+	if l.created && l.atPath() {
 		if info, serr := l.f.Stat(); serr == nil && info.Size() == 0 {
 			err = os.Remove(l.path)
 		}
 	}
 	return errors.Join(err, l.f.Close())
+}
+
+// atPath reports whether the ledger's path still names the file held.
+func (l *ledgerFile) atPath() bool {
+	held, herr := l.f.Stat()
+	named, nerr := os.Stat(l.path)
+	return herr == nil && nerr == nil && os.SameFile(held, named)
 }
