@@ -33,14 +33,15 @@ const maxTierDelay = 7 * 24 * time.Hour
 // the source's clock, and the record is then emitted as the original was,
 // its [Message] naming the original record.
 //
-// A record goes to the first tier whose delay covers its wait (the
-// longest tier when none does). It comes back at its due time, or later by
+// A record goes to the first tier whose delay covers its wait; a hand-off
+// whose wait no tier covers is refused, and the item waits in process
+// (see [Message.HandOff]). It comes back at its due time, or later by
 // at most its tier's delay less its own wait: a tier partition is read in
 // order, so a record waits behind the earlier record at its head. Choose
 // delays close to the waits the pipeline asks for. A record is never held
 // longer than its tier's delay from when the source read it, whatever its
-// HeaderDue says (the copying process's clock may run ahead): a wait
-// longer than the longest tier's delay comes back after that delay.
+// HeaderDue says (the copying process's clock may run ahead), which is
+// why no tier takes a wait longer than its delay.
 //
 // The zero value is disabled.
 type RetryTopics struct {
@@ -58,7 +59,9 @@ type RetryTopics struct {
 	DeadLetterTopic string
 	// HandOffAfter is the shortest wait of an item retry that the
 	// pipeline hands to a tier instead of waiting in process
-	// (deadletter.HandOffSource); 0 hands off none.
+	// (deadletter.HandOffSource); 0 hands off none. It must not exceed
+	// the longest tier's delay: a wait longer than every tier stays in
+	// process, so none would be handed off.
 	HandOffAfter time.Duration
 	// MaxRetries is how many times the source's DeadLetter sink gives one
 	// record to a tier after a transient failure before it writes the
@@ -116,7 +119,8 @@ func (r RetryTopics) maxRetries() int {
 }
 
 // tierFor returns the delay of the tier that takes a record waiting wait:
-// the shortest delay at least wait, or the longest delay when none is.
+// the shortest delay at least wait, or the longest delay when none is
+// (HandOff refuses such a wait; a broker retry's wait is a tier's delay).
 // ok is false when there are no tiers.
 func (r RetryTopics) tierFor(wait time.Duration) (delay time.Duration, ok bool) {
 	ds := r.delays()
@@ -129,6 +133,18 @@ func (r RetryTopics) tierFor(wait time.Duration) (delay time.Duration, ok bool) 
 		}
 	}
 	return ds[len(ds)-1], true
+}
+
+// longestDelay returns the longest tier's delay that problems would take
+// (positive, at most a week); 0 when there is none.
+func (r RetryTopics) longestDelay() time.Duration {
+	var longest time.Duration
+	for _, d := range r.Delays {
+		if d > 0 && d <= maxTierDelay {
+			longest = max(longest, d)
+		}
+	}
+	return longest
 }
 
 // tierDelay returns the delay of topic when it is one of main's tiers.
@@ -160,6 +176,10 @@ func (r RetryTopics) problems(topic string) []error {
 	}
 	if r.HandOffAfter < 0 {
 		bad("HandOffAfter", r.HandOffAfter, "must not be negative")
+	}
+	if longest := r.longestDelay(); r.HandOffAfter > 0 && longest > 0 && r.HandOffAfter > longest {
+		bad("HandOffAfter", r.HandOffAfter, "must not exceed the longest tier's delay ("+longest.String()+
+			"): a wait is handed off only to a tier that holds it at least as long, so no wait would ever be")
 	}
 	if r.DeadLetterTopic != "" && r.DeadLetterTopic == topic {
 		bad("DeadLetterTopic", r.DeadLetterTopic, "must not be the topic the source reads")
@@ -222,7 +242,10 @@ func (s *Source) HandOffAfter() time.Duration {
 // waits for the ack; the pipeline then settles the original as handed off
 // (deadletter.HandOffItem). It fails, and the pipeline waits in process
 // instead, when the message did not come from a source with
-// HandOffAfter, its partition is no longer the source's (its session
+// HandOffAfter, no tier's delay covers h.Delay (the source holds a copy
+// at most its tier's delay, so the longest tier would bring the item back
+// early; this holds for a drain's hand-back of the rest of a wait too),
+// its partition is no longer the source's (its session
 // closed, or the partition was lost, or revoked and the revoke no longer
 // waits for it: its next reader reads it again, and the item's settling
 // commits nothing), or the copy was not stored: its outcome unknown among
@@ -240,6 +263,13 @@ func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 		return fmt.Errorf("kafka: hand off record %s: its partition is no longer the source's", m.CorrelationID())
 	}
 	s := r.src
+	if tier, _ := s.cfg.Retry.tierFor(h.Delay); tier < h.Delay {
+		// The source holds a tier copy at most its tier's delay from
+		// when it reads it (tierDue): the longest tier would bring the
+		// item back early, and its retries would go at the tier's rate.
+		return fmt.Errorf("kafka: hand off record %s: no tier of topic %q waits %s; the longest waits %s",
+			m.CorrelationID(), s.cfg.Topic, h.Delay, tier)
+	}
 	c := s.copier()
 	if c == nil {
 		return errors.New("kafka: the message's source is closed")
