@@ -248,19 +248,15 @@ func (s *Source) HandOffAfter() time.Duration {
 // its partition is no longer the source's (its session
 // closed, or the partition was lost, or revoked and the revoke no longer
 // waits for it: its next reader reads it again, and the item's settling
-// commits nothing), or the copy was not stored: its outcome unknown among
-// them (a copy that may be stored makes a second delivery, at least once;
-// the original is not committed before it is done).
+// is not committed once the revoke took its commit), or the copy was not
+// stored: its outcome unknown among them (a copy that may be stored makes
+// a second delivery, at least once; the original is not committed before
+// it is done). A revoke waits for a copy under way (see
+// SourceConfig.RevokeTimeout), and a stored copy settles the original.
 func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	r := m.r
 	if r == nil || r.src.HandOffAfter() <= 0 {
 		return errors.New("kafka: the message's source has no hand-off")
-	}
-	if r.gone() {
-		// Its next reader reads it again: a copy would be one more
-		// delivery. The item waits in process; what it settles commits
-		// nothing.
-		return fmt.Errorf("kafka: hand off record %s: its partition is no longer the source's", m.CorrelationID())
 	}
 	s := r.src
 	if tier, _ := s.cfg.Retry.tierFor(h.Delay); tier < h.Delay {
@@ -270,6 +266,14 @@ func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 		return fmt.Errorf("kafka: hand off record %s: no tier of topic %q waits %s; the longest waits %s",
 			m.CorrelationID(), s.cfg.Topic, h.Delay, tier)
 	}
+	if !r.beginCopy() {
+		// Its next reader reads it again: a copy would be one more
+		// delivery. The item waits in process; what it settles commits
+		// nothing.
+		return fmt.Errorf("kafka: hand off record %s: its partition is no longer the source's", m.CorrelationID())
+	}
+	stored := false
+	defer func() { r.endCopy(stored) }()
 	c := s.copier()
 	if c == nil {
 		return errors.New("kafka: the message's source is closed")
@@ -281,6 +285,7 @@ func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	if _, err := c.tierCopy(ctx, r.kr, s.copySpec(r, st), h.Delay); err != nil {
 		return fmt.Errorf("kafka: hand off record %s: %w", m.CorrelationID(), err)
 	}
+	stored = true
 	return nil
 }
 
@@ -417,17 +422,37 @@ func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envel
 		if rec.tiered.Load() {
 			continue
 		}
-		st := *rec.g.pastStory()
-		if len(recs) == 1 {
-			st = st.told(env, s.cfg.Clock.Now(), false)
+		if !rec.beginCopy() {
+			// Gone since the sink asked (Gone): its revoke no longer
+			// waits for it, and its next reader reads it again. Left
+			// without a copy, it is unwritten (retrySink).
+			continue
 		}
-		st.resume = deadletter.Resume{}
-		st.retries = rec.g.pastStory().retries + 1
-		wait := ds[min(st.retries, len(ds))-1]
-		if _, err := c.tierCopy(ctx, rec.kr, s.copySpec(rec, st), wait); err != nil {
-			return fmt.Errorf("kafka: broker retry of record %s: %w", rec.emitted().CorrelationID(), err)
+		if err := r.copyOne(ctx, c, rec, ds, len(recs) == 1, env); err != nil {
+			return err
 		}
-		rec.tiered.Store(true)
 	}
+	return nil
+}
+
+// copyOne produces rec, whose copy beginCopy registered, to the tier of
+// its next broker retry, waits for the ack, and ends the copy; single says
+// the copy carries the story of env.
+func (r retrier) copyOne(ctx context.Context, c *copier, rec *record, ds []time.Duration, single bool, env deadletter.Envelope) error {
+	s := r.src
+	stored := false
+	defer func() { rec.endCopy(stored) }()
+	st := *rec.g.pastStory()
+	if single {
+		st = st.told(env, s.cfg.Clock.Now(), false)
+	}
+	st.resume = deadletter.Resume{}
+	st.retries = rec.g.pastStory().retries + 1
+	wait := ds[min(st.retries, len(ds))-1]
+	if _, err := c.tierCopy(ctx, rec.kr, s.copySpec(rec, st), wait); err != nil {
+		return fmt.Errorf("kafka: broker retry of record %s: %w", rec.emitted().CorrelationID(), err)
+	}
+	rec.tiered.Store(true)
+	stored = true
 	return nil
 }

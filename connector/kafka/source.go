@@ -520,6 +520,20 @@ func (r *record) gone() bool {
 	return r.sess.ctx.Err() != nil || r.sess.tracker.gone(r.track)
 }
 
+// beginCopy registers a copy of r (a broker retry's, a hand-off's) as
+// under way, unless r is gone (see gone): a revoke then waits for it
+// before it takes its commit (session.waitCopies). endCopy must follow a
+// true, with whether the copy was stored.
+func (r *record) beginCopy() bool {
+	return r.sess.ctx.Err() == nil && r.sess.tracker.beginCopy(r.track)
+}
+
+// endCopy ends the copy beginCopy registered; a stored copy settles r in
+// the offset tracker at once (offsetTracker.endCopy).
+func (r *record) endCopy(stored bool) {
+	r.sess.tracker.endCopy(r.track, &r.slot, stored)
+}
+
 // message returns the Message that r emits.
 func (r *record) message() Message {
 	kr := r.kr
