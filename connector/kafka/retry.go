@@ -285,6 +285,7 @@ func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	if _, err := c.tierCopy(ctx, r.kr, s.copySpec(r, st), h.Delay); err != nil {
 		return fmt.Errorf("kafka: hand off record %s: %w", m.CorrelationID(), err)
 	}
+	r.tiered.Store(true)
 	stored = true
 	return nil
 }
@@ -324,7 +325,9 @@ func (m Message) Resumed() (deadletter.Resume, bool) {
 // A copy that is not stored, or whose outcome is unknown, fails the
 // write: the engine retries it and then fails the run, and the original
 // is not committed; a batch's record whose copy was stored before another
-// record's failed is not copied again by the write's retry. Every other
+// record's failed is not copied again by the write's retry, and settles
+// (committed past) even when the run then fails: its copy stands in for
+// it. Every other
 // envelope goes to next unchanged; a batch goes to a tier only when each
 // of its records may still be retried. next
 // must not be nil. The sink is a [deadletter.BrokerRetrier]: the pipeline
