@@ -65,8 +65,11 @@ type SourceConfig struct {
 	// are revoked waits for their records in flight to settle before it
 	// commits what settled and lets the partitions go. A record that
 	// settles later is not committed: the partition's next owner reads it
-	// again (see docs/kafka.md, "Rebalances"). It must stay below the
-	// group's rebalance timeout (60s). Default [DefaultRevokeTimeout].
+	// again (see docs/kafka.md, "Rebalances"). Then it waits too, at most
+	// a copy's wait for its ack (10s), for the copies of their records to
+	// a tier under way (Retry), so that a stored copy's record is
+	// committed. It must stay below the group's rebalance timeout (60s),
+	// with those 10s when Retry is enabled. Default [DefaultRevokeTimeout].
 	RevokeTimeout time.Duration
 	// MaxInFlight is the most records the source holds polled and not
 	// settled, with those settled and not yet committed that the next

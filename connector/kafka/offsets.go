@@ -75,6 +75,15 @@ type partitionTrack struct {
 	// the track (dueOf): a record that settles from then on is committed
 	// by nobody, so its next owner reads it again.
 	taken bool
+	// copying counts, guarded by mu, the copies of the track's records
+	// under way (a broker retry's, a hand-off's: see beginCopy); copied,
+	// guarded by mu, is closed once it falls to zero while a revoke waits
+	// for it. sealed, guarded by mu, is set once the revoke no longer
+	// waits for the track's records in flight (RevokeTimeout passed): no
+	// copy of them begins from then on.
+	copying int
+	copied  chan struct{}
+	sealed  bool
 	// flight counts the entries handed to the pipeline and not settled or
 	// failed (what a revoke waits for), with trackRevoking once the track
 	// is being revoked: emit adds to it only while that is not set, in
@@ -204,14 +213,61 @@ func (t *offsetTracker) revoking(tr *partitionTrack) bool {
 }
 
 // gone reports whether tr's partition is no longer the source's to
-// settle: it was lost or retired, or the revoke that gives it up took what
-// it commits. A record of it that settles now is not committed; its next
-// owner reads it again. (While a revoke still waits for the partition's
-// records in flight, a record that settles is committed by the revoke.)
+// settle: it was lost or retired, or the revoke that gives it up no longer
+// waits for its records in flight (sealCopies) or took what it commits. A
+// record of it that settles now may not be committed; its next owner reads
+// it again. (While a revoke still waits for the partition's records in
+// flight, a record that settles is committed by the revoke.)
 func (t *offsetTracker) gone(tr *partitionTrack) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return tr.retired || tr.taken
+	return tr.retired || tr.taken || tr.sealed
+}
+
+// beginCopy registers a copy of a record of tr as under way, and reports
+// false, registering nothing, when tr is gone: one step under mu, so that
+// a revoke either waits for the copy (sealCopies) or the copy does not
+// begin. endCopy must follow a true.
+func (t *offsetTracker) beginCopy(tr *partitionTrack) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if tr.retired || tr.taken || tr.sealed {
+		return false
+	}
+	tr.copying++
+	return true
+}
+
+// endCopy ends a copy of e, a record of tr, that beginCopy registered.
+// When the copy was stored, e settles at once (its copy stands in for it,
+// whatever its item's outcome), in the same step, so that a revoke that
+// waited for the copy commits past it.
+func (t *offsetTracker) endCopy(tr *partitionTrack, e *trackEntry, stored bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if stored {
+		e.flags.Or(entrySettled)
+	}
+	tr.copying--
+	if tr.copying == 0 && tr.copied != nil {
+		close(tr.copied)
+		tr.copied = nil
+	}
+}
+
+// sealCopies lets no copy of tr's records begin from now on (tr is gone),
+// and returns a channel closed once none is under way; nil when none is.
+func (t *offsetTracker) sealCopies(tr *partitionTrack) <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	tr.sealed = true
+	if tr.copying == 0 {
+		return nil
+	}
+	if tr.copied == nil {
+		tr.copied = make(chan struct{})
+	}
+	return tr.copied
 }
 
 // emit marks e as handed to the pipeline, and reports false when its

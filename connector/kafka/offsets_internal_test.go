@@ -399,3 +399,42 @@ func TestTrackerRevokeRacesEmits(t *testing.T) {
 		ends.Wait()
 	}
 }
+
+// A copy under way when the revoke stops waiting for records in flight is
+// waited for: no copy begins once the revoke sealed the track, the wait
+// ends when the copies end, and a stored copy's record is settled in the
+// same step, so that the revoke's commit takes it.
+func TestTrackerRevokeWaitsForCopiesUnderWay(t *testing.T) {
+	tr := newOffsetTracker()
+	tr.assign("t", []int32{0})
+	p0, es := addAll(t, tr, 0, 0, 1, 2)
+	for _, e := range es {
+		require.True(t, tr.emit(p0, e))
+	}
+	require.True(t, tr.beginCopy(p0))
+	require.True(t, tr.beginCopy(p0))
+	trs := tr.revoke("t", []int32{0})
+	assert.False(t, tr.gone(p0), "the revoke waits for the records in flight")
+	ch := tr.sealCopies(p0)
+	require.NotNil(t, ch, "two copies under way")
+	assert.True(t, tr.gone(p0), "sealed")
+	assert.False(t, tr.beginCopy(p0), "no copy begins once sealed")
+	tr.endCopy(p0, es[0], true)
+	select {
+	case <-ch:
+		t.Fatal("a copy is still under way")
+	default:
+	}
+	tr.endCopy(p0, es[1], false)
+	select {
+	case <-ch:
+	default:
+		t.Fatal("no copy is under way")
+	}
+	assert.Nil(t, tr.sealCopies(p0), "none under way")
+	due := tr.dueOf(trs)
+	require.Len(t, due, 1)
+	assert.Equal(t, int64(1), due[0].offset, "the stored copy's record is committed, the one whose copy failed is not")
+	tr.end(p0, es[0], false) // its item failed after all: the copy stands in for it
+	tr.retire(trs)
+}

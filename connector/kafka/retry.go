@@ -33,14 +33,15 @@ const maxTierDelay = 7 * 24 * time.Hour
 // the source's clock, and the record is then emitted as the original was,
 // its [Message] naming the original record.
 //
-// A record goes to the first tier whose delay covers its wait (the
-// longest tier when none does). It comes back at its due time, or later by
+// A record goes to the first tier whose delay covers its wait; a hand-off
+// whose wait no tier covers is refused, and the item waits in process
+// (see [Message.HandOff]). It comes back at its due time, or later by
 // at most its tier's delay less its own wait: a tier partition is read in
 // order, so a record waits behind the earlier record at its head. Choose
 // delays close to the waits the pipeline asks for. A record is never held
 // longer than its tier's delay from when the source read it, whatever its
-// HeaderDue says (the copying process's clock may run ahead): a wait
-// longer than the longest tier's delay comes back after that delay.
+// HeaderDue says (the copying process's clock may run ahead), which is
+// why no tier takes a wait longer than its delay.
 //
 // The zero value is disabled.
 type RetryTopics struct {
@@ -58,7 +59,9 @@ type RetryTopics struct {
 	DeadLetterTopic string
 	// HandOffAfter is the shortest wait of an item retry that the
 	// pipeline hands to a tier instead of waiting in process
-	// (deadletter.HandOffSource); 0 hands off none.
+	// (deadletter.HandOffSource); 0 hands off none. It must not exceed
+	// the longest tier's delay: a wait longer than every tier stays in
+	// process, so none would be handed off.
 	HandOffAfter time.Duration
 	// MaxRetries is how many times the source's DeadLetter sink gives one
 	// record to a tier after a transient failure before it writes the
@@ -116,7 +119,8 @@ func (r RetryTopics) maxRetries() int {
 }
 
 // tierFor returns the delay of the tier that takes a record waiting wait:
-// the shortest delay at least wait, or the longest delay when none is.
+// the shortest delay at least wait, or the longest delay when none is
+// (HandOff refuses such a wait; a broker retry's wait is a tier's delay).
 // ok is false when there are no tiers.
 func (r RetryTopics) tierFor(wait time.Duration) (delay time.Duration, ok bool) {
 	ds := r.delays()
@@ -129,6 +133,18 @@ func (r RetryTopics) tierFor(wait time.Duration) (delay time.Duration, ok bool) 
 		}
 	}
 	return ds[len(ds)-1], true
+}
+
+// longestDelay returns the longest tier's delay that problems would take
+// (positive, at most a week); 0 when there is none.
+func (r RetryTopics) longestDelay() time.Duration {
+	var longest time.Duration
+	for _, d := range r.Delays {
+		if d > 0 && d <= maxTierDelay {
+			longest = max(longest, d)
+		}
+	}
+	return longest
 }
 
 // tierDelay returns the delay of topic when it is one of main's tiers.
@@ -160,6 +176,10 @@ func (r RetryTopics) problems(topic string) []error {
 	}
 	if r.HandOffAfter < 0 {
 		bad("HandOffAfter", r.HandOffAfter, "must not be negative")
+	}
+	if longest := r.longestDelay(); r.HandOffAfter > 0 && longest > 0 && r.HandOffAfter > longest {
+		bad("HandOffAfter", r.HandOffAfter, "must not exceed the longest tier's delay ("+longest.String()+
+			"): a wait is handed off only to a tier that holds it at least as long, so no wait would ever be")
 	}
 	if r.DeadLetterTopic != "" && r.DeadLetterTopic == topic {
 		bad("DeadLetterTopic", r.DeadLetterTopic, "must not be the topic the source reads")
@@ -222,24 +242,38 @@ func (s *Source) HandOffAfter() time.Duration {
 // waits for the ack; the pipeline then settles the original as handed off
 // (deadletter.HandOffItem). It fails, and the pipeline waits in process
 // instead, when the message did not come from a source with
-// HandOffAfter, its partition is no longer the source's (its session
+// HandOffAfter, no tier's delay covers h.Delay (the source holds a copy
+// at most its tier's delay, so the longest tier would bring the item back
+// early; this holds for a drain's hand-back of the rest of a wait too),
+// its partition is no longer the source's (its session
 // closed, or the partition was lost, or revoked and the revoke no longer
 // waits for it: its next reader reads it again, and the item's settling
-// commits nothing), or the copy was not stored: its outcome unknown among
-// them (a copy that may be stored makes a second delivery, at least once;
-// the original is not committed before it is done).
+// is not committed once the revoke took its commit), or the copy was not
+// stored: its outcome unknown among them (a copy that may be stored makes
+// a second delivery, at least once; the original is not committed before
+// it is done). A revoke waits for a copy under way (see
+// SourceConfig.RevokeTimeout), and a stored copy settles the original.
 func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	r := m.r
 	if r == nil || r.src.HandOffAfter() <= 0 {
 		return errors.New("kafka: the message's source has no hand-off")
 	}
-	if r.gone() {
+	s := r.src
+	if tier, _ := s.cfg.Retry.tierFor(h.Delay); tier < h.Delay {
+		// The source holds a tier copy at most its tier's delay from
+		// when it reads it (tierDue): the longest tier would bring the
+		// item back early, and its retries would go at the tier's rate.
+		return fmt.Errorf("kafka: hand off record %s: no tier of topic %q waits %s; the longest waits %s",
+			m.CorrelationID(), s.cfg.Topic, h.Delay, tier)
+	}
+	if !r.beginCopy() {
 		// Its next reader reads it again: a copy would be one more
 		// delivery. The item waits in process; what it settles commits
 		// nothing.
 		return fmt.Errorf("kafka: hand off record %s: its partition is no longer the source's", m.CorrelationID())
 	}
-	s := r.src
+	stored := false
+	defer func() { r.endCopy(stored) }()
 	c := s.copier()
 	if c == nil {
 		return errors.New("kafka: the message's source is closed")
@@ -251,6 +285,8 @@ func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 	if _, err := c.tierCopy(ctx, r.kr, s.copySpec(r, st), h.Delay); err != nil {
 		return fmt.Errorf("kafka: hand off record %s: %w", m.CorrelationID(), err)
 	}
+	r.tiered.Store(true)
+	stored = true
 	return nil
 }
 
@@ -289,7 +325,9 @@ func (m Message) Resumed() (deadletter.Resume, bool) {
 // A copy that is not stored, or whose outcome is unknown, fails the
 // write: the engine retries it and then fails the run, and the original
 // is not committed; a batch's record whose copy was stored before another
-// record's failed is not copied again by the write's retry. Every other
+// record's failed is not copied again by the write's retry, and settles
+// (committed past) even when the run then fails: its copy stands in for
+// it. Every other
 // envelope goes to next unchanged; a batch goes to a tier only when each
 // of its records may still be retried. next
 // must not be nil. The sink is a [deadletter.BrokerRetrier]: the pipeline
@@ -387,17 +425,37 @@ func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envel
 		if rec.tiered.Load() {
 			continue
 		}
-		st := *rec.g.pastStory()
-		if len(recs) == 1 {
-			st = st.told(env, s.cfg.Clock.Now(), false)
+		if !rec.beginCopy() {
+			// Gone since the sink asked (Gone): its revoke no longer
+			// waits for it, and its next reader reads it again. Left
+			// without a copy, it is unwritten (retrySink).
+			continue
 		}
-		st.resume = deadletter.Resume{}
-		st.retries = rec.g.pastStory().retries + 1
-		wait := ds[min(st.retries, len(ds))-1]
-		if _, err := c.tierCopy(ctx, rec.kr, s.copySpec(rec, st), wait); err != nil {
-			return fmt.Errorf("kafka: broker retry of record %s: %w", rec.emitted().CorrelationID(), err)
+		if err := r.copyOne(ctx, c, rec, ds, len(recs) == 1, env); err != nil {
+			return err
 		}
-		rec.tiered.Store(true)
 	}
+	return nil
+}
+
+// copyOne produces rec, whose copy beginCopy registered, to the tier of
+// its next broker retry, waits for the ack, and ends the copy; single says
+// the copy carries the story of env.
+func (r retrier) copyOne(ctx context.Context, c *copier, rec *record, ds []time.Duration, single bool, env deadletter.Envelope) error {
+	s := r.src
+	stored := false
+	defer func() { rec.endCopy(stored) }()
+	st := *rec.g.pastStory()
+	if single {
+		st = st.told(env, s.cfg.Clock.Now(), false)
+	}
+	st.resume = deadletter.Resume{}
+	st.retries = rec.g.pastStory().retries + 1
+	wait := ds[min(st.retries, len(ds))-1]
+	if _, err := c.tierCopy(ctx, rec.kr, s.copySpec(rec, st), wait); err != nil {
+		return fmt.Errorf("kafka: broker retry of record %s: %w", rec.emitted().CorrelationID(), err)
+	}
+	rec.tiered.Store(true)
+	stored = true
 	return nil
 }

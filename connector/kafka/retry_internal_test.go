@@ -67,6 +67,8 @@ func TestRetryTopicsProblems(t *testing.T) {
 		{"negative MaxRetries", RetryTopics{MaxRetries: -1}, "Retry.MaxRetries"},
 		{"MaxRetries past 100", RetryTopics{MaxRetries: 101}, "Retry.MaxRetries"},
 		{"negative HandOffAfter", RetryTopics{HandOffAfter: -1}, "Retry.HandOffAfter"},
+		{"HandOffAfter past the longest tier", RetryTopics{Enabled: true, Delays: []time.Duration{time.Minute, time.Second},
+			HandOffAfter: time.Hour}, "Retry.HandOffAfter"},
 		{"dead letters into the topic", RetryTopics{DeadLetterTopic: "orders"}, "Retry.DeadLetterTopic"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -83,6 +85,8 @@ func TestRetryTopicsProblems(t *testing.T) {
 	assert.NoError(t, validateRetry(RetryTopics{}, "orders"), "the zero value is valid")
 	assert.NoError(t, validateRetry(RetryTopics{Enabled: true, Delays: []time.Duration{time.Second, time.Hour},
 		MaxRetries: 100, HandOffAfter: time.Second}, "orders"))
+	assert.NoError(t, validateRetry(RetryTopics{Enabled: true, Delays: []time.Duration{time.Second, time.Hour},
+		HandOffAfter: time.Hour}, "orders"), "HandOffAfter may be the longest tier's delay")
 	assert.Equal(t, DefaultMaxRetries, RetryTopics{}.maxRetries())
 }
 

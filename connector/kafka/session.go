@@ -477,6 +477,7 @@ wait:
 			}
 		}
 	}
+	sess.waitCopies(ctx, trs)
 	base := context.Background()
 	closing := sess.closing.Load()
 	if closing != nil {
@@ -494,6 +495,38 @@ wait:
 	// wait for: nothing else would say it came back when the commit
 	// failed.
 	sess.roomFreed()
+}
+
+// waitCopies ends the revoke's wait for the records of trs: no copy of
+// them begins from now on (they are gone), and it waits, up to copyTimeout
+// on the source's clock (each copy's own bound), for the copies under way,
+// whose records the wait for records in flight could not see settle
+// before RevokeTimeout. A copy stored settles its record (endCopy), which
+// the revoke's commit then takes; without the wait, the commit would leave
+// the record to the partition's next owner while its copy is stored too
+// (a third delivery). A copy whose outcome is unknown leaves its record
+// uncommitted: at least once.
+func (sess *session) waitCopies(ctx context.Context, trs []*partitionTrack) {
+	var chs []<-chan struct{}
+	for _, tr := range trs {
+		if ch := sess.tracker.sealCopies(tr); ch != nil {
+			chs = append(chs, ch)
+		}
+	}
+	if len(chs) == 0 {
+		return
+	}
+	timer := sess.src.cfg.Clock.NewTimer(copyTimeout)
+	defer timer.Stop()
+	for _, ch := range chs {
+		select {
+		case <-ch:
+		case <-timer.Chan():
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
 }
 
 // lost is the group's OnPartitionsLost: the partitions are no longer the

@@ -26,7 +26,10 @@ import (
 // nowhere, the record being gone: its next reader reads it again);
 // Failed while the Run goes on (a blameless failure, such as a busy key)
 // emits it again in the run; Failed and Rejected (the run ended first, or
-// failed because of it) leave it unsettled. Per partition, the source commits the lowest offset
+// failed because of it) leave it unsettled. A record whose tier copy was
+// stored (Retry) settles once the copy is acked, whatever its item's
+// outcome: the copy stands in for it (a batch whose write then failed on
+// another record does not deliver it twice). Per partition, the source commits the lowest offset
 // not yet settled, so a record is committed only once it and every record
 // before it in its partition settled, however out of order they finish
 // (as they do under pipeline.Keyed or pipeline.Parallel). A record left
@@ -494,10 +497,11 @@ type record struct {
 	kr    *kgo.Record
 	ended atomic.Bool
 	g     recordGuard
-	// tiered is set once a broker retry of the record has its tier copy
-	// acked: a later try of the write (the engine retries a batch's write
-	// whole when another record's copy failed) skips the record rather
-	// than store a second copy.
+	// tiered is set once a tier copy of the record (a broker retry's, a
+	// hand-off's) is acked: a later try of the write (the engine retries a
+	// batch's write whole when another record's copy failed) skips the
+	// record rather than store a second copy, and done settles the record
+	// whatever its item's outcome, its copy standing in for it.
 	tiered atomic.Bool
 	// unwritten is set when the source's DeadLetter sink took the item
 	// and wrote the record nowhere, as it was gone (retrySink): its
@@ -520,6 +524,20 @@ func (r *record) gone() bool {
 	return r.sess.ctx.Err() != nil || r.sess.tracker.gone(r.track)
 }
 
+// beginCopy registers a copy of r (a broker retry's, a hand-off's) as
+// under way, unless r is gone (see gone): a revoke then waits for it
+// before it takes its commit (session.waitCopies). endCopy must follow a
+// true, with whether the copy was stored.
+func (r *record) beginCopy() bool {
+	return r.sess.ctx.Err() == nil && r.sess.tracker.beginCopy(r.track)
+}
+
+// endCopy ends the copy beginCopy registered; a stored copy settles r in
+// the offset tracker at once (offsetTracker.endCopy).
+func (r *record) endCopy(stored bool) {
+	r.sess.tracker.endCopy(r.track, &r.slot, stored)
+}
+
 // message returns the Message that r emits.
 func (r *record) message() Message {
 	kr := r.kr
@@ -538,6 +556,15 @@ func (r *record) message() Message {
 // goroutine, and only updates the tracker.
 func (r *record) done(o node.Outcome) {
 	if !r.ended.CompareAndSwap(false, true) {
+		return
+	}
+	if r.tiered.Load() {
+		// Its tier copy is stored and stands in for it, whatever the
+		// item's outcome (a batch whose write failed on another record,
+		// a run that failed): it settles, and is neither counted by the
+		// poison guard nor emitted again, each of which would deliver it
+		// once more. (The tracker settled it as the copy was acked.)
+		r.finish(true)
 		return
 	}
 	if r.src.rejected(r, o) {
