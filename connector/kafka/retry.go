@@ -266,6 +266,11 @@ func (m Message) HandOff(ctx context.Context, h deadletter.HandOff) error {
 		return fmt.Errorf("kafka: hand off record %s: no tier of topic %q waits %s; the longest waits %s",
 			m.CorrelationID(), s.cfg.Topic, h.Delay, tier)
 	}
+	r.copyMu.Lock()
+	defer r.copyMu.Unlock()
+	if r.tiered.Load() {
+		return nil // another write of the record stored its copy: it comes back
+	}
 	if !r.beginCopy() {
 		// Its next reader reads it again: a copy would be one more
 		// delivery. The item waits in process; what it settles commits
@@ -363,7 +368,10 @@ func (w retrySink) WriteOrRetry(ctx context.Context, env deadletter.Envelope) (r
 		return retried, err
 	}
 	for _, rec := range w.s.Source.Deliveries(env) {
-		if !rec.tiered.Load() {
+		// Only a record that is gone was skipped: a live one without a
+		// copy was not this sink's to write (a chained sink's "retried"
+		// for a record of another source with the same id).
+		if !rec.tiered.Load() && rec.gone() {
 			rec.unwritten.Store(true)
 		}
 	}
@@ -422,20 +430,29 @@ func (r retrier) Retry(ctx context.Context, recs []*record, env deadletter.Envel
 	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	defer cancel()
 	for _, rec := range recs {
-		if rec.tiered.Load() {
-			continue
-		}
-		if !rec.beginCopy() {
-			// Gone since the sink asked (Gone): its revoke no longer
-			// waits for it, and its next reader reads it again. Left
-			// without a copy, it is unwritten (retrySink).
-			continue
-		}
-		if err := r.copyOne(ctx, c, rec, ds, len(recs) == 1, env); err != nil {
+		if err := r.copyOnce(ctx, c, rec, ds, len(recs) == 1, env); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// copyOnce copies rec to its tier unless a copy of it is stored already
+// or it is gone, one writer at a time: two writes of one record at once
+// (two branches that failed the same message) store one copy.
+func (r retrier) copyOnce(ctx context.Context, c *copier, rec *record, ds []time.Duration, single bool, env deadletter.Envelope) error {
+	rec.copyMu.Lock()
+	defer rec.copyMu.Unlock()
+	if rec.tiered.Load() {
+		return nil
+	}
+	if !rec.beginCopy() {
+		// Gone since the sink asked (Gone): its revoke no longer waits
+		// for it, and its next reader reads it again. Left without a
+		// copy, it is unwritten (retrySink).
+		return nil
+	}
+	return r.copyOne(ctx, c, rec, ds, single, env)
 }
 
 // copyOne produces rec, whose copy beginCopy registered, to the tier of

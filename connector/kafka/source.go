@@ -503,6 +503,10 @@ type record struct {
 	// record rather than store a second copy, and done settles the record
 	// whatever its item's outcome, its copy standing in for it.
 	tiered atomic.Bool
+	// copyMu lets one write of the record at a time copy it to a tier
+	// (retrier.copyOnce, Message.HandOff), so that two at once store one
+	// copy: the second finds tiered set.
+	copyMu sync.Mutex
 	// unwritten is set when the source's DeadLetter sink took the item
 	// and wrote the record nowhere, as it was gone (retrySink): its
 	// next reader reads it again, so its settling must not let a commit
