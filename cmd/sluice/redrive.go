@@ -119,30 +119,47 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	var todo []letter
 	total, already, unencoded := 0, 0, 0
-	code, _, read := in.each(stderr, func(r deadletter.Record) {
-		if *node != "" && r.OriginNode != *node && r.DecisionNode != *node {
-			return
-		}
-		total++
-		k := letterKey(r.Raw)
-		switch {
-		case done[k]:
-			already++
-		case r.ItemError != "":
-			// Nothing to send: the item was never encoded.
-			unencoded++
-			dataError(stderr, fmt.Errorf("%s:%d: not re-driven: the item was not encoded when it was dead-lettered: %s", r.Path, r.Line, oneLine(r.ItemError)))
-		default:
-			done[k] = true // a line copied twice is sent once
-			todo = append(todo, letter{r, k})
-		}
-	})
-	if !read {
-		return code
+	type reading struct {
+		code int
+		read bool
+	}
+	// Read on a goroutine of its own, so that Ctrl-C ends a read that
+	// blocks (an input that is a FIFO nobody writes, a stalled network
+	// file): what it read is then dropped, nothing sent.
+	readDone := make(chan reading, 1)
+	go func() {
+		c, _, r := in.each(stderr, func(r deadletter.Record) {
+			if *node != "" && r.OriginNode != *node && r.DecisionNode != *node {
+				return
+			}
+			total++
+			k := letterKey(r.Raw)
+			switch {
+			case done[k]:
+				already++
+			case r.ItemError != "":
+				// Nothing to send: the item was never encoded.
+				unencoded++
+				dataError(stderr, fmt.Errorf("%s:%d: not re-driven: the item was not encoded when it was dead-lettered: %s", r.Path, r.Line, oneLine(r.ItemError)))
+			default:
+				done[k] = true // a line copied twice is sent once
+				todo = append(todo, letter{r, k})
+			}
+		})
+		readDone <- reading{c, r}
+	}()
+	var got reading
+	select {
+	case got = <-readDone:
+	case <-interrupted.Done():
 	}
 	if interrupted.Err() != nil {
 		dataError(stderr, errors.New("interrupted while reading the dead letters: nothing was sent"))
 		return exitData
+	}
+	code = got.code
+	if !got.read {
+		return code
 	}
 	if unencoded > 0 {
 		code = exitData
