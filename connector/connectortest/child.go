@@ -130,8 +130,10 @@ func killedConsumer[M any](t testing.TB, h Harness[M]) {
 	// The messages the killed process held come back only once the broker
 	// sees they will not be acked: at once on RabbitMQ, after the AckWait
 	// on NATS, which a quick run may end before. Runs again, each draining
-	// at its first message, take them as a restarted job would.
-	for range 5 {
+	// at its first message, take them as a restarted job would: a batch or
+	// so each, so up to twenty (five left 18 of them unacked once, on a
+	// loaded machine).
+	for range 20 {
 		if h.Pending(t, cfg.Queue) == 0 {
 			break
 		}
