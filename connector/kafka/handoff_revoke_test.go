@@ -10,7 +10,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/connector/kafka"
 	"github.com/sluicehq/sluice/deadletter"
@@ -29,18 +28,7 @@ import (
 // succeeds, with no letter and nothing counted against it.
 func TestHandOffAfterRevokeWaitsInProcess(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 1)
-	a := newAdmin(t, c)
-	topic := uniqueName(t)
-	a.topic(topic, 4)
-	tier := kafka.TierTopic(topic, time.Hour)
-	a.topic(tier, 1)
-	var recs []*kgo.Record
-	for p := int32(0); p < 4; p++ {
-		recs = append(recs, rec(p, fmt.Sprintf("k%d", p), fmt.Sprintf("p%d", p)))
-	}
-	a.produce(topic, recs...)
-	fast := kgo.HeartbeatInterval(100 * time.Millisecond)
+	c, a, topic, tier := fourPartitions(t)
 	retry := kafka.RetryTopics{Enabled: true, Delays: []time.Duration{time.Hour}, HandOffAfter: time.Second}
 
 	srcClock := clockwork.NewFakeClock()
@@ -50,7 +38,7 @@ func TestHandOffAfterRevokeWaitsInProcess(t *testing.T) {
 	cfgA.Retry = retry
 	srcA, err := kafka.NewSource(cfgA)
 	require.NoError(t, err)
-	kafka.AddClientOpts(srcA, fast)
+	kafka.AddClientOpts(srcA, fastHeartbeat)
 
 	var mu sync.Mutex
 	seenA, seenB := map[string]int{}, map[string]int{}
@@ -80,22 +68,7 @@ func TestHandOffAfterRevokeWaitsInProcess(t *testing.T) {
 	doneA := runAsync(t, pA, testContext(t))
 	waitFor(t, "A holds all four", func() bool { mu.Lock(); defer mu.Unlock(); return len(seenA) == 4 })
 
-	cfgB := a.config(topic)
-	cfgB.CommitInterval = 50 * time.Millisecond
-	cfgB.Retry = retry
-	srcB, err := kafka.NewSource(cfgB)
-	require.NoError(t, err)
-	kafka.AddClientOpts(srcB, fast)
-	bB := pipeline.New("B", pipeline.WithDeadLetter(deadletter.NewMemory(10)))
-	pipeline.ForEach(bB, "store", pipeline.Source(bB, "consume", srcB), func(_ context.Context, m kafka.Message) error {
-		mu.Lock()
-		seenB[string(m.Value)]++
-		mu.Unlock()
-		return nil
-	})
-	pB, err := bB.Build()
-	require.NoError(t, err)
-	doneB := runAsync(t, pB, testContext(t))
+	pB, doneB := joinMemberB(t, a, topic, retry, &mu, seenB)
 	waitWithin(t, 20*time.Second, func() bool {
 		srcClock.Advance(time.Second)
 		mu.Lock()

@@ -13,7 +13,6 @@ import (
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/sluicehq/sluice/connector/kafka"
@@ -31,17 +30,7 @@ import (
 // delivered once more, by its copy or by B, never both.
 func TestRevokeWaitsForCopiesUnderWay(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, 1)
-	a := newAdmin(t, c)
-	topic := uniqueName(t)
-	a.topic(topic, 4)
-	tier := kafka.TierTopic(topic, time.Hour)
-	a.topic(tier, 1)
-	var recs []*kgo.Record
-	for p := int32(0); p < 4; p++ {
-		recs = append(recs, rec(p, fmt.Sprintf("k%d", p), fmt.Sprintf("p%d", p)))
-	}
-	a.produce(topic, recs...)
+	c, a, topic, tier := fourPartitions(t)
 	gate := make(chan struct{})
 	var held atomic.Int64
 	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
@@ -53,7 +42,6 @@ func TestRevokeWaitsForCopiesUnderWay(t *testing.T) {
 	var gateOnce sync.Once
 	openGate := func() { gateOnce.Do(func() { close(gate) }) }
 	t.Cleanup(openGate)
-	fast := kgo.HeartbeatInterval(100 * time.Millisecond)
 	retry := kafka.RetryTopics{Enabled: true, Delays: []time.Duration{time.Hour}}
 
 	srcClock := clockwork.NewFakeClock()
@@ -62,7 +50,7 @@ func TestRevokeWaitsForCopiesUnderWay(t *testing.T) {
 	cfgA.Retry = retry
 	srcA, err := kafka.NewSource(cfgA)
 	require.NoError(t, err)
-	kafka.AddClientOpts(srcA, fast)
+	kafka.AddClientOpts(srcA, fastHeartbeat)
 
 	var mu sync.Mutex
 	seenA, seenB := map[string]int{}, map[string]int{}
@@ -96,25 +84,13 @@ func TestRevokeWaitsForCopiesUnderWay(t *testing.T) {
 	close(release)
 	waitFor(t, "A's copies under way", func() bool { return held.Load() >= 1 })
 
-	cfgB := a.config(topic)
-	cfgB.CommitInterval = 50 * time.Millisecond
-	cfgB.Retry = retry
-	srcB, err := kafka.NewSource(cfgB)
-	require.NoError(t, err)
-	kafka.AddClientOpts(srcB, fast)
-	bB := pipeline.New("B", pipeline.WithDeadLetter(deadletter.NewMemory(10)))
-	pipeline.ForEach(bB, "store", pipeline.Source(bB, "consume", srcB), func(_ context.Context, m kafka.Message) error {
-		mu.Lock()
-		seenB[string(m.Value)]++
-		mu.Unlock()
-		return nil
-	})
-	pB, err := bB.Build()
-	require.NoError(t, err)
-	doneB := runAsync(t, pB, testContext(t))
+	pB, doneB := joinMemberB(t, a, topic, retry, &mu, seenB)
 	// A's revoke starts, then its RevokeTimeout (1s on A's clock) passes.
-	// The clock moves at most 8s in all: the copies' own wait for their
-	// acks is 10s on it, and must not end.
+	// The clock moves at most 9.5s in all: the copies' own wait for their
+	// acks is 10s on it, and must not end. It moves in steps of 50ms, one
+	// a poll, so that a revoke that arms its timer late, on a loaded
+	// machine, still sees its second pass (8 steps of 1s once went by
+	// before it armed it, in 4 of 20 runs beside other tests).
 	waitForStacks(t, "A's revoke", "kafka.(*session).revoked")
 	advanced := 0
 	waitWithin(t, 20*time.Second, func() bool {
@@ -126,9 +102,9 @@ func TestRevokeWaitsForCopiesUnderWay(t *testing.T) {
 		if movedRead || waiting {
 			return true
 		}
-		if advanced < 8 {
+		if advanced < 190 {
 			advanced++
-			srcClock.Advance(time.Second)
+			srcClock.Advance(50 * time.Millisecond)
 		}
 		return false
 	}, func() string {
