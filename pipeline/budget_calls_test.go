@@ -25,9 +25,14 @@ import (
 
 // onceFlaky fails item v's first call when fails(v), and succeeds after.
 // Every tenth first call moves the budget's clock a second on: the
-// budget's time is the first calls made, so that its Window holds a
+// budget's time is the first calls made, so that its Window holds three
 // hundred of them however the goroutines are scheduled against the
-// pipeline's clock. Retries do not move it: the retries one step of the
+// pipeline's clock. (With a Window of a hundred, a loaded CI run had one
+// retry refused: the failures of the first calls made while the
+// pipeline's clock stands still have their retries released in one
+// burst, and a burst of more than twenty passes a hundred calls'
+// allowance. Three hundred allow sixty, and 2 000 items still make a tail
+// of many Windows.) Retries do not move it: the retries one step of the
 // pipeline's clock releases come in a burst, and a burst of calls that
 // were not first calls, counted as time, would push the first calls out
 // of the Window and leave too little allowance for the next failure (one
@@ -66,12 +71,12 @@ func tailFails(v int64) bool { return v >= 100 && v%10 == 7 }
 
 // budgetTail builds src → work (with nodeOpts) → sink, where work's item
 // retries (Constant(1s) on clock, up to 3) draw on a budget of Ratio 0.2
-// and Window 10 s that only work uses, and items whose retries are
+// and Window 30 s that only work uses, and items whose retries are
 // refused are dead-lettered. The budget's clock moves with work's calls
 // (see onceFlaky).
 func budgetTail(clock clockwork.Clock, src node.Source[int64], nodeOpts []pipeline.NodeOption, opts ...pipeline.Option) (*pipeline.Builder, *resilience.Budget, *deadletter.Memory, *onceFlaky) {
 	budgetClock := clockwork.NewFakeClock()
-	budget := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.2, Window: 10 * time.Second, Clock: budgetClock})
+	budget := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.2, Window: 30 * time.Second, Clock: budgetClock})
 	dlq := deadletter.NewMemory(100_000)
 	f := &onceFlaky{fails: tailFails, budgetClock: budgetClock, seen: map[int64]bool{}, failed: map[int64]bool{}}
 	b := pipeline.New("budget-tail", append(opts, pipeline.WithClock(clock), pipeline.WithDeadLetter(dlq))...)
