@@ -44,7 +44,9 @@ func (c *config) problem(format string, args ...any) {
 // before another owner may take the key over (default [DefaultLease]). It
 // must be more than 0; choose it well above the slowest write, retries
 // inside the wrapped sink included, since a write that overruns it may be
-// duplicated.
+// duplicated. A lease that ends after the last time Unix nanoseconds hold
+// (past 2262, as WithLease(math.MaxInt64) does) never ends, in every store
+// here (the conformance suite's LeaseEndingPastTheYear2262).
 func WithLease(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {

@@ -142,7 +142,7 @@ return 1
 // the server becomes the lease plus the retention.
 func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lease time.Duration) (idempotency.State, error) {
 	n, err := claimScript.Run(ctx, s.client, []string{s.prefix + key},
-		owner, stamp(now), stamp(now.Add(lease)), stamp(before(now, s.retention)), ms(addSat(lease, s.retention))).Int()
+		owner, stamp(now), leaseEnd(now, lease), stamp(before(now, s.retention)), ms(addSat(lease, s.retention))).Int()
 	if err != nil {
 		return 0, resilience.MarkBlameless(fmt.Errorf("redisstore: claim: %w", err))
 	}
@@ -181,6 +181,13 @@ func (s *Store) Release(ctx context.Context, key, owner string) error {
 // stamp writes t as Unix nanoseconds in 20 digits; a time before 1970
 // counts as 1970.
 func stamp(t time.Time) string { return fmt.Sprintf("%020d", max(t.UnixNano(), 0)) }
+
+// leaseEnd writes now+lease as stamp does, saturating: a lease ending
+// past 2262 (WithLease(math.MaxInt64)) would wrap around to a time long
+// gone, and read as ended.
+func leaseEnd(now time.Time, lease time.Duration) string {
+	return fmt.Sprintf("%020d", int64(addSat(time.Duration(max(now.UnixNano(), 0)), lease)))
+}
 
 // maxTTL caps a key's time to live on the server: a "keep forever"
 // retention (math.MaxInt64) would overflow the server's expiry time.

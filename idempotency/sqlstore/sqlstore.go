@@ -250,7 +250,9 @@ func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lea
 	}
 	s.autoPrune(ctx, now)
 	h := hashKey(key)
-	until := now.Add(lease).UnixNano()
+	// Saturated: a lease ending past 2262 (WithLease(math.MaxInt64))
+	// would wrap around to a time long gone, and read as ended.
+	until := addSat(now.UnixNano(), int64(lease))
 	for range claimAttempts {
 		var state int
 		err := s.db.QueryRowContext(ctx, s.claimSQL, h, owner, until, addSat(until, int64(s.retention)), now.UnixNano()).Scan(&state)

@@ -14,6 +14,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -65,6 +66,7 @@ var cases = []suiteCase{
 	{"LiveClaimOfAnotherOwnerIsBusy", liveClaimOfAnotherOwnerIsBusy},
 	{"SameOwnerClaimsAgainAndExtendsTheLease", sameOwnerClaimsAgain},
 	{"TakeoverAfterTheLease", takeoverAfterTheLease},
+	{"LeaseEndingPastTheYear2262", leaseEndingPastTheYear2262},
 	{"CompleteAfterTheLeaseWithoutTakeover", completeAfterTheLeaseWithoutTakeover},
 	{"CompleteTwiceByTheOwner", completeTwiceByTheOwner},
 	{"CompleteWithoutTheClaimIsLost", completeWithoutTheClaimIsLost},
@@ -136,6 +138,25 @@ func takeoverAfterTheLease(t *testing.T, s idempotency.Store) {
 	assert.Equal(t, idempotency.Completed, claim(t, s, "k", "c", at(lease+2*time.Second)))
 	assert.ErrorIs(t, complete(t, s, "k", "crashed", at(lease+3*time.Second)), idempotency.ErrLostClaim,
 		"nor can it complete the key once the new owner did")
+}
+
+// leaseEndingPastTheYear2262: a lease as long as a Duration goes
+// (WithLease(math.MaxInt64), "never hand the key on") ends after the last
+// time that Unix nanoseconds hold. It must keep other owners out, not wrap
+// around and read as ended, and the key must still complete.
+func leaseEndingPastTheYear2262(t *testing.T, s idempotency.Store) {
+	ctx := context.Background()
+	st, err := s.Claim(ctx, "k", "a", at(0), time.Duration(math.MaxInt64))
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Claimed, st)
+	assert.Equal(t, idempotency.Busy, claim(t, s, "k", "b", at(time.Second)))
+	assert.Equal(t, idempotency.Busy, claim(t, s, "k", "b", at(100*365*24*time.Hour)), "a century later")
+	st, err = s.Claim(ctx, "k2", "a", at(0), time.Duration(math.MaxInt64)-time.Duration(at(0).UnixNano())+1)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Claimed, st)
+	assert.Equal(t, idempotency.Busy, claim(t, s, "k2", "b", at(time.Second)), "a lease ending a nanosecond past the last")
+	require.NoError(t, complete(t, s, "k", "a", at(2*time.Second)))
+	assert.Equal(t, idempotency.Completed, claim(t, s, "k", "b", at(3*time.Second)))
 }
 
 func completeAfterTheLeaseWithoutTakeover(t *testing.T, s idempotency.Store) {
