@@ -46,6 +46,9 @@ type Dialect struct {
 	// argument whether the table is there, so that a role without the
 	// right to create tables can use one an administrator made.
 	exists string
+	// maxNames, when not 0, bounds the bytes of a pair's names together:
+	// a longer pair does not fit the primary key's index.
+	maxNames int
 }
 
 var (
@@ -56,7 +59,10 @@ var (
 	// Postgres is the dialect of PostgreSQL 9.5 or later.
 	Postgres = Dialect{name: "postgres", blob: "BYTEA", timestamp: "TIMESTAMPTZ",
 		lock:   "SELECT pg_advisory_xact_lock(hashtext($1))",
-		exists: "SELECT to_regclass($1) IS NOT NULL"}
+		exists: "SELECT to_regclass($1) IS NOT NULL",
+		// A B-tree index row holds at most 2 704 bytes: the two names,
+		// their headers and the row's own (PostgreSQL 12 to 17).
+		maxNames: 2600}
 )
 
 // String returns the dialect's name: "sqlite" or "postgres".
@@ -164,14 +170,20 @@ func (s *Store) schema() string {
 // Table returns the name of the store's table.
 func (s *Store) Table() string { return s.table }
 
-// Load implements [checkpoint.Store.Load]. A pair whose names Save
-// refuses loads as nil.
+// Load implements [checkpoint.Store.Load]. A pair whose names are not
+// UTF-8 or hold a NUL byte loads as nil; a pair too long for the
+// dialect (see [Store.Save]) is an error, so that a run fails at its
+// start rather than read its source from the beginning and then fail to
+// save.
 func (s *Store) Load(ctx context.Context, pipeline, source string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if checkNames(pipeline, source) != nil {
 		return nil, nil // never saved
+	}
+	if err := s.checkLength(pipeline, source); err != nil {
+		return nil, err
 	}
 	if err := s.ensureTable(ctx); err != nil {
 		return nil, err
@@ -182,7 +194,7 @@ func (s *Store) Load(ctx context.Context, pipeline, source string) ([]byte, erro
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, nil
 	case err != nil:
-		return nil, fmt.Errorf("sqlstore: load %q %q: %w", pipeline, source, err)
+		return nil, fmt.Errorf("sqlstore: load %s %s: %w", short(pipeline), short(source), err)
 	case pos == nil:
 		return []byte{}, nil // an empty position, which a driver may scan as nil
 	}
@@ -190,12 +202,17 @@ func (s *Store) Load(ctx context.Context, pipeline, source string) ([]byte, erro
 }
 
 // Save implements [checkpoint.Store.Save]. Names that are not UTF-8 or
-// hold a NUL byte are refused, as PostgreSQL's text refuses them.
+// hold a NUL byte are refused, as PostgreSQL's text refuses them, and so
+// are, on PostgreSQL, a pipeline's and a source's names of more than
+// 2 600 bytes together, which its primary key's index cannot hold.
 func (s *Store) Save(ctx context.Context, pipeline, source string, pos []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := checkNames(pipeline, source); err != nil {
+		return err
+	}
+	if err := s.checkLength(pipeline, source); err != nil {
 		return err
 	}
 	if err := s.ensureTable(ctx); err != nil {
@@ -205,12 +222,30 @@ func (s *Store) Save(ctx context.Context, pipeline, source string, pos []byte) e
 		pos = []byte{} // a NULL would break NOT NULL
 	}
 	if _, err := s.db.ExecContext(ctx, s.saveSQL, pipeline, source, pos); err != nil {
-		return fmt.Errorf("sqlstore: save %q %q: %w", pipeline, source, err)
+		return fmt.Errorf("sqlstore: save %s %s: %w", short(pipeline), short(source), err)
 	}
 	return nil
 }
 
 // checkNames refuses the names a table could not keep as they are.
+// checkLength refuses a pair longer than the dialect's keys hold, naming
+// both names cut short.
+func (s *Store) checkLength(pipeline, source string) error {
+	if n := len(pipeline) + len(source); s.dialect.maxNames > 0 && n > s.dialect.maxNames {
+		return fmt.Errorf("sqlstore: the pipeline name %s and the source name %s are %d bytes together, more than the %d a %s key holds",
+			short(pipeline), short(source), n, s.dialect.maxNames, s.dialect.name)
+	}
+	return nil
+}
+
+// short quotes name, cut to its first 40 characters and "…".
+func short(name string) string {
+	if utf8.RuneCountInString(name) <= 40 {
+		return fmt.Sprintf("%q", name)
+	}
+	return fmt.Sprintf("%.40q…", name)
+}
+
 func checkNames(pipeline, source string) error {
 	for _, n := range [...]struct{ what, name string }{{"pipeline", pipeline}, {"source", source}} {
 		if !utf8.ValidString(n.name) {

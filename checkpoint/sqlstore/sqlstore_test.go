@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"database/sql"
+	"encoding/base64"
 	"encoding/hex"
 	"path/filepath"
 	"testing"
@@ -245,4 +246,51 @@ func TestConcurrentFirstUseCreatesTheTableOnce(t *testing.T) {
 			require.NoError(t, <-errs)
 		}
 	}
+}
+
+// randomName returns n bytes of base64 text from random bytes, which
+// PostgreSQL cannot compress into a shorter key.
+func randomName(t *testing.T, n int) string {
+	t.Helper()
+	b := make([]byte, n)
+	_, err := rand.Read(b)
+	require.NoError(t, err)
+	return base64.RawStdEncoding.EncodeToString(b)[:n]
+}
+
+// Long names: a pair of 2 600 bytes together is kept on both dialects. On
+// PostgreSQL, whose primary key's index holds a row of at most 2 704
+// bytes, a longer pair is refused by Save and Load alike with an error
+// that says so and names the pair cut short (not 4 KiB of name); before,
+// Save failed on the database's index error at every save, and Load
+// loaded nothing, so the source was read from its start on each run.
+// SQLite keeps a pair of any length.
+func TestLongNames(t *testing.T) {
+	t.Parallel()
+	dialects(t, func(t *testing.T, db *sql.DB, d sqlstore.Dialect) {
+		ctx := context.Background()
+		s := newStore(t, db, d, uniqueTable(t, db))
+		for _, n := range []int{1300, 2599} {
+			p, src := randomName(t, 2600-n), randomName(t, n)
+			require.NoError(t, s.Save(ctx, p, src, []byte("pos")), "%d and %d bytes", len(p), len(src))
+			got, err := s.Load(ctx, p, src)
+			require.NoError(t, err)
+			assert.Equal(t, []byte("pos"), got)
+		}
+		p, src := "orders", randomName(t, 4096)
+		err := s.Save(ctx, p, src, []byte("pos"))
+		got, lerr := s.Load(ctx, p, src)
+		if d == sqlstore.Postgres {
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "4102 bytes together, more than the 2600 a postgres key holds")
+			assert.Less(t, len(err.Error()), 300, "the names are cut short")
+			require.Error(t, lerr, "Load refuses the pair too")
+			assert.Equal(t, err.Error(), lerr.Error())
+			assert.Nil(t, got)
+			return
+		}
+		require.NoError(t, err)
+		require.NoError(t, lerr)
+		assert.Equal(t, []byte("pos"), got)
+	})
 }
