@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -113,6 +114,12 @@ func (f csvFormat) newRows(path string, in *input) *csvRows {
 	return c
 }
 
+// headerResumeError is the error of a CSV source with a header resumed
+// in a file that is not regular.
+func headerResumeError(path string) error {
+	return fmt.Errorf("%w: %s: a CSV source with a header resumes only in a regular file: the header of a pipe, read once, is behind the position", ErrPosition, path)
+}
+
 func (f csvFormat) rows(s *Source[Record], in *input) (rowReader[Record], error) {
 	if c := f.opts.Comma; c != 0 && (c == '"' || c == '\r' || c == '\n' || !utf8.ValidRune(c) || c == utf8.RuneError) {
 		return nil, fmt.Errorf("file: %s: CSVOptions.Comma %q is not a valid separator", s.path, c)
@@ -124,7 +131,7 @@ func (f csvFormat) rows(s *Source[Record], in *input) (rowReader[Record], error)
 	if in.at.line > 0 {
 		// Resumed past the header: read it from the file's start.
 		if !in.regular {
-			return nil, fmt.Errorf("%w: %s: a CSV source with a header resumes only in a regular file: the header of a pipe, read once, is behind the position", ErrPosition, s.path)
+			return nil, headerResumeError(s.path)
 		}
 		h, err := f.readHeader(s)
 		if err != nil {
@@ -220,7 +227,7 @@ func (c *csvRows) read() (row[Record], error) {
 		if raw[len(raw)-1] != '\n' {
 			c.at.line++ // the file's last line, without its end
 			c.at.end = endNone
-			if bytes.Count(raw, []byte{'"'})%2 == 1 {
+			if quoteOpen(skipBlankLines(raw), c.cr.Comma, c.cr.LazyQuotes, c.cr.TrimLeadingSpace) {
 				// A quote may be open (LazyQuotes, or a bad row): what a
 				// writer appends may continue the field.
 				c.at.end = endOpen
@@ -233,7 +240,7 @@ func (c *csvRows) read() (row[Record], error) {
 		if errors.Is(e, csv.ErrFieldCount) {
 			e = fieldCountError(len(fields), c.cr.FieldsPerRecord)
 		}
-		return row[Record]{raw: rowText(raw), end: c.at, bad: &RowError{
+		return row[Record]{raw: rowText(skipBlankLines(raw)), end: c.at, bad: &RowError{
 			Path: c.path, Line: c.base.line + int64(pe.Line), Column: pe.Column, Err: e}}, nil
 	}
 	line, _ := c.cr.FieldPos(0)
@@ -243,7 +250,7 @@ func (c *csvRows) read() (row[Record], error) {
 			c.at.fields = int64(len(fields))
 		case int64(len(fields)) != want:
 			// As encoding/csv reports it: at the record's first line.
-			return row[Record]{raw: rowText(raw), end: c.at, bad: &RowError{
+			return row[Record]{raw: rowText(skipBlankLines(raw)), end: c.at, bad: &RowError{
 				Path: c.path, Line: c.base.line + int64(line), Column: 1, Err: fieldCountError(len(fields), int(want))}}, nil
 		}
 	}
@@ -259,6 +266,80 @@ func isParseError(err error) bool {
 
 func fieldCountError(got, want int) error {
 	return fmt.Errorf("%w: %d fields, want %d", csv.ErrFieldCount, got, want)
+}
+
+// quoteOpen reports whether CSV record raw, the file's last, without its
+// line end, ends inside a quoted field. Without lazy, a quote in a quoted
+// field is doubled, so an odd number of quotes leaves one open (or the
+// record is a bad row, whose quote may be open too). Under lazy a quote
+// that is not followed by another, the separator or a line end is a
+// quote of the field's text (`"a"b` is the open field a"b), so the
+// record is read as encoding/csv reads it: a field opens its quote only
+// at its start (after white space, with trim), and ends it at a quote
+// followed by the separator or a line end. A last quote, with nothing
+// after it yet, ends the field unless what is appended continues it, as
+// any last line may be continued.
+func quoteOpen(raw []byte, comma rune, lazy, trim bool) bool {
+	if !lazy {
+		return bytes.Count(raw, []byte{'"'})%2 == 1
+	}
+	const (
+		fieldStart = iota
+		unquoted
+		quoted
+		quoteSeen // a quote in a quoted field: its end, or a doubled quote's first
+	)
+	state := fieldStart
+	for _, r := range string(raw) {
+		switch state {
+		case fieldStart:
+			switch {
+			case r == comma:
+			case trim && unicode.IsSpace(r) && r != '\n' && r != '\r':
+			case r == '"':
+				state = quoted
+			default:
+				state = unquoted
+			}
+		case unquoted:
+			if r == comma || r == '\n' {
+				state = fieldStart
+			}
+		case quoted:
+			if r == '"' {
+				state = quoteSeen
+			}
+		case quoteSeen:
+			switch r {
+			case '"':
+				state = quoted // a doubled quote
+			case comma, '\n':
+				state = fieldStart
+			case '\r':
+				// "\r\n" ends the record; a lone "\r" is read as text.
+				state = unquoted
+			default:
+				state = quoted // under lazy, a quote of the text
+			}
+		}
+	}
+	return state == quoted
+}
+
+// skipBlankLines returns raw after the empty lines ("\n", "\r\n") it
+// starts with: encoding/csv skips them before a record, so they are not
+// the record's.
+func skipBlankLines(raw []byte) []byte {
+	for {
+		switch {
+		case bytes.HasPrefix(raw, []byte{'\n'}):
+			raw = raw[1:]
+		case bytes.HasPrefix(raw, []byte("\r\n")):
+			raw = raw[2:]
+		default:
+			return raw
+		}
+	}
 }
 
 // rowText returns a copy of raw without the end of its last line.

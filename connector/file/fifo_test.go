@@ -83,8 +83,7 @@ func TestRunOfANamedPipeWhoseWriterWaitsEndsWithTheContext(t *testing.T) {
 
 // A pipe cannot seek: a resumed source reads forward to its position. A
 // CSV source with a header, which it reads again from the file's start,
-// cannot resume in a pipe: that is an error, not a wait for a second
-// writer.
+// cannot resume in a pipe: that is an error, not a wait for a writer.
 func TestANamedPipeResumesAtAPosition(t *testing.T) {
 	t.Parallel()
 	content := "id,n\n1,a\n2,b\n3,c\n"
@@ -113,11 +112,41 @@ func TestANamedPipeResumesAtAPosition(t *testing.T) {
 
 	csv := runFrom(t, file.CSV(write(t, "in.csv", content, false), file.CSVOptions{Header: true}), nil)
 	require.Len(t, csv.pos, 3)
-	wrote = feed()
 	src := file.CSV(path, file.CSVOptions{Header: true})
 	require.NoError(t, src.Resume(csv.pos[0]))
-	err := src.Run(context.Background(), &recorder[file.Record]{})
-	require.NoError(t, <-wrote)
+	err := src.Run(context.Background(), &recorder[file.Record]{}) // opens no pipe: no writer needed
 	require.ErrorIs(t, err, file.ErrPosition)
 	assert.Contains(t, err.Error(), path)
+}
+
+// A CSV source with a header resumed in a named pipe fails Open with
+// ErrPosition before it opens the pipe: before, it first read and dropped
+// the pipe's bytes up to the position (waiting for a writer that had
+// written less), then failed, having taken what the writer wrote.
+func TestCSVHeaderResumeInAPipeTakesNothingFromIt(t *testing.T) {
+	t.Parallel()
+	content := "id,n\n1,a\n2,b\n3,c\n"
+	all := runFrom(t, file.CSV(write(t, "in.csv", content, false), file.CSVOptions{Header: true}), nil)
+	path := filepath.Join(t.TempDir(), "fifo")
+	require.NoError(t, syscall.Mkfifo(path, 0o600))
+	// A reader and writer at once: opening it waits for no one.
+	w, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	defer w.Close()
+	_, err = w.WriteString(content)
+	require.NoError(t, err)
+
+	src := file.CSV(path, file.CSVOptions{Header: true})
+	require.NoError(t, src.Resume(all.pos[1]))
+	err = src.Open(context.Background())
+	require.ErrorIs(t, err, file.ErrPosition)
+	assert.Contains(t, err.Error(), "resumes only in a regular file")
+
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK, 0)
+	require.NoError(t, err)
+	defer syscall.Close(fd)
+	buf := make([]byte, 64)
+	n, err := syscall.Read(fd, buf)
+	require.NoError(t, err, "the pipe holds what the writer wrote")
+	assert.Equal(t, content, string(buf[:max(n, 0)]))
 }

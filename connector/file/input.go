@@ -99,6 +99,9 @@ func (in *input) move(ctx context.Context, path string, p position) error {
 	if p.off > 0 {
 		skip, err := afterLine(in.r, p.end)
 		if err != nil {
+			if in.gzip && errors.Is(err, io.ErrUnexpectedEOF) {
+				err = errTruncated // cut just before the position's byte
+			}
 			return positionError(path, p, err)
 		}
 		// The end a writer gave the last line since is that line's, whose

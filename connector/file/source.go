@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
@@ -87,6 +88,13 @@ func (s *Source[T]) Resume(pos []byte) error {
 // Open was not called.
 func (s *Source[T]) Open(ctx context.Context) error {
 	s.closeInput()
+	if s.at.line > 0 && s.format.headerLines() > 0 {
+		// Before the pipe is opened and read up to the position, which
+		// would wait for its writer and take what it wrote.
+		if fi, err := os.Stat(s.path); err == nil && !fi.Mode().IsRegular() {
+			return headerResumeError(s.path)
+		}
+	}
 	in, err := openInput(ctx, s.path, s.at)
 	if err != nil {
 		return err
@@ -140,6 +148,12 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		if r.bad != nil {
 			if err := s.deadLetter(ctx, r); err != nil {
 				return err
+			}
+			if r.end.end == endNone || r.end.end == endOpen {
+				// The file's last line, without its end, did not
+				// decode: a writer may be in the middle of it. The
+				// next Run reads it again, whole by then.
+				continue
 			}
 		} else if err := out.EmitAt(ctx, r.item, positions.encode(r.end)); err != nil {
 			return err
