@@ -11,10 +11,6 @@ import (
 // included.
 const MaxReasonLen = 200
 
-// maxReasonInput bounds how much of an error's text Reason reads: quoted
-// text and numbers only shrink, so that is enough for MaxReasonLen.
-const maxReasonInput = 1024
-
 // Reason returns the short form of err's text that an [Observer] groups
 // per-item events by. It is deterministic and depends on the text only:
 //
@@ -45,17 +41,13 @@ func Reason(err error) string {
 	if errors.As(err, &sc) {
 		status = strconv.Itoa(sc.StatusCode())
 	}
-	if len(s) > maxReasonInput {
-		k := maxReasonInput
-		for k > 0 && !utf8.RuneStart(s[k]) {
-			k--
-		}
-		s = s[:k]
-	}
 	var b strings.Builder
 	b.Grow(min(len(s), MaxReasonLen))
 	unclosed := false // a quote found no closing one: none after it will
-	for i := 0; i < len(s); {
+	// The whole text is read, however long, until the reason is longer
+	// than it may be: a quoted text of any length is "…" (a long row's),
+	// and each byte is looked at a bounded number of times.
+	for i := 0; i < len(s) && b.Len() <= MaxReasonLen; {
 		c := s[i]
 		switch {
 		case isSpace(c):

@@ -79,6 +79,21 @@ func TestReasonIsCut(t *testing.T) {
 		`rows "`+strings.Repeat("x", 300)+`" "`+strings.Repeat("y", 300)+`" "`+strings.Repeat("z", 300)+`"`)))
 }
 
+// A quoted text longer than any part of the error Reason once read (1 024
+// bytes: a wide malformed row) is "…" too: cut, it looked unclosed, so the
+// row's contents went into the reason, the rest of the error was lost, and
+// each row had a reason of its own. An error of 10 MB has a reason too.
+func TestReasonOfALongQuotedText(t *testing.T) {
+	t.Parallel()
+	a := errors.New(`malformed row "` + strings.Repeat("a,", 600) + `x1": amount: bad cents`)
+	b := errors.New(`malformed row "` + strings.Repeat("b,", 5000) + `x2": amount: bad cents`)
+	assert.Equal(t, `malformed row "…": amount: bad cents`, slogobserver.Reason(a))
+	assert.Equal(t, slogobserver.Reason(a), slogobserver.Reason(b))
+	huge := slogobserver.Reason(errors.New(`row "` + strings.Repeat("x", 10<<20)))
+	assert.Equal(t, slogobserver.MaxReasonLen, len(huge), "an unclosed quote runs to the cut")
+	assert.True(t, strings.HasPrefix(huge, `row "xxx`), huge[:20])
+}
+
 func FuzzReason(f *testing.F) {
 	f.Add(`malformed row "o-7,12.5O": amount 12345`)
 	f.Add("\"\\\"\"\"")

@@ -35,9 +35,11 @@ package slogobserver
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jonboulle/clockwork"
@@ -137,6 +139,13 @@ type Observer struct {
 	// which happen outside mu and which Close waits for. Add is called
 	// under mu while closed is false, so it happens before Close's Wait.
 	writing sync.WaitGroup
+
+	// timerPanic is what the handler panicked with on a summary that
+	// the timer's goroutine wrote, where no one could recover it: the
+	// next event raises it on its node's goroutine (raised), where the
+	// engine turns it into the run's failure, and Close returns it.
+	timerPanic atomic.Pointer[error]
+	raised     atomic.Bool
 }
 
 // New returns an Observer that logs on l; a nil l is [slog.Default].
@@ -249,8 +258,11 @@ func (o *Observer) Flush() {
 // a node's completion, an event, the timer or [Observer.Flush] took out
 // before it and still writes included. From then
 // on the Observer logs every event as it comes, one record each, so that
-// nothing waits for a summary that would never be written. Close always
-// returns nil.
+// nothing waits for a summary that would never be written. Close returns
+// nil, or, when the handler panicked on a summary that the interval's
+// timer wrote, an error that says so (that panic is also raised by the
+// next event, on its node's goroutine, so that it fails the run as an
+// observer's panic does).
 func (o *Observer) Close() error {
 	o.mu.Lock()
 	out := o.tickLocked(o.clock.Now(), nil)
@@ -258,6 +270,9 @@ func (o *Observer) Close() error {
 	o.mu.Unlock()
 	o.write(out)
 	o.writing.Wait()
+	if p := o.timerPanic.Load(); p != nil {
+		return *p
+	}
 	return nil
 }
 
@@ -383,7 +398,20 @@ func (o *Observer) fire(gen uint64) {
 	}
 	o.timer = nil
 	out := o.tickLocked(o.clock.Now(), nil)
+	defer func() {
+		if v := recover(); v != nil {
+			err := fmt.Errorf("slogobserver: the handler panicked on a summary the interval's timer wrote: %v", v)
+			o.timerPanic.CompareAndSwap(nil, &err)
+		}
+	}()
 	o.unlockAndWrite(out)
+}
+
+// raise panics with the handler's panic that the timer caught, once.
+func (o *Observer) raise() {
+	if p := o.timerPanic.Load(); p != nil && o.raised.CompareAndSwap(false, true) {
+		panic(*p)
+	}
 }
 
 // tickLocked ends the current interval at now: it appends to out the
@@ -547,6 +575,7 @@ func (o *Observer) logItem(e *itemEvent, reason string) {
 }
 
 func (o *Observer) enabled(level slog.Level) bool {
+	o.raise()
 	return o.h.Enabled(context.Background(), level)
 }
 
@@ -582,6 +611,7 @@ func (o *Observer) log(level slog.Level, msg string, e observer.Event, attrs ...
 
 // logKey is log with an item's key, an attribute after node unless empty.
 func (o *Observer) logKey(level slog.Level, msg string, e observer.Event, key string, attrs ...slog.Attr) {
+	o.raise()
 	ctx := context.Background()
 	if !o.h.Enabled(ctx, level) {
 		return
