@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"unicode"
 	"unicode/utf8"
 )
 
@@ -109,7 +108,7 @@ func (f csvFormat) newReader(r io.Reader) *csv.Reader {
 // newRows returns the reader of the records of in, from its position.
 func (f csvFormat) newRows(path string, in *input) *csvRows {
 	rec := &recorder{r: in.r, off: in.at.off}
-	c := &csvRows{path: path, rec: rec, base: in.at, at: in.at, firstFixes: f.opts.FieldsPerRecord == 0}
+	c := &csvRows{format: f, path: path, rec: rec, base: in.at, at: in.at, firstFixes: f.opts.FieldsPerRecord == 0}
 	c.cr = f.newReader(bufio.NewReaderSize(rec, bufSize))
 	return c
 }
@@ -179,6 +178,7 @@ func (f csvFormat) readHeader(s *Source[Record]) ([]string, error) {
 // the CSV reader read, so that a bad row is dead-lettered as it stands in
 // the file, and the lines of each record are counted.
 type csvRows struct {
+	format csvFormat
 	path   string
 	rec    *recorder
 	cr     *csv.Reader
@@ -227,7 +227,7 @@ func (c *csvRows) read() (row[Record], error) {
 		if raw[len(raw)-1] != '\n' {
 			c.at.line++ // the file's last line, without its end
 			c.at.end = endNone
-			if quoteOpen(skipBlankLines(raw), c.cr.Comma, c.cr.LazyQuotes, c.cr.TrimLeadingSpace) {
+			if c.format.quoteOpen(skipBlankLines(raw)) {
 				// A quote may be open (LazyQuotes, or a bad row): what a
 				// writer appends may continue the field.
 				c.at.end = endOpen
@@ -269,61 +269,27 @@ func fieldCountError(got, want int) error {
 }
 
 // quoteOpen reports whether CSV record raw, the file's last, without its
-// line end, ends inside a quoted field. Without lazy, a quote in a quoted
+// line end, ends inside a quoted field, so that what a writer appends, a
+// "\n" too, continues the field. Without LazyQuotes a quote in a quoted
 // field is doubled, so an odd number of quotes leaves one open (or the
-// record is a bad row, whose quote may be open too). Under lazy a quote
-// that is not followed by another, the separator or a line end is a
-// quote of the field's text (`"a"b` is the open field a"b), so the
-// record is read as encoding/csv reads it: a field opens its quote only
-// at its start (after white space, with trim), and ends it at a quote
-// followed by the separator or a line end. A last quote, with nothing
-// after it yet, ends the field unless what is appended continues it, as
-// any last line may be continued.
-func quoteOpen(raw []byte, comma rune, lazy, trim bool) bool {
-	if !lazy {
+// record is a bad row, whose position is not kept). Under LazyQuotes an
+// even number may leave one open too (`"a"b` is the open field a"b), and
+// encoding/csv itself decides: raw is read with a line end and one more
+// line after it, and the field was open when the record ran past that
+// line end.
+func (f csvFormat) quoteOpen(raw []byte) bool {
+	if !f.opts.LazyQuotes {
 		return bytes.Count(raw, []byte{'"'})%2 == 1
 	}
-	const (
-		fieldStart = iota
-		unquoted
-		quoted
-		quoteSeen // a quote in a quoted field: its end, or a doubled quote's first
-	)
-	state := fieldStart
-	for _, r := range string(raw) {
-		switch state {
-		case fieldStart:
-			switch {
-			case r == comma:
-			case trim && unicode.IsSpace(r) && r != '\n' && r != '\r':
-			case r == '"':
-				state = quoted
-			default:
-				state = unquoted
-			}
-		case unquoted:
-			if r == comma || r == '\n' {
-				state = fieldStart
-			}
-		case quoted:
-			if r == '"' {
-				state = quoteSeen
-			}
-		case quoteSeen:
-			switch r {
-			case '"':
-				state = quoted // a doubled quote
-			case comma, '\n':
-				state = fieldStart
-			case '\r':
-				// "\r\n" ends the record; a lone "\r" is read as text.
-				state = unquoted
-			default:
-				state = quoted // under lazy, a quote of the text
-			}
-		}
+	if bytes.IndexByte(raw, '"') < 0 {
+		return false
 	}
-	return state == quoted
+	probe := make([]byte, 0, len(raw)+3)
+	probe = append(append(probe, raw...), "\nx\n"...)
+	cr := f.newReader(bytes.NewReader(probe))
+	cr.FieldsPerRecord = -1
+	_, _ = cr.Read()
+	return cr.InputOffset() > int64(len(raw))+1
 }
 
 // skipBlankLines returns raw after the empty lines ("\n", "\r\n") it

@@ -152,8 +152,11 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 			if r.end.end == endNone || r.end.end == endOpen {
 				// The file's last line, without its end, did not
 				// decode: a writer may be in the middle of it. The
-				// next Run reads it again, whole by then.
-				continue
+				// next Run reads it again, whole by then. This one
+				// ends here: reading on, past the end it saw, would
+				// take the rest of the line, written since, for a row
+				// of its own.
+				return nil
 			}
 		} else if err := out.EmitAt(ctx, r.item, positions.encode(r.end)); err != nil {
 			return err
