@@ -291,7 +291,7 @@ func TestInspectorLargeInBrowser(t *testing.T) {
 	s := pipeline.Source(b, "read", orderFeed{n: dead + 500})
 	s = pipeline.Map(b, "check", s, func(_ context.Context, o demoOrder) (demoOrder, error) {
 		if o.ID <= dead {
-			return o, fmt.Errorf("check: rule %d failed", o.ID%7)
+			return o, fmt.Errorf("check: rule %c failed", 'a'+o.ID%7)
 		}
 		return o, nil
 	})

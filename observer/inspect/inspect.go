@@ -4,7 +4,7 @@
 // nodes, edges, Keyed and Parallel workers and the resilience layers
 // armed) and updates it over server-sent events: each node's in and out,
 // rates, retries, breaker state, retry budget use, hand-offs and dead
-// letters, with a small rate chart per node. The run's dead letters are
+// letters, with a small rate chart per node. The dead letters (of every run) are
 // listed grouped by reason, paged, and each opens to its history.
 //
 // The inspector is safe by default: it is read-only unless [AllowDrain]
@@ -43,6 +43,7 @@ import (
 	"github.com/jonboulle/clockwork"
 
 	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/reason"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
@@ -416,12 +417,12 @@ func (in *Inspector) OnDeadLetter(e observer.DeadLetterEvent) {
 	if e.BrokerRetry || in.wrapped.Load() {
 		return
 	}
-	reason := ""
+	text := ""
 	if e.Err != nil {
-		reason = e.Err.Error()
+		text = e.Err.Error()
 	}
 	in.dead.add(DeadLetter{Time: e.Time, RunID: e.RunID, Node: e.Node, OriginNode: e.OriginNode,
-		Key: e.Key, Attempts: e.Attempts, Reason: reason})
+		Key: e.Key, Attempts: e.Attempts, Reason: text}, reason.Status(e.Err))
 }
 
 // DeadLetterSink returns a dead-letter sink that lists each envelope for
@@ -487,7 +488,7 @@ func (in *Inspector) list(env deadletter.Envelope) {
 	if in.cfg.showItems {
 		d.Item = deadletter.Describe(env.Item)
 	}
-	in.dead.add(d)
+	in.dead.add(d, reason.Status(env.Err))
 }
 
 // A DeadLetter is one dead letter as the page shows it.
@@ -540,12 +541,17 @@ const deadChunk = 256
 
 // A reasonList is the listed dead letters of one reason.
 type reasonList struct {
-	reason string       // the text the list's dead letters share
+	reason string       // the reason the list's dead letters share
+	text   string       // the first one's text, which later ones of the same text share
 	ids    []int32      // indexes into the list; under the lock
 	count  atomic.Int32 // len(ids), for the readers without the lock
 }
 
-func (d *deadLetters) add(dl DeadLetter) {
+// add lists dl, whose error's status (reason.Status) is status, in the
+// group of its reason: its text made short as slogobserver.Reason does, so
+// that the failures that name their item ("malformed row \"o-7,12.5O\"")
+// group together.
+func (d *deadLetters) add(dl DeadLetter, status string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	d.total++
@@ -555,14 +561,16 @@ func (d *deadLetters) add(dl DeadLetter) {
 	if d.byReason == nil {
 		d.byReason = map[string]*reasonList{}
 	}
-	rl, ok := d.byReason[dl.Reason]
+	key := reason.Of(dl.Reason, status)
+	rl, ok := d.byReason[key]
 	switch {
 	case ok:
-		// Dead letters of one reason share its text.
-		dl.Reason = rl.reason
+		if dl.Reason == rl.text {
+			dl.Reason = rl.text // the dead letters of one text share it
+		}
 	case len(d.byReason) < d.maxReasons:
-		rl = &reasonList{reason: dl.Reason}
-		d.byReason[dl.Reason] = rl
+		rl = &reasonList{reason: key, text: dl.Reason}
+		d.byReason[key] = rl
 		d.order = append(d.order, rl)
 	default:
 		rl = &d.other
@@ -594,8 +602,10 @@ func (d *deadLetters) view() view {
 
 // A ReasonGroup is the dead letters that failed with one reason.
 type ReasonGroup struct {
-	Reason string `json:"reason"` // the failure's text
-	Count  int    `json:"count"`  // how many dead letters failed with it
+	// Reason is the failures' text made short as slogobserver.Reason
+	// does: quoted text is "…", words with digits are #.
+	Reason string `json:"reason"`
+	Count  int    `json:"count"` // how many dead letters failed with it
 	// Other marks the group of the dead letters whose reasons came after
 	// the Inspector kept WithMaxReasons distinct ones; its Reason is empty.
 	Other bool `json:"other,omitempty"`
@@ -633,10 +643,10 @@ func sortGroups(gs []ReasonGroup) {
 	})
 }
 
-// page returns the dead letters from offset, at most limit, of reason
+// page returns the dead letters from offset, at most limit, of the reason key
 // when filter (of the other reasons when other), without their history
 // and item, and how many there are.
-func (d *deadLetters) page(reason string, filter, other bool, offset, limit int) ([]DeadLetter, int) {
+func (d *deadLetters) page(key string, filter, other bool, offset, limit int) ([]DeadLetter, int) {
 	d.mu.Lock()
 	v := view{chunks: d.chunks, n: d.n}
 	var ids []int32
@@ -644,7 +654,7 @@ func (d *deadLetters) page(reason string, filter, other bool, offset, limit int)
 	case other:
 		ids = d.other.ids
 	case filter:
-		if rl := d.byReason[reason]; rl != nil {
+		if rl := d.byReason[key]; rl != nil {
 			ids = rl.ids
 		}
 	}

@@ -1,15 +1,10 @@
 package slogobserver
 
-import (
-	"errors"
-	"strconv"
-	"strings"
-	"unicode/utf8"
-)
+import "github.com/sluicehq/sluice/internal/reason"
 
 // MaxReasonLen is the most bytes a reason has, the "…" that marks a cut
 // included.
-const MaxReasonLen = 200
+const MaxReasonLen = reason.MaxLen
 
 // Reason returns the short form of err's text that an [Observer] groups
 // per-item events by. It is deterministic and depends on the text only:
@@ -35,89 +30,5 @@ func Reason(err error) string {
 	if err == nil {
 		return ""
 	}
-	s := err.Error()
-	status := ""
-	var sc interface{ StatusCode() int }
-	if errors.As(err, &sc) {
-		status = strconv.Itoa(sc.StatusCode())
-	}
-	var b strings.Builder
-	b.Grow(min(len(s), MaxReasonLen))
-	unclosed := false // a quote found no closing one: none after it will
-	// The whole text is read, however long, until the reason is longer
-	// than it may be: a quoted text of any length is "…" (a long row's),
-	// and each byte is looked at a bounded number of times.
-	for i := 0; i < len(s) && b.Len() <= MaxReasonLen; {
-		c := s[i]
-		switch {
-		case isSpace(c):
-			for i < len(s) && isSpace(s[i]) {
-				i++
-			}
-			if b.Len() > 0 && i < len(s) {
-				b.WriteByte(' ')
-			}
-		case c == '"' && !unclosed:
-			if j := closingQuote(s, i+1); j >= 0 {
-				b.WriteString(`"…"`)
-				i = j + 1
-			} else {
-				unclosed = true
-				b.WriteByte(c)
-				i++
-			}
-		case isWordByte(c):
-			j, digits := i, false
-			for j < len(s) && isWordByte(s[j]) {
-				digits = digits || '0' <= s[j] && s[j] <= '9'
-				j++
-			}
-			for j > i+1 && s[j-1] == '.' {
-				j-- // a full stop ends the sentence, not the word
-			}
-			if digits && s[i:j] != status {
-				b.WriteByte('#')
-			} else {
-				b.WriteString(s[i:j])
-			}
-			i = j
-		default:
-			b.WriteByte(c)
-			i++
-		}
-	}
-	r := b.String()
-	if len(r) <= MaxReasonLen {
-		return r
-	}
-	k := MaxReasonLen - len("…")
-	for k > 0 && !utf8.RuneStart(r[k]) {
-		k--
-	}
-	return r[:k] + "…"
-}
-
-func isSpace(c byte) bool {
-	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
-}
-
-// isWordByte reports whether c belongs to a word. Every byte of a non-ASCII
-// character does, so that words are never cut inside a character.
-func isWordByte(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
-		c == '_' || c == '-' || c == '.' || c >= utf8.RuneSelf
-}
-
-// closingQuote returns the index of the double quote that closes a quoted
-// text starting at i, skipping backslash escapes, or -1.
-func closingQuote(s string, i int) int {
-	for ; i < len(s); i++ {
-		switch s[i] {
-		case '\\':
-			i++
-		case '"':
-			return i
-		}
-	}
-	return -1
+	return reason.Of(err.Error(), reason.Status(err))
 }

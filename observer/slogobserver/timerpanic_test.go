@@ -23,8 +23,8 @@ type panicOnSummary struct {
 }
 
 func (*panicOnSummary) Enabled(context.Context, slog.Level) bool { return true }
-func (h *panicOnSummary) WithAttrs([]slog.Attr) slog.Handler    { return h }
-func (h *panicOnSummary) WithGroup(string) slog.Handler         { return h }
+func (h *panicOnSummary) WithAttrs([]slog.Attr) slog.Handler     { return h }
+func (h *panicOnSummary) WithGroup(string) slog.Handler          { return h }
 
 func (h *panicOnSummary) Handle(_ context.Context, r slog.Record) error {
 	if r.Message == slogobserver.MsgDeadLetters {
