@@ -340,10 +340,12 @@ func (in *Inspector) node(name string) *nodeCounters {
 	return nil
 }
 
-// Close ends every event stream, now and later, so that an
-// http.Server's Shutdown, which waits for the requests in progress, does
-// not wait for the pages: call it before Shutdown. The page and its other
-// endpoints are still served. Close may be called more than once.
+// Close ends every event stream, now and later, each after one last
+// snapshot (the counts as they stand then: after the run's end, exact and
+// not running), so that an http.Server's Shutdown, which waits for the
+// requests in progress, does not wait for the pages: call it before
+// Shutdown. The page and its other endpoints are still served. Close may
+// be called more than once.
 func (in *Inspector) Close() {
 	in.closeOnce.Do(func() { close(in.closed) })
 }
@@ -908,11 +910,9 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 	// goroutine from touching rc after the handler returned.
 	done := make(chan struct{})
 	var wg sync.WaitGroup
-	closedAtStart := false
 	select {
 	case <-in.closed:
 		// After Close a page gets one snapshot, and its stream ends.
-		closedAtStart = true
 	default:
 		wg.Go(func() {
 			select {
@@ -935,26 +935,27 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 	tick := in.cfg.clock.NewTicker(in.cfg.interval)
 	defer tick.Stop()
 	for {
+		// Once closed, the stream sends one last snapshot, the counts as
+		// they stand at Close (a run that ended: exact, not running),
+		// and ends.
+		final := isClosed(in.closed)
 		b, err := json.Marshal(in.snapshot())
 		if err != nil {
 			return
 		}
 		// The deadline is on the real clock, as the connection's are; a
-		// writer without deadlines (ErrNotSupported) goes without. Close
-		// may have set its deadline just before: look after. The one
-		// snapshot of a page that came after Close gets closeGrace, as a
-		// write Close finds in progress does: Close ends every stream.
+		// writer without deadlines (ErrNotSupported) goes without. The
+		// last snapshot gets closeGrace, as a write Close finds in
+		// progress does: Close ends every stream. Close may have set
+		// its deadline just before ours: look after, and send the last
+		// snapshot then.
 		to := in.cfg.writeTO
-		if closedAtStart {
+		if final {
 			to = min(to, closeGrace)
 		}
 		_ = rc.SetWriteDeadline(time.Now().Add(to))
-		select {
-		case <-in.closed:
-			if !closedAtStart {
-				return
-			}
-		default:
+		if !final && isClosed(in.closed) {
+			continue
 		}
 		if _, err := fmt.Fprintf(w, "event: stats\ndata: %s\n\n", b); err != nil {
 			return
@@ -962,13 +963,25 @@ func (in *Inspector) serveEvents(w http.ResponseWriter, r *http.Request) {
 		if err := rc.Flush(); err != nil {
 			return
 		}
+		if final {
+			return
+		}
 		select {
 		case <-r.Context().Done():
 			return
 		case <-in.closed:
-			return
 		case <-tick.Chan():
 		}
+	}
+}
+
+// isClosed reports whether c is closed.
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 

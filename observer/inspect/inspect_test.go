@@ -616,3 +616,32 @@ func TestDeadLettersAddUpEveryRunAsTheCountsDo(t *testing.T) {
 	}
 	assert.Equal(t, map[string]int{first.RunID: 3, second.RunID: 3}, runs)
 }
+
+// Close sends each stream one last snapshot, then ends it: a page that
+// watched a run to its end sees the counts as they stand after it, not
+// running, before the server goes (the demo closes its server right after
+// the run). Before, the stream ended with nothing more, and the page's
+// last snapshot was up to an interval old and said running.
+func TestCloseSendsALastSnapshot(t *testing.T) {
+	in := inspect.New(inspect.WithClock(clockwork.NewFakeClock()))
+	p, _ := build(t, in, orders(10), false, nil, 2, 4, 6)
+	srv := newServer(t, in)
+	s := openStream(t, srv.URL)
+	before := s.next(t)
+	assert.Equal(t, 0, before.DeadLetters)
+	_, err := p.Run(context.Background()) // no tick: the clock stands still
+	require.NoError(t, err)
+	in.Close()
+	last := s.next(t)
+	assert.False(t, last.Running)
+	assert.Equal(t, 3, last.DeadLetters)
+	for _, n := range last.Nodes {
+		if n.Name == "check" {
+			assert.Equal(t, int64(10), n.In)
+			assert.Equal(t, int64(3), n.DeadLettered)
+		}
+	}
+	rest, err := io.ReadAll(s.r)
+	require.NoError(t, err, "the stream ends cleanly")
+	assert.Empty(t, string(rest), "one last snapshot only")
+}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
 	"regexp"
 	"testing"
@@ -28,6 +29,7 @@ func TestInspectorWhileRunning(t *testing.T) {
 		Nodes    []struct{ Name string }
 	}
 	var canDrain bool
+	var events *http.Response
 	runOnFakeClockWith(t, cfg, out, func() {
 		// The job is running and waits on the clock: read the page's data.
 		addr := regexp.MustCompile(`inspector on (http://\S+/)`).FindStringSubmatch(out.String())
@@ -42,7 +44,32 @@ func TestInspectorWhileRunning(t *testing.T) {
 		var gv struct{ CanDrain bool }
 		require.NoError(t, json.NewDecoder(g.Body).Decode(&gv))
 		canDrain = gv.CanDrain
+		events, err = http.Get(addr[1] + "api/events")
+		require.NoError(t, err)
 	}, nil)
+	// The page watching the run gets, at its end, a last snapshot of the
+	// run as it ended, before the server goes: not running, every row
+	// counted. (The server was closed at once, and the last snapshot the
+	// page had said running.)
+	defer events.Body.Close()
+	stream, err := io.ReadAll(events.Body)
+	require.NoError(t, err, "the stream ends cleanly")
+	datas := regexp.MustCompile(`(?m)^data: (.*)$`).FindAllStringSubmatch(string(stream), -1)
+	require.NotEmpty(t, datas)
+	var last struct {
+		Running bool
+		Nodes   []struct {
+			Name string
+			In   int64
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(datas[len(datas)-1][1]), &last))
+	assert.False(t, last.Running, "the last snapshot is of the run that ended")
+	for _, n := range last.Nodes {
+		if n.Name == "parse" {
+			assert.Equal(t, int64(cfg.rows), n.In, "every row counted")
+		}
+	}
 	assert.Equal(t, "orders-etl", snap.Pipeline)
 	assert.True(t, snap.Running)
 	var names []string

@@ -231,11 +231,20 @@ func (i *inspector) observer() observer.Observer {
 	return i.in
 }
 
-// stop closes the page's event streams and the server, and waits for it.
+// stop ends the page's event streams, each after a last snapshot of the
+// counts as the run left them, then shuts the server down, giving those
+// snapshots a moment to go out (a stream's last write has a second), and
+// waits for it.
 func (i *inspector) stop() error {
 	if i == nil {
 		return nil
 	}
-	err := i.srv.Close()
+	i.in.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	err := i.srv.Shutdown(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		err = i.srv.Close()
+	}
 	return errors.Join(err, <-i.done)
 }
