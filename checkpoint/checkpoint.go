@@ -25,8 +25,8 @@ import "context"
 // Pairs are independent: the same source name in two pipelines is two
 // positions. Names are UTF-8 text; a store may refuse a name that is not
 // UTF-8 or holds a NUL byte, or a pair longer than it can key (sqlstore on
-// PostgreSQL: 2 600 bytes together), with an error, but never keeps it
-// changed.
+// PostgreSQL: about 2 600 bytes together that do not compress), with an
+// error, but never keeps it changed.
 //
 // Implementations must be safe for concurrent use. Once Save returned nil,
 // the position survives a crash of the process. A Save that returned an

@@ -46,9 +46,6 @@ type Dialect struct {
 	// argument whether the table is there, so that a role without the
 	// right to create tables can use one an administrator made.
 	exists string
-	// maxNames, when not 0, bounds the bytes of a pair's names together:
-	// a longer pair does not fit the primary key's index.
-	maxNames int
 }
 
 var (
@@ -59,10 +56,7 @@ var (
 	// Postgres is the dialect of PostgreSQL 9.5 or later.
 	Postgres = Dialect{name: "postgres", blob: "BYTEA", timestamp: "TIMESTAMPTZ",
 		lock:   "SELECT pg_advisory_xact_lock(hashtext($1))",
-		exists: "SELECT to_regclass($1) IS NOT NULL",
-		// A B-tree index row holds at most 2 704 bytes: the two names,
-		// their headers and the row's own (PostgreSQL 12 to 17).
-		maxNames: 2600}
+		exists: "SELECT to_regclass($1) IS NOT NULL"}
 )
 
 // String returns the dialect's name: "sqlite" or "postgres".
@@ -170,20 +164,14 @@ func (s *Store) schema() string {
 // Table returns the name of the store's table.
 func (s *Store) Table() string { return s.table }
 
-// Load implements [checkpoint.Store.Load]. A pair whose names are not
-// UTF-8 or hold a NUL byte loads as nil; a pair too long for the
-// dialect (see [Store.Save]) is an error, so that a run fails at its
-// start rather than read its source from the beginning and then fail to
-// save.
+// Load implements [checkpoint.Store.Load]. A pair whose names Save
+// refuses loads as nil.
 func (s *Store) Load(ctx context.Context, pipeline, source string) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if checkNames(pipeline, source) != nil {
 		return nil, nil // never saved
-	}
-	if err := s.checkLength(pipeline, source); err != nil {
-		return nil, err
 	}
 	if err := s.ensureTable(ctx); err != nil {
 		return nil, err
@@ -202,17 +190,15 @@ func (s *Store) Load(ctx context.Context, pipeline, source string) ([]byte, erro
 }
 
 // Save implements [checkpoint.Store.Save]. Names that are not UTF-8 or
-// hold a NUL byte are refused, as PostgreSQL's text refuses them, and so
-// are, on PostgreSQL, a pipeline's and a source's names of more than
-// 2 600 bytes together, which its primary key's index cannot hold.
+// hold a NUL byte are refused, as PostgreSQL's text refuses them. On
+// PostgreSQL a pair of names too long for its primary key's index (an
+// index row holds 2 704 bytes, after compression: names of about 2 600
+// bytes together that do not compress) fails with an error that says so.
 func (s *Store) Save(ctx context.Context, pipeline, source string, pos []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if err := checkNames(pipeline, source); err != nil {
-		return err
-	}
-	if err := s.checkLength(pipeline, source); err != nil {
 		return err
 	}
 	if err := s.ensureTable(ctx); err != nil {
@@ -222,22 +208,28 @@ func (s *Store) Save(ctx context.Context, pipeline, source string, pos []byte) e
 		pos = []byte{} // a NULL would break NOT NULL
 	}
 	if _, err := s.db.ExecContext(ctx, s.saveSQL, pipeline, source, pos); err != nil {
+		if tooLong(err) {
+			return fmt.Errorf("sqlstore: save %s %s: the pipeline's and the source's names, %d bytes together, are too long for a %s key: %w",
+				short(pipeline), short(source), len(pipeline)+len(source), s.dialect.name, err)
+		}
 		return fmt.Errorf("sqlstore: save %s %s: %w", short(pipeline), short(source), err)
 	}
 	return nil
 }
 
-// checkNames refuses the names a table could not keep as they are.
-// checkLength refuses a pair longer than the dialect's keys hold, naming
-// both names cut short.
-func (s *Store) checkLength(pipeline, source string) error {
-	if n := len(pipeline) + len(source); s.dialect.maxNames > 0 && n > s.dialect.maxNames {
-		return fmt.Errorf("sqlstore: the pipeline name %s and the source name %s are %d bytes together, more than the %d a %s key holds",
-			short(pipeline), short(source), n, s.dialect.maxNames, s.dialect.name)
+// tooLong reports whether err is PostgreSQL's "program limit exceeded"
+// (SQLSTATE 54000): an index row too large, here the primary key's. The
+// drivers' errors tell their SQLSTATE by an SQLState method (pgx's
+// *pgconn.PgError) or in their text.
+func tooLong(err error) bool {
+	var st interface{ SQLState() string }
+	if errors.As(err, &st) {
+		return st.SQLState() == "54000"
 	}
-	return nil
+	return strings.Contains(err.Error(), "SQLSTATE 54000")
 }
 
+// checkNames refuses the names a table could not keep as they are.
 // short quotes name, cut to its first 40 characters and "…".
 func short(name string) string {
 	if utf8.RuneCountInString(name) <= 40 {
