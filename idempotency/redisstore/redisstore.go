@@ -184,9 +184,10 @@ func stamp(t time.Time) string { return fmt.Sprintf("%020d", max(t.UnixNano(), 0
 
 // leaseEnd writes now+lease as stamp does, saturating: a lease ending
 // past 2262 (WithLease(math.MaxInt64)) would wrap around to a time long
-// gone, and read as ended.
+// gone, and read as ended. A lease taken before 1970 ends lease after
+// now, not after 1970.
 func leaseEnd(now time.Time, lease time.Duration) string {
-	return fmt.Sprintf("%020d", int64(addSat(time.Duration(max(now.UnixNano(), 0)), lease)))
+	return fmt.Sprintf("%020d", max(int64(addSat(time.Duration(now.UnixNano()), lease)), 0))
 }
 
 // maxTTL caps a key's time to live on the server: a "keep forever"

@@ -119,3 +119,21 @@ func TestNewRefusesBadArguments(t *testing.T) {
 	require.Error(t, err)
 	assert.Equal(t, "redisstore: WithRetention(1µs): must be at least 1ms\nredisstore: client is nil", err.Error())
 }
+
+// A clock set to a date before 1970: a 30 s lease taken then lets another
+// owner take the key an hour later. The saturating lease end first took
+// now as 1970 and added the lease to that, so the lease ended 30 s after
+// 1970 and the key stayed Busy (found by review). Times before 1970
+// count as 1970, as stamp says.
+func TestTakeoverAfterTheLeaseBefore1970(t *testing.T) {
+	t.Parallel()
+	s := newStore(t, connect(t))
+	ctx := context.Background()
+	t0 := time.Date(1960, 1, 1, 0, 0, 0, 0, time.UTC)
+	st, err := s.Claim(ctx, "k", "a", t0, 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Claimed, st)
+	st, err = s.Claim(ctx, "k", "b", t0.Add(time.Hour), 30*time.Second)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Claimed, st, "the lease ended 59m30s ago")
+}

@@ -61,10 +61,13 @@ func Of(s, status string) string {
 			for j > i+1 && s[j-1] == '.' {
 				j-- // a full stop ends the sentence, not the word
 			}
-			if digits && s[i:j] != status {
+			switch w := s[i:j]; {
+			case digits && w != status:
 				b.WriteByte('#')
-			} else {
-				b.WriteString(s[i:j])
+			default:
+				// No more than the reason holds: a word of 32 MB
+				// (a token, a blob) is not copied whole.
+				b.WriteString(w[:min(len(w), MaxLen+1-b.Len())])
 			}
 			i = j
 		default:

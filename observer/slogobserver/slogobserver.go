@@ -398,13 +398,20 @@ func (o *Observer) fire(gen uint64) {
 	}
 	o.timer = nil
 	out := o.tickLocked(o.clock.Now(), nil)
+	o.unlockAndWriteWith(out, o.writeCatching)
+}
+
+// writeCatching writes out as write does, on the timer's goroutine: a
+// panic of the handler is kept for raise and Close, before the write is
+// counted done, so that a Close that waited for it finds it.
+func (o *Observer) writeCatching(out []slog.Record) {
 	defer func() {
 		if v := recover(); v != nil {
 			err := fmt.Errorf("slogobserver: the handler panicked on a summary the interval's timer wrote: %v", v)
 			o.timerPanic.CompareAndSwap(nil, &err)
 		}
 	}()
-	o.unlockAndWrite(out)
+	o.write(out)
 }
 
 // raise panics with the handler's panic that the timer caught, once.
@@ -585,15 +592,20 @@ func (o *Observer) enabled(level slog.Level) bool {
 // o.mu, waits for every summary taken before it. Once closed, the groups
 // are gone and out is empty: nothing is added while Close waits.
 func (o *Observer) unlockAndWrite(out []slog.Record) {
+	o.unlockAndWriteWith(out, o.write)
+}
+
+// unlockAndWriteWith is unlockAndWrite writing with write.
+func (o *Observer) unlockAndWriteWith(out []slog.Record, write func([]slog.Record)) {
 	if len(out) == 0 || o.closed {
 		o.mu.Unlock()
-		o.write(out)
+		write(out)
 		return
 	}
 	o.writing.Add(1)
 	o.mu.Unlock()
 	defer o.writing.Done()
-	o.write(out)
+	write(out)
 }
 
 // write hands records to the handler, outside the Observer's lock.
