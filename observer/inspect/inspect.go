@@ -59,7 +59,8 @@ const DefaultInterval = 500 * time.Millisecond
 // DefaultMaxDeadLetters is how many dead letters an Inspector keeps for
 // the page when no [WithMaxDeadLetters] is given; later ones are counted
 // but not listed. Each kept dead letter costs about 200 bytes plus its
-// key, reason text (shared by the dead letters of one reason) and, from
+// key, its error's text (shared with the dead letters before it of the
+// same text and reason) and, from
 // [Inspector.DeadLetterSink], its history.
 const DefaultMaxDeadLetters = 10_000
 
