@@ -59,9 +59,8 @@ const DefaultInterval = 500 * time.Millisecond
 // DefaultMaxDeadLetters is how many dead letters an Inspector keeps for
 // the page when no [WithMaxDeadLetters] is given; later ones are counted
 // but not listed. Each kept dead letter costs about 200 bytes plus its
-// key, its error's text (shared with the dead letters before it of the
-// same text and reason) and, from
-// [Inspector.DeadLetterSink], its history.
+// key, its error's text (shared when it is the first text of its reason)
+// and, from [Inspector.DeadLetterSink], its history.
 const DefaultMaxDeadLetters = 10_000
 
 // DefaultMaxReasons is how many distinct reasons an Inspector counts
