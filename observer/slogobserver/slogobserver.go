@@ -237,11 +237,16 @@ func (o *Observer) OnDrop(e observer.DropEvent) {
 }
 
 // OnCircuitStateChanged logs at WARN, with from, to and generation.
+//
+// It does not raise a handler's panic that the timer caught (see
+// [Observer.Close]): a breaker shared by pipelines may change state while
+// this one does not run, outside any run's guard, and the panic would end
+// the program. The next other event raises it.
 func (o *Observer) OnCircuitStateChanged(e observer.CircuitEvent) {
-	if !o.enabled(slog.LevelWarn) {
+	if !o.h.Enabled(context.Background(), slog.LevelWarn) {
 		return
 	}
-	o.log(slog.LevelWarn, MsgCircuitChanged, e.Event, slog.String("from", e.From.String()), slog.String("to", e.To.String()),
+	o.logKeyWith(false, slog.LevelWarn, MsgCircuitChanged, e.Event, "", slog.String("from", e.From.String()), slog.String("to", e.To.String()),
 		slog.Uint64("generation", e.Generation))
 }
 
@@ -623,7 +628,14 @@ func (o *Observer) log(level slog.Level, msg string, e observer.Event, attrs ...
 
 // logKey is log with an item's key, an attribute after node unless empty.
 func (o *Observer) logKey(level slog.Level, msg string, e observer.Event, key string, attrs ...slog.Attr) {
-	o.raise()
+	o.logKeyWith(true, level, msg, e, key, attrs...)
+}
+
+// logKeyWith is logKey, raising the timer's panic first when raise is set.
+func (o *Observer) logKeyWith(raise bool, level slog.Level, msg string, e observer.Event, key string, attrs ...slog.Attr) {
+	if raise {
+		o.raise()
+	}
 	ctx := context.Background()
 	if !o.h.Enabled(ctx, level) {
 		return

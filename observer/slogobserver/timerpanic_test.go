@@ -121,3 +121,24 @@ func TestCloseDuringATimersPanickingWriteReturnsIt(t *testing.T) {
 	}
 	assert.Equal(t, 0, lost, "Close returned nil while the timer's write panicked, %d of %d times", lost, n)
 }
+
+// A breaker change does not raise the kept panic: a breaker shared by
+// pipelines may change state while this one does not run, where no run's
+// guard would catch it. The next other event raises it.
+func TestCircuitChangeDoesNotRaiseTheTimersPanic(t *testing.T) {
+	t.Parallel()
+	h := &panicOnSummary{panicked: make(chan struct{})}
+	clock := clockwork.NewFakeClock()
+	o := slogobserver.New(slog.New(h), slogobserver.WithClock(clock))
+	e := observer.DeadLetterEvent{Event: observer.Event{Pipeline: "p", RunID: "r", Node: "n", Time: clock.Now()},
+		OriginNode: "n", Key: "k", Attempts: 1, Err: errors.New("bad")}
+	o.OnDeadLetter(e)
+	o.OnDeadLetter(e)
+	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
+	clock.Advance(slogobserver.DefaultSummaryEvery)
+	<-h.panicked
+	// Kept once Close, which waits for the timer's write, returns it.
+	require.Error(t, o.Close())
+	assert.NotPanics(t, func() { o.OnCircuitStateChanged(observer.CircuitEvent{Event: e.Event}) })
+	assert.Panics(t, func() { o.OnNodeStarted(observer.NodeEvent{Event: e.Event}) })
+}
