@@ -7,6 +7,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -36,9 +37,9 @@ func Of(s, status string) string {
 	for i := 0; i < len(s) && b.Len() <= MaxLen; {
 		c := s[i]
 		switch {
-		case isSpace(c):
-			for i < len(s) && isSpace(s[i]) {
-				i++
+		case spaceAt(s, i) > 0:
+			for n := spaceAt(s, i); n > 0; n = spaceAt(s, i) {
+				i += n
 			}
 			if b.Len() > 0 && i < len(s) {
 				b.WriteByte(' ')
@@ -54,7 +55,7 @@ func Of(s, status string) string {
 			}
 		case isWordByte(c):
 			j, digits := i, false
-			for j < len(s) && isWordByte(s[j]) {
+			for j < len(s) && isWordByte(s[j]) && spaceAt(s, j) == 0 {
 				digits = digits || '0' <= s[j] && s[j] <= '9'
 				j++
 			}
@@ -88,6 +89,27 @@ func Of(s, status string) string {
 
 func isSpace(c byte) bool {
 	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f'
+}
+
+// spaceAt returns the length in bytes of the white space character at
+// s[i], or 0: an ASCII one, or a Unicode one (a no-break space, NEL, a
+// line separator), which would otherwise be read as part of a word.
+func spaceAt(s string, i int) int {
+	if i >= len(s) {
+		return 0
+	}
+	c := s[i]
+	if c < utf8.RuneSelf {
+		if isSpace(c) {
+			return 1
+		}
+		return 0
+	}
+	r, n := utf8.DecodeRuneInString(s[i:])
+	if unicode.IsSpace(r) {
+		return n
+	}
+	return 0
 }
 
 // isWordByte reports whether c belongs to a word. Every byte of a non-ASCII

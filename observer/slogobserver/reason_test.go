@@ -94,8 +94,26 @@ func TestReasonOfALongQuotedText(t *testing.T) {
 	assert.True(t, strings.HasPrefix(huge, `row "xxx`), huge[:20])
 }
 
+// White space outside ASCII (NEL, a no-break space, a line separator, an
+// ideographic space) is white space too: it was read as part of a word,
+// so "timeout\u00a0" grouped apart from "timeout" and a reason could hold
+// a line separator (found by review, with FuzzReason).
+func TestReasonOfUnicodeWhiteSpace(t *testing.T) {
+	t.Parallel()
+	for in, want := range map[string]string{
+		"\u0085":                 "",
+		"timeout\u00a0":          "timeout",
+		"a\u2028\u2028b":         "a b",
+		"\u3000x":                "x",
+		"row\u00a07:\u00a0bad é": "row #: bad é",
+	} {
+		assert.Equal(t, want, slogobserver.Reason(errors.New(in)), "%q", in)
+	}
+}
+
 func FuzzReason(f *testing.F) {
 	f.Add(`malformed row "o-7,12.5O": amount 12345`)
+	f.Add("\u0085")
 	f.Add("\"\\\"\"\"")
 	f.Fuzz(func(t *testing.T, s string) {
 		r := slogobserver.Reason(errors.New(s))
