@@ -34,7 +34,8 @@ type StatsUser interface {
 // handed. When one StatsUser of a [Multi] refuses a pipeline, the Build
 // fails, and Multi asks the ones that took it to forget it, so that no
 // observer keeps (and exports) a pipeline that Build never returned. The
-// metrics plug-ins are StatsForgetters.
+// plug-ins that take pipelines (metrics, progress, the inspector) are
+// StatsForgetters.
 type StatsForgetter interface {
 	ForgetStats(StatsReader)
 }

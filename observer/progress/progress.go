@@ -37,6 +37,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -183,6 +184,20 @@ func (r *Reporter) UseStats(sr observer.StatsReader) error {
 	return nil
 }
 
+// ForgetStats lets go of a pipeline that UseStats took: the Reporter shows
+// it no more. observer.Multi calls it when another observer refused the
+// pipeline and its Build failed, so that the Reporter does not count a
+// pipeline that never runs (and prefix the lines of the one that does
+// with its name).
+func (r *Reporter) ForgetStats(sr observer.StatsReader) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.pipes = slices.DeleteFunc(r.pipes, func(p *pipe) bool { return p.r == sr })
+	r.idleStop()
+}
+
+var _ observer.StatsForgetter = (*Reporter)(nil)
+
 // Start starts the Reporter ticking now: it reads the counters at once and
 // draws its first frame an interval later. It keeps ticking until Stop,
 // between runs too; without Start the Reporter ticks only while a run it
@@ -249,7 +264,7 @@ func (r *Reporter) OnNodeStarted(e observer.NodeEvent) {
 	if p == nil {
 		return
 	}
-	if p.runID != e.RunID {
+	if p.runID != e.RunID || !p.heard {
 		now := r.clock.Now()
 		if st := p.r.Stats(); st.RunID == e.RunID {
 			// The counters as this run starts: no node has taken an
@@ -259,7 +274,15 @@ func (r *Reporter) OnNodeStarted(e observer.NodeEvent) {
 			// tracked items its end failed.
 			p.last, p.lastT = st, now
 		}
-		r.begin(p, e.RunID, now)
+		start := now
+		if p.runID == e.RunID {
+			// A tick saw the run first, and began it from the sample
+			// before: it starts again from these counters, at the
+			// time the tick gave it.
+			start = p.start
+		}
+		r.begin(p, e.RunID, start)
+		p.heard, p.events = true, true
 	}
 	r.ensureLoop()
 }
@@ -399,7 +422,16 @@ func (r *Reporter) sample(p *pipe, now time.Time) bool {
 	st := p.r.Stats()
 	if st.RunID != "" && st.RunID != p.runID {
 		// A run the events did not announce: it started after the last
-		// sample.
+		// sample. When the pipeline's events reach the Reporter, none
+		// of the run's nodes has started (each waits for its event,
+		// which waits for r.mu): its counters now are where it starts,
+		// and the last sample, of the run before, may have missed what
+		// that run's end settled. Without events (UseStats alone), the
+		// run may have gone on since it started: it starts from the
+		// last sample.
+		if p.events {
+			p.last = st
+		}
 		r.begin(p, st.RunID, p.lastT)
 	}
 	p.last, p.lastT = st, now
@@ -414,7 +446,7 @@ func (r *Reporter) sample(p *pipe, now time.Time) bool {
 
 // begin starts showing run id of p, which started at start. r.mu is held.
 func (r *Reporter) begin(p *pipe, id string, start time.Time) {
-	p.runID, p.start, p.live, p.completed, p.end = id, start, true, 0, ""
+	p.runID, p.start, p.live, p.completed, p.end, p.heard = id, start, true, 0, "", false
 	// The counters add up over every run: this run's are what they grew
 	// by since the last sample before it.
 	p.base = p.last.Nodes
@@ -431,6 +463,8 @@ type pipe struct {
 
 	runID     string
 	live      bool // showing run runID: it has not ended
+	heard     bool // a node of run runID was heard to start
+	events    bool // the pipeline's node events reach the Reporter
 	start     time.Time
 	completed int                  // nodes of the run that completed
 	end       string               // how the run ended, from its nodes' errors: "" for no error seen
