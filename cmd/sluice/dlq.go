@@ -423,12 +423,18 @@ func filter(args []string, stdout, stderr io.Writer) int {
 	// and find it once: the output, made next, is never read as input.
 	paths, code := in.paths(stderr)
 	for _, path := range paths {
-		f, err := os.Open(path)
-		if err != nil {
-			dataError(stderr, fmt.Errorf("deadletter: %w", err))
-			return exitData
+		// A file that is not regular (a named pipe) is not opened to be
+		// looked at: closing a pipe its writer has opened would cut the
+		// writer off (a broken pipe), and the read after would wait for
+		// a writer for good.
+		if info, err := os.Stat(path); err != nil || info.Mode().IsRegular() {
+			f, err := os.Open(path)
+			if err != nil {
+				dataError(stderr, fmt.Errorf("deadletter: %w", err))
+				return exitData
+			}
+			f.Close()
 		}
-		f.Close()
 		if *out == "-" && isStdout(path) || *out != "-" && sameFile(*out, path) {
 			// Appended to its own input, filter would read back what it
 			// writes, for ever.
