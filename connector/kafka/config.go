@@ -66,10 +66,12 @@ type SourceConfig struct {
 	// commits what settled and lets the partitions go. A record that
 	// settles later is not committed: the partition's next owner reads it
 	// again (see docs/kafka.md, "Rebalances"). Then it waits too, at most
-	// a copy's wait for its ack (10s), for the copies of their records to
-	// a tier under way (Retry), so that a stored copy's record is
-	// committed. It must stay below the group's rebalance timeout (60s),
-	// with those 10s when Retry is enabled. Default [DefaultRevokeTimeout].
+	// a copy's wait for its ack (10s), for the copies of their records
+	// under way (to a tier with Retry; to the topic itself or the
+	// dead-letter sink with MaxDeliveries), so that a stored copy's record
+	// is committed. It must stay below the group's rebalance timeout
+	// (60s), with those 10s when Retry or MaxDeliveries is set. Default
+	// [DefaultRevokeTimeout].
 	RevokeTimeout time.Duration
 	// MaxInFlight is the most records the source holds polled and not
 	// settled, with those settled and not yet committed that the next

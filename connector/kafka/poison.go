@@ -354,25 +354,39 @@ func (s *Source) recount(rec *record) bool {
 	defer cancel()
 	st := rec.g.pastStory().told(s.rejectedEnvelope(rec), s.cfg.Clock.Now(), true)
 	st.failures = rec.g.pastStory().failures + 1
-	if st.failures >= s.cfg.MaxDeliveries {
-		if err := s.poisonLetter(ctx, rec, st); err != nil {
+	store := func() error { return s.poisonLetter(ctx, rec, st) }
+	if st.failures < s.cfg.MaxDeliveries {
+		c := s.copier()
+		if c == nil {
 			s.keep(rec, st)
 			return false
 		}
-		s.replace(rec)
-		return true
+		store = func() error { return c.topicCopy(ctx, rec.kr, s.copySpec(rec, st)) }
 	}
-	c := s.copier()
-	if c == nil {
+	if !s.storeInstead(rec, store) {
 		s.keep(rec, st)
 		return false
 	}
-	if err := c.topicCopy(ctx, rec.kr, s.copySpec(rec, st)); err != nil {
-		s.keep(rec, st)
-		return false
-	}
-	s.replace(rec)
 	return true
+}
+
+// storeInstead stores what stands in for rec (its copy, its dead letter)
+// with store, registered as a copy under way: a revoke of rec's partition
+// waits for it (session.waitCopies) and, once it is stored, commits past
+// rec (offsetTracker.endCopy), so that the partition's next reader does
+// not read rec again beside what stands in for it. It reports whether it
+// was stored; it stores nothing when rec is gone already (its next
+// reader reads it).
+func (s *Source) storeInstead(rec *record, store func() error) bool {
+	if !rec.beginCopy() {
+		return false
+	}
+	stored := store() == nil
+	if stored {
+		s.replace(rec)
+	}
+	rec.endCopy(stored)
+	return stored
 }
 
 // rejectedEnvelope is what the engine told of rec's failed run, or, when
@@ -426,11 +440,12 @@ func (s *Source) poisonOnArrival(ctx context.Context, rec *record) (bool, error)
 	if s.cfg.MaxDeliveries <= 0 || rec.g.pastStory().failures < s.cfg.MaxDeliveries {
 		return false, nil
 	}
-	if err := s.poisonLetter(ctx, rec, *rec.g.pastStory()); err != nil {
+	var err error
+	if !s.storeInstead(rec, func() error { err = s.poisonLetter(ctx, rec, *rec.g.pastStory()); return err }) {
+		// Not written (err), or gone (nil): its next reader reads it.
 		rec.giveBack()
 		return true, err
 	}
-	s.replace(rec)
 	rec.settleUnemitted()
 	return true, nil
 }
