@@ -11,7 +11,11 @@
 // again by the server after the consumer's -backoff waits, taken in turn;
 // a message that keeps failing ends in the dead-letter sink once the
 // server delivered it -max-deliver times. The command prints a summary and
-// deletes the stream (unless -keep).
+// deletes the stream (unless -keep). Each run names its messages after
+// itself ("<run>-msg-<i>", their data and Nats-Msg-Id), so that a run on a
+// kept stream is not taken for a duplicate of the one before; messages an
+// earlier, interrupted run left in the stream are handled too, and counted
+// apart ("earlier").
 //
 //	go run ./samples/nats                      # a server on 127.0.0.1:4222, with JetStream
 //	go run ./samples/nats -url nats://host:4222 -stream DEMO -n 5000
