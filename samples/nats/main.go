@@ -75,7 +75,10 @@ func main() {
 	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()
 	var err error
-	if cfg.backoff, err = parseDelays(*backoff); err != nil {
+	if cfg.backoff, err = parseDelays(*backoff); err == nil {
+		err = cfg.validate()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "nats:", err)
 		os.Exit(2)
 	}
@@ -104,6 +107,10 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: -n must be at least 1", errConfig)
 	case c.publishers < 1:
 		return fmt.Errorf("%w: -publishers must be at least 1", errConfig)
+	case c.stream == "" || strings.ContainsAny(c.stream, " \t\r\n.*>/\\"):
+		return fmt.Errorf("%w: -stream %q: must be a name without spaces, tabs, '.', '*', '>', '/' or '\\' (it names the stream and its consumer)", errConfig, c.stream)
+	case c.handOff < 0:
+		return fmt.Errorf("%w: -hand-off must not be negative (0: never)", errConfig)
 	case c.flaky < 0 || c.poison < 0 || c.slow < 0 || c.dup < 0:
 		return fmt.Errorf("%w: -flaky, -poison, -slow and -dup must not be negative", errConfig)
 	case c.maxDeliver <= len(c.backoff):
