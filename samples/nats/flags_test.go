@@ -36,3 +36,20 @@ func TestBadFlagsNameTheFlag(t *testing.T) {
 		assert.ErrorIs(t, err, errConfig, "run refuses %s before connecting", tc.flag)
 	}
 }
+
+// TestBackoffThatDoesNotRiseIsRefused: the help of -backoff says its waits
+// rise, but 1s,500ms was accepted (and the server took it).
+func TestBackoffThatDoesNotRiseIsRefused(t *testing.T) {
+	for _, backoff := range [][]time.Duration{
+		{time.Second, 500 * time.Millisecond},
+		{time.Second, time.Second},
+	} {
+		var out bytes.Buffer
+		cfg := smallCfg("nats://127.0.0.1:1", "SLUICE_TEST_FLAGS", &out)
+		cfg.backoff = backoff
+		err := cfg.validate()
+		if assert.ErrorIs(t, err, errConfig, "%v", backoff) {
+			assert.Contains(t, err.Error(), "-backoff")
+		}
+	}
+}

@@ -102,6 +102,11 @@ func main() {
 var errConfig = errors.New("invalid flags")
 
 func (c config) validate() error {
+	for i := 1; i < len(c.backoff); i++ {
+		if c.backoff[i] <= c.backoff[i-1] {
+			return fmt.Errorf("%w: -backoff must rise: %s follows %s", errConfig, c.backoff[i], c.backoff[i-1])
+		}
+	}
 	switch {
 	case c.n < 1:
 		return fmt.Errorf("%w: -n must be at least 1", errConfig)
