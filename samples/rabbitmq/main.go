@@ -10,7 +10,10 @@
 // turn; a message that keeps failing ends in the dead-letter sink after
 // -max-retry trips. The sink is idempotent: a duplicate is skipped. The
 // command prints a summary and deletes the queue and its topology (unless
-// -keep).
+// -keep). Each run names its messages after itself ("<run>-msg-<i>", their
+// body and MessageId), so that an earlier run's messages left in a kept
+// queue (it was interrupted) are not taken for this run's: they are
+// handled too, and counted apart ("earlier").
 //
 //	go run ./samples/rabbitmq                      # a broker on 127.0.0.1:5672
 //	go run ./samples/rabbitmq -url amqp://user:password@host:5672/ -queue demo -n 5000
