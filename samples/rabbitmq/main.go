@@ -8,9 +8,10 @@
 // handed to the broker instead of holding a worker; what still fails goes
 // through the broker's retry queues, one per delay of -delays, taken in
 // turn; a message that keeps failing ends in the dead-letter sink after
-// -max-retry trips. The sink is idempotent: a duplicate is skipped. The
-// command prints a summary and deletes the queue and its topology (unless
-// -keep). Each run names its messages after itself ("<run>-msg-<i>", their
+// -max-retry trips. The sink and the dead-letter path are idempotent: a
+// duplicate (the same MessageId) is skipped, so a message published twice
+// is written or dead-lettered once, and counted once. The command prints a
+// summary and deletes the queue and its topology (unless -keep). Each run names its messages after itself ("<run>-msg-<i>", their
 // body and MessageId), so that an earlier run's messages left in a kept
 // queue (it was interrupted) are not taken for this run's: they are
 // handled too, and counted apart ("earlier").

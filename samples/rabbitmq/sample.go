@@ -26,7 +26,7 @@ import (
 // summary is what a run did.
 type summary struct {
 	published, delivered, deadLettered int
-	duplicates                         int // published twice, written once: absorbed by the idempotency guard
+	duplicates                         int // published twice, written or dead-lettered once: absorbed by the idempotency guards
 	brokerRetries                      int // trips through the retry queues of the delivered messages
 	earlier                            int // messages an earlier run left in a kept queue, handled by this one
 	itemRetries, handedOff             int64
@@ -37,7 +37,7 @@ type summary struct {
 func (s summary) print(w io.Writer) {
 	fmt.Fprintf(w, "published      %6d messages in %s (confirmed one by one)\n", s.published, s.publish.Round(time.Millisecond))
 	fmt.Fprintf(w, "delivered      %6d messages in %s, each written once\n", s.delivered, s.consume.Round(time.Millisecond))
-	fmt.Fprintf(w, "duplicates     %6d messages published twice, skipped by the idempotent sink\n", s.duplicates)
+	fmt.Fprintf(w, "duplicates     %6d messages published twice, skipped by the idempotent sink or dead-letter path\n", s.duplicates)
 	fmt.Fprintf(w, "dead-lettered  %6d messages, after their last trip through the retry queues\n", s.deadLettered)
 	fmt.Fprintf(w, "item retries   %6d (layer 1), of which %d long waits handed to the broker\n", s.itemRetries, s.handedOff)
 	fmt.Fprintf(w, "broker retries %6d trips through the retry queues by delivered messages\n", s.brokerRetries)
@@ -173,14 +173,24 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, runID string
 			src.Stop()
 		}
 	}
+	// The dead-letter path skips duplicates as the sink does: a message
+	// published twice that fails for good is dead-lettered once, and its
+	// second copy counted as a duplicate.
+	deadIDs := map[string]bool{}
 	dlq := deadletter.Func(func(_ context.Context, env deadletter.Envelope) error {
 		mu.Lock()
 		defer mu.Unlock()
-		if m, ok := env.Item.(rabbitmq.Message); ok && !ours(m) {
+		m, _ := env.Item.(rabbitmq.Message)
+		switch {
+		case !ours(m):
 			s.earlier++
 			return nil
+		case deadIDs[m.MessageID]:
+			s.duplicates++
+		default:
+			deadIDs[m.MessageID] = true
+			s.deadLettered++
 		}
-		s.deadLettered++
 		finished()
 		return nil
 	})
