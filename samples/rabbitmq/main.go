@@ -11,10 +11,11 @@
 // -max-retry trips. The sink and the dead-letter path are idempotent: a
 // duplicate (the same MessageId) is skipped, so a message published twice
 // is written or dead-lettered once, and counted once. The command prints a
-// summary and deletes the queue and its topology (unless -keep). Each run names its messages after itself ("<run>-msg-<i>", their
-// body and MessageId), so that an earlier run's messages left in a kept
-// queue (it was interrupted) are not taken for this run's: they are
-// handled too, and counted apart ("earlier").
+// summary and deletes the queue and its topology (unless -keep). Each run
+// names its messages after itself ("<run>-msg-<i>", their body and
+// MessageId), so that an earlier run's messages left in a kept queue (it
+// was interrupted) are not taken for this run's: they are handled too, and
+// counted apart ("earlier").
 //
 //	go run ./samples/rabbitmq                      # a broker on 127.0.0.1:5672
 //	go run ./samples/rabbitmq -url amqp://user:password@host:5672/ -queue demo -n 5000
