@@ -5,8 +5,12 @@
 // record key so that one customer's orders are priced one at a time and
 // in order while others run beside them, fails every -flaky-th order on
 // its first attempt (item retry takes it again), and each result is
-// published to a second topic. The source commits an offset only once the
-// order at it, and every order before it in its partition, was done.
+// published to a second topic. A record that does not decode as an order
+// (another producer's) fails for good: it goes to the dead-letter sink and
+// is passed over. The source commits an offset only once the order at it,
+// and every record before it in its partition, was done (priced, or
+// dead-lettered). The command prints a summary: the orders published,
+// consumed, dead-lettered, retried, and the results published.
 //
 //	go run ./samples/kafka                          # a cluster in the process (kfake)
 //	go run ./samples/kafka -brokers host:9092 -n 5000

@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/sluicehq/sluice/connector/kafka"
+	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 	"github.com/sluicehq/sluice/resilience"
@@ -37,6 +38,10 @@ type priced struct {
 // summary is what a run did.
 type summary struct {
 	published, consumed, retried, results int
+	// deadLettered counts the records the pricing could not read (not
+	// "id,customer,amount": another producer's), written to the
+	// dead-letter sink and passed over.
+	deadLettered int
 	// outOfOrder counts customers whose orders were priced out of their
 	// order: none, since the pricing is Keyed by the record key.
 	outOfOrder int
@@ -45,6 +50,7 @@ type summary struct {
 func (s summary) print(w io.Writer) {
 	fmt.Fprintf(w, "published  %6d orders\n", s.published)
 	fmt.Fprintf(w, "consumed   %6d orders\n", s.consumed)
+	fmt.Fprintf(w, "dead-letter%6d orders that do not decode\n", s.deadLettered)
 	fmt.Fprintf(w, "retried    %6d pricings\n", s.retried)
 	fmt.Fprintf(w, "results    %6d published\n", s.results)
 	fmt.Fprintf(w, "customers priced out of order: %d\n", s.outOfOrder)
@@ -128,6 +134,7 @@ func run(ctx context.Context, cfg config, signals bool) (summary, error) {
 	}
 	var (
 		consumed, retried, written atomic.Int64
+		deadLettered               atomic.Int64
 		mu                         sync.Mutex
 		last                       = map[string]int{}
 		outOfOrder                 = map[string]bool{}
@@ -154,7 +161,19 @@ func run(ctx context.Context, cfg config, signals bool) (summary, error) {
 		return priced{order: o, Total: o.Amount * 100}, nil
 	}
 	ins := inspectpage.New("kafka", cfg.inspectAddr, cfg.reportWriter, cfg.inspectorReady)
-	opts := []pipeline.Option{pipeline.WithResilience(func(o *resilience.Options) {
+	// A record that does not decode fails for good: it goes to the
+	// dead-letter sink, which counts it (a real one would keep it, such as
+	// kafka.DeadLetterPublisher on a topic: docs/kafka.md), and settles, so
+	// that its offset is committed and the run goes on past it.
+	var dlq deadletter.Sink = deadletter.Func(func(context.Context, deadletter.Envelope) error {
+		deadLettered.Add(1)
+		return nil
+	})
+	if ins.In != nil {
+		dlq = ins.In.DeadLetterSink(dlq) // the inspector lists the dead letters
+	}
+	opts := []pipeline.Option{pipeline.WithDeadLetter(dlq), pipeline.WithResilience(func(o *resilience.Options) {
+		o.OnItemFailure = resilience.DeadLetter
 		o.ItemRetry.MaxRetries = 3
 		o.ItemRetry.Backoff = resilience.Constant(cfg.backoff)
 	})}
@@ -177,6 +196,7 @@ func run(ctx context.Context, cfg config, signals bool) (summary, error) {
 	}
 	err = errors.Join(runPipeline(p), ins.Stop())
 	s.consumed, s.retried, s.results, s.outOfOrder = int(consumed.Load()), int(retried.Load()), int(written.Load()), len(outOfOrder)
+	s.deadLettered = int(deadLettered.Load())
 	return s, err
 }
 

@@ -11,7 +11,11 @@
 // again by the server after the consumer's -backoff waits, taken in turn;
 // a message that keeps failing ends in the dead-letter sink once the
 // server delivered it -max-deliver times. The command prints a summary and
-// deletes the stream (unless -keep).
+// deletes the stream (unless -keep). Each run names its messages after
+// itself ("<run>-msg-<i>", their data and Nats-Msg-Id), so that a run on a
+// kept stream is not taken for a duplicate of the one before; messages an
+// earlier, interrupted run left in the stream are handled too, and counted
+// apart ("earlier").
 //
 //	go run ./samples/nats                      # a server on 127.0.0.1:4222, with JetStream
 //	go run ./samples/nats -url nats://host:4222 -stream DEMO -n 5000
@@ -71,7 +75,10 @@ func main() {
 	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()
 	var err error
-	if cfg.backoff, err = parseDelays(*backoff); err != nil {
+	if cfg.backoff, err = parseDelays(*backoff); err == nil {
+		err = cfg.validate()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "nats:", err)
 		os.Exit(2)
 	}
@@ -95,11 +102,20 @@ func main() {
 var errConfig = errors.New("invalid flags")
 
 func (c config) validate() error {
+	for i := 1; i < len(c.backoff); i++ {
+		if c.backoff[i] <= c.backoff[i-1] {
+			return fmt.Errorf("%w: -backoff must rise: %s follows %s", errConfig, c.backoff[i], c.backoff[i-1])
+		}
+	}
 	switch {
 	case c.n < 1:
 		return fmt.Errorf("%w: -n must be at least 1", errConfig)
 	case c.publishers < 1:
 		return fmt.Errorf("%w: -publishers must be at least 1", errConfig)
+	case c.stream == "" || strings.ContainsAny(c.stream, " \t\r\n.*>/\\"):
+		return fmt.Errorf("%w: -stream %q: must be a name without spaces, tabs, '.', '*', '>', '/' or '\\' (it names the stream and its consumer)", errConfig, c.stream)
+	case c.handOff < 0:
+		return fmt.Errorf("%w: -hand-off must not be negative (0: never)", errConfig)
 	case c.flaky < 0 || c.poison < 0 || c.slow < 0 || c.dup < 0:
 		return fmt.Errorf("%w: -flaky, -poison, -slow and -dup must not be negative", errConfig)
 	case c.maxDeliver <= len(c.backoff):

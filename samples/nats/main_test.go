@@ -48,7 +48,7 @@ func TestSample(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	ok := config{n: 1, publishers: 1, maxDeliver: 4, backoff: []time.Duration{time.Second}}
+	ok := config{stream: "S", n: 1, publishers: 1, maxDeliver: 4, backoff: []time.Duration{time.Second}}
 	assert.NoError(t, ok.validate())
 	bad := ok
 	bad.n = 0

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -26,6 +28,7 @@ type summary struct {
 	published, delivered, deadLettered int
 	duplicates                         int // published twice, stored once: absorbed by the stream
 	redeliveries                       int // deliveries after the first of the delivered messages
+	earlier                            int // messages an earlier run left in a kept stream, handled by this one
 	itemRetries, handedOff             int64
 	publish, consume                   time.Duration
 	consumeResult                      pipeline.Result
@@ -37,7 +40,11 @@ func (s summary) print(w io.Writer) {
 	fmt.Fprintf(w, "delivered      %6d messages in %s\n", s.delivered, s.consume.Round(time.Millisecond))
 	fmt.Fprintf(w, "dead-lettered  %6d messages, after their last delivery\n", s.deadLettered)
 	fmt.Fprintf(w, "item retries   %6d (layer 1), of which %d long waits handed to the server\n", s.itemRetries, s.handedOff)
-	fmt.Fprintf(w, "redeliveries   %6d deliveries by the server after a message's first, of delivered messages\n\n", s.redeliveries)
+	fmt.Fprintf(w, "redeliveries   %6d deliveries by the server after a message's first, of delivered messages\n", s.redeliveries)
+	if s.earlier > 0 {
+		fmt.Fprintf(w, "earlier        %6d messages left in the stream by an earlier run, handled too\n", s.earlier)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprint(w, s.consumeResult.String())
 }
 
@@ -79,32 +86,58 @@ func run(ctx context.Context, cfg config) (summary, error) {
 		defer deleteStream(cfg.url, cfg.stream)
 	}
 
+	// The run's messages are named after it: a kept stream's duplicate
+	// window would take the same names of a second run for duplicates.
+	runID, err := newRunID()
+	if err != nil {
+		return s, err
+	}
 	start := time.Now()
-	dups, err := publish(ctx, cfg, subject)
+	dups, err := publish(ctx, cfg, subject, runID)
 	if err != nil {
 		return s, err
 	}
 	s.published, s.duplicates, s.publish = cfg.n+cfg.dupCount(), dups, time.Since(start)
 
 	start = time.Now()
-	res, err := consume(ctx, cfg, src, &s)
+	res, err := consume(ctx, cfg, src, runID, &s)
 	s.consume, s.consumeResult = time.Since(start), res
 	handle, _ := res.Node("handle")
 	s.itemRetries, s.handedOff = handle.ItemRetries, handle.HandedOff
 	return s, err
 }
 
-// publish sends messages "msg-0" to "msg-<n-1>" with a Publisher, each
-// with its name as Nats-Msg-Id, waiting for each PubAck, several at once;
-// every dup-th message is published twice, as a producer that retried
-// would. It returns how many publishes the stream found to be duplicates.
-func publish(ctx context.Context, cfg config, subject string) (int, error) {
+// newRunID returns a random name for a run.
+func newRunID() (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// msgName is the name of the run's message i, "<run>-msg-<i>": its data
+// and its Nats-Msg-Id.
+func msgName(runID string, i int) string { return runID + "-msg-" + strconv.Itoa(i) }
+
+// msgIndex is the i of a message named by msgName.
+func msgIndex(name string) int {
+	i, _ := strconv.Atoi(name[strings.LastIndex(name, "msg-")+len("msg-"):])
+	return i
+}
+
+// publish sends the run's messages "<run>-msg-0" to "<run>-msg-<n-1>" with
+// a Publisher, each with its name as Nats-Msg-Id, waiting for each PubAck,
+// several at once; every dup-th message is published twice, as a producer
+// that retried would. It returns how many publishes the stream found to be
+// duplicates.
+func publish(ctx context.Context, cfg config, subject, runID string) (int, error) {
 	pub, err := nats.NewPublisher(nats.PublisherConfig[int]{
 		URL: cfg.url, Subject: subject,
 		Message: func(i int) (*natsgo.Msg, error) {
-			return &natsgo.Msg{Data: []byte("msg-" + strconv.Itoa(i))}, nil
+			return &natsgo.Msg{Data: []byte(msgName(runID, i))}, nil
 		},
-		MsgID:    func(i int) string { return "msg-" + strconv.Itoa(i) },
+		MsgID:    func(i int) string { return msgName(runID, i) },
 		PubRetry: nats.PubRetry{Enabled: true},
 	})
 	if err != nil {
@@ -133,11 +166,13 @@ func publish(ctx context.Context, cfg config, subject string) (int, error) {
 	return int(pub.Duplicates()), err
 }
 
-// consume runs the messages through a failing handler until each one is
-// delivered or dead-lettered, then stops the source, which lets the
-// pipeline drain.
-func consume(ctx context.Context, cfg config, src *nats.Source, s *summary) (pipeline.Result, error) {
+// consume runs the messages through a failing handler until each of the
+// run's is delivered or dead-lettered, then stops the source, which lets
+// the pipeline drain. Messages an earlier run left in a kept stream (it
+// was interrupted) come first: they are handled too, and counted apart.
+func consume(ctx context.Context, cfg config, src *nats.Source, runID string, s *summary) (pipeline.Result, error) {
 	var mu sync.Mutex
+	ours := func(m nats.Message) bool { return strings.HasPrefix(string(m.Data), runID+"-") }
 	finished := func() {
 		if s.delivered+s.deadLettered == cfg.n {
 			src.Stop()
@@ -146,6 +181,10 @@ func consume(ctx context.Context, cfg config, src *nats.Source, s *summary) (pip
 	dlq := deadletter.Func(func(_ context.Context, env deadletter.Envelope) error {
 		mu.Lock()
 		defer mu.Unlock()
+		if m, ok := env.Item.(nats.Message); ok && !ours(m) {
+			s.earlier++
+			return nil
+		}
 		s.deadLettered++
 		finished()
 		return nil
@@ -157,6 +196,10 @@ func consume(ctx context.Context, cfg config, src *nats.Source, s *summary) (pip
 	store := node.SinkFunc[nats.Message](func(_ context.Context, m nats.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
+		if !ours(m) {
+			s.earlier++
+			return nil
+		}
 		s.delivered++
 		s.redeliveries += m.Deliveries - 1
 		finished()
@@ -164,7 +207,7 @@ func consume(ctx context.Context, cfg config, src *nats.Source, s *summary) (pip
 	})
 	var slowOnce sync.Map
 	handle := node.TransformFunc[nats.Message, nats.Message](func(_ context.Context, m nats.Message) (nats.Message, error) {
-		i, _ := strconv.Atoi(strings.TrimPrefix(string(m.Data), "msg-"))
+		i := msgIndex(string(m.Data))
 		switch {
 		case cfg.poison > 0 && i%cfg.poison == cfg.poison-1:
 			return m, resilience.MarkTransient(errFlaky)

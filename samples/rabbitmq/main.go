@@ -8,9 +8,14 @@
 // handed to the broker instead of holding a worker; what still fails goes
 // through the broker's retry queues, one per delay of -delays, taken in
 // turn; a message that keeps failing ends in the dead-letter sink after
-// -max-retry trips. The sink is idempotent: a duplicate is skipped. The
-// command prints a summary and deletes the queue and its topology (unless
-// -keep).
+// -max-retry trips. The sink and the dead-letter path are idempotent: a
+// duplicate (the same MessageId) is skipped, so a message published twice
+// is written or dead-lettered once, and counted once. The command prints a
+// summary and deletes the queue and its topology (unless -keep). Each run
+// names its messages after itself ("<run>-msg-<i>", their body and
+// MessageId), so that an earlier run's messages left in a kept queue (it
+// was interrupted) are not taken for this run's: they are handled too, and
+// counted apart ("earlier").
 //
 //	go run ./samples/rabbitmq                      # a broker on 127.0.0.1:5672
 //	go run ./samples/rabbitmq -url amqp://user:password@host:5672/ -queue demo -n 5000
@@ -70,7 +75,10 @@ func main() {
 	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()
 	var err error
-	if cfg.delays, err = parseDelays(*delays); err != nil {
+	if cfg.delays, err = parseDelays(*delays); err == nil {
+		err = cfg.validate()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "rabbitmq:", err)
 		os.Exit(2)
 	}
@@ -94,6 +102,14 @@ func main() {
 var errConfig = errors.New("invalid flags")
 
 func (c config) validate() error {
+	for i, d := range c.delays {
+		switch {
+		case d < time.Millisecond || d%time.Millisecond != 0:
+			return fmt.Errorf("%w: -delays: %s is not a whole number of milliseconds, at least 1ms (a retry queue's message TTL)", errConfig, d)
+		case i > 0 && d <= c.delays[i-1]:
+			return fmt.Errorf("%w: -delays must rise: %s follows %s (each wait names its retry queue)", errConfig, d, c.delays[i-1])
+		}
+	}
 	switch {
 	case c.n < 1:
 		return fmt.Errorf("%w: -n must be at least 1", errConfig)
@@ -101,8 +117,18 @@ func (c config) validate() error {
 		return fmt.Errorf("%w: -publishers must be at least 1", errConfig)
 	case c.flaky < 0 || c.poison < 0 || c.slow < 0 || c.dup < 0:
 		return fmt.Errorf("%w: -flaky, -poison, -slow and -dup must not be negative", errConfig)
-	case c.slow > 0 && (c.handOff <= 0 || len(c.delays) == 0 || c.handOff > c.delays[len(c.delays)-1]):
-		return fmt.Errorf("%w: -slow needs a -hand-off no longer than the longest of -delays", errConfig)
+	case c.queue == "":
+		return fmt.Errorf("%w: -queue must not be empty", errConfig)
+	case c.maxRetry < 1 || c.maxRetry > 100:
+		return fmt.Errorf("%w: -max-retry must be in [1, 100]", errConfig)
+	case len(c.delays) == 0 || len(c.delays) > 16:
+		return fmt.Errorf("%w: -delays needs 1 to 16 waits", errConfig)
+	case c.handOff < 0:
+		return fmt.Errorf("%w: -hand-off must not be negative (0: never)", errConfig)
+	case c.handOff > c.delays[len(c.delays)-1]:
+		return fmt.Errorf("%w: -hand-off must not exceed the longest of -delays (%s): a wait is handed only to a retry queue that waits at least as long", errConfig, c.delays[len(c.delays)-1])
+	case c.slow > 0 && c.handOff == 0:
+		return fmt.Errorf("%w: -slow needs a -hand-off", errConfig)
 	}
 	return nil
 }

@@ -45,10 +45,17 @@ func TestSample(t *testing.T) {
 }
 
 func TestFlags(t *testing.T) {
-	assert.ErrorIs(t, config{n: 0, publishers: 1}.validate(), errConfig)
-	assert.ErrorIs(t, config{n: 1, publishers: 0}.validate(), errConfig)
-	assert.NoError(t, config{n: 1, publishers: 1}.validate())
-	assert.ErrorIs(t, config{n: 1, publishers: 1, slow: 5}.validate(), errConfig, "-slow needs -hand-off")
+	ok := config{n: 1, publishers: 1, queue: "q", maxRetry: 1, delays: []time.Duration{time.Second}}
+	assert.NoError(t, ok.validate())
+	bad := ok
+	bad.n = 0
+	assert.ErrorIs(t, bad.validate(), errConfig)
+	bad = ok
+	bad.publishers = 0
+	assert.ErrorIs(t, bad.validate(), errConfig)
+	bad = ok
+	bad.slow = 5
+	assert.ErrorIs(t, bad.validate(), errConfig, "-slow needs -hand-off")
 	ds, err := parseDelays("1s, 10s,1m")
 	require.NoError(t, err)
 	assert.Equal(t, []time.Duration{time.Second, 10 * time.Second, time.Minute}, ds)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -24,8 +26,9 @@ import (
 // summary is what a run did.
 type summary struct {
 	published, delivered, deadLettered int
-	duplicates                         int // published twice, written once: absorbed by the idempotency guard
+	duplicates                         int // published twice, written or dead-lettered once: absorbed by the idempotency guards
 	brokerRetries                      int // trips through the retry queues of the delivered messages
+	earlier                            int // messages an earlier run left in a kept queue, handled by this one
 	itemRetries, handedOff             int64
 	publish, consume                   time.Duration
 	consumeResult                      pipeline.Result
@@ -34,10 +37,14 @@ type summary struct {
 func (s summary) print(w io.Writer) {
 	fmt.Fprintf(w, "published      %6d messages in %s (confirmed one by one)\n", s.published, s.publish.Round(time.Millisecond))
 	fmt.Fprintf(w, "delivered      %6d messages in %s, each written once\n", s.delivered, s.consume.Round(time.Millisecond))
-	fmt.Fprintf(w, "duplicates     %6d messages published twice, skipped by the idempotent sink\n", s.duplicates)
+	fmt.Fprintf(w, "duplicates     %6d messages published twice, skipped by the idempotent sink or dead-letter path\n", s.duplicates)
 	fmt.Fprintf(w, "dead-lettered  %6d messages, after their last trip through the retry queues\n", s.deadLettered)
 	fmt.Fprintf(w, "item retries   %6d (layer 1), of which %d long waits handed to the broker\n", s.itemRetries, s.handedOff)
-	fmt.Fprintf(w, "broker retries %6d trips through the retry queues by delivered messages\n\n", s.brokerRetries)
+	fmt.Fprintf(w, "broker retries %6d trips through the retry queues by delivered messages\n", s.brokerRetries)
+	if s.earlier > 0 {
+		fmt.Fprintf(w, "earlier        %6d messages left in the queue by an earlier run, handled too\n", s.earlier)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprint(w, s.consumeResult.String())
 }
 
@@ -72,28 +79,55 @@ func run(ctx context.Context, cfg config) (summary, error) {
 		defer deleteTopology(cfg.url, cfg.queue, src.Config().Retry)
 	}
 
+	// The run's messages are named after it: in a kept queue an earlier
+	// run's leftovers would otherwise take the names of this run's, and
+	// the idempotent sink would skip this run's as their duplicates.
+	runID, err := newRunID()
+	if err != nil {
+		return s, err
+	}
 	start := time.Now()
-	if err := publish(ctx, cfg); err != nil {
+	if err := publish(ctx, cfg, runID); err != nil {
 		return s, err
 	}
 	s.published, s.publish = cfg.n+cfg.dupCount(), time.Since(start)
 
 	start = time.Now()
-	res, err := consume(ctx, cfg, src, &s)
+	res, err := consume(ctx, cfg, src, runID, &s)
 	s.consume, s.consumeResult = time.Since(start), res
 	handle, _ := res.Node("handle")
 	s.itemRetries, s.handedOff = handle.ItemRetries, handle.HandedOff
 	return s, err
 }
 
-// publish sends messages "msg-0" to "msg-<n-1>" with a Publisher, waiting
-// for each confirm, several at once; every dup-th message is published
-// twice, with the same MessageId, as a producer that retried would.
-func publish(ctx context.Context, cfg config) error {
+// newRunID returns a random name for a run.
+func newRunID() (string, error) {
+	var b [4]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// msgName is the name of the run's message i, "<run>-msg-<i>": its body
+// and its MessageId.
+func msgName(runID string, i int) string { return runID + "-msg-" + strconv.Itoa(i) }
+
+// msgIndex is the i of a message named by msgName.
+func msgIndex(name string) int {
+	i, _ := strconv.Atoi(name[strings.LastIndex(name, "msg-")+len("msg-"):])
+	return i
+}
+
+// publish sends the run's messages "<run>-msg-0" to "<run>-msg-<n-1>" with
+// a Publisher, waiting for each confirm, several at once; every dup-th
+// message is published twice, with the same MessageId, as a producer that
+// retried would.
+func publish(ctx context.Context, cfg config, runID string) error {
 	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig[int]{
 		URL: cfg.url, RoutingKey: cfg.queue,
 		Publishing: func(i int) (amqp.Publishing, error) {
-			id := "msg-" + strconv.Itoa(i)
+			id := msgName(runID, i)
 			return amqp.Publishing{MessageId: id, Body: []byte(id), DeliveryMode: amqp.Persistent, ContentType: "text/plain"}, nil
 		},
 		Confirms: rabbitmq.Confirms{Enabled: true, WaitFor: true},
@@ -126,26 +160,47 @@ func publish(ctx context.Context, cfg config) error {
 }
 
 // consume runs the messages through a failing handler and an idempotent
-// sink until each one is delivered, skipped as a duplicate or
+// sink until each of the run's is delivered, skipped as a duplicate or
 // dead-lettered, then stops the source, which lets the pipeline drain.
-func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) (pipeline.Result, error) {
+// Messages an earlier run left in a kept queue (it was interrupted) come
+// first: they are handled too, and counted apart.
+func consume(ctx context.Context, cfg config, src *rabbitmq.Source, runID string, s *summary) (pipeline.Result, error) {
 	var mu sync.Mutex
+	ours := func(m rabbitmq.Message) bool { return strings.HasPrefix(m.MessageID, runID+"-") }
 	total := cfg.n + cfg.dupCount()
 	finished := func() {
 		if s.delivered+s.duplicates+s.deadLettered == total {
 			src.Stop()
 		}
 	}
+	// The dead-letter path skips duplicates as the sink does: a message
+	// published twice that fails for good is dead-lettered once, and its
+	// second copy counted as a duplicate.
+	deadIDs := map[string]bool{}
 	dlq := deadletter.Func(func(_ context.Context, env deadletter.Envelope) error {
 		mu.Lock()
 		defer mu.Unlock()
-		s.deadLettered++
+		m, _ := env.Item.(rabbitmq.Message)
+		switch {
+		case !ours(m):
+			s.earlier++
+			return nil
+		case deadIDs[m.MessageID]:
+			s.duplicates++
+		default:
+			deadIDs[m.MessageID] = true
+			s.deadLettered++
+		}
 		finished()
 		return nil
 	})
 	write := node.SinkFunc[rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) error {
 		mu.Lock()
 		defer mu.Unlock()
+		if !ours(m) {
+			s.earlier++
+			return nil
+		}
 		s.delivered++
 		s.brokerRetries += m.Retries
 		return nil
@@ -154,19 +209,29 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, s *summary) 
 	// process keeps its keys in memory; consumers in many processes share
 	// a store in PostgreSQL or Redis (docs/idempotency.md).
 	guard := idempotency.Sink(write, idempotency.NewMemory(), func(m rabbitmq.Message) string { return m.MessageID })
+	var storeMu sync.Mutex // one write at a time: the guard's count says whether this one was skipped
 	store := node.SinkFunc[rabbitmq.Message](func(ctx context.Context, m rabbitmq.Message) error {
+		storeMu.Lock()
+		defer storeMu.Unlock()
+		before := guard.Stats().Duplicates
 		if err := guard.Write(ctx, m); err != nil {
 			return err
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		s.duplicates = int(guard.Stats().Duplicates)
+		if guard.Stats().Duplicates > before {
+			if !ours(m) {
+				s.earlier++
+				return nil
+			}
+			s.duplicates++
+		}
 		finished()
 		return nil
 	})
 	var slowOnce sync.Map
 	handle := node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
-		i, _ := strconv.Atoi(strings.TrimPrefix(m.MessageID, "msg-"))
+		i := msgIndex(m.MessageID)
 		switch {
 		case cfg.poison > 0 && i%cfg.poison == cfg.poison-1:
 			return m, resilience.MarkTransient(errFlaky)
