@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
 	"github.com/sluicehq/sluice/samples/internal/inspectpage"
+	"github.com/sluicehq/sluice/samples/internal/runname"
 )
 
 // summary is what a run did.
@@ -88,7 +85,7 @@ func run(ctx context.Context, cfg config) (summary, error) {
 
 	// The run's messages are named after it: a kept stream's duplicate
 	// window would take the same names of a second run for duplicates.
-	runID, err := newRunID()
+	runID, err := runname.New()
 	if err != nil {
 		return s, err
 	}
@@ -107,25 +104,6 @@ func run(ctx context.Context, cfg config) (summary, error) {
 	return s, err
 }
 
-// newRunID returns a random name for a run.
-func newRunID() (string, error) {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// msgName is the name of the run's message i, "<run>-msg-<i>": its data
-// and its Nats-Msg-Id.
-func msgName(runID string, i int) string { return runID + "-msg-" + strconv.Itoa(i) }
-
-// msgIndex is the i of a message named by msgName.
-func msgIndex(name string) int {
-	i, _ := strconv.Atoi(name[strings.LastIndex(name, "msg-")+len("msg-"):])
-	return i
-}
-
 // publish sends the run's messages "<run>-msg-0" to "<run>-msg-<n-1>" with
 // a Publisher, each with its name as Nats-Msg-Id, waiting for each PubAck,
 // several at once; every dup-th message is published twice, as a producer
@@ -135,9 +113,9 @@ func publish(ctx context.Context, cfg config, subject, runID string) (int, error
 	pub, err := nats.NewPublisher(nats.PublisherConfig[int]{
 		URL: cfg.url, Subject: subject,
 		Message: func(i int) (*natsgo.Msg, error) {
-			return &natsgo.Msg{Data: []byte(msgName(runID, i))}, nil
+			return &natsgo.Msg{Data: []byte(runname.Msg(runID, i))}, nil
 		},
-		MsgID:    func(i int) string { return msgName(runID, i) },
+		MsgID:    func(i int) string { return runname.Msg(runID, i) },
 		PubRetry: nats.PubRetry{Enabled: true},
 	})
 	if err != nil {
@@ -172,7 +150,7 @@ func publish(ctx context.Context, cfg config, subject, runID string) (int, error
 // was interrupted) come first: they are handled too, and counted apart.
 func consume(ctx context.Context, cfg config, src *nats.Source, runID string, s *summary) (pipeline.Result, error) {
 	var mu sync.Mutex
-	ours := func(m nats.Message) bool { return strings.HasPrefix(string(m.Data), runID+"-") }
+	ours := func(m nats.Message) bool { return runname.Of(runID, string(m.Data)) }
 	finished := func() {
 		if s.delivered+s.deadLettered == cfg.n {
 			src.Stop()
@@ -207,7 +185,7 @@ func consume(ctx context.Context, cfg config, src *nats.Source, runID string, s 
 	})
 	var slowOnce sync.Map
 	handle := node.TransformFunc[nats.Message, nats.Message](func(_ context.Context, m nats.Message) (nats.Message, error) {
-		i := msgIndex(string(m.Data))
+		i, _ := runname.Index(string(m.Data))
 		switch {
 		case cfg.poison > 0 && i%cfg.poison == cfg.poison-1:
 			return m, resilience.MarkTransient(errFlaky)

@@ -2,13 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -21,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
 	"github.com/sluicehq/sluice/samples/internal/inspectpage"
+	"github.com/sluicehq/sluice/samples/internal/runname"
 )
 
 // summary is what a run did.
@@ -82,7 +79,7 @@ func run(ctx context.Context, cfg config) (summary, error) {
 	// The run's messages are named after it: in a kept queue an earlier
 	// run's leftovers would otherwise take the names of this run's, and
 	// the idempotent sink would skip this run's as their duplicates.
-	runID, err := newRunID()
+	runID, err := runname.New()
 	if err != nil {
 		return s, err
 	}
@@ -100,25 +97,6 @@ func run(ctx context.Context, cfg config) (summary, error) {
 	return s, err
 }
 
-// newRunID returns a random name for a run.
-func newRunID() (string, error) {
-	var b [4]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(b[:]), nil
-}
-
-// msgName is the name of the run's message i, "<run>-msg-<i>": its body
-// and its MessageId.
-func msgName(runID string, i int) string { return runID + "-msg-" + strconv.Itoa(i) }
-
-// msgIndex is the i of a message named by msgName.
-func msgIndex(name string) int {
-	i, _ := strconv.Atoi(name[strings.LastIndex(name, "msg-")+len("msg-"):])
-	return i
-}
-
 // publish sends the run's messages "<run>-msg-0" to "<run>-msg-<n-1>" with
 // a Publisher, waiting for each confirm, several at once; every dup-th
 // message is published twice, with the same MessageId, as a producer that
@@ -127,7 +105,7 @@ func publish(ctx context.Context, cfg config, runID string) error {
 	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig[int]{
 		URL: cfg.url, RoutingKey: cfg.queue,
 		Publishing: func(i int) (amqp.Publishing, error) {
-			id := msgName(runID, i)
+			id := runname.Msg(runID, i)
 			return amqp.Publishing{MessageId: id, Body: []byte(id), DeliveryMode: amqp.Persistent, ContentType: "text/plain"}, nil
 		},
 		Confirms: rabbitmq.Confirms{Enabled: true, WaitFor: true},
@@ -166,7 +144,7 @@ func publish(ctx context.Context, cfg config, runID string) error {
 // first: they are handled too, and counted apart.
 func consume(ctx context.Context, cfg config, src *rabbitmq.Source, runID string, s *summary) (pipeline.Result, error) {
 	var mu sync.Mutex
-	ours := func(m rabbitmq.Message) bool { return strings.HasPrefix(m.MessageID, runID+"-") }
+	ours := func(m rabbitmq.Message) bool { return runname.Of(runID, m.MessageID) }
 	total := cfg.n + cfg.dupCount()
 	finished := func() {
 		if s.delivered+s.duplicates+s.deadLettered == total {
@@ -231,7 +209,7 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, runID string
 	})
 	var slowOnce sync.Map
 	handle := node.TransformFunc[rabbitmq.Message, rabbitmq.Message](func(_ context.Context, m rabbitmq.Message) (rabbitmq.Message, error) {
-		i := msgIndex(m.MessageID)
+		i, _ := runname.Index(m.MessageID)
 		switch {
 		case cfg.poison > 0 && i%cfg.poison == cfg.poison-1:
 			return m, resilience.MarkTransient(errFlaky)
