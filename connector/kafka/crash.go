@@ -106,8 +106,8 @@ func (r *record) endCrash(settled bool) {
 
 // crashed writes rec, which the crash ledger names the culprit of a
 // crash, to the pipeline's dead-letter sink and settles it, without
-// emitting it. An error of the sink ends Run: rec is read again, still
-// the culprit.
+// emitting it. An error of the sink (or no answer within copyTimeout)
+// ends Run: rec is read again, still the culprit.
 func (s *Source) crashed(ctx context.Context, rec *record) error {
 	now := s.cfg.Clock.Now()
 	msg := rec.emitted()
@@ -121,12 +121,16 @@ func (s *Source) crashed(ctx context.Context, rec *record) error {
 		rec.giveBack()
 		return fmt.Errorf("kafka: record %s crashed the consumer and the pipeline has no dead-letter sink", msg.CorrelationID())
 	}
-	if err := sink.Write(ctx, env); err != nil {
-		rec.giveBack()
-		return fmt.Errorf("kafka: dead-letter record %s, which crashed the consumer: %w", msg.CorrelationID(), err)
+	// Stored in its stead as the poison guard's letters are: a revoke
+	// waits for it, and a culprit gone meanwhile gets none.
+	stored, err := s.storeInstead(ctx, rec, func(ctx context.Context) error { return sink.Write(ctx, env) })
+	if !stored {
+		if err := s.notStored(rec, err); err != nil {
+			return fmt.Errorf("kafka: dead-letter record %s, which crashed the consumer: %w", msg.CorrelationID(), err)
+		}
+		return nil
 	}
 	s.g.poisoned.Add(1)
-	s.replace(rec)
 	rec.settleUnemitted()
 	return nil
 }

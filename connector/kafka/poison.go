@@ -354,16 +354,16 @@ func (s *Source) recount(rec *record) bool {
 	defer cancel()
 	st := rec.g.pastStory().told(s.rejectedEnvelope(rec), s.cfg.Clock.Now(), true)
 	st.failures = rec.g.pastStory().failures + 1
-	store := func() error { return s.poisonLetter(ctx, rec, st) }
+	store := func(ctx context.Context) error { return s.poisonLetter(ctx, rec, st) }
 	if st.failures < s.cfg.MaxDeliveries {
 		c := s.copier()
 		if c == nil {
 			s.keep(rec, st)
 			return false
 		}
-		store = func() error { return c.topicCopy(ctx, rec.kr, s.copySpec(rec, st)) }
+		store = func(ctx context.Context) error { return c.topicCopy(ctx, rec.kr, s.copySpec(rec, st)) }
 	}
-	if !s.storeInstead(rec, store) {
+	if stored, _ := s.storeInstead(ctx, rec, store); !stored {
 		s.keep(rec, st)
 		return false
 	}
@@ -374,19 +374,22 @@ func (s *Source) recount(rec *record) bool {
 // with store, registered as a copy under way: a revoke of rec's partition
 // waits for it (session.waitCopies) and, once it is stored, commits past
 // rec (offsetTracker.endCopy), so that the partition's next reader does
-// not read rec again beside what stands in for it. It reports whether it
-// was stored; it stores nothing when rec is gone already (its next
-// reader reads it).
-func (s *Source) storeInstead(rec *record, store func() error) bool {
+// not read rec again beside what stands in for it. The store has
+// copyTimeout, the most the revoke waits for it. It reports whether it was
+// stored, with store's error; it stores nothing when rec is gone already
+// (its next reader reads it).
+func (s *Source) storeInstead(ctx context.Context, rec *record, store func(context.Context) error) (bool, error) {
 	if !rec.beginCopy() {
-		return false
+		return false, nil
 	}
-	stored := store() == nil
-	if stored {
+	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
+	defer cancel()
+	err := store(ctx)
+	if err == nil {
 		s.replace(rec)
 	}
-	rec.endCopy(stored)
-	return stored
+	rec.endCopy(err == nil)
+	return err == nil, err
 }
 
 // rejectedEnvelope is what the engine told of rec's failed run, or, when
@@ -440,14 +443,27 @@ func (s *Source) poisonOnArrival(ctx context.Context, rec *record) (bool, error)
 	if s.cfg.MaxDeliveries <= 0 || rec.g.pastStory().failures < s.cfg.MaxDeliveries {
 		return false, nil
 	}
-	var err error
-	if !s.storeInstead(rec, func() error { err = s.poisonLetter(ctx, rec, *rec.g.pastStory()); return err }) {
-		// Not written (err), or gone (nil): its next reader reads it.
-		rec.giveBack()
-		return true, err
+	stored, err := s.storeInstead(ctx, rec, func(ctx context.Context) error {
+		return s.poisonLetter(ctx, rec, *rec.g.pastStory())
+	})
+	if !stored {
+		return true, s.notStored(rec, err)
 	}
 	rec.settleUnemitted()
 	return true, nil
+}
+
+// notStored gives back rec, which arrived and for which storeInstead
+// stored nothing, and returns the error that ends Run: err, unless rec
+// was gone (revoked before or during the store), when its next reader
+// reads it and the Run goes on.
+func (s *Source) notStored(rec *record, err error) error {
+	gone := rec.gone()
+	rec.giveBack()
+	if gone {
+		return nil
+	}
+	return err
 }
 
 // settleUnemitted settles rec, never emitted: replaced by a copy or
