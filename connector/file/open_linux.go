@@ -3,29 +3,88 @@
 package file
 
 import (
-	"strconv"
+	"context"
+	"io/fs"
+	"os"
 	"syscall"
+	"time"
+	"unsafe"
 )
 
-// oPath is Linux's O_PATH, the same on every architecture Go supports
-// there (the syscall package names it on some only).
-const oPath = 0x200000
-
-// holdPipe returns a name of the named pipe at path that names it however
-// the path changes (a rename, a removal): /proc's name of a descriptor
-// that holds the pipe without opening it for reading or writing, which
-// release closes. Without /proc (or when the pipe is gone already) it
-// returns path.
-func holdPipe(path string) (name string, release func()) {
-	fd, err := syscall.Open(path, oPath|syscall.O_CLOEXEC, 0)
+// openFile opens path for reading. A named pipe is opened at once, without
+// waiting for a writer (O_NONBLOCK), and Open then waits in the runtime's
+// poller until a writer has written to it, or opened and closed it: ctx
+// ends the wait. Nothing is left blocked in open(2), and nothing is opened
+// for writing to end a wait, which would wake every reader of the pipe,
+// another source's too (it would read an empty input), and could not find
+// a pipe renamed or removed meanwhile.
+func openFile(ctx context.Context, path string) (*os.File, error) {
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode()&fs.ModeNamedPipe == 0 {
+		return os.Open(path)
+	}
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
-		return path, func() {}
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	name = "/proc/self/fd/" + strconv.Itoa(fd)
-	var st syscall.Stat_t
-	if err := syscall.Stat(name, &st); err != nil {
-		_ = syscall.Close(fd)
-		return path, func() {}
+	// Non-blocking, it is read through the runtime's poller, so that a
+	// read's deadline (input.watch) ends a wait for the writer.
+	f := os.NewFile(uintptr(fd), path)
+	if err := waitForWriter(ctx, f); err != nil {
+		_ = f.Close()
+		return nil, err
 	}
-	return name, func() { _ = syscall.Close(fd) }
+	return f, nil
+}
+
+// waitForWriter waits until f, a named pipe opened without waiting, has
+// something to read or its writer came and went (a read then ends at
+// once), or until ctx ends. Until a writer opens it, a read of such a
+// pipe returns no bytes, as at its end: Open must not return before.
+func waitForWriter(ctx context.Context, f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	stop := context.AfterFunc(ctx, func() { _ = f.SetReadDeadline(time.Unix(1, 0)) })
+	var perr error
+	err = rc.Read(func(fd uintptr) bool {
+		var ready bool
+		ready, perr = readable(fd)
+		return ready || perr != nil
+	})
+	if !stop() {
+		return ctx.Err() // its deadline is set, or about to be
+	}
+	if perr != nil {
+		return &fs.PathError{Op: "poll", Path: f.Name(), Err: perr}
+	}
+	return err
+}
+
+// pollFd is struct pollfd of poll(2).
+type pollFd struct {
+	fd      int32
+	events  int16
+	revents int16
+}
+
+const pollIn = 0x1
+
+// readable reports, without waiting, whether a read of fd would not wait:
+// data is there, or a writer came and went (POLLHUP), or an error is. A
+// pipe's reader sees no POLLHUP before a writer has opened the pipe.
+func readable(fd uintptr) (bool, error) {
+	p := pollFd{fd: int32(fd), events: pollIn}
+	var now syscall.Timespec // zero: do not wait
+	for {
+		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&p)), 1, uintptr(unsafe.Pointer(&now)), 0, 0, 0)
+		switch {
+		case errno == syscall.EINTR:
+			continue
+		case errno != 0:
+			return false, errno
+		}
+		return n > 0 && p.revents != 0, nil
+	}
 }
