@@ -274,14 +274,10 @@ func (r *Reporter) OnNodeStarted(e observer.NodeEvent) {
 			// tracked items its end failed.
 			p.last, p.lastT = st, now
 		}
-		start := now
-		if p.runID == e.RunID {
-			// A tick saw the run first, and began it from the sample
-			// before: it starts again from these counters, at the
-			// time the tick gave it.
-			start = p.start
-		}
-		r.begin(p, e.RunID, start)
+		// A tick may have seen the run first, and begun it from the
+		// sample before: it starts again from these counters, now, as
+		// none of its nodes ran yet.
+		r.begin(p, e.RunID, now)
 		p.heard, p.events = true, true
 	}
 	r.ensureLoop()
@@ -429,10 +425,13 @@ func (r *Reporter) sample(p *pipe, now time.Time) bool {
 		// that run's end settled. Without events (UseStats alone), the
 		// run may have gone on since it started: it starts from the
 		// last sample.
+		start := p.lastT
 		if p.events {
-			p.last = st
+			// Its start is now too: the last sample may be long before
+			// (no tick while no run was live).
+			p.last, start = st, now
 		}
-		r.begin(p, st.RunID, p.lastT)
+		r.begin(p, st.RunID, start)
 	}
 	p.last, p.lastT = st, now
 	if !p.live {

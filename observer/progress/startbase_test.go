@@ -107,3 +107,64 @@ func TestAFailedBuildLeavesNoPipelineInTheReporter(t *testing.T) {
 	assert.Contains(t, w, "read 3/3")
 	assert.False(t, strings.HasPrefix(w, "orders"), "one pipeline: its line is not prefixed with its name: %q", w)
 }
+
+// A run that a tick saw before its first node event, and whose counters
+// were re-based at that event, starts when it started, not at the last
+// sample of the pipeline, which may be long before (the Reporter did not
+// tick while no run was live): the first fix of the run seen by a tick
+// kept that start, and showed "1h00m02s" and rates near zero for a run
+// two seconds old. (Found by a review.)
+func TestARunSeenByATickStartsWhenItStarted(t *testing.T) {
+	h := newHarness(t, progress.WithTTY(false), progress.WithInterval(time.Second), progress.WithWindow(5*time.Second))
+	p := newReader(source("read"), sink("store"))
+	q := newReader(source("read"), sink("store"))
+	q.set(func(st *observer.Stats) { st.Pipeline = "other" })
+	require.NoError(t, h.rep.UseStats(p))
+	require.NoError(t, h.rep.UseStats(q))
+	ev := func(pl, id, n string) observer.NodeEvent {
+		return observer.NodeEvent{Event: observer.Event{Pipeline: pl, RunID: id, Node: n}}
+	}
+	// Run 1 of orders, then an hour with no run: the Reporter stops ticking.
+	p.startRun("run-1")
+	h.rep.OnNodeStarted(ev("orders", "run-1", "read"))
+	h.rep.OnNodeStarted(ev("orders", "run-1", "store"))
+	h.waitTicker()
+	p.set(func(st *observer.Stats) { st.Nodes[0].Out, st.Nodes[1].In = 10, 10 })
+	h.tick()
+	p.set(func(st *observer.Stats) { st.Running = false })
+	h.rep.OnNodeCompleted(ev("orders", "run-1", "read"))
+	h.rep.OnNodeCompleted(ev("orders", "run-1", "store"))
+	h.out.take()
+	// The loop ends with the run (no Start), its ticker stopped.
+	select {
+	case <-h.rep.LoopDone():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Reporter still ticks after the run")
+	}
+	h.clock.Advance(time.Hour)
+
+	// Both start again: other's event starts the ticking, whose first tick
+	// sees orders' run 2 before its first node event.
+	p.startRun("run-2")
+	q.startRun("run-x")
+	h.rep.OnNodeStarted(ev("other", "run-x", "read"))
+	h.rep.OnNodeStarted(ev("other", "run-x", "store"))
+	h.waitTicker()
+	h.tick()
+	h.out.take()
+	h.rep.OnNodeStarted(ev("orders", "run-2", "read"))
+	h.rep.OnNodeStarted(ev("orders", "run-2", "store"))
+	p.set(func(st *observer.Stats) { st.Nodes[0].Out = 15 })
+	h.tick()
+	w := h.out.take()
+	require.NotEmpty(t, w)
+	var line string
+	for _, l := range strings.Split(w[len(w)-1], "\n") {
+		if strings.Contains(l, "orders") {
+			line = l
+		}
+	}
+	require.NotEmpty(t, line)
+	assert.NotContains(t, line, "1h0", "run 2 of orders began a tick ago, not an hour ago: %q", line)
+	assert.Contains(t, line, "read 5 (", "run 2 read five: %q", line)
+}
