@@ -4,6 +4,7 @@ package file
 
 import (
 	"context"
+	"errors"
 	"io/fs"
 	"os"
 	"syscall"
@@ -18,18 +19,35 @@ import (
 // for writing to end a wait, which would wake every reader of the pipe,
 // another source's too (it would read an empty input), and could not find
 // a pipe renamed or removed meanwhile.
+//
+// Every path is opened so, and what it is decided on the descriptor: a
+// path that became a pipe after a look at it would otherwise be opened by
+// a plain open(2), which waits for a writer whatever ctx says.
 func openFile(ctx context.Context, path string) (*os.File, error) {
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode()&fs.ModeNamedPipe == 0 {
-		return os.Open(path)
-	}
 	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
-	// Non-blocking, it is read through the runtime's poller, so that a
-	// read's deadline (input.watch) ends a wait for the writer.
+	var st syscall.Stat_t
+	if err := syscall.Fstat(fd, &st); err != nil {
+		_ = syscall.Close(fd)
+		return nil, &fs.PathError{Op: "stat", Path: path, Err: err}
+	}
+	// Non-blocking, it is read through the runtime's poller where it can
+	// be (a pipe, a terminal), so that a read's deadline (input.watch)
+	// ends a wait.
 	f := os.NewFile(uintptr(fd), path)
+	if st.Mode&syscall.S_IFMT != syscall.S_IFIFO {
+		if errors.Is(f.SetReadDeadline(time.Time{}), os.ErrNoDeadline) {
+			// Not in the poller (a regular file): blocking, as os.Open
+			// leaves such a file.
+			if err := syscall.SetNonblock(int(f.Fd()), false); err != nil {
+				_ = f.Close()
+				return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+			}
+		}
+		return f, nil
+	}
 	if err := waitForWriter(ctx, f); err != nil {
 		_ = f.Close()
 		return nil, err
