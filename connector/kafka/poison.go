@@ -385,11 +385,14 @@ func (s *Source) storeInstead(ctx context.Context, rec *record, store func(conte
 	ctx, cancel := context.WithTimeout(ctx, copyTimeout)
 	defer cancel()
 	err := store(ctx)
-	if err == nil {
+	// A letter that the source's own DeadLetter sink took and wrote
+	// nowhere (retrySink: rec went while it wrote) stands in for nothing.
+	stored := err == nil && !rec.unwritten.Load()
+	if stored {
 		s.replace(rec)
 	}
-	rec.endCopy(err == nil)
-	return err == nil, err
+	rec.endCopy(stored)
+	return stored, err
 }
 
 // rejectedEnvelope is what the engine told of rec's failed run, or, when

@@ -211,3 +211,24 @@ func TestLettersOnArrivalForAGoneRecord(t *testing.T) {
 		})
 	}
 }
+
+// A store that the source's own DeadLetter sink took and wrote nowhere
+// (its record went while it wrote, and retrySink marked it unwritten)
+// stands in for nothing: the record is not settled, and a revoke commits
+// nothing past it.
+func TestStoreInsteadWrittenNowhereIsNotStored(t *testing.T) {
+	s := &Source{}
+	tr := newOffsetTracker()
+	tr.assign("t", []int32{0})
+	rec := polledRecord(t, s, tr)
+	ok, err := s.storeInstead(t.Context(), rec, func(context.Context) error {
+		rec.unwritten.Store(true) // as retrySink marks a gone record it skipped
+		return nil
+	})
+	assert.False(t, ok)
+	assert.NoError(t, err)
+	trs := tr.revoke("t", []int32{0})
+	assert.Nil(t, tr.sealCopies(rec.track))
+	assert.Empty(t, tr.dueOf(trs), "nothing stands in for the record: no commit past it")
+	tr.retire(trs)
+}
