@@ -259,3 +259,69 @@ func TestRedriveLedger(t *testing.T) {
 	u.Path, u.User = "/", url.UserPassword("someone", "else")
 	assert.Contains(t, dry(u.String()), "0 of 6 envelopes would be re-driven")
 }
+
+// A message no publish can move (a dead letter whose item was never
+// encoded) stays on --from, where it was, while the messages after it are
+// moved: requeue used to stop at it and put it back at the head, so every
+// later requeue stopped at it too and moved nothing.
+func TestRequeueMovesPastAMessageItCannotPublish(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	dead, work := b.queue(t), b.queue(t)
+	unencoded, err := deadletter.MarshalEnvelope(deadletter.Envelope{ItemError: "json: unsupported type: chan int", ErrText: "boom"})
+	require.NoError(t, err)
+	publish := func(p amqp.Publishing) {
+		require.NoError(t, b.ch.PublishWithContext(t.Context(), "", dead, false, false, p))
+	}
+	publish(amqp.Publishing{Body: []byte("0")})
+	publish(amqp.Publishing{Type: rabbitmq.EnvelopeType, MessageId: "unencoded", Body: unencoded})
+	publish(amqp.Publishing{Type: rabbitmq.EnvelopeType, MessageId: "torn", Body: []byte(`{"err":`)})
+	publish(amqp.Publishing{Body: []byte("1")})
+	publish(amqp.Publishing{Body: []byte("2")})
+
+	for run := range 2 {
+		code, stdout, stderr := sluice(t, t.TempDir(), "rabbitmq", "requeue", "--amqp", b.url, "--from", dead, "--to", work)
+		assert.Equal(t, 1, code, "run %d", run)
+		want := []string{"3", "0"}[run]
+		assert.Equal(t, want+" messages moved from \""+dead+"\" to \""+work+"\"\n", stdout, "run %d", run)
+		assert.Contains(t, stderr, "2 messages left on \""+dead+"\"", "run %d", run)
+		assert.Contains(t, stderr, `message-id "unencoded"`)
+		assert.Contains(t, stderr, "the item was not encoded")
+		assert.Contains(t, stderr, `message-id "torn"`)
+	}
+	moved := b.drain(t, work)
+	require.Len(t, moved, 3)
+	for i, m := range moved {
+		assert.Equal(t, strconv.Itoa(i), string(m.Body))
+	}
+	left := b.drain(t, dead)
+	require.Len(t, left, 2, "the messages no publish can move stay where they were")
+	assert.Equal(t, "unencoded", left[0].MessageId)
+	assert.Equal(t, "torn", left[1].MessageId)
+}
+
+// --limit counts the messages requeue takes, those it leaves as well as
+// those it moves, so a queue of unmovable messages cannot make it loop;
+// the error names the first ten it left.
+func TestRequeueLimitCountsTheMessagesLeft(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	dead, work := b.queue(t), b.queue(t)
+	for i := range 12 {
+		require.NoError(t, b.ch.PublishWithContext(t.Context(), "", dead, false, false, amqp.Publishing{
+			Type: rabbitmq.EnvelopeType, MessageId: "torn" + strconv.Itoa(i), Body: []byte("{")}))
+	}
+	require.NoError(t, b.ch.PublishWithContext(t.Context(), "", dead, false, false, amqp.Publishing{Body: []byte("ok")}))
+	code, stdout, stderr := sluice(t, t.TempDir(), "rabbitmq", "requeue", "--amqp", b.url, "--from", dead, "--to", work, "--limit", "11")
+	assert.Equal(t, 1, code)
+	assert.Equal(t, "0 messages moved from \""+dead+"\" to \""+work+"\"\n", stdout)
+	assert.Contains(t, stderr, "11 messages left")
+	assert.Contains(t, stderr, `message 10 taken (message-id "torn9")`)
+	assert.NotContains(t, stderr, "torn10")
+	assert.Contains(t, stderr, "and more")
+	assert.Empty(t, b.drain(t, work))
+	left := b.drain(t, dead)
+	require.Len(t, left, 13)
+	assert.Equal(t, "torn0", left[0].MessageId, "the messages left are back where they were")
+	assert.Equal(t, "ok", string(left[12].Body))
+}

@@ -40,7 +40,7 @@ func requeue(args []string, stdout, stderr io.Writer) int {
 	url := fs.String("amqp", "", "the RabbitMQ `URL`, as amqp://user:pass@host:5672/vhost")
 	from := fs.String("from", "", "take messages from the queue `Q` (a dead-letter queue)")
 	to := fs.String("to", "", "put them on the queue `Q` (through the default exchange)")
-	limit := fs.Int("limit", 0, "move at most `N` messages; 0: those in the queue when it starts")
+	limit := fs.Int("limit", 0, "take at most `N` messages; 0: those in the queue when it starts")
 	timeout := fs.Duration("timeout", 30*time.Second, "give up on a publish not confirmed within `D`")
 	positional, code, ok := parse(fs, args, stdout, stderr)
 	switch {
@@ -108,7 +108,23 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 	if _, err := ch.QueueDeclarePassive(to, false, false, false, false, nil); err != nil {
 		return 0, fmt.Errorf("rabbitmq: --to: %w", err)
 	}
-	for moved < limit {
+	// A message that cannot be published whatever is tried (a dead
+	// letter whose item was never encoded, or whose envelope does not
+	// decode) is held, unacked, while the rest are moved, and goes back
+	// to where it was at the end: stopping at it would leave it at the
+	// head of the queue, where every later requeue would stop again.
+	var held []amqp.Delivery
+	var reasons []error
+	defer func() {
+		for _, d := range held {
+			err = errors.Join(err, d.Nack(false, true))
+		}
+		if len(held) > 0 {
+			err = errors.Join(err, fmt.Errorf("%d messages left on %q, which no publish can move (on a quorum queue the return counts as one more delivery, toward its x-delivery-limit): %w",
+				len(held), from, errors.Join(reasons...)))
+		}
+	}()
+	for taken := 0; taken < limit; taken++ {
 		if err := ctx.Err(); err != nil {
 			return moved, err
 		}
@@ -118,6 +134,15 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 		}
 		if !ok {
 			return moved, nil // the queue is empty
+		}
+		if _, err := rabbitmq.Unwrap(d); err != nil {
+			held = append(held, d)
+			if len(reasons) < maxReasons {
+				reasons = append(reasons, fmt.Errorf("message %d taken (message-id %q): %w", taken+1, d.MessageId, err))
+			} else if len(reasons) == maxReasons {
+				reasons = append(reasons, errors.New("and more"))
+			}
+			continue
 		}
 		if err := pub.Write(ctx, d); err != nil {
 			// Back where it was, for the next try. On a quorum queue the
@@ -132,6 +157,10 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 	}
 	return moved, nil
 }
+
+// maxReasons is the most messages left behind that requeue names one by
+// one.
+const maxReasons = 10
 
 func ignoreClosed(err error) error {
 	if errors.Is(err, amqp.ErrClosed) {
