@@ -28,7 +28,11 @@ const DefaultMaxKeys = 100_000
 // It is bounded: a new key that finds it full first evicts claims whose
 // lease ran out, then the completed key that completed first (a duplicate
 // of that key would then be written again), and fails with [ErrFull] when
-// every key is a live claim. A completed key older than the retention
+// every key is a live claim. An evicted claim stays its owner's, as the
+// [Store] contract says of a claim whose lease ran out: until another
+// owner claims the key, its owner's Complete completes it (the store
+// remembers the owners of at most as many evicted claims as it holds keys;
+// past that, the oldest such owner's Complete fails with [ErrLostClaim]). A completed key older than the retention
 // counts as never seen, and is dropped as new claims come in. Each key
 // costs about 200 bytes besides its own length.
 //
@@ -41,7 +45,17 @@ type Memory struct {
 	keys      map[string]*memEntry // made by the first Claim
 	completed list.List            // of *memEntry, in the order they completed
 	claims    claimHeap            // the claims, the soonest lease end first
+	// lapsed holds the owners of the claims evict dropped with their lease
+	// run out and no one has claimed since, so that their Complete still
+	// completes; lapsedOrder is its keys, oldest first, to bound it.
+	lapsed      map[string]string
+	lapsedOrder list.List // of lapsedKey
 }
+
+// lapsedKey is an entry of Memory.lapsedOrder: the key, and the owner it
+// was evicted from (a key claimed again and evicted again is in the list
+// twice; only the entry that matches the map counts).
+type lapsedKey struct{ key, owner string }
 
 type memEntry struct {
 	key   string
@@ -111,6 +125,7 @@ func (m *Memory) Claim(ctx context.Context, key, owner string, now time.Time, le
 		}
 		e = &memEntry{key: key}
 		m.keys[key] = e
+		delete(m.lapsed, key) // claimed again: an earlier owner lost it
 	case e.state == Completed:
 		if now.Before(e.done.Add(m.keep())) {
 			return Completed, nil
@@ -137,7 +152,10 @@ func (m *Memory) Complete(ctx context.Context, key, owner string, now time.Time)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.keys[key]
-	if !ok || e.owner != owner {
+	if !ok {
+		return m.completeLapsed(key, owner, now)
+	}
+	if e.owner != owner {
 		return ErrLostClaim
 	}
 	if e.state == Completed {
@@ -146,6 +164,25 @@ func (m *Memory) Complete(ctx context.Context, key, owner string, now time.Time)
 	heap.Remove(&m.claims, e.index)
 	e.state, e.done, e.until = Completed, now, time.Time{}
 	e.elem = m.completed.PushBack(e)
+	return nil
+}
+
+// completeLapsed completes key for owner when evict dropped owner's claim
+// of it and no one claimed it since: the claim was still owner's.
+func (m *Memory) completeLapsed(key, owner string, now time.Time) error {
+	if o, ok := m.lapsed[key]; !ok || o != owner {
+		return ErrLostClaim
+	}
+	delete(m.lapsed, key)
+	if len(m.keys) >= m.max() && !m.evict(now) {
+		// Full of live claims: the write was owner's, but the store
+		// cannot keep its key, as if the key had been evicted after it
+		// completed.
+		return nil
+	}
+	e := &memEntry{key: key, owner: owner, state: Completed, done: now}
+	e.elem = m.completed.PushBack(e)
+	m.keys[key] = e
 	return nil
 }
 
@@ -159,6 +196,9 @@ func (m *Memory) Release(ctx context.Context, key, owner string) error {
 	if e, ok := m.keys[key]; ok && e.state == Claimed && e.owner == owner {
 		heap.Remove(&m.claims, e.index)
 		delete(m.keys, key)
+	}
+	if o, ok := m.lapsed[key]; ok && o == owner {
+		delete(m.lapsed, key)
 	}
 	return nil
 }
@@ -191,6 +231,7 @@ func (m *Memory) evict(now time.Time) bool {
 	for len(m.claims) > 0 && !now.Before(m.claims[0].until) {
 		e := heap.Pop(&m.claims).(*memEntry)
 		delete(m.keys, e.key)
+		m.lapse(e.key, e.owner)
 	}
 	if len(m.keys) < m.max() {
 		return true
@@ -202,6 +243,23 @@ func (m *Memory) evict(now time.Time) bool {
 	m.completed.Remove(f)
 	delete(m.keys, f.Value.(*memEntry).key)
 	return true
+}
+
+// lapse remembers that owner's claim of key was evicted, forgetting the
+// oldest such owners past max.
+func (m *Memory) lapse(key, owner string) {
+	if m.lapsed == nil {
+		m.lapsed = make(map[string]string)
+	}
+	m.lapsed[key] = owner
+	m.lapsedOrder.PushBack(lapsedKey{key, owner})
+	for m.lapsedOrder.Len() > m.max() {
+		f := m.lapsedOrder.Front()
+		old := m.lapsedOrder.Remove(f).(lapsedKey)
+		if o, ok := m.lapsed[old.key]; ok && o == old.owner {
+			delete(m.lapsed, old.key)
+		}
+	}
 }
 
 // max returns the most keys the store holds.

@@ -56,7 +56,53 @@ func TestMemoryFullEvictsLapsedClaimsFirst(t *testing.T) {
 
 	assert.Equal(t, idempotency.Claimed, mustClaim(t, m, "new", "o", epoch.Add(lease)))
 	assert.Equal(t, idempotency.Completed, mustClaim(t, m, "done", "p", epoch.Add(lease)), "the completed key was kept")
-	assert.ErrorIs(t, m.Complete(ctx, "crashed", "x", epoch.Add(lease)), idempotency.ErrLostClaim, "the lapsed claim was evicted")
+	// Evicted, the claim is still x's, as the Store contract says of a
+	// claim whose lease ran out and no one took over: it completes.
+	assert.NoError(t, m.Complete(ctx, "crashed", "x", epoch.Add(lease)))
+	assert.Equal(t, idempotency.Completed, mustClaim(t, m, "crashed", "p", epoch.Add(lease)), "its completion was kept")
+	assert.Equal(t, 2, m.Len())
+}
+
+// An evicted claim that another owner claimed since is lost to its first
+// owner, whose Complete says so; and one its owner released is gone.
+func TestMemoryEvictedClaimTakenOverIsLost(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := idempotency.NewMemory(idempotency.WithMaxKeys(1))
+	require.Equal(t, idempotency.Claimed, mustClaim(t, m, "a", "x", epoch))
+	require.Equal(t, idempotency.Claimed, mustClaim(t, m, "b", "y", epoch.Add(lease)), "a's lapsed claim was evicted")
+	require.NoError(t, m.Release(ctx, "b", "y"))
+	require.Equal(t, idempotency.Claimed, mustClaim(t, m, "a", "p", epoch.Add(lease)), "p takes a over")
+	assert.ErrorIs(t, m.Complete(ctx, "a", "x", epoch.Add(lease)), idempotency.ErrLostClaim)
+	require.NoError(t, m.Complete(ctx, "a", "p", epoch.Add(lease)))
+
+	m = idempotency.NewMemory(idempotency.WithMaxKeys(1))
+	require.Equal(t, idempotency.Claimed, mustClaim(t, m, "a", "x", epoch))
+	require.Equal(t, idempotency.Claimed, mustClaim(t, m, "b", "y", epoch.Add(lease)))
+	require.NoError(t, m.Release(ctx, "a", "x"))
+	assert.ErrorIs(t, m.Complete(ctx, "a", "x", epoch.Add(lease)), idempotency.ErrLostClaim, "released, the claim is gone")
+}
+
+// The store remembers the owners of at most as many evicted claims as it
+// holds keys: past that, the oldest one's Complete fails, as a claim lost.
+func TestMemoryRemembersBoundedEvictedClaims(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := idempotency.NewMemory(idempotency.WithMaxKeys(2))
+	now := epoch
+	keys := []string{"k0", "k1", "k2", "k3", "k4"}
+	for _, k := range keys {
+		require.Equal(t, idempotency.Claimed, mustClaim(t, m, k, "o-"+k, now))
+		now = now.Add(lease) // each claim lapses before the next key but one comes
+	}
+	// k2 found k0 and k1 lapsed and evicted them, k4 evicted k2 and k3:
+	// the store remembers the last two.
+	assert.ErrorIs(t, m.Complete(ctx, "k0", "o-k0", now), idempotency.ErrLostClaim, "the oldest were forgotten")
+	assert.ErrorIs(t, m.Complete(ctx, "k1", "o-k1", now), idempotency.ErrLostClaim)
+	assert.NoError(t, m.Complete(ctx, "k2", "o-k2", now))
+	assert.NoError(t, m.Complete(ctx, "k3", "o-k3", now))
+	assert.Equal(t, idempotency.Completed, mustClaim(t, m, "k3", "p", now))
+	assert.LessOrEqual(t, m.Len(), 2)
 }
 
 func TestMemoryFullOfLiveClaims(t *testing.T) {
