@@ -59,8 +59,9 @@ type guard struct {
 	kept map[topicPartitionOffset]story
 	// settling counts the records whose failed run is being settled (a
 	// copy or a dead letter on its way): a session waits for them before
-	// its last commit.
-	settling sync.WaitGroup
+	// its last commit. Not a sync.WaitGroup: a record may be rejected
+	// while a closing session waits, an Add from zero during a Wait.
+	settling settlingCount
 	// inflight finds a record in flight by its message's CorrelationID,
 	// for the DeadLetter sink of an item derived from a Message; kept only
 	// with Retry.
@@ -314,24 +315,60 @@ func (s *Source) rejected(rec *record, o node.Outcome) bool {
 	if o != node.Rejected || s.cfg.MaxDeliveries <= 0 {
 		return false
 	}
-	s.g.settling.Add(1)
+	s.g.settling.add()
 	go func() {
-		defer s.g.settling.Done()
+		defer s.g.settling.done()
 		rec.finish(s.recount(rec))
 	}()
 	return true
 }
 
 // waitSettling waits, until ctx ends, for the failed runs being settled.
-func (s *Source) waitSettling(ctx context.Context) {
-	done := make(chan struct{})
-	go func() {
-		s.g.settling.Wait()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-ctx.Done():
+func (s *Source) waitSettling(ctx context.Context) { s.g.settling.wait(ctx) }
+
+// A settlingCount counts the failed runs being settled. Unlike a
+// sync.WaitGroup it may count up from zero while a wait is under way
+// (a wait then ends once the count is zero again, or at its context's
+// end), and a wait its context ended leaves no goroutine behind.
+type settlingCount struct {
+	mu   sync.Mutex
+	n    int
+	zero chan struct{} // closed when n falls to 0; made when it rises from 0
+}
+
+func (c *settlingCount) add() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == 0 {
+		c.zero = make(chan struct{})
+	}
+	c.n++
+}
+
+func (c *settlingCount) done() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n--
+	if c.n == 0 {
+		close(c.zero)
+	}
+}
+
+// wait waits until the count is zero or ctx ends.
+func (c *settlingCount) wait(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		if c.n == 0 {
+			c.mu.Unlock()
+			return
+		}
+		zero := c.zero
+		c.mu.Unlock()
+		select {
+		case <-zero:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 
