@@ -158,9 +158,11 @@ func (b *Budget) Refused() int64 {
 
 // epoch numbers the bucket of now, counted from the budget's creation so
 // that any clock works (one before 1970, a zero time), flooring so that a
-// clock that goes back still gives a bucket.
+// clock that goes back still gives a bucket. A Window too small to
+// split (an invalid option, which Validate reports) takes buckets of 1ns,
+// so that a Budget used without validation does not divide by zero.
 func (b *Budget) epoch(now time.Time) int64 {
-	d, w := int64(now.Sub(b.origin)), int64(b.opts.Window/budgetBuckets)
+	d, w := int64(now.Sub(b.origin)), max(int64(b.opts.Window/budgetBuckets), 1)
 	e := d / w
 	if d%w != 0 && d < 0 {
 		e--

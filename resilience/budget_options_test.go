@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
+
 	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/require"
 	"github.com/sluicehq/sluice/resilience"
@@ -27,4 +29,16 @@ func TestBudgetOptionErrorsNameTheField(t *testing.T) {
 
 	ok := resilience.Options{RetryBudget: resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.1})}
 	assert.NoError(t, ok.Validate(), "a zero Window takes the default")
+}
+
+// A Window under budgetBuckets nanoseconds is invalid (Validate says so),
+// but a Budget made with one and used without validation refuses or
+// allows as any other: its first Withdraw divided by zero (a review's
+// finding). A negative Window too.
+func TestBudgetWithATinyWindowDoesNotPanic(t *testing.T) {
+	t.Parallel()
+	for _, w := range []time.Duration{time.Nanosecond, 9 * time.Nanosecond, -time.Second} {
+		b := resilience.NewBudget(resilience.BudgetOptions{MinPerSecond: 1, Window: w, Clock: clockwork.NewFakeClock()})
+		assert.NotPanics(t, func() { b.Withdraw() }, "Window %v", w)
+	}
 }
