@@ -310,12 +310,23 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			}
 			var r R
 			var called bool
-			r, called, transient, probe, err = try(ctx, nr, f, in, tr, fl.before+calls+1, &pause, idle)
+			var elapsedBy time.Time // no retry starts past it
+			if o.MaxElapsed > 0 && !started.IsZero() {
+				elapsedBy = started.Add(o.MaxElapsed)
+			}
+			r, called, transient, probe, err = try(ctx, nr, f, in, tr, fl.before+calls+1, &pause, elapsedBy, idle)
 			if called {
 				calls++
 			}
 			if err == nil {
 				return r, nil
+			}
+			if err == errPastElapsed {
+				// The retry waited for the breaker (OpenPause) past
+				// MaxElapsed: it does not start. fl holds the last
+				// call's failure.
+				fl.err = nr.exhaustedBy(resilience.ItemRetry, calls, fl.err, resilience.LimitElapsed, keyOf(in, tr))
+				return zero, fl.out()
 			}
 			if !called {
 				// Refused by the breaker, or cancelled while paused.
@@ -451,8 +462,10 @@ func (nr *nodeRun) handBack(ctx context.Context, in any, tr *tracker, fl *failur
 // pause is when the item's pause under OpenPause ends: MaxPause after its
 // first refusal in this cycle, however often the breaker closes and opens
 // again meanwhile, so that one cycle's pausing, and its probes, stay
-// within what Validate and Plan count.
-func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int, pause *time.Time, idle idleFunc) (r R, called, transient, probe bool, err error) {
+// within what Validate and Plan count. elapsedBy, when set, is when the
+// item's MaxElapsed ends: a retry that paused does not start past it, and
+// try returns errPastElapsed instead.
+func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int, pause *time.Time, elapsedBy time.Time, idle idleFunc) (r R, called, transient, probe bool, err error) {
 	br := nr.spec.breaker
 	classifier := nr.spec.res.ItemRetry.Classifier
 	if br == nil {
@@ -465,7 +478,7 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 		}
 		return r, true, transient, false, err
 	}
-	permit, err := nr.permit(ctx, pause, idle)
+	permit, err := nr.permit(ctx, pause, elapsedBy, idle)
 	if err != nil {
 		return r, false, false, false, err
 	}
@@ -491,7 +504,10 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 // permit asks the node's breaker for leave to call. Under OpenPause a
 // refusal waits, which stops the node reading, until the breaker lets a
 // call through or the item's pause ends, MaxPause after its first refusal.
-func (nr *nodeRun) permit(ctx context.Context, pause *time.Time, idle idleFunc) (resilience.Permit, error) {
+// A retry (elapsedBy set) waits no later than elapsedBy, when its item's
+// MaxElapsed ends, and gets errPastElapsed, no permit, once the wait
+// passed it: no retry starts past MaxElapsed, however long it paused.
+func (nr *nodeRun) permit(ctx context.Context, pause *time.Time, elapsedBy time.Time, idle idleFunc) (resilience.Permit, error) {
 	br, o := nr.spec.breaker, &nr.spec.res.CircuitBreaker
 	p, err := br.Allow()
 	if err != nil && o.WhenOpen == resilience.OpenPause {
@@ -501,10 +517,29 @@ func (nr *nodeRun) permit(ctx context.Context, pause *time.Time, idle idleFunc) 
 		if err := idle.run(ctx); err != nil {
 			return p, err
 		}
-		p, err = br.Wait(ctx, *pause)
+		deadline := *pause
+		if !elapsedBy.IsZero() && elapsedBy.Before(deadline) {
+			deadline = elapsedBy
+		}
+		p, err = br.Wait(ctx, deadline)
+		if !elapsedBy.IsZero() && ctx.Err() == nil {
+			now := nr.rs.p.cfg.clock.Now()
+			if err == nil && now.After(elapsedBy) {
+				// Granted past it (the clock jumped over the wait's end).
+				br.Record(p, resilience.CallIgnored)
+				return resilience.Permit{}, errPastElapsed
+			}
+			if err != nil && !now.Before(elapsedBy) {
+				return resilience.Permit{}, errPastElapsed
+			}
+		}
 	}
 	return p, err
 }
+
+// errPastElapsed is permit's answer when a retry waited for the breaker
+// past its item's MaxElapsed.
+var errPastElapsed = errors.New("sluice: the retry waited for the breaker past MaxElapsed")
 
 // failed returns the failure of an item after its only call.
 func (nr *nodeRun) failed(ctx context.Context, err error) *failure {

@@ -71,7 +71,8 @@ type ItemRetryOptions struct {
 	// MaxElapsed, when positive, caps the time layer 1 spends on one item:
 	// no retry starts once MaxElapsed has passed since the item's first
 	// failure in this attempt (a retry whose delay would end past it is
-	// not waited for), and the item's error is then a
+	// not waited for, nor one that would wait past it for a breaker under
+	// OpenPause), and the item's error is then a
 	// *RetryExhaustedError with Limit LimitElapsed. 0, the default, sets
 	// no cap.
 	MaxElapsed time.Duration
