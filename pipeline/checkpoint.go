@@ -1,6 +1,7 @@
 package pipeline
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -96,9 +97,15 @@ type ledger struct {
 	mu sync.Mutex
 	// q holds the items from the oldest unsettled one, in emission order.
 	q     []*tracker
-	stuck bool   // an item failed: q ends with it
-	pos   []byte // the committed position
-	seq   uint64 // how often pos moved
+	stuck bool // an item failed: q ends with it
+	// refused is the last item added when its EmitAt was refused (the
+	// call's context ended while it waited): it holds the position back
+	// until the source's next EmitAt, which either emits it again at the
+	// same position and takes its place, or moves on without it and
+	// leaves the ledger stuck at it.
+	refused *tracker
+	pos     []byte // the committed position
+	seq     uint64 // how often pos moved
 	// added counts the items added; idx is the index of the committed
 	// one (0: none yet).
 	added, idx uint64
@@ -120,9 +127,32 @@ func (l *ledger) add(t *tracker) {
 	l.mu.Lock()
 	l.added++
 	t.idx = l.added
+	if r := l.refused; r != nil {
+		l.refused = nil
+		if !l.stuck {
+			// r is q's last: nothing was added after it.
+			if bytes.Equal(r.extra.pos, t.extra.pos) {
+				// Emitted again: t takes its place.
+				l.q[len(l.q)-1] = nil
+				l.q = l.q[:len(l.q)-1]
+			} else {
+				// The source went on without it: nothing after it
+				// commits in this run, as after a failed item.
+				r.mark, l.stuck = markFailed, true
+			}
+		}
+	}
 	if !l.stuck {
 		l.q = append(l.q, t)
 	}
+	l.mu.Unlock()
+}
+
+// refuse records that t, the last item added, was refused by its EmitAt;
+// t is then fired Failed, which settle keeps apart from a failed item's.
+func (l *ledger) refuse(t *tracker) {
+	l.mu.Lock()
+	l.refused = t
 	l.mu.Unlock()
 }
 
@@ -144,6 +174,8 @@ func (l *ledger) settle(t *tracker, o node.Outcome) {
 	switch {
 	case settles(o):
 		t.mark = markSettled
+	case t == l.refused:
+		// Pending until the source's next EmitAt (see add).
 	default:
 		t.mark = markFailed
 		if !l.stuck {

@@ -457,8 +457,12 @@ func (e *emitter[T]) EndBatch(ctx context.Context) error {
 func (e *emitter[T]) EmitAt(ctx context.Context, item T, pos []byte) error {
 	tr, err := (*sourceRunner[T])(e).push(ctx, item, nil, pos, true)
 	if tr != nil {
-		// Refused: its position holds the ledger back, as the items
-		// after it are not emitted either.
+		// Refused: its position holds the ledger back until the source's
+		// next EmitAt emits it again, or goes on without it (see
+		// ledger.add).
+		if tr.led != nil {
+			tr.led.refuse(tr)
+		}
 		tr.fire(node.Failed)
 	}
 	return err
