@@ -175,6 +175,11 @@ func pairsAreIndependent(t *testing.T, s *suite) {
 		{"a", "bc"}, {"ab", "c"}, {"a/b", "c"}, {"a", "b/c"}, {"a:b", "c"}, {"a", "b:c"},
 		{"", "x"}, {"x", ""},
 	}
+	// A store that keys on the two names joined by a separator of its own
+	// mixes up such pairs: try the usual separators, one and two long.
+	for _, sep := range []string{"|", ".", "-", "_", " ", ",", ";", "#", "@", "+", "=", "\t", "\n", "\x1f", "::", "//", "||", "--", "__", "\\"} {
+		pairs = append(pairs, [2]string{"a" + sep + "b", "c"}, [2]string{"a", "b" + sep + "c"})
+	}
 	for i, p := range pairs {
 		save(t, s.store, p[0], p[1], []byte(fmt.Sprint("pos-", i)))
 	}

@@ -198,11 +198,14 @@ const maxTTL = 100 * 365 * 24 * time.Hour
 // for PEXPIRE.
 func ms(d time.Duration) int64 { return max(min(d, maxTTL).Milliseconds(), 1) }
 
-// addSat is a+b for non-negative durations, saturating instead of
-// wrapping around.
+// addSat is a+b, saturating instead of wrapping around: a negative
+// lease (given to a Store directly) ends before now, not in 2262.
 func addSat(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
+	switch {
+	case b > 0 && a > math.MaxInt64-b:
 		return math.MaxInt64
+	case b < 0 && a < math.MinInt64-b:
+		return math.MinInt64
 	}
 	return a + b
 }

@@ -49,15 +49,20 @@ type Dialect struct {
 	// argument whether the table is there, so that a role without the
 	// right to create tables can use one an administrator made.
 	exists string
+	// nowNanos is the database's own clock, in Unix nanoseconds: the
+	// bound of an automatic prune (see autoPrune).
+	nowNanos string
 }
 
 var (
 	// SQLite is the dialect of SQLite 3.35 or later (for RETURNING). The
 	// table is a WITHOUT ROWID table, stored in the order of its key.
-	SQLite = Dialect{name: "sqlite", tableOptions: " WITHOUT ROWID"}
+	SQLite = Dialect{name: "sqlite", tableOptions: " WITHOUT ROWID",
+		nowNanos: "CAST((julianday('now') - 2440587.5) * 86400000000000 AS INTEGER)"}
 	// Postgres is the dialect of PostgreSQL 9.5 or later.
 	Postgres = Dialect{name: "postgres", lock: "SELECT pg_advisory_xact_lock(hashtext($1))",
-		exists: "SELECT to_regclass($1) IS NOT NULL"}
+		exists:   "SELECT to_regclass($1) IS NOT NULL",
+		nowNanos: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000000 AS BIGINT)"}
 )
 
 // String returns the dialect's name: "sqlite" or "postgres".
@@ -98,7 +103,7 @@ type Store struct {
 	retention     time.Duration
 	pruneInterval time.Duration
 
-	claimSQL, stateSQL, completeSQL, ownerSQL, releaseSQL, pruneSQL string
+	claimSQL, stateSQL, completeSQL, ownerSQL, releaseSQL, pruneSQL, autoPruneSQL string
 
 	// created is set once the table exists; creating is a one-slot
 	// semaphore, held while the table is created.
@@ -218,6 +223,11 @@ WHERE key_hash = $1 AND owner = $2 AND state = 1`
 	s.ownerSQL = `SELECT state, owner FROM ` + t + ` WHERE key_hash = $1`
 	s.releaseSQL = `DELETE FROM ` + t + ` WHERE key_hash = $1 AND owner = $2 AND state = 1`
 	s.pruneSQL = `DELETE FROM ` + t + ` WHERE expires_at <= $1`
+	// An automatic prune deletes nothing past the database's clock
+	// either: the now of one caller whose clock is ahead would delete
+	// completions that every other owner still holds within their
+	// retention, and their duplicates would be written again.
+	s.autoPruneSQL = s.pruneSQL + ` AND expires_at <= ` + s.dialect.nowNanos
 }
 
 // schema returns the statements that create the table and its index.
@@ -333,7 +343,12 @@ func (s *Store) Prune(ctx context.Context, now time.Time) (int64, error) {
 	if err := s.ensureTable(ctx); err != nil {
 		return 0, err
 	}
-	res, err := s.db.ExecContext(ctx, s.pruneSQL, now.UnixNano())
+	return s.prune(ctx, s.pruneSQL, now)
+}
+
+// prune runs query, a prune at now.
+func (s *Store) prune(ctx context.Context, query string, now time.Time) (int64, error) {
+	res, err := s.db.ExecContext(ctx, query, now.UnixNano())
 	if err != nil {
 		return 0, fmt.Errorf("sqlstore: prune: %w", err)
 	}
@@ -344,18 +359,21 @@ func (s *Store) Prune(ctx context.Context, now time.Time) (int64, error) {
 	return n, nil
 }
 
-// autoPrune prunes when the prune interval passed since the last prune;
-// of callers that find it passed at once, one prunes.
+// autoPrune prunes when the prune interval passed since the last prune,
+// or now is before it (a clock set back, or a caller whose clock was
+// ahead pruned last: a prune time in the future must not stop pruning
+// until that time comes); of callers that find so at once, one prunes.
+// It prunes at now, but nothing past the database's clock.
 func (s *Store) autoPrune(ctx context.Context, now time.Time) {
 	if s.pruneInterval == 0 {
 		return
 	}
 	last, at := s.lastPrune.Load(), now.UnixNano()
-	if last != 0 && at-last < int64(s.pruneInterval) {
+	if last != 0 && at >= last && at-last < int64(s.pruneInterval) {
 		return
 	}
 	if s.lastPrune.CompareAndSwap(last, at) {
-		_, _ = s.Prune(ctx, now) // the next interval tries again
+		_, _ = s.prune(ctx, s.autoPruneSQL, now) // the next interval tries again
 	}
 }
 
@@ -432,11 +450,15 @@ func blameless(err error) error {
 	return resilience.MarkBlameless(err)
 }
 
-// addSat is a+b for a non-negative b, saturating instead of wrapping
-// around: a "keep forever" retention (math.MaxInt64) expires never.
+// addSat is a+b, saturating instead of wrapping around: a "keep
+// forever" retention (math.MaxInt64) expires never, and a negative lease
+// (given to a Store directly) ends before now, not in 2262.
 func addSat(a, b int64) int64 {
-	if a > math.MaxInt64-b {
+	switch {
+	case b > 0 && a > math.MaxInt64-b:
 		return math.MaxInt64
+	case b < 0 && a < math.MinInt64-b:
+		return math.MinInt64
 	}
 	return a + b
 }

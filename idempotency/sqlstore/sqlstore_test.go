@@ -329,3 +329,48 @@ func TestConcurrentFirstUseCreatesTheTableOnce(t *testing.T) {
 		}
 	}
 }
+
+// An owner whose clock runs ahead of the others' prunes nothing past the
+// database's clock: its prune deleted every completion its own time had
+// passed, so a redelivery to an owner with the right clock was claimed,
+// and written, again (a review's finding).
+func TestAutoPruneOfAClockAheadKeepsOthersCompletions(t *testing.T) {
+	dialects(t, func(t *testing.T, db *sql.DB, d sqlstore.Dialect) {
+		s := newStore(t, db, d, sqlstore.WithRetention(24*time.Hour))
+		ctx := context.Background()
+		now := time.Now() // the owners with the right clock: the database's
+		st, err := s.Claim(ctx, "paid", "a", now, time.Minute)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Claimed, st)
+		require.NoError(t, s.Complete(ctx, "paid", "a", now.Add(time.Second)))
+		// Another owner, its clock two days ahead, claims another key, and
+		// its Claim prunes.
+		_, err = s.Claim(ctx, "other", "skewed", now.Add(48*time.Hour), time.Minute)
+		require.NoError(t, err)
+		st, err = s.Claim(ctx, "paid", "b", now.Add(time.Hour), time.Minute)
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.Completed, st, "completed an hour ago, retention a day")
+	})
+}
+
+// A Claim whose time is before the last prune's (a clock set back, or
+// the last prune was that of a clock ahead) prunes at once: the prune
+// time in the future stopped every prune until it came.
+func TestAutoPruneGoesOnAfterAClockAhead(t *testing.T) {
+	dialects(t, func(t *testing.T, db *sql.DB, d sqlstore.Dialect) {
+		s := newStore(t, db, d, sqlstore.WithRetention(time.Hour), sqlstore.WithPruneInterval(time.Hour))
+		ctx := context.Background()
+		_, err := s.Claim(ctx, "bogus", "skewed", epoch.AddDate(10, 0, 0), time.Minute)
+		require.NoError(t, err)
+		for h := range 48 {
+			now := epoch.Add(time.Duration(h) * time.Hour)
+			key := fmt.Sprint("k", h)
+			_, err := s.Claim(ctx, key, "a", now, time.Minute)
+			require.NoError(t, err)
+			require.NoError(t, s.Complete(ctx, key, "a", now))
+		}
+		var n int
+		require.NoError(t, db.QueryRowContext(ctx, `SELECT count(*) FROM "`+s.Table()+`"`).Scan(&n))
+		assert.LessOrEqual(t, n, 4, "48 hourly keys with a retention of an hour, pruned hourly")
+	})
+}

@@ -76,6 +76,8 @@ var cases = []suiteCase{
 	{"ReleaseOfAnUnknownKey", releaseOfAnUnknownKey},
 	{"RetentionOfCompletedKeys", retentionOfCompletedKeys},
 	{"ConcurrentClaimsOfOneKey", concurrentClaimsOfOneKey},
+	{"ConcurrentTakeoversOfOneLapsedClaim", concurrentTakeovers},
+	{"NegativeLeaseHasEnded", negativeLeaseHasEnded},
 	{"ConcurrentClaimsOfManyKeys", concurrentClaimsOfManyKeys},
 	{"KeysWithOddBytes", keysWithOddBytes},
 	{"CancelledContext", cancelledContext},
@@ -253,6 +255,55 @@ func concurrentClaimsOfOneKey(t *testing.T, s idempotency.Store) {
 		assert.Equal(t, 1, claimed, "round %d: exactly one owner claims the key", round)
 		assert.Equal(t, contenders-1, busy, "round %d: the others find it busy", round)
 	}
+}
+
+// concurrentTakeovers: many owners at once find the claim of an owner
+// that crashed lapsed; exactly one takes it over, the others find it busy
+// (the way a crashed consumer's keys are taken up, where a store that
+// decides and then writes apart lets several owners write one key).
+func concurrentTakeovers(t *testing.T, s idempotency.Store) {
+	for round := range 5 {
+		key := fmt.Sprintf("lapsed-%d", round)
+		require.Equal(t, idempotency.Claimed, claim(t, s, key, "crashed", at(0)))
+		states := make([]idempotency.State, contenders)
+		errs := make([]error, contenders)
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		for i := range contenders {
+			wg.Go(func() {
+				<-start
+				states[i], errs[i] = s.Claim(context.Background(), key, fmt.Sprintf("owner-%d", i), at(2*lease), lease)
+			})
+		}
+		close(start)
+		wg.Wait()
+		claimed := 0
+		for i := range contenders {
+			require.NoError(t, errs[i], "owner-%d", i)
+			if states[i] == idempotency.Claimed {
+				claimed++
+			} else {
+				assert.Equal(t, idempotency.Busy, states[i], "round %d: owner-%d", round, i)
+			}
+		}
+		assert.Equal(t, 1, claimed, "round %d: exactly one owner takes the lapsed claim over", round)
+		assert.ErrorIs(t, complete(t, s, key, "crashed", at(2*lease)), idempotency.ErrLostClaim, "round %d", round)
+	}
+}
+
+// negativeLeaseHasEnded: a claim until now+lease with a negative lease
+// (a Store called directly; the Guard refuses one) ended before now: it
+// must not saturate to a lease that never ends.
+func negativeLeaseHasEnded(t *testing.T, s idempotency.Store) {
+	ctx := context.Background()
+	st, err := s.Claim(ctx, "k", "a", at(0), -time.Second)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Claimed, st)
+	assert.Equal(t, idempotency.Claimed, claim(t, s, "k", "b", at(time.Hour)), "the lease ended an hour ago")
+	st, err = s.Claim(ctx, "k2", "a", at(0), time.Duration(math.MinInt64))
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Claimed, st)
+	assert.Equal(t, idempotency.Claimed, claim(t, s, "k2", "b", at(time.Second)), "the most negative lease")
 }
 
 func concurrentClaimsOfManyKeys(t *testing.T, s idempotency.Store) {
