@@ -45,16 +45,16 @@ type Memory struct {
 	keys      map[string]*memEntry // made by the first Claim
 	completed list.List            // of *memEntry, in the order they completed
 	claims    claimHeap            // the claims, the soonest lease end first
-	// lapsed holds the owners of the claims evict dropped with their lease
-	// run out and no one has claimed since, so that their Complete still
-	// completes; lapsedOrder is its keys, oldest first, to bound it.
-	lapsed      map[string]string
+	// lapsed holds, by key, the claims evict dropped with their lease run
+	// out and no one has claimed since, so that their owner's Complete
+	// still completes: each an element of lapsedOrder, oldest first, which
+	// bounds them.
+	lapsed      map[string]*list.Element
 	lapsedOrder list.List // of lapsedKey
 }
 
-// lapsedKey is an entry of Memory.lapsedOrder: the key, and the owner it
-// was evicted from (a key claimed again and evicted again is in the list
-// twice; only the entry that matches the map counts).
+// lapsedKey is an element of Memory.lapsedOrder: a key, and the owner
+// whose claim of it was evicted.
 type lapsedKey struct{ key, owner string }
 
 type memEntry struct {
@@ -125,7 +125,7 @@ func (m *Memory) Claim(ctx context.Context, key, owner string, now time.Time, le
 		}
 		e = &memEntry{key: key}
 		m.keys[key] = e
-		delete(m.lapsed, key) // claimed again: an earlier owner lost it
+		m.unlapse(key) // claimed again: an earlier owner lost it
 	case e.state == Completed:
 		if now.Before(e.done.Add(m.keep())) {
 			return Completed, nil
@@ -170,10 +170,10 @@ func (m *Memory) Complete(ctx context.Context, key, owner string, now time.Time)
 // completeLapsed completes key for owner when evict dropped owner's claim
 // of it and no one claimed it since: the claim was still owner's.
 func (m *Memory) completeLapsed(key, owner string, now time.Time) error {
-	if o, ok := m.lapsed[key]; !ok || o != owner {
+	if e, ok := m.lapsed[key]; !ok || e.Value.(lapsedKey).owner != owner {
 		return ErrLostClaim
 	}
-	delete(m.lapsed, key)
+	m.unlapse(key)
 	if len(m.keys) >= m.max() && !m.evict(now) {
 		// Full of live claims: the write was owner's, but the store
 		// cannot keep its key, as if the key had been evicted after it
@@ -197,8 +197,8 @@ func (m *Memory) Release(ctx context.Context, key, owner string) error {
 		heap.Remove(&m.claims, e.index)
 		delete(m.keys, key)
 	}
-	if o, ok := m.lapsed[key]; ok && o == owner {
-		delete(m.lapsed, key)
+	if e, ok := m.lapsed[key]; ok && e.Value.(lapsedKey).owner == owner {
+		m.unlapse(key)
 	}
 	return nil
 }
@@ -249,16 +249,20 @@ func (m *Memory) evict(now time.Time) bool {
 // oldest such owners past max.
 func (m *Memory) lapse(key, owner string) {
 	if m.lapsed == nil {
-		m.lapsed = make(map[string]string)
+		m.lapsed = make(map[string]*list.Element)
 	}
-	m.lapsed[key] = owner
-	m.lapsedOrder.PushBack(lapsedKey{key, owner})
+	m.unlapse(key)
+	m.lapsed[key] = m.lapsedOrder.PushBack(lapsedKey{key, owner})
 	for m.lapsedOrder.Len() > m.max() {
-		f := m.lapsedOrder.Front()
-		old := m.lapsedOrder.Remove(f).(lapsedKey)
-		if o, ok := m.lapsed[old.key]; ok && o == old.owner {
-			delete(m.lapsed, old.key)
-		}
+		m.unlapse(m.lapsedOrder.Front().Value.(lapsedKey).key)
+	}
+}
+
+// unlapse forgets the evicted claim of key, if any.
+func (m *Memory) unlapse(key string) {
+	if e, ok := m.lapsed[key]; ok {
+		m.lapsedOrder.Remove(e)
+		delete(m.lapsed, key)
 	}
 }
 

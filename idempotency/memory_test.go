@@ -164,3 +164,30 @@ func TestStateString(t *testing.T) {
 		assert.Equal(t, want, st.String())
 	}
 }
+
+// A claim evicted, claimed again by its owner and evicted again is the
+// newest evicted claim: its owner's Complete completes. The record of its
+// first eviction, pushed out by the bound, forgot the second one (a
+// review's finding).
+func TestMemoryReLapsedClaimIsTheNewest(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	m := idempotency.NewMemory(idempotency.WithMaxKeys(3))
+	claim := func(key, owner string, now time.Time, l time.Duration) {
+		t.Helper()
+		st, err := m.Claim(ctx, key, owner, now, l)
+		require.NoError(t, err)
+		require.Equal(t, idempotency.Claimed, st)
+	}
+	claim("K", "A", epoch, lease)
+	claim("X", "B", epoch.Add(time.Second), lease)
+	claim("Y", "C", epoch.Add(2*time.Second), lease)
+	t1 := epoch.Add(2*time.Second + lease)
+	claim("W", "D", t1, 10*lease) // evicts K, X and Y, all lapsed
+	claim("K", "A", t1, lease)    // A claims K again
+	claim("V", "E", t1, 10*lease) // full: W, K, V
+	t2 := t1.Add(lease)
+	claim("U", "F", t2, lease) // evicts K alone: the newest lapse
+	assert.NoError(t, m.Complete(ctx, "K", "A", t2), "no one claimed K since its second eviction")
+	assert.NoError(t, m.Complete(ctx, "X", "B", t2), "X's eviction is still remembered: three, with K's")
+}
