@@ -342,8 +342,12 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 		}
 		if probe && pausing {
 			// The probe failed and opened the breaker again: the item
-			// waits for the next probe, its retries untouched.
+			// waits for the next probe, its retries untouched, but not
+			// past MaxElapsed from its first failure, which this may be.
 			nr.record(&fl, ctx, err, calls, 0)
+			if o.MaxElapsed > 0 && started.IsZero() {
+				started = nr.rs.p.cfg.clock.Now()
+			}
 			continue
 		}
 		if retry >= o.MaxRetries {
