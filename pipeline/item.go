@@ -669,7 +669,7 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 			// A failure that is not the item's (a busy key, a
 			// cancellation it did not cause) leaves it Failed, which a
 			// broker source does not count against it.
-			tr.blame()
+			nr.blame(tr)
 			nr.tellRejected(tr, item, fl)
 		}
 		return fl.err

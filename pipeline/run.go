@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -345,6 +346,32 @@ type nodeRun struct {
 	// reset (see nodeRestart), for a group that decides whether a
 	// worker's failure fails the node for good (see failsForGood).
 	restarts atomic.Int64
+	// blamed holds the trackers of the items that failed the node under
+	// the Fail action since its last restart (see blame): a restart takes
+	// them up again, so a run that stops while the node waits to restart
+	// stopped for another reason than theirs (see nodeRestart).
+	blamedMu sync.Mutex
+	blamed   []*tracker
+}
+
+// blame blames tr's item for failing the node, and notes it.
+func (nr *nodeRun) blame(tr *tracker) {
+	if tr == nil {
+		return
+	}
+	tr.blame()
+	nr.blamedMu.Lock()
+	nr.blamed = append(nr.blamed, tr)
+	nr.blamedMu.Unlock()
+}
+
+// takeBlamed returns the trackers blamed since the last call.
+func (nr *nodeRun) takeBlamed() []*tracker {
+	nr.blamedMu.Lock()
+	defer nr.blamedMu.Unlock()
+	b := nr.blamed
+	nr.blamed = nil
+	return b
 }
 
 // callsUser reports whether node n calls a function of the user's on the
@@ -492,6 +519,13 @@ func (nr *nodeRun) nodeRestart() error {
 			}
 			restarts++
 			nr.restarts.Store(int64(restarts))
+			// The restart takes the items that failed the node up again:
+			// should the run stop while the node waits to restart, they
+			// did not fail it, and end Failed, not Rejected. One that
+			// fails the node again is blamed again.
+			for _, tr := range nr.takeBlamed() {
+				tr.unblame()
+			}
 			reopen := nr.r.reopens()
 			if reopen {
 				if cerr := nr.close(); cerr != nil {
