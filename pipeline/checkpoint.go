@@ -100,9 +100,10 @@ type ledger struct {
 	stuck bool // an item failed: q ends with it
 	// refused is the last item added when its EmitAt was refused (the
 	// call's context ended while it waited): it holds the position back
-	// until the source's next EmitAt, which either emits it again at the
-	// same position and takes its place, or moves on without it and
-	// leaves the ledger stuck at it.
+	// until the source's next EmitAt, which either emits it again (the
+	// same item, at the same position) and takes its place, or moves on
+	// without it (another item, or another position) and leaves the
+	// ledger stuck at it.
 	refused *tracker
 	pos     []byte // the committed position
 	seq     uint64 // how often pos moved
@@ -122,8 +123,9 @@ const (
 )
 
 // add appends t, a root tracker emitted just now; the source's mu is held,
-// so that the order is the emission order.
-func (l *ledger) add(t *tracker) {
+// so that the order is the emission order. again says t's item is that of
+// the refused EmitAt before, if any.
+func (l *ledger) add(t *tracker, again bool) {
 	l.mu.Lock()
 	l.added++
 	t.idx = l.added
@@ -131,7 +133,7 @@ func (l *ledger) add(t *tracker) {
 		l.refused = nil
 		if !l.stuck {
 			// r is q's last: nothing was added after it.
-			if bytes.Equal(r.extra.pos, t.extra.pos) {
+			if again && bytes.Equal(r.extra.pos, t.extra.pos) {
 				// Emitted again: t takes its place.
 				l.q[len(l.q)-1] = nil
 				l.q = l.q[:len(l.q)-1]

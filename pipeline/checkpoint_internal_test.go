@@ -15,7 +15,7 @@ func TestLedgerCommitsInOrder(t *testing.T) {
 	ts := make([]*tracker, 6)
 	for i := range ts {
 		ts[i] = &tracker{extra: &extra{pos: []byte{byte('1' + i)}, positioned: true}, led: l}
-		l.add(ts[i])
+		l.add(ts[i], false)
 	}
 	pos, seq, _ := l.committed()
 	assert.Nil(t, pos)
@@ -39,7 +39,7 @@ func TestLedgerCommitsInOrder(t *testing.T) {
 	assert.Len(t, l.q, 1)
 
 	late := &tracker{extra: &extra{pos: []byte("9"), positioned: true}, led: l}
-	l.add(late)
+	l.add(late, false)
 	l.settle(late, node.Delivered)
 	pos, _, _ = l.committed()
 	assert.Equal(t, "3", string(pos))
@@ -51,8 +51,8 @@ func TestLedgerRejectedHolds(t *testing.T) {
 	l := &ledger{src: "src"}
 	a := &tracker{extra: &extra{pos: []byte("a"), positioned: true}, led: l}
 	b := &tracker{extra: &extra{pos: []byte("b"), positioned: true}, led: l}
-	l.add(a)
-	l.add(b)
+	l.add(a, false)
+	l.add(b, false)
 	l.settle(a, node.Rejected)
 	l.settle(b, node.Delivered)
 	pos, seq, _ := l.committed()

@@ -138,6 +138,11 @@ type sourceRunner[T any] struct {
 	// led is the source's ledger of positions in a run with checkpoints,
 	// nil without.
 	led *ledger
+	// refused is the item of the last EmitAt the ledger noted as refused
+	// (hasRefused), until the next EmitAt looks whether it emits it again
+	// (see ledger.add).
+	refused    T
+	hasRefused bool
 	// tracked is what the root trackers of the items emitted with
 	// EmitTracked share, ledgered those of the items only the ledger
 	// tracks. Their rejOf is rootedRejected[T] when an item of type T may
@@ -222,7 +227,13 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done finisher, pos 
 			tr.extra.ho = newHandOff(item, s.handOffAfter)
 		}
 		tr.extra.pos, tr.extra.positioned, tr.led = pos, true, s.led
-		s.led.add(tr)
+		// The same item, at the same position, as a refused EmitAt's is
+		// that item emitted again; one equal to it in every field counts
+		// as it, a function or channel in it never.
+		again := s.hasRefused && reflect.DeepEqual(s.refused, item)
+		var zero T
+		s.refused, s.hasRefused = zero, false
+		s.led.add(tr, again)
 	case at || s.key != nil || headers != nil:
 		// Not tracked: the tracker only carries the key, headers and
 		// position.
@@ -461,6 +472,10 @@ func (e *emitter[T]) EmitAt(ctx context.Context, item T, pos []byte) error {
 		// next EmitAt emits it again, or goes on without it (see
 		// ledger.add).
 		if tr.led != nil {
+			s := (*sourceRunner[T])(e)
+			s.mu.Lock()
+			s.refused, s.hasRefused = item, true
+			s.mu.Unlock()
 			tr.led.refuse(tr)
 		}
 		tr.fire(node.Failed)
