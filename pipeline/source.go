@@ -228,9 +228,8 @@ func (s *sourceRunner[T]) push(call context.Context, item T, done finisher, pos 
 		}
 		tr.extra.pos, tr.extra.positioned, tr.led = pos, true, s.led
 		// The same item, at the same position, as a refused EmitAt's is
-		// that item emitted again; one equal to it in every field counts
-		// as it, a function or channel in it never.
-		again := s.hasRefused && reflect.DeepEqual(s.refused, item)
+		// that item emitted again (see sameValue).
+		again := s.hasRefused && sameValue(s.refused, item)
 		var zero T
 		s.refused, s.hasRefused = zero, false
 		s.led.add(tr, again)
@@ -481,6 +480,45 @@ func (e *emitter[T]) EmitAt(ctx context.Context, item T, pos []byte) error {
 		tr.fire(node.Failed)
 	}
 	return err
+}
+
+// sameValue reports whether b is a, an item refused before: equal to it,
+// and a plain value, whose copy the pipeline kept as it was refused. An
+// item that holds a pointer, slice, map, channel, function or interface
+// may share memory with what the source emits next (a reused buffer), so
+// that the two compare equal however different the records are: it
+// never counts as the same.
+func sameValue(a, b any) bool {
+	ta := reflect.TypeOf(a)
+	return ta != nil && ta == reflect.TypeOf(b) && plainValue(ta) && reflect.DeepEqual(a, b)
+}
+
+// timeType is time.Time's: a plain value, though its location is a
+// pointer (to a Location, which nothing changes once made).
+var timeType = reflect.TypeFor[time.Time]()
+
+// plainValue reports whether a value of type t holds no reference to
+// memory outside it (see sameValue).
+func plainValue(t reflect.Type) bool {
+	if t == timeType {
+		return true
+	}
+	switch t.Kind() {
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128, reflect.String:
+		return true
+	case reflect.Array:
+		return plainValue(t.Elem())
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if !plainValue(t.Field(i).Type) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // hasOpen reports whether v has an Open; a node.Wrapper has one when
