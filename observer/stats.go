@@ -188,9 +188,11 @@ type NodeStats struct {
 	// when it happens, not published later, and 0 for other nodes and for
 	// items emitted with Emit, which nobody tracks.
 	Tracked, Settled int64
-	// ItemRetries counts the retries of layer 1, item retry. A retry an
-	// item waits for parked counts once it is made: a parked retry that
-	// could start only past MaxElapsed is not.
+	// ItemRetries counts the retries of layer 1, item retry, each once
+	// its call is made (or its item was handed off to its broker for it):
+	// a retry whose wait the run's end cuts off, that could start only
+	// past MaxElapsed, or that an open breaker never lets through (under
+	// OpenPause, until MaxPause or MaxElapsed) is not counted.
 	ItemRetries int64
 	// NodeRestarts counts the restarts of layer 2, node restart.
 	NodeRestarts int64

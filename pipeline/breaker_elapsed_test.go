@@ -20,9 +20,9 @@ import (
 // pausedRetry runs one item through a node whose first call fails and
 // trips its breaker (OpenPause, OpenDuration 10 s), with MaxElapsed
 // maxElapsed, and moves the clock on by advance once the retry waits for
-// the breaker. It returns the calls made, the items delivered and the
-// exhaustion events seen.
-func pausedRetry(t *testing.T, maxElapsed, advance time.Duration) (calls int32, delivered int, exhausted []observer.RetryExhaustedEvent) {
+// the breaker. It returns the calls made, the items delivered, the
+// exhaustion events seen and the node's ItemRetries.
+func pausedRetry(t *testing.T, maxElapsed, advance time.Duration) (calls int32, delivered int, exhausted []observer.RetryExhaustedEvent, retries int64) {
 	t.Helper()
 	clock := clockwork.NewFakeClock()
 	rec := &pipelinetest.Recorder{}
@@ -54,9 +54,9 @@ func pausedRetry(t *testing.T, maxElapsed, advance time.Duration) (calls int32, 
 	require.NoError(t, err)
 	require.NoError(t, clock.BlockUntilContext(t.Context(), 1))
 	clock.Advance(advance)
-	_, err = run.Wait()
+	res, err := run.Wait()
 	require.NoError(t, err)
-	return n.Load(), len(sink.Items()), pipelinetest.Of[observer.RetryExhaustedEvent](rec)
+	return n.Load(), len(sink.Items()), pipelinetest.Of[observer.RetryExhaustedEvent](rec), nodeOf(t, res, "call").ItemRetries
 }
 
 // ItemRetry.MaxElapsed: no retry starts once it has passed since the
@@ -67,8 +67,10 @@ func pausedRetry(t *testing.T, maxElapsed, advance time.Duration) (calls int32, 
 func TestMaxElapsedHoldsThroughAnOpenPause(t *testing.T) {
 	t.Parallel()
 	for _, advance := range []time.Duration{time.Second, 10 * time.Second} {
-		calls, delivered, exhausted := pausedRetry(t, time.Second, advance)
+		calls, delivered, exhausted, retries := pausedRetry(t, time.Second, advance)
 		assert.Equal(t, int32(1), calls, "advance %v: no retry starts past MaxElapsed", advance)
+		// It was counted when decided, although never made.
+		assert.Zero(t, retries, "advance %v: the retry given up was not made", advance)
 		assert.Equal(t, 0, delivered, "advance %v: the item was given up and skipped", advance)
 		require.Len(t, exhausted, 1, "advance %v", advance)
 		assert.Equal(t, resilience.LimitElapsed, exhausted[0].Limit, "advance %v", advance)
@@ -80,8 +82,9 @@ func TestMaxElapsedHoldsThroughAnOpenPause(t *testing.T) {
 // through.
 func TestOpenPauseWithinMaxElapsedRetries(t *testing.T) {
 	t.Parallel()
-	calls, delivered, exhausted := pausedRetry(t, 20*time.Second, 10*time.Second)
+	calls, delivered, exhausted, retries := pausedRetry(t, 20*time.Second, 10*time.Second)
 	assert.Equal(t, int32(2), calls)
+	assert.Equal(t, int64(1), retries)
 	assert.Equal(t, 1, delivered)
 	assert.Empty(t, exhausted)
 }

@@ -234,6 +234,10 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 		started time.Time // under MaxElapsed: the first failure
 	)
 	retry := 0
+	// owed says a retry was decided and waited for in place: it counts in
+	// the node's retries when its call is made, not when a breaker that
+	// stays open, MaxElapsed or the run's end gives it up first.
+	owed := false
 	var failedAt time.Time // when first's call failed, when not now
 	firstProbe := false
 	if from != nil {
@@ -263,10 +267,8 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			}
 			// Its wait ended meanwhile: it is retried here.
 		}
-		if !from.until.IsZero() {
-			// The retry the item parked for is made now.
-			n.stats.retry(resilience.ItemRetry)
-		}
+		// The retry the item parked for counts once its call is made.
+		owed = !from.until.IsZero()
 	} else if prior != nil {
 		fl = *prior
 	} else if r := tr.resume(n.name); r.Retry > 0 {
@@ -317,7 +319,11 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			r, called, transient, probe, err = try(ctx, nr, f, in, tr, fl.before+calls+1, &pause, elapsedBy, idle)
 			if called {
 				calls++
+				if owed {
+					n.stats.retry(resilience.ItemRetry)
+				}
 			}
+			owed = false
 			if err == nil {
 				return r, nil
 			}
@@ -403,11 +409,13 @@ func itemRetryFrom[In, R any](ctx context.Context, nr *nodeRun, f func(context.C
 			handedOff = nr.handOff(ctx, h, in, tr, &fl, retry, d, since)
 		}
 		parkIt := !handedOff && d > 0 && parks && ctx.Err() == nil
-		if !parkIt {
-			// A parked item's retry counts once it is made (itemRetryFrom):
-			// the parking gives it up when it could start only past
-			// MaxElapsed.
+		if handedOff {
+			// The broker makes the retry.
 			n.stats.retry(resilience.ItemRetry)
+		} else if !parkIt {
+			// Counted when its call is made (owed); a parked item's retry
+			// is owed when it is taken up again (itemRetryFrom).
+			owed = true
 		}
 		if nr.rs.observed {
 			// Building the event reads the clock: not for nobody.
