@@ -15,7 +15,9 @@ import (
 // A session window keeps its items until it is handed on. Build rejects
 // [AllowedLateness] on it: a late item could join a session handed on
 // with one still open.
-func SessionWindow(gap time.Duration) WindowSpec { return WindowSpec{gap: gap, session: true} }
+func SessionWindow(gap time.Duration) WindowSpec {
+	return WindowSpec{gap: gap, session: true, made: madeBySession}
+}
 
 // placeSession adds env, of time t, to its key's session: the one it
 // falls in or within gap of, or a new one. The sessions it joins become

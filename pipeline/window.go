@@ -23,37 +23,71 @@ type WindowSpec struct {
 	size, step time.Duration
 	gap        time.Duration // a session window's
 	session    bool
+	made       windowMaker // which constructor made it, for its errors
 }
+
+// windowMaker names the constructor of a WindowSpec; the zero spec has
+// none.
+type windowMaker uint8
+
+const (
+	madeByNone windowMaker = iota
+	madeByCount
+	madeByTime
+	madeBySliding
+	madeBySession
+)
+
+// maxWindowsPerItem bounds the windows a SlidingWindow puts each item in,
+// size/step: each is a window kept and handed on.
+const maxWindowsPerItem = 10_000
 
 // CountWindow is a tumbling window of n items of a key: every n items of
 // the key make one window. On [EventTime], the items are taken in the
 // order of their time, each once the watermark passed it.
-func CountWindow(n int) WindowSpec { return WindowSpec{count: n} }
+func CountWindow(n int) WindowSpec { return WindowSpec{count: n, made: madeByCount} }
 
 // TimeWindow is a tumbling window of d: an item of time t (its arrival on
 // the pipeline's clock, or its [EventTime]) falls in the window
 // [t.Truncate(d), that + d).
-func TimeWindow(d time.Duration) WindowSpec { return WindowSpec{size: d, step: d} }
+func TimeWindow(d time.Duration) WindowSpec {
+	return WindowSpec{size: d, step: d, made: madeByTime}
+}
 
 // SlidingWindow is a window of size that starts every step: an item falls
 // in every window whose span holds its time, size/step of them when step
-// divides size.
-func SlidingWindow(size, step time.Duration) WindowSpec { return WindowSpec{size: size, step: step} }
+// divides size. Build rejects a size more than 10 000 steps long.
+func SlidingWindow(size, step time.Duration) WindowSpec {
+	return WindowSpec{size: size, step: step, made: madeBySliding}
+}
 
 func (w WindowSpec) validate() error {
-	switch {
-	case w.session && w.gap <= 0:
-		return fmt.Errorf("SessionWindow(%s): the gap must be positive", w.gap)
-	case w.session:
-		return nil
-	case w.count < 0:
-		return fmt.Errorf("CountWindow(%d): must be at least 1", w.count)
-	case w.count > 0:
-		return nil
-	case w.size <= 0 || w.step <= 0:
-		return fmt.Errorf("window size %s and step %s: both must be positive", w.size, w.step)
-	case w.step > w.size:
-		return fmt.Errorf("SlidingWindow(%s, %s): the step must not be longer than the size, or items would fall in no window", w.size, w.step)
+	switch w.made {
+	case madeBySession:
+		if w.gap <= 0 {
+			return fmt.Errorf("SessionWindow(%s): the gap must be positive", w.gap)
+		}
+	case madeByCount:
+		if w.count < 1 {
+			return fmt.Errorf("CountWindow(%d): must be at least 1", w.count)
+		}
+	case madeByTime:
+		if w.size <= 0 {
+			return fmt.Errorf("TimeWindow(%s): the size must be positive", w.size)
+		}
+	case madeBySliding:
+		switch {
+		case w.size <= 0:
+			return fmt.Errorf("SlidingWindow(%s, %s): the size must be positive", w.size, w.step)
+		case w.step <= 0:
+			return fmt.Errorf("SlidingWindow(%s, %s): the step must be positive", w.size, w.step)
+		case w.step > w.size:
+			return fmt.Errorf("SlidingWindow(%s, %s): the step must not be longer than the size, or items would fall in no window", w.size, w.step)
+		case w.size/w.step > maxWindowsPerItem:
+			return fmt.Errorf("SlidingWindow(%s, %s): each item would fall in %d windows, more than %d", w.size, w.step, w.size/w.step, maxWindowsPerItem)
+		}
+	default:
+		return errors.New("the zero WindowSpec: make one with CountWindow, TimeWindow, SlidingWindow or SessionWindow")
 	}
 	return nil
 }

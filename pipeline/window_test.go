@@ -218,6 +218,45 @@ func TestAggregateBadInput(t *testing.T) {
 	}
 }
 
+// Build names the constructor of a bad WindowSpec and what is wrong with
+// it: CountWindow(0) and TimeWindow(0) were reported as a "window size 0s
+// and step 0s" the user never wrote. A SlidingWindow whose items would
+// each fall in more than 10 000 windows is refused: with a step of 1 ns,
+// one item's windows, a billion, hung the node past any cancellation
+// (a review's findings).
+func TestAggregateBadWindowSpecs(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		spec pipeline.WindowSpec
+		want string // "" for a spec Build takes
+	}{
+		{pipeline.CountWindow(0), `node "agg": CountWindow(0): must be at least 1`},
+		{pipeline.CountWindow(1), ""},
+		{pipeline.TimeWindow(0), `node "agg": TimeWindow(0s): the size must be positive`},
+		{pipeline.TimeWindow(-time.Second), `node "agg": TimeWindow(-1s): the size must be positive`},
+		{pipeline.TimeWindow(time.Nanosecond), ""},
+		{pipeline.SlidingWindow(0, time.Second), `node "agg": SlidingWindow(0s, 1s): the size must be positive`},
+		{pipeline.SlidingWindow(time.Second, 0), `node "agg": SlidingWindow(1s, 0s): the step must be positive`},
+		{pipeline.SlidingWindow(time.Second, -time.Second), `node "agg": SlidingWindow(1s, -1s): the step must be positive`},
+		{pipeline.SlidingWindow(time.Second, time.Nanosecond), `node "agg": SlidingWindow(1s, 1ns): each item would fall in 1000000000 windows, more than 10000`},
+		{pipeline.SlidingWindow(10_001*time.Millisecond, time.Millisecond), `each item would fall in 10001 windows`},
+		{pipeline.SlidingWindow(10_000*time.Millisecond, time.Millisecond), ""},
+		{pipeline.SessionWindow(0), `node "agg": SessionWindow(0s): the gap must be positive`},
+		{pipeline.WindowSpec{}, `node "agg": the zero WindowSpec: make one with CountWindow, TimeWindow, SlidingWindow or SessionWindow`},
+	} {
+		b := pipeline.New("bad-spec")
+		src := pipeline.Source[int](b, "src", pipelinetest.NewSliceSource(1))
+		out := pipeline.Aggregate(b, "agg", src, func(int) int { return 0 }, c.spec, zero, sum)
+		pipeline.Sink(b, "sink", out, &pipelinetest.Collector[pipeline.Window[int, int]]{})
+		_, err := b.Build()
+		if c.want == "" {
+			assert.NoError(t, err, "%+v", c.spec)
+			continue
+		}
+		assert.ErrorContains(t, err, c.want)
+	}
+}
+
 // A panic in add fails the node for good, naming it, even with node
 // restart armed: the item it was placing would be lost by a restart. Every
 // tracked item still ends once.
