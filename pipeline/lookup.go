@@ -95,42 +95,56 @@ func NewLookup[K comparable, V any](fetch func(context.Context, K) (V, error), o
 func (l *Lookup[K, V]) Get(ctx context.Context, key K) (V, error) {
 	shared := false
 	for {
-		l.mu.Lock()
-		if e, ok := l.entries[key]; ok {
-			ent := e.Value.(*lookupEntry[K, V])
-			if l.clock.Now().Before(ent.expires) {
-				l.order.MoveToFront(e)
-				l.stats.Hits++
-				l.mu.Unlock()
-				return ent.val, nil
-			}
-			l.order.Remove(e)
-			delete(l.entries, key)
-		}
-		if f, ok := l.flights[key]; ok {
-			if !shared {
-				l.stats.Shared++
-				shared = true
-			}
-			l.mu.Unlock()
-			select {
-			case <-f.done:
-			case <-ctx.Done():
-				var zero V
-				return zero, context.Cause(ctx)
-			}
-			if f.cancelled && ctx.Err() == nil {
-				continue // the fetcher was cancelled, not this caller
-			}
+		v, hit, f, lead := l.begin(key, &shared)
+		switch {
+		case hit:
+			return v, nil
+		case lead:
+			l.lead(ctx, key, f)
 			return f.val, f.err
 		}
-		f := &flight[V]{done: make(chan struct{})}
-		l.flights[key] = f
-		l.stats.Fetches++
-		l.mu.Unlock()
-		l.lead(ctx, key, f)
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			var zero V
+			return zero, context.Cause(ctx)
+		}
+		if f.cancelled && ctx.Err() == nil {
+			continue // the fetcher was cancelled, not this caller
+		}
 		return f.val, f.err
 	}
+}
+
+// begin is Get's look at the cache and the fetches under way, under the
+// lock: key's fresh value (hit), or the flight to wait for, or, with lead,
+// a new flight for the caller to fetch. The lock is released however it
+// ends: a key of an interface type K whose value cannot be compared
+// panics at the map's lookup, and left the Lookup locked for good.
+func (l *Lookup[K, V]) begin(key K, shared *bool) (v V, hit bool, f *flight[V], lead bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.entries[key]; ok {
+		ent := e.Value.(*lookupEntry[K, V])
+		if l.clock.Now().Before(ent.expires) {
+			l.order.MoveToFront(e)
+			l.stats.Hits++
+			return ent.val, true, nil, false
+		}
+		l.order.Remove(e)
+		delete(l.entries, key)
+	}
+	if f, ok := l.flights[key]; ok {
+		if !*shared {
+			l.stats.Shared++
+			*shared = true
+		}
+		return v, false, f, false
+	}
+	f = &flight[V]{done: make(chan struct{})}
+	l.flights[key] = f
+	l.stats.Fetches++
+	return v, false, f, true
 }
 
 // lead fetches key for flight f and releases its waiters, however the

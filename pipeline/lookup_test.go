@@ -169,3 +169,37 @@ func TestLookupBadInput(t *testing.T) {
 	_, err := b.Build()
 	assert.ErrorContains(t, err, `"e": Enrich: key, lookup and join must not be nil`)
 }
+
+// A key of an interface type whose value cannot be compared (a slice in
+// an any) panics in Get, as a map's lookup does, and leaves the Lookup
+// usable: the panic came while Get held the Lookup's lock, and every
+// later Get, Stats and Len waited for it for good. In a pipeline the
+// panic fails the run, naming the node, where the node's other workers
+// hung in Get (a review's finding).
+func TestLookupUncomparableKeyLeavesItUsable(t *testing.T) {
+	t.Parallel()
+	lk := pipeline.NewLookup(func(_ context.Context, k any) (string, error) { return fmt.Sprint(k), nil }, pipeline.LookupOptions{})
+	assert.Panics(t, func() { _, _ = lk.Get(t.Context(), []int{1}) })
+	v, err := lk.Get(t.Context(), "a")
+	require.NoError(t, err)
+	assert.Equal(t, "a", v)
+	assert.Equal(t, 1, lk.Len())
+	assert.Equal(t, int64(1), lk.Stats().Fetches)
+
+	for range 20 {
+		lk := pipeline.NewLookup(func(_ context.Context, k any) (string, error) { return fmt.Sprint(k), nil }, pipeline.LookupOptions{})
+		b := pipeline.New("enrich-panic")
+		orders := pipeline.Source[int](b, "orders", pipelinetest.NewSliceSource(ints(100)...))
+		enriched := pipeline.Enrich(b, "customer", orders, func(o int) any {
+			if o == 50 {
+				return []int{o}
+			}
+			return o % 4
+		}, lk, func(o int, c string) string { return c }, pipeline.Parallel(4))
+		pipeline.Sink(b, "store", enriched, &pipelinetest.Collector[string]{})
+		_, err := build(t, b).Run(t.Context())
+		require.Error(t, err)
+		assert.ErrorContains(t, err, `"customer"`)
+		assert.ErrorContains(t, err, "hash of unhashable type []int")
+	}
+}
