@@ -128,7 +128,8 @@ func (k NodeKind) handsOnOnePerItem() bool {
 // it handed downstream (for a sink: the items written). Items are counted
 // through a Batch: a node that takes batches counts the items in them, and
 // InBatches and OutBatches count the batches themselves. Failed counts items
-// whose processing failed after item retries, whatever happened next;
+// whose processing failed after item retries, whatever happened next,
+// but for those a Fallback rescued (Fallbacks);
 // Skipped and DeadLettered count those the failure action dropped or
 // dead-lettered, BrokerRetries those the dead-letter sink gave back to
 // their broker to deliver again instead, Filtered those a Filter dropped
@@ -143,7 +144,8 @@ type NodeStats struct {
 	// it handed downstream, or for a sink the items written.
 	In, Out int64
 	// Failed counts the items whose processing failed after item
-	// retries, whatever happened to them next.
+	// retries, whatever happened to them next, except those a Fallback
+	// rescued, which Fallbacks counts.
 	Failed int64
 	// Skipped counts the failed items the failure action Skip dropped.
 	Skipped int64

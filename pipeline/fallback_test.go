@@ -52,6 +52,7 @@ func TestFallback(t *testing.T) {
 			assert.Equal(t, node.DeadLettered, outcomes[5])
 			assert.Equal(t, node.DeadLettered, outcomes[6])
 			assert.Equal(t, int64(1), nodeOf(t, res, "price").Fallbacks)
+			assert.Equal(t, int64(2), nodeOf(t, res, "price").Failed, "the items the fallback did not rescue")
 			assert.Equal(t, int64(6), nodeOf(t, res, "price").Out)
 			for _, env := range dlq.Envelopes() {
 				assert.ErrorIs(t, env.Err, errOther)

@@ -267,11 +267,22 @@ func NewBreaker(name string, opts CircuitBreakerOptions, clock clockwork.Clock, 
 	return &Breaker{name: name, opts: opts, clock: clock, onTransition: onTransition, changed: make(chan struct{})}
 }
 
-// State returns the current state without taking a lock. An open breaker
-// whose OpenDuration has passed still reports open until a permit is asked
-// for.
+// State returns the current state, as of the breaker's clock: an open
+// breaker whose OpenDuration has passed reports half-open, since its next
+// Allow lets a probe through, although the transition (and its
+// onTransition) waits for that Allow. A closed breaker is read without
+// taking a lock.
 func (b *Breaker) State() CircuitState {
-	return CircuitState(b.seen.Load() & 3)
+	st := CircuitState(b.seen.Load() & 3)
+	if st != CircuitOpen {
+		return st
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.state == CircuitOpen && !b.clock.Now().Before(b.openedAt.Add(b.opts.OpenDuration)) {
+		return CircuitHalfOpen
+	}
+	return b.state
 }
 
 // changedCh returns a channel that is closed at the next transition or

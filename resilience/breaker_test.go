@@ -97,13 +97,23 @@ func TestBreakerHalfOpensAtFirstPermitAfterOpenDuration(t *testing.T) {
 	r.clock.Advance(10*time.Second - time.Nanosecond)
 	_, err := r.b.Allow()
 	require.ErrorIs(t, err, resilience.ErrCircuitOpen)
+	assert.Equal(t, resilience.CircuitOpen, r.b.State())
 
 	r.clock.Advance(time.Nanosecond)
-	// No timer: the state stays open until someone asks.
-	assert.Equal(t, resilience.CircuitOpen, r.b.State())
+	// No timer: the transition waits until someone asks, while State
+	// says what the next Allow finds. It said open for good after a run
+	// ended, so that a stopped pipeline's gauge showed an outage (a
+	// review's finding).
+	assert.Equal(t, resilience.CircuitHalfOpen, r.b.State())
+	r.mu.Lock()
+	require.Len(t, r.ts, 1, "the trip alone: reading the state is no transition")
+	r.mu.Unlock()
 	probe, err := r.b.Allow()
 	require.NoError(t, err)
 	assert.Equal(t, resilience.CircuitHalfOpen, r.b.State())
+	r.mu.Lock()
+	require.Len(t, r.ts, 2, "the half-open transition, at the Allow")
+	r.mu.Unlock()
 
 	// One probe slot by default: the next caller is refused, and one that
 	// waits is let through when the probe's result closes the breaker.

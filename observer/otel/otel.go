@@ -149,7 +149,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	}
 	o.in = counter(ItemsIn, "{item}", "Items a node took in from its input.")
 	o.out = counter(ItemsOut, "{item}", "Items a node handed downstream; for a sink, items written.")
-	o.failed = counter(ItemsFailed, "{item}", "Items whose processing failed after item retries, whatever happened to them next.")
+	o.failed = counter(ItemsFailed, "{item}", "Items whose processing failed after item retries, whatever happened to them next, except those a Fallback rescued.")
 	o.filtered = counter(ItemsFiltered, "{item}", "Items a filter dropped, or a flat map or unbatch turned into nothing.")
 	o.deadLetters = counter(DeadLetters, "{item}", "Items a node sent to the dead-letter sink, which stored them.")
 	o.brokerRetries = counter(BrokerRetries, "{item}",
@@ -164,7 +164,7 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 		metric.WithDescription("State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open."))
 	errs = append(errs, err)
 	o.inFlight, err = m.Int64ObservableUpDownCounter(ItemsInFlight, metric.WithUnit("{item}"),
-		metric.WithDescription("Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped, dead-lettered, given back to its broker or handed off; 0 while the pipeline is not running."))
+		metric.WithDescription("Items a transform, sink, filter, merge or route (and each of its branches) took in during the current run and has not yet handed on, written, filtered, skipped, dead-lettered, given back to its broker or handed off; 0 while the pipeline is not running."))
 	errs = append(errs, err)
 	o.exhausted, err = m.Int64Counter(RetriesExhausted, metric.WithUnit("{exhaustion}"),
 		metric.WithDescription("Times a resilience layer of a node ran out of retries, by layer (kind) and by what ended them (limit): count, elapsed, budget."))

@@ -74,9 +74,13 @@ func WithDelayBuckets(bounds ...float64) Option {
 //
 // A Collector is safe for concurrent use. Create one with [New].
 type Collector struct {
-	mu        sync.RWMutex
-	observed  []observer.StatsReader
-	byName    map[string]observer.StatsReader
+	mu       sync.RWMutex
+	observed []observer.StatsReader
+	byName   map[string]observer.StatsReader
+	// forgotten holds the names ForgetStats let go of, until UseStats
+	// takes one again: their late events are not counted, or their
+	// series would come back with no one to remove them.
+	forgotten map[string]bool
 	exhausted *promclient.CounterVec
 	delay     *promclient.HistogramVec
 
@@ -93,7 +97,8 @@ func New(opts ...Option) *Collector {
 	node := []string{"pipeline", "node"}
 	kind := []string{"pipeline", "node", "kind"}
 	return &Collector{
-		byName: make(map[string]observer.StatsReader),
+		byName:    make(map[string]observer.StatsReader),
+		forgotten: make(map[string]bool),
 		exhausted: promclient.NewCounterVec(promclient.CounterOpts{
 			Name: RetriesExhausted,
 			Help: "Times a resilience layer of a node ran out of retries, by layer (kind) and by what ended them (limit): count, elapsed, budget.",
@@ -105,7 +110,7 @@ func New(opts ...Option) *Collector {
 		}, kind),
 		in:          promclient.NewDesc(ItemsIn, "Items a node took in from its input.", node, nil),
 		out:         promclient.NewDesc(ItemsOut, "Items a node handed downstream; for a sink, items written.", node, nil),
-		failed:      promclient.NewDesc(ItemsFailed, "Items whose processing failed after item retries, whatever happened to them next.", node, nil),
+		failed:      promclient.NewDesc(ItemsFailed, "Items whose processing failed after item retries, whatever happened to them next, except those a Fallback rescued.", node, nil),
 		filtered:    promclient.NewDesc(ItemsFiltered, "Items a filter dropped, or a flat map or unbatch turned into nothing.", node, nil),
 		deadLetters: promclient.NewDesc(DeadLetters, "Items a node sent to the dead-letter sink, which stored them.", node, nil),
 		brokerRetries: promclient.NewDesc(BrokerRetries,
@@ -117,7 +122,7 @@ func New(opts ...Option) *Collector {
 		retries:   promclient.NewDesc(Retries, "Retries a node made, by layer (kind): item_retry, node_restart, node_retry.", kind, nil),
 		circuit:   promclient.NewDesc(CircuitState, "State of a node's circuit breaker: 0 closed (also without a breaker), 1 open, 2 half-open.", node, nil),
 		inFlight: promclient.NewDesc(ItemsInFlight,
-			"Items a transform, sink, filter or merge took in during the current run and has not yet handed on, written, filtered, skipped, dead-lettered, given back to its broker or handed off; 0 while the pipeline is not running.", node, nil),
+			"Items a transform, sink, filter, merge or route (and each of its branches) took in during the current run and has not yet handed on, written, filtered, skipped, dead-lettered, given back to its broker or handed off; 0 while the pipeline is not running.", node, nil),
 	}
 }
 
@@ -141,6 +146,7 @@ func (c *Collector) UseStats(r observer.StatsReader) error {
 	}
 	c.observed = append(c.observed, r)
 	c.byName[s.Pipeline] = r
+	delete(c.forgotten, s.Pipeline)
 	// Exhaustion counters start at zero, so that the first exhaustion is
 	// an increase that rate() can see; only those that can move, so that
 	// a dashboard is not filled with series that stay at zero. Another
@@ -168,6 +174,7 @@ func (c *Collector) ForgetStats(r observer.StatsReader) {
 			continue
 		}
 		delete(c.byName, name)
+		c.forgotten[name] = true
 		c.observed = slices.DeleteFunc(c.observed, func(o observer.StatsReader) bool { return o == r })
 		c.exhausted.DeletePartialMatch(promclient.Labels{"pipeline": name})
 		c.delay.DeletePartialMatch(promclient.Labels{"pipeline": name})
@@ -242,13 +249,23 @@ func (c *Collector) OnNodeCompleted(observer.NodeEvent) {}
 
 // OnRetry records the delay chosen in the retry delay histogram. The
 // retry itself is counted by the engine.
+// An event of a pipeline that ForgetStats let go of is not recorded.
 func (c *Collector) OnRetry(e observer.RetryEvent) {
-	c.delay.WithLabelValues(e.Pipeline, e.Node, e.Kind.String()).Observe(e.Delay.Seconds())
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.forgotten[e.Pipeline] {
+		c.delay.WithLabelValues(e.Pipeline, e.Node, e.Kind.String()).Observe(e.Delay.Seconds())
+	}
 }
 
-// OnRetryExhausted counts the exhaustion.
+// OnRetryExhausted counts the exhaustion, unless ForgetStats let go of
+// its pipeline.
 func (c *Collector) OnRetryExhausted(e observer.RetryExhaustedEvent) {
-	c.exhausted.WithLabelValues(e.Pipeline, e.Node, e.Kind.String(), e.Limit.String()).Inc()
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if !c.forgotten[e.Pipeline] {
+		c.exhausted.WithLabelValues(e.Pipeline, e.Node, e.Kind.String(), e.Limit.String()).Inc()
+	}
 }
 
 // OnDeadLetter does nothing: dead letters are counted by the engine.
