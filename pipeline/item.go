@@ -96,11 +96,19 @@ func call[In, R any](ctx context.Context, f func(context.Context, In) (R, error)
 // when it has one; number is the item's call on the node, 1 for its first.
 // A tracer that panics fails the run, and the call is not made.
 func traced[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int) (r R, err error) {
+	r, _, err = tracedCall(ctx, nr, f, in, tr, number)
+	return r, err
+}
+
+// tracedCall is traced that also says whether f was called: not when the
+// tracer panicked starting the attempt.
+func tracedCall[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In) (R, error), in In, tr *tracker, number int) (r R, called bool, err error) {
 	t := nr.rs.tracer
 	ctx = callsWithStop(nr, ctx, nr.enterCall(ctx))
 	defer nr.leaveCall()
 	if t == nil || !callsUser(nr.spec) {
-		return call(ctx, f, in)
+		r, err = call(ctx, f, in)
+		return r, true, err
 	}
 	rs, n := nr.rs, nr.spec
 	a := observer.Attempt{Pipeline: rs.p.name, RunID: rs.id, Node: n.name, Key: keyOf(in, tr), Number: number, Links: tr.links()}
@@ -108,7 +116,7 @@ func traced[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context,
 	if terr != nil {
 		terr = fmt.Errorf("pipeline: tracer panicked starting attempt %d: %w", number, terr)
 		rs.fail(n.name, terr)
-		return r, causeOr(ctx, terr)
+		return r, false, causeOr(ctx, terr)
 	}
 	r, err = call(sctx, f, in)
 	if terr := endAttempt(end, err); terr != nil {
@@ -119,7 +127,7 @@ func traced[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context,
 			err = causeOr(ctx, terr)
 		}
 	}
-	return r, err
+	return r, true, err
 }
 
 // causeOr returns ctx's cause, or err while ctx is not done yet.
@@ -481,14 +489,14 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 	br := nr.spec.breaker
 	classifier := nr.spec.res.ItemRetry.Classifier
 	if br == nil {
-		r, err = traced(ctx, nr, f, in, tr, number)
-		if err != nil {
+		r, called, err = tracedCall(ctx, nr, f, in, tr, number)
+		if err != nil && called {
 			nr.echoed(ctx)
 			if ctx.Err() == nil {
 				transient, err = classify(ctx, classifier, err)
 			}
 		}
-		return r, true, transient, false, err
+		return r, called, transient, false, err
 	}
 	permit, err := nr.permit(ctx, pause, elapsedBy, idle)
 	if err != nil {
@@ -496,7 +504,11 @@ func try[In, R any](ctx context.Context, nr *nodeRun, f func(context.Context, In
 	}
 	result := resilience.CallIgnored
 	defer func() { br.Record(permit, result) }()
-	r, err = traced(ctx, nr, f, in, tr, number)
+	r, called, err = tracedCall(ctx, nr, f, in, tr, number)
+	if !called {
+		// The tracer failed the run before the call.
+		return r, false, false, permit.Probe(), err
+	}
 	if err != nil {
 		nr.echoed(ctx)
 	}

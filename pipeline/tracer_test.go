@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/assert"
@@ -152,6 +153,43 @@ func TestTracerPanicFailsTheRun(t *testing.T) {
 			assert.ErrorContains(t, err, "tracer down")
 			assert.Zero(t, nodeOf(t, res, "sink").Out, "no write counts once the tracer failed")
 		})
+	}
+}
+
+// retryTracer panics when it starts attempt 2, a retry.
+type retryTracer struct{}
+
+func (retryTracer) StartAttempt(ctx context.Context, a observer.Attempt) (context.Context, func(error)) {
+	if a.Number == 2 {
+		panic("tracer down")
+	}
+	return ctx, func(error) {}
+}
+
+// A retry whose attempt the tracer fails to start is not made, and not
+// counted in the node's ItemRetries, with a breaker or without: it was
+// counted as made (second review).
+func TestTracerPanicAtARetryIsNoRetry(t *testing.T) {
+	t.Parallel()
+	for _, breaker := range []bool{false, true} {
+		var n atomic.Int32
+		f := node.TransformFunc[int, int](func(context.Context, int) (int, error) {
+			n.Add(1)
+			return 0, errFlaky
+		})
+		b := pipeline.New("tracer-retry", pipeline.WithResilience(func(o *resilience.Options) {
+			o.ItemRetry.MaxRetries = 1
+			o.ItemRetry.Backoff = resilience.NoBackoff()
+			o.NodeRetry.MaxRetries = 0
+			o.OnItemFailure = resilience.Skip
+			o.CircuitBreaker.Enabled = breaker
+		}))
+		out := pipeline.Transform(b, "call", pipeline.Source(b, "src", pipelinetest.NewSliceSource(1)), f)
+		pipeline.Sink(b, "sink", out, &pipelinetest.Collector[int]{})
+		res, err := build(t, b).Run(observer.WithTracer(t.Context(), retryTracer{}))
+		assert.ErrorContains(t, err, "tracer panicked starting attempt 2")
+		assert.Equal(t, int32(1), n.Load(), "breaker %v: the retry's call was not made", breaker)
+		assert.Zero(t, nodeOf(t, res, "call").ItemRetries, "breaker %v", breaker)
 	}
 }
 

@@ -56,7 +56,8 @@ func TimeWindow(d time.Duration) WindowSpec {
 
 // SlidingWindow is a window of size that starts every step: an item falls
 // in every window whose span holds its time, size/step of them when step
-// divides size. Build rejects a size more than 10 000 steps long.
+// divides size. Build rejects a spec whose items could each fall in more
+// than 10 000 windows.
 func SlidingWindow(size, step time.Duration) WindowSpec {
 	return WindowSpec{size: size, step: step, made: madeBySliding}
 }
@@ -83,13 +84,23 @@ func (w WindowSpec) validate() error {
 			return fmt.Errorf("SlidingWindow(%s, %s): the step must be positive", w.size, w.step)
 		case w.step > w.size:
 			return fmt.Errorf("SlidingWindow(%s, %s): the step must not be longer than the size, or items would fall in no window", w.size, w.step)
-		case w.size/w.step > maxWindowsPerItem:
-			return fmt.Errorf("SlidingWindow(%s, %s): each item would fall in %d windows, more than %d", w.size, w.step, w.size/w.step, maxWindowsPerItem)
+		case w.windowsPerItem() > maxWindowsPerItem:
+			return fmt.Errorf("SlidingWindow(%s, %s): an item would fall in up to %d windows, more than %d", w.size, w.step, w.windowsPerItem(), maxWindowsPerItem)
 		}
 	default:
 		return errors.New("the zero WindowSpec: make one with CountWindow, TimeWindow, SlidingWindow or SessionWindow")
 	}
 	return nil
+}
+
+// windowsPerItem is the most windows of a sliding spec an item falls in:
+// size/step, rounded up (an item on a step's start is in the last one).
+func (w WindowSpec) windowsPerItem() time.Duration {
+	n := w.size / w.step
+	if w.size%w.step != 0 {
+		n++
+	}
+	return n
 }
 
 // A Window is one window's aggregate, as [Aggregate] hands it on.

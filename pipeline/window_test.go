@@ -238,8 +238,10 @@ func TestAggregateBadWindowSpecs(t *testing.T) {
 		{pipeline.SlidingWindow(0, time.Second), `node "agg": SlidingWindow(0s, 1s): the size must be positive`},
 		{pipeline.SlidingWindow(time.Second, 0), `node "agg": SlidingWindow(1s, 0s): the step must be positive`},
 		{pipeline.SlidingWindow(time.Second, -time.Second), `node "agg": SlidingWindow(1s, -1s): the step must be positive`},
-		{pipeline.SlidingWindow(time.Second, time.Nanosecond), `node "agg": SlidingWindow(1s, 1ns): each item would fall in 1000000000 windows, more than 10000`},
-		{pipeline.SlidingWindow(10_001*time.Millisecond, time.Millisecond), `each item would fall in 10001 windows`},
+		{pipeline.SlidingWindow(time.Second, time.Nanosecond), `node "agg": SlidingWindow(1s, 1ns): an item would fall in up to 1000000000 windows, more than 10000`},
+		{pipeline.SlidingWindow(10_001*time.Millisecond, time.Millisecond), `an item would fall in up to 10001 windows`},
+		// An item on a step's start falls in 10 001 windows (second review).
+		{pipeline.SlidingWindow(10_000*time.Millisecond+time.Nanosecond, time.Millisecond), `an item would fall in up to 10001 windows`},
 		{pipeline.SlidingWindow(10_000*time.Millisecond, time.Millisecond), ""},
 		{pipeline.SessionWindow(0), `node "agg": SessionWindow(0s): the gap must be positive`},
 		{pipeline.WindowSpec{}, `node "agg": the zero WindowSpec: make one with CountWindow, TimeWindow, SlidingWindow or SessionWindow`},

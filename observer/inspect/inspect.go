@@ -379,8 +379,8 @@ func (in *Inspector) OnNodeStarted(e observer.NodeEvent) {
 func (in *Inspector) OnNodeCompleted(observer.NodeEvent) {}
 
 // OnRetry counts the node's item retries as they are announced: the
-// pipeline's Stats counts a retry an item waits for parked only once it is
-// made, so the difference is the retries parked now.
+// pipeline's Stats counts a retry only once its call is made, so the
+// difference is the retries waiting now, parked or in place.
 func (in *Inspector) OnRetry(e observer.RetryEvent) {
 	if e.Kind != resilience.ItemRetry {
 		return
@@ -833,7 +833,7 @@ type nodeSnapshot struct {
 	BreakerChanges  int64  `json:"breakerChanges"`
 	Exhausted       int64  `json:"exhausted"`
 	BudgetExhausted int64  `json:"budgetExhausted"`
-	Parked          int64  `json:"parked"` // item retries announced, not yet made; 0 between runs
+	Parked          int64  `json:"parked"` // item retries announced, not yet made (waiting, parked or in place); 0 between runs
 }
 
 func (in *Inspector) snapshot() snapshot {
@@ -855,9 +855,9 @@ func (in *Inspector) snapshot() snapshot {
 				ns.Exhausted = c.exhausted.Load()
 				ns.BudgetExhausted = c.budgetExhausted.Load()
 				if b := c.base.Load(); st.Running && b != nil && b.runID == st.RunID {
-					// Stats counts a retry that does not park when it is
-					// announced, before the event: never below 0. A node
-					// not started in this run parks nothing.
+					// Stats counts a retry once it is made, after its
+					// event, but a hand-off's before: never below 0. A node
+					// not started in this run has nothing waiting.
 					ns.Parked = max(0, c.itemRetries.Load()-n.ItemRetries-b.abandoned)
 				}
 			}

@@ -73,3 +73,58 @@ func TestParkedRetries(t *testing.T) {
 	assert.Equal(t, int64(0), sn.Nodes[1].Parked)
 	assert.Equal(t, int64(1), sn.Nodes[1].ItemRetries)
 }
+
+// A plain node's retry waiting in place for its backoff shows as waiting
+// (docs/inspector.md), and no longer once it is made. The engine counts a
+// retry once its call is made on every node shape; the Inspector's
+// comment and docs said a plain node's retry never waited (a review's
+// finding).
+func TestWaitingRetryInPlace(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	in := inspect.New(inspect.WithClock(clockwork.NewFakeClock()))
+	rec := &pipelinetest.Recorder{}
+	b := pipeline.New("orders", pipeline.WithClock(clock), pipeline.WithObserver(observer.Multi(in, rec)))
+	g := make(gateInts)
+	calls := make(chan struct{}, 4)
+	src := pipeline.Source(b, "read", g)
+	checked := pipeline.Map(b, "check", src, func(_ context.Context, x int) (int, error) {
+		calls <- struct{}{}
+		return 0, resilience.MarkTransient(errors.New("busy"))
+	}, pipeline.NodeResilience(func(o *resilience.Options) {
+		o.NodeRetry.MaxRetries = 0
+		o.OnItemFailure = resilience.Skip
+		o.ItemRetry.MaxRetries = 1
+		o.ItemRetry.Backoff = resilience.Constant(time.Second)
+	}))
+	pipeline.Sink(b, "store", checked, &pipelinetest.Collector[int]{})
+	p, err := b.Build()
+	require.NoError(t, err)
+	url := newServer(t, in).URL + "/api/snapshot"
+	run := pipelinetest.Start(context.Background(), p)
+	ctx := context.Background()
+	g <- 1
+	_, err = pipelinetest.WaitFor[observer.RetryEvent](ctx, rec, 1)
+	require.NoError(t, err)
+	require.NoError(t, clock.BlockUntilContext(ctx, 1))
+	var sn struct {
+		Nodes []struct {
+			Name        string
+			Parked      int64
+			ItemRetries int64
+		}
+	}
+	require.Equal(t, http.StatusOK, getJSON(t, url, &sn))
+	require.Equal(t, "check", sn.Nodes[1].Name)
+	assert.Equal(t, int64(1), sn.Nodes[1].Parked, "waiting in place")
+	assert.Equal(t, int64(0), sn.Nodes[1].ItemRetries, "not made yet")
+	clock.Advance(time.Second)
+	_, err = pipelinetest.WaitFor[observer.DropEvent](ctx, rec, 1)
+	require.NoError(t, err)
+	assert.Len(t, calls, 2)
+	require.Equal(t, http.StatusOK, getJSON(t, url, &sn))
+	assert.Equal(t, int64(0), sn.Nodes[1].Parked, "made")
+	assert.Equal(t, int64(1), sn.Nodes[1].ItemRetries)
+	close(g)
+	_, err = run.Wait()
+	require.NoError(t, err)
+}

@@ -135,7 +135,7 @@
       if (n.handedOff) parts.push("handed off " + n.handedOff);
       b.extra.textContent = parts.join("  ");
       const p2 = [];
-      if (n.parked) p2.push("retries parked " + n.parked);
+      if (n.parked) p2.push("retries waiting " + n.parked);
       if (n.hasInFlight && n.inFlight) p2.push("in flight " + n.inFlight);
       if (n.brokerRetries) p2.push("broker retries " + n.brokerRetries);
       if (n.budgetExhausted) p2.push("budget spent " + n.budgetExhausted);
