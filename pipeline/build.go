@@ -110,6 +110,9 @@ func checkConfig(cfg config) []error {
 	if cfg.buffer < 0 {
 		errs = append(errs, fmt.Errorf("WithBuffer(%d): must not be negative", cfg.buffer))
 	}
+	if cfg.drainTimeout < 0 {
+		errs = append(errs, fmt.Errorf("WithDrainTimeout(%s): must not be negative", cfg.drainTimeout))
+	}
 	if cfg.handOver == 0 || cfg.handOver < -1 {
 		errs = append(errs, fmt.Errorf("WithHandOverBatch(%d): must be at least 1", cfg.handOver))
 	}

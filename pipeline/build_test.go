@@ -118,8 +118,10 @@ func TestBuildRefusesNilFunctionsAndMisplacedParallel(t *testing.T) {
 
 func TestBuildOptionsOfThePipeline(t *testing.T) {
 	t.Parallel()
+	// A negative drain timeout was taken as none: drains unbounded (a
+	// review's finding).
 	b := pipeline.New("", pipeline.WithBuffer(-1), pipeline.WithHandOverBatch(0),
-		pipeline.WithDeadLetterRetry(-1, resilience.Constant(-time.Second)))
+		pipeline.WithDeadLetterRetry(-1, resilience.Constant(-time.Second)), pipeline.WithDrainTimeout(-time.Second))
 	pipeline.Sink(b, "sink", pipeline.Source(b, "src", pipelinetest.NewSliceSource(1)), &pipelinetest.Collector[int]{},
 		pipeline.Buffer(-2))
 	_, err := b.Build()
@@ -127,6 +129,7 @@ func TestBuildOptionsOfThePipeline(t *testing.T) {
 		": the pipeline has no name",
 		": WithBuffer(-1): must not be negative",
 		": WithHandOverBatch(0): must be at least 1",
+		": WithDrainTimeout(-1s): must not be negative",
 		": WithDeadLetterRetry(-1, ...): must be in [0, 100]",
 		": WithDeadLetterRetry backoff: resilience: Base = -1s: must not be negative",
 		"sink: Buffer(-2): must not be negative",

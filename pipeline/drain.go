@@ -24,7 +24,8 @@ var ErrDrainTimeout = errors.New("pipeline: drain timed out")
 
 // WithDrainTimeout bounds a drain (see [Pipeline.Drain]): d after Drain, on
 // the pipeline's clock, the run is cancelled with [ErrDrainTimeout]. 0, the
-// default, waits for every item in flight however long it takes.
+// default, waits for every item in flight however long it takes; a
+// negative d is a Build error.
 //
 // d > 0 is also the grace period of a failure: how long the calls of user
 // code running when the run fails may go on (see [DefaultFailGrace], the
