@@ -427,7 +427,12 @@ func filter(args []string, stdout, stderr io.Writer) int {
 		// looked at: closing a pipe its writer has opened would cut the
 		// writer off (a broken pipe), and the read after would wait for
 		// a writer for good.
-		if info, err := os.Stat(path); err != nil || info.Mode().IsRegular() {
+		if info, err := os.Stat(path); err == nil && info.IsDir() {
+			// Refused before the output is made: a run that reads nothing
+			// leaves no empty OUT behind, which the next run would refuse.
+			dataError(stderr, fmt.Errorf("deadletter: %s: is a directory", path))
+			return exitData
+		} else if err != nil || info.Mode().IsRegular() {
 			f, err := os.Open(path)
 			if err != nil {
 				dataError(stderr, fmt.Errorf("deadletter: %w", err))
@@ -469,7 +474,10 @@ func filter(args []string, stdout, stderr io.Writer) int {
 	if name == "-" {
 		name = "standard output"
 	}
-	fmt.Fprintf(report, "%d of %d envelopes written to %s\n", kept, total, name)
+	if _, err := fmt.Fprintf(report, "%d of %d envelopes written to %s\n", kept, total, name); err != nil {
+		dataError(stderr, fmt.Errorf("the count: %w", err))
+		return exitData
+	}
 	return max(code, rcode)
 }
 

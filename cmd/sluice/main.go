@@ -72,8 +72,8 @@ Commands:
         ledger L (default: the first FILE + .redriven) with where it went
         (broker, vhost, queue or exchange) once the broker confirmed it, so
         that a second redrive to the same place sends only letters not sent
-        there before. An envelope whose item was never
-        encoded is reported, not sent.
+        there before. An envelope whose item was never encoded, or that
+        no publish can carry, is reported, not sent; the others are.
         --dry-run lists what would be sent and touches nothing.
 
   rabbitmq requeue --amqp URL --from Q --to Q [--limit N] [--timeout D]
@@ -86,10 +86,10 @@ Commands:
 
   help  Print this help.
 
-Every reading command takes --rotated: read each FILE's rotated files
-(FILE.000001, ...) first, oldest first, as deadletter.ReadAll does. N in
-dlq show is a line number as dlq ls prints it: a line that cannot be read
-keeps its number, so the numbers of the others never shift.
+Every reading command but dlq show takes --rotated: read each FILE's
+rotated files (FILE.000001, ...) first, oldest first, as deadletter.ReadAll
+does. N in dlq show is a line number as dlq ls prints it: a line that
+cannot be read keeps its number, so the numbers of the others never shift.
 
 Examples:
   sluice dlq stats sluice-demo/dead-letters.jsonl
@@ -105,8 +105,9 @@ Exit codes:
   0  success
   1  a problem with the data: a missing or unreadable file, torn or corrupt
      lines (each reported on stderr; every good line is still used), no
-     envelope at line N, an OUT that exists already, an item never encoded,
-     a publish the broker refused or did not confirm
+     envelope at line N, an OUT that exists already, an item never encoded
+     or that no publish can carry, output that cannot be written, a publish
+     the broker refused or did not confirm
   2  a usage error: an unknown command, missing or extra arguments, an
      unknown flag, a flag's value out of range (--timeout 0 or less)
 `

@@ -118,7 +118,8 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 		return exitData
 	}
 	var todo []letter
-	total, already, unencoded := 0, 0, 0
+	total, already, unencoded, duplicates := 0, 0, 0, 0
+	seen := map[string]bool{} // the letters taken in this run
 	type reading struct {
 		code int
 		read bool
@@ -137,12 +138,22 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 			switch {
 			case done[k]:
 				already++
+			case seen[k]:
+				duplicates++ // a line copied twice is sent once
 			case r.ItemError != "":
 				// Nothing to send: the item was never encoded.
 				unencoded++
 				dataError(stderr, fmt.Errorf("%s:%d: not re-driven: the item was not encoded when it was dead-lettered: %s", r.Path, r.Line, oneLine(r.ItemError)))
 			default:
-				done[k] = true // a line copied twice is sent once
+				seen[k] = true
+				if _, err := rabbitmq.Republishing(r.Envelope); err != nil {
+					// No publish can carry it: it is left, and the letters
+					// after it are sent, instead of stopping at it on
+					// every run.
+					unencoded++
+					dataError(stderr, fmt.Errorf("%s:%d: not re-driven: %w", r.Path, r.Line, err))
+					return
+				}
 				todo = append(todo, letter{r, k})
 			}
 		})
@@ -164,16 +175,31 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 	if unencoded > 0 {
 		code = exitData
 	}
-	if *dryRun {
-		for _, l := range todo {
-			fmt.Fprintf(stdout, "would re-drive %s:%d (%s) to %s\n", l.r.Path, l.r.Line, orDash(oneLine(l.r.OriginNode)), target)
+	counts := func(n int, verb string) string {
+		line := fmt.Sprintf("%d of %d envelopes %s to %s; %d were already (ledger %s)", n, total, verb, target, already, *ledgerPath)
+		if duplicates > 0 {
+			line += fmt.Sprintf("; %d repeated a line read before", duplicates)
 		}
-		fmt.Fprintf(stdout, "%d of %d envelopes would be re-driven to %s; %d were already (ledger %s)\n", len(todo), total, target, already, *ledgerPath)
+		return line + "\n"
+	}
+	if *dryRun {
+		ew := &errWriter{w: stdout}
+		for _, l := range todo {
+			ew.Write(fmt.Appendf(nil, "would re-drive %s:%d (%s) to %s\n", l.r.Path, l.r.Line, orDash(oneLine(l.r.OriginNode)), target))
+		}
+		ew.Write([]byte(counts(len(todo), "would be re-driven")))
+		if ew.err != nil {
+			dataError(stderr, fmt.Errorf("standard output: %w", ew.err))
+			return exitData
+		}
 		return code
 	}
 
 	sent, err := publishLetters(interrupted, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, ledger, where)
-	fmt.Fprintf(stdout, "%d of %d envelopes re-driven to %s; %d were already (ledger %s)\n", sent, total, target, already, *ledgerPath)
+	if _, werr := io.WriteString(stdout, counts(sent, "re-driven")); werr != nil {
+		dataError(stderr, fmt.Errorf("standard output: %w", werr))
+		code = exitData
+	}
 	if err != nil {
 		dataError(stderr, err)
 		return exitData
