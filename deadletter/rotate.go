@@ -53,7 +53,11 @@ func rotatedName(path string, seq int) string {
 // Rotated returns the files that rotation of the dead-letter file at path
 // produced, oldest first: PATH.000001, PATH.000002, and so on. It does not
 // include path itself, which holds the newest envelopes. A missing
-// directory or no rotated files is no error: the result is empty.
+// directory or no rotated files is no error: the result is empty. Only
+// names rotation makes count (six digits at least, no other zeros in
+// front), and only regular files: a sibling such as PATH.2024 or PATH.1,
+// another sink's file or a backup, or a named pipe that would block the
+// read, is not taken for one.
 func Rotated(path string) ([]string, error) {
 	type rotated struct {
 		name string
@@ -74,7 +78,10 @@ func Rotated(path string) ([]string, error) {
 			continue
 		}
 		seq, err := strconv.Atoi(suffix)
-		if err != nil || seq == 0 {
+		if err != nil || seq == 0 || fmt.Sprintf("%06d", seq) != suffix {
+			continue
+		}
+		if info, err := os.Stat(filepath.Join(dir, e.Name())); err != nil || !info.Mode().IsRegular() {
 			continue
 		}
 		found = append(found, rotated{name: filepath.Join(dir, e.Name()), seq: seq})
