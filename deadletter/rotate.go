@@ -55,9 +55,10 @@ func rotatedName(path string, seq int) string {
 // include path itself, which holds the newest envelopes. A missing
 // directory or no rotated files is no error: the result is empty. Only
 // names rotation makes count (six digits at least, no other zeros in
-// front), and only regular files: a sibling such as PATH.2024 or PATH.1,
-// another sink's file or a backup, or a named pipe that would block the
-// read, is not taken for one.
+// front), and not a file that is not regular: a sibling such as
+// PATH.2024 or PATH.1, another sink's file or a backup, or a named pipe
+// that would block the read, is not taken for one. A name that cannot be
+// looked at (a dangling link) is listed, so that reading it says why.
 func Rotated(path string) ([]string, error) {
 	type rotated struct {
 		name string
@@ -81,7 +82,8 @@ func Rotated(path string) ([]string, error) {
 		if err != nil || seq == 0 || fmt.Sprintf("%06d", seq) != suffix {
 			continue
 		}
-		if info, err := os.Stat(filepath.Join(dir, e.Name())); err != nil || !info.Mode().IsRegular() {
+		if info, err := os.Stat(filepath.Join(dir, e.Name())); err == nil && !info.Mode().IsRegular() {
+			// One that cannot be looked at is kept: reading it says why.
 			continue
 		}
 		found = append(found, rotated{name: filepath.Join(dir, e.Name()), seq: seq})
