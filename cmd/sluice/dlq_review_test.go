@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -100,4 +101,56 @@ func TestRedriveGoesPastALetterItCannotPublish(t *testing.T) {
 	assert.Contains(t, stdout, "0 of 3 envelopes re-driven to queue")
 	assert.Contains(t, stdout, "2 were already")
 	assert.Len(t, b.drain(t, q), 2, "the letters 1 and 3, once each")
+}
+
+// letterLine is a dead letter of item (JSON) of type itemType.
+func letterLine(item, itemType string, id int) string {
+	return fmt.Sprintf(`{"item":%s,"item_type":%q,"error":"x%d","origin_node":"n","decision_node":"n","attempts":1}`, item, itemType, id)
+}
+
+// A rabbitmq.Message letter whose property or header name is longer than
+// AMQP's 255 bytes decodes, but no publish carries it: it is reported and
+// left while reading, the dry run does not list it, and the letters after
+// it are sent. The publish met it and stopped the redrive there on every
+// run (third review). Real RabbitMQ.
+func TestRedriveLeavesALetterAMQPCannotCarry(t *testing.T) {
+	const msgType = "github.com/sluicehq/sluice/connector/rabbitmq.Message"
+	long := strings.Repeat("m", 256)
+	for _, bad := range []string{
+		`{"body":"aGk=","message_id":"` + long + `"}`,
+		`{"body":"aGk=","content_type":"` + long + `"}`,
+		`{"body":"aGk=","headers":{"` + long + `":"v"}}`,
+	} {
+		b := newBroker(t)
+		q := b.queue(t)
+		dir := t.TempDir()
+		lines := letterLine(`{"id":1}`, "main_test.item", 1) + "\n" + letterLine(bad, msgType, 2) + "\n" + letterLine(`{"id":3}`, "main_test.item", 3) + "\n"
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "p.jsonl"), []byte(lines), 0o600))
+		code, stdout, stderr := sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", q, "--dry-run", "p.jsonl")
+		assert.Equal(t, 1, code, "%s: %s", bad, stderr)
+		assert.Equal(t, 2, strings.Count(stdout, "would re-drive "), "%s: %s", bad, stdout)
+		assert.Contains(t, stdout, "2 of 3 envelopes would be re-driven")
+		assert.Contains(t, stdout, "; 1 not re-driven (reported above)")
+		for range 2 {
+			code, stdout, stderr = sluice(t, dir, "dlq", "redrive", "--amqp", b.url, "--queue", q, "p.jsonl")
+			assert.Equal(t, 1, code, "%s: %s", bad, stdout+stderr)
+			assert.Contains(t, stderr, "p.jsonl:2: not re-driven: ", bad)
+			assert.Contains(t, stderr, "more than AMQP's 255", bad)
+		}
+		assert.Len(t, b.drain(t, q), 2, "%s: letters 1 and 3, once each", bad)
+	}
+}
+
+// The count line's parts add up to its total: the letters reported and
+// left were missing from it (third review).
+func TestRedriveCountLineAddsUp(t *testing.T) {
+	dir := t.TempDir()
+	writeLetters(t, dir, "l.jsonl", 2)
+	raw, err := os.ReadFile(filepath.Join(dir, "l.jsonl"))
+	require.NoError(t, err)
+	bad := letterLine(`123`, "github.com/sluicehq/sluice/connector/rabbitmq.Message", 9)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.jsonl"), append(raw, []byte(bad+"\n")...), 0o600))
+	code, stdout, stderr := sluice(t, dir, "dlq", "redrive", "--amqp", "amqp://127.0.0.1:1/", "--queue", "q", "--dry-run", "p.jsonl", "p.jsonl")
+	assert.Equal(t, 1, code, stderr)
+	assert.Contains(t, stdout, "2 of 6 envelopes would be re-driven to queue \"q\"; 0 were already (ledger p.jsonl.redriven); 1 not re-driven (reported above); 3 repeated a line read before")
 }

@@ -146,7 +146,7 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 				dataError(stderr, fmt.Errorf("%s:%d: not re-driven: the item was not encoded when it was dead-lettered: %s", r.Path, r.Line, oneLine(r.ItemError)))
 			default:
 				seen[k] = true
-				if _, err := rabbitmq.Republishing(r.Envelope); err != nil {
+				if _, err := letterPublishing(letter{r, k}); err != nil {
 					// No publish can carry it: it is left, and the letters
 					// after it are sent, instead of stopping at it on
 					// every run.
@@ -177,6 +177,9 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 	}
 	counts := func(n int, verb string) string {
 		line := fmt.Sprintf("%d of %d envelopes %s to %s; %d were already (ledger %s)", n, total, verb, target, already, *ledgerPath)
+		if unencoded > 0 {
+			line += fmt.Sprintf("; %d not re-driven (reported above)", unencoded)
+		}
 		if duplicates > 0 {
 			line += fmt.Sprintf("; %d repeated a line read before", duplicates)
 		}
@@ -207,6 +210,45 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 	return code
 }
 
+// letterPublishing is the message a letter is re-driven as: its item as
+// it was (a Message's own body, a []byte's bytes, else its JSON), with
+// the redrive's headers. It refuses what AMQP cannot carry (a property or
+// a header name over 255 bytes, a header value of a type it has not), so
+// that such a letter is reported and left while reading, not met by the
+// publish, which would stop the redrive there on every run.
+func letterPublishing(l letter) (amqp.Publishing, error) {
+	pub, err := rabbitmq.Republishing(l.r.Envelope)
+	if err != nil {
+		return pub, err
+	}
+	pub.MessageId = cmpOr(pub.MessageId, l.key)
+	if pub.Headers == nil {
+		pub.Headers = amqp.Table{}
+	}
+	pub.Headers["x-sluice-redrive-of"] = fmt.Sprintf("%s:%d", l.r.Path, l.r.Line)
+	pub.Headers["x-sluice-redrive-node"] = l.r.DecisionNode
+	pub.Headers["x-sluice-item-type"] = l.r.ItemType
+	for _, f := range []struct{ name, v string }{
+		{"content_type", pub.ContentType}, {"content_encoding", pub.ContentEncoding},
+		{"correlation_id", pub.CorrelationId}, {"reply_to", pub.ReplyTo},
+		{"expiration", pub.Expiration}, {"message_id", pub.MessageId},
+		{"type", pub.Type}, {"user_id", pub.UserId}, {"app_id", pub.AppId},
+	} {
+		if len(f.v) > 255 {
+			return pub, fmt.Errorf("its %s is %d bytes long, more than AMQP's 255", f.name, len(f.v))
+		}
+	}
+	for k := range pub.Headers {
+		if len(k) > 255 {
+			return pub, fmt.Errorf("a header name is %d bytes long, more than AMQP's 255", len(k))
+		}
+	}
+	if err := pub.Headers.Validate(); err != nil {
+		return pub, fmt.Errorf("its headers: %w", err)
+	}
+	return pub, nil
+}
+
 func cmpOr(a, b string) string {
 	if a != "" {
 		return a
@@ -230,25 +272,10 @@ func publishLetters(interrupted context.Context, todo []letter, url, exchange, k
 	pub, err := rabbitmq.NewPublisher(rabbitmq.PublisherConfig[letter]{
 		URL: url, Exchange: exchange, RoutingKey: key,
 		// An item no queue takes is an error, not a silent drop.
-		Mandatory: true,
-		Confirms:  rabbitmq.Confirms{Enabled: true, WaitFor: true, Timeout: timeout},
-		PubRetry:  rabbitmq.PubRetry{Enabled: true},
-		Publishing: func(l letter) (amqp.Publishing, error) {
-			// The item as it was: a Message's own body, a []byte's bytes,
-			// else its JSON.
-			pub, err := rabbitmq.Republishing(l.r.Envelope)
-			if err != nil {
-				return pub, err
-			}
-			pub.MessageId = cmpOr(pub.MessageId, l.key)
-			if pub.Headers == nil {
-				pub.Headers = amqp.Table{}
-			}
-			pub.Headers["x-sluice-redrive-of"] = fmt.Sprintf("%s:%d", l.r.Path, l.r.Line)
-			pub.Headers["x-sluice-redrive-node"] = l.r.DecisionNode
-			pub.Headers["x-sluice-item-type"] = l.r.ItemType
-			return pub, nil
-		},
+		Mandatory:  true,
+		Confirms:   rabbitmq.Confirms{Enabled: true, WaitFor: true, Timeout: timeout},
+		PubRetry:   rabbitmq.PubRetry{Enabled: true},
+		Publishing: letterPublishing,
 	})
 	if err != nil {
 		return 0, err
