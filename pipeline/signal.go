@@ -76,7 +76,10 @@ func (e *SignalError) Unwrap() error { return e.Err }
 // program's again after the second signal, so that a third one has its
 // default effect (Ctrl-C kills the program) when nothing else in the
 // program listens for it, and once RunUntilSignal returns
-// ([signal.Stop]); it leaves no goroutine behind.
+// ([signal.Stop]); it leaves no goroutine behind. The operating system
+// may deliver two equal signals sent at once as one (it keeps one pending
+// signal of each kind), so a second Ctrl-C counts once the first was
+// taken: pressed twice in a blink, it may only drain.
 func RunUntilSignal(ctx context.Context, p *Pipeline, signals ...os.Signal) (Result, error) {
 	if len(signals) == 0 {
 		signals = []os.Signal{os.Interrupt, syscall.SIGTERM}
