@@ -49,13 +49,13 @@ const (
 	Drops            = "sluice.drops"             // Int64ObservableCounter, {item}
 	Retries          = "sluice.retries"           // Int64ObservableCounter, {retry}
 	RetriesExhausted = "sluice.retries.exhausted" // Int64Counter, {exhaustion}
-	Fallbacks        = "sluice.items.fallbacks"   // Int64ObservableCounter, {item}
+	Fallbacks        = "sluice.fallbacks"         // Int64ObservableCounter, {item}
 	RetryDelay       = "sluice.retry.delay"       // Float64Histogram, s
 	CircuitState     = "sluice.circuit.state"     // Int64ObservableGauge, {state}
 	ItemsInFlight    = "sluice.items.in_flight"   // Int64ObservableUpDownCounter, {item}
 	BrokerRetries    = "sluice.broker_retries"    // Int64ObservableCounter, {item}
 	HandedOff        = "sluice.handed_off"        // Int64ObservableCounter, {item}
-	LateItems        = "sluice.items.late"        // Int64ObservableCounter, {item}
+	LateItems        = "sluice.late_items"        // Int64ObservableCounter, {item}
 )
 
 // The attribute keys of every measurement.
