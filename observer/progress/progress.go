@@ -131,7 +131,11 @@ type Reporter struct {
 	stopped  bool // Stop was called: nothing is drawn any more
 	loopStop chan struct{}
 	loopDone chan struct{}
-	wake     chan struct{} // an event drew a frame for the loop to write
+	// looping says the goroutine of loopDone has not decided to end: a
+	// run that starts meanwhile hands it a new loopStop instead of
+	// starting another (see loop).
+	looping bool
+	wake    chan struct{} // an event drew a frame for the loop to write
 
 	stopOnce sync.Once
 }
@@ -172,7 +176,8 @@ func New(w io.Writer, opts ...Option) *Reporter {
 // UseStats adds a pipeline to report on. pipeline.Builder.Build calls it
 // for every pipeline built with the Reporter as (or in) its observer; a
 // program can also call it with a pipeline it built otherwise, then call
-// Start. It fails only for a nil reader.
+// Start. A pipeline it holds already is shown once. It fails only for a
+// nil reader.
 func (r *Reporter) UseStats(sr observer.StatsReader) error {
 	if sr == nil {
 		return errors.New("progress: UseStats: nil StatsReader")
@@ -180,6 +185,9 @@ func (r *Reporter) UseStats(sr observer.StatsReader) error {
 	st := sr.Stats()
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if slices.ContainsFunc(r.pipes, func(p *pipe) bool { return p.r == sr }) {
+		return nil // shown already: once is enough
+	}
 	r.pipes = append(r.pipes, &pipe{r: sr, last: st, lastT: r.clock.Now()})
 	return nil
 }
@@ -338,8 +346,13 @@ func (r *Reporter) ensureLoop() {
 	if r.stopped || r.loopStop != nil {
 		return
 	}
-	stop, done, prev := make(chan struct{}), make(chan struct{}), r.loopDone
-	r.loopStop, r.loopDone = stop, done
+	stop := make(chan struct{})
+	r.loopStop = stop
+	if r.looping {
+		return // the goroutine still writing takes stop up
+	}
+	done, prev := make(chan struct{}), r.loopDone
+	r.loopDone, r.looping = done, true
 	go r.loop(stop, done, prev)
 }
 
@@ -360,7 +373,10 @@ func (r *Reporter) idleStop() {
 
 // loop ticks, and writes the frames drawn, until stop is closed; then it
 // writes what is left. It is the only goroutine that writes, one loop at
-// a time, so that frames are written in order.
+// a time, so that frames are written in order. When a run started while
+// it wrote what was left (ensureLoop gave it a new stop), it goes on
+// ticking: a goroutine of its own per run, each waiting for the one
+// before, would pile up without bound while the output is blocked.
 func (r *Reporter) loop(stop <-chan struct{}, done chan<- struct{}, prev <-chan struct{}) {
 	defer close(done)
 	if prev != nil {
@@ -372,7 +388,17 @@ func (r *Reporter) loop(stop <-chan struct{}, done chan<- struct{}, prev <-chan 
 		select {
 		case <-stop:
 			r.flush() // the final frame of the run that ended last
-			return
+			r.mu.Lock()
+			next := r.loopStop
+			if next == nil {
+				r.looping = false // what is drawn from now on is the next goroutine's
+				r.mu.Unlock()
+				return
+			}
+			r.mu.Unlock()
+			stop, n = next, 1
+			t.Reset(r.tickEvery)
+			continue
 		case <-r.wake:
 			r.flush()
 			continue
