@@ -95,7 +95,8 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 		PubRetry:  rabbitmq.PubRetry{Enabled: true},
 		// A dead letter the DeadLetterPublisher wrote gives back its item;
 		// any other message goes as it is, properties kept, without the
-		// headers of its earlier life (x-death, the x-sluice-* story).
+		// headers of its earlier life (x-death, x-first-death-*,
+		// x-last-death-*, x-delivery-count, the x-sluice-* story).
 		Publishing: rabbitmq.Unwrap,
 	})
 	if err != nil {

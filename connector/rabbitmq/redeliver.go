@@ -21,10 +21,14 @@ var messageType = deadletter.TypeOf(Message{})
 //   - an item that is a [Message] (as the source emitted it, or its JSON
 //     read back from a dead-letter file, whose ItemType names Message) gives
 //     its Body, ContentType, MessageID, Timestamp and Headers, without the
-//     headers of its earlier life (x-death and the x-sluice-* story); read
-//     back from JSON, an integer header is an int64 again, but a []byte
-//     header is the string of its base64 (a Message does not carry the
-//     other AMQP properties);
+//     headers of its earlier life (x-death, x-first-death-*,
+//     x-last-death-*, x-delivery-count and the x-sluice-* story); read
+//     back from JSON, an integer header is an int64 again, but JSON keeps
+//     no other type: a float that is a whole number comes back an int64, a
+//     float32 a float64, a []byte header the string of its base64, a
+//     time.Time its RFC 3339 text and an amqp.Decimal a table of its
+//     Scale and Value (a Message does not carry the other AMQP
+//     properties);
 //   - an item that is a []byte gives those bytes;
 //   - any other item gives its JSON, with content type application/json.
 //
@@ -119,14 +123,17 @@ func fromMessage(pub amqp.Publishing, m Message) amqp.Publishing {
 }
 
 // withoutLife returns headers without those of a message's earlier life:
-// the broker's x-death and the story the retry topology carries.
+// the broker's (x-death, x-first-death-*, x-last-death-*, a quorum
+// queue's x-delivery-count), the story the retry topology carries and the
+// sequence header: the set the crash ledger leaves out of a message's
+// identity (lifeHeader).
 func withoutLife(h amqp.Table) amqp.Table {
 	if len(h) == 0 {
 		return nil
 	}
 	out := maps.Clone(h)
 	for k := range out {
-		if k == "x-death" || k == SeqHeader || strings.HasPrefix(k, "x-sluice-") {
+		if lifeHeader(k) || k == SeqHeader {
 			delete(out, k)
 		}
 	}
