@@ -5,13 +5,16 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/observer/progress"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/pipeline/pipelinetest"
@@ -109,4 +112,79 @@ func TestRunsWhileTheWriterFinishes(t *testing.T) {
 		rep.Stop()
 		assert.Equal(t, 5, strings.Count(strings.Join(w.take(), ""), "done"))
 	}
+}
+
+// firstHeld holds its first Write until release is closed, telling
+// entered; the later ones go through.
+type firstHeld struct {
+	entered chan struct{}
+	release chan struct{}
+	n       atomic.Int32
+	recorder
+}
+
+func (w *firstHeld) Write(p []byte) (int, error) {
+	if w.n.Add(1) == 1 {
+		close(w.entered)
+		<-w.release
+	}
+	return w.recorder.Write(p)
+}
+
+// waitClosed waits for c, failing the test after a long real time (a
+// hang, not a timing).
+func waitClosed(t *testing.T, c <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-c:
+	case <-time.After(time.Minute):
+		t.Fatal("waiting for " + what)
+	}
+}
+
+// A run that starts and ends while the Reporter's goroutine writes the
+// final frame of the run before: once the output takes the write, the
+// goroutine writes that run's final frame too before it ends, without
+// waiting for Stop or another run. The first version of the goroutine's
+// revival left it drawn and unwritten until Stop (a review's finding).
+func TestRunDuringTheLastWriteHasItsFrameWritten(t *testing.T) {
+	for try := range 40 {
+		clock := clockwork.NewFakeClock()
+		w := &firstHeld{entered: make(chan struct{}), release: make(chan struct{})}
+		rep := progress.New(w, progress.WithClock(clock), progress.WithTTY(false))
+		p := ordersOf(t, clock, rep, 1)
+		_, err := p.Run(t.Context())
+		require.NoError(t, err)
+		waitClosed(t, w.entered, "the first write")
+		_, err = p.Run(t.Context())
+		require.NoError(t, err)
+		close(w.release)
+		waitClosed(t, rep.LoopDone(), "the goroutine's end")
+		require.Equal(t, 2, strings.Count(strings.Join(w.take(), ""), "done"), "try %d: final frames written before Stop", try)
+		rep.Stop()
+		assert.Empty(t, w.take(), "nothing left for Stop")
+	}
+}
+
+// statsFunc is a StatsReader of func type: its values cannot be compared.
+type statsFunc func() observer.Stats
+
+func (f statsFunc) Stats() observer.Stats { return f() }
+
+// UseStats and ForgetStats look for a pipeline they hold already by
+// comparing readers: one whose type cannot be compared (a func adapter)
+// made the second UseStats panic (a review's finding). Such a reader is
+// taken, never found equal to another, and ForgetStats of it does
+// nothing.
+func TestUseStatsOfAnUncomparableReader(t *testing.T) {
+	t.Parallel()
+	rep := progress.New(&recorder{}, progress.WithClock(clockwork.NewFakeClock()), progress.WithTTY(false))
+	defer rep.Stop()
+	one := statsFunc(func() observer.Stats { return observer.Stats{Pipeline: "a"} })
+	two := statsFunc(func() observer.Stats { return observer.Stats{Pipeline: "b"} })
+	assert.NotPanics(t, func() {
+		require.NoError(t, rep.UseStats(one))
+		require.NoError(t, rep.UseStats(two))
+		rep.ForgetStats(one)
+	})
 }

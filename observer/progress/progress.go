@@ -185,7 +185,7 @@ func (r *Reporter) UseStats(sr observer.StatsReader) error {
 	st := sr.Stats()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if slices.ContainsFunc(r.pipes, func(p *pipe) bool { return p.r == sr }) {
+	if slices.ContainsFunc(r.pipes, func(p *pipe) bool { return sameReader(p.r, sr) }) {
 		return nil // shown already: once is enough
 	}
 	r.pipes = append(r.pipes, &pipe{r: sr, last: st, lastT: r.clock.Now()})
@@ -200,11 +200,23 @@ func (r *Reporter) UseStats(sr observer.StatsReader) error {
 func (r *Reporter) ForgetStats(sr observer.StatsReader) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pipes = slices.DeleteFunc(r.pipes, func(p *pipe) bool { return p.r == sr })
+	r.pipes = slices.DeleteFunc(r.pipes, func(p *pipe) bool { return sameReader(p.r, sr) })
 	r.idleStop()
 }
 
 var _ observer.StatsForgetter = (*Reporter)(nil)
+
+// sameReader reports whether a and b are the same reader. A reader whose
+// type cannot be compared (a func adapter, a struct holding a slice) is
+// never the same as another: comparing it would panic.
+func sameReader(a, b observer.StatsReader) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
 
 // Start starts the Reporter ticking now: it reads the counters at once and
 // draws its first frame an interval later. It keeps ticking until Stop,
@@ -393,6 +405,11 @@ func (r *Reporter) loop(stop <-chan struct{}, done chan<- struct{}, prev <-chan 
 			if next == nil {
 				r.looping = false // what is drawn from now on is the next goroutine's
 				r.mu.Unlock()
+				// A run that began and ended during the flush drew its
+				// final frame then, and its wake-up may have merged
+				// with the one before: written now, before the next
+				// goroutine (which waits for this one) writes anything.
+				r.flush()
 				return
 			}
 			r.mu.Unlock()
