@@ -80,8 +80,10 @@ Commands:
         Move messages from the queue --from (a dead-letter queue) to the
         queue --to: each is published with confirms, then acked, so a
         crash leaves a message in both queues, never in neither. A message
-        keeps its properties, without x-death and the x-sluice-* headers; a
-        dead letter of rabbitmq.DeadLetterPublisher gives back its item.
+        keeps its properties, without the headers of its earlier life
+        (x-death, x-first-death-*, x-last-death-*, x-delivery-count,
+        x-sluice-*); a dead letter of rabbitmq.DeadLetterPublisher gives
+        back its item.
         Without --limit it moves the messages --from holds when it starts.
 
   help  Print this help.

@@ -133,7 +133,8 @@ func (s *Source) crashed(ctx context.Context, d *delivery, e *crashledger.Entry,
 // has one, else by a hash of its body, its properties and its headers.
 // Every copy the source puts back in the queue (to count its deliveries,
 // or through the retry topology) has the same id: the headers of the
-// message's life (x-death, x-delivery-count, the x-sluice-* story) and the
+// message's life (x-death, x-first-death-*, x-last-death-*,
+// x-delivery-count, the x-sluice-* story) and the
 // Expiration, which copies change, are left out. Two messages published
 // alike without a message id share an id: a suspect's twin runs alone too,
 // and a culprit's twin, which would crash the consumer alike, is
