@@ -178,13 +178,17 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		for i := range pg.items {
 			if err := out.EmitAt(ctx, pg.items[i], pg.pos[i]); err != nil {
 				if i > 0 {
-					s.after, s.afterPos = pg.key(s, i-1), pg.pos[i-1]
+					if perr := s.passed(pg.pos[i-1]); perr != nil {
+						return errors.Join(err, perr)
+					}
 				}
 				return err
 			}
 		}
 		if n > 0 {
-			s.after, s.afterPos = pg.key(s, n-1), pg.pos[n-1]
+			if err := s.passed(pg.pos[n-1]); err != nil {
+				return err
+			}
 		}
 		if n == s.opts.PageSize {
 			continue
@@ -204,6 +208,19 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 			return err
 		}
 	}
+}
+
+// passed moves the source past the row at pos, emitted. Its key is read
+// from pos, made before the emit, never from the item: an emitted item
+// is the nodes' downstream, and a map (or a slice in a struct) they
+// change would change where the next page starts.
+func (s *Source[T]) passed(pos []byte) error {
+	p, err := decodePosition(pos, s.fp, len(s.opts.order()))
+	if err != nil {
+		return fmt.Errorf("sql: %s: the position of the last row emitted: %w", s.name(), err)
+	}
+	s.after, s.afterPos = p, pos
+	return nil
 }
 
 // Size returns the number of rows the run reads, counted at Open, or -1
