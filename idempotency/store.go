@@ -72,7 +72,9 @@ type Store interface {
 	// [ErrLostClaim] when owner no longer holds the claim: another owner
 	// took it over, or it was released or never made. A claim whose lease
 	// ran out but that no other owner took over is still owner's, and
-	// completes. Completing a key that owner completed already returns nil.
+	// completes, until the store drops it as abandoned (the sqlstore and
+	// redisstore packages drop it a retention after its lease ended).
+	// Completing a key that owner completed already returns nil.
 	Complete(ctx context.Context, key, owner string, now time.Time) error
 	// Release drops owner's claim on key, so that another owner may claim
 	// it at once. It returns nil, and changes nothing, when owner does not

@@ -44,7 +44,11 @@ type Dialect struct {
 	lock string
 	// exists, when not empty, tells with the quoted table name as its
 	// argument whether the table is there, so that a role without the
-	// right to create tables can use one an administrator made.
+	// right to create tables can use one an administrator made. It looks
+	// in the schema where CREATE TABLE would make it (PostgreSQL's
+	// current_schema, the first of the search_path that exists), never
+	// further along the path: a table of the same name in public may be
+	// another job's.
 	exists string
 }
 
@@ -56,7 +60,7 @@ var (
 	// Postgres is the dialect of PostgreSQL 9.5 or later.
 	Postgres = Dialect{name: "postgres", blob: "BYTEA", timestamp: "TIMESTAMPTZ",
 		lock:   "SELECT pg_advisory_xact_lock(hashtext($1))",
-		exists: "SELECT to_regclass($1) IS NOT NULL"}
+		exists: "SELECT to_regclass(quote_ident(current_schema()) || '.' || $1) IS NOT NULL"}
 )
 
 // String returns the dialect's name: "sqlite" or "postgres".

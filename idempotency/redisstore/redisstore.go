@@ -62,7 +62,10 @@ func WithPrefix(prefix string) Option {
 
 // WithRetention sets how long a completed key is kept (default
 // [idempotency.DefaultRetention]); after that a duplicate of it is written
-// again. It must be at least a millisecond, Redis's finest time to live.
+// again. Of stores sharing a prefix, a Claim counts a completion as
+// expired by its own store's retention (the key's time to live is the
+// completing store's): give them one retention. It must be at least a
+// millisecond, Redis's finest time to live.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d < time.Millisecond {

@@ -47,7 +47,11 @@ type Dialect struct {
 	lock string
 	// exists, when not empty, tells with the quoted table name as its
 	// argument whether the table is there, so that a role without the
-	// right to create tables can use one an administrator made.
+	// right to create tables can use one an administrator made. It looks
+	// in the schema where CREATE TABLE would make it (PostgreSQL's
+	// current_schema, the first of the search_path that exists), never
+	// further along the path: a table of the same name in public may be
+	// another job's.
 	exists string
 	// nowNanos is the database's own clock, in Unix nanoseconds: the
 	// bound of an automatic prune (see autoPrune).
@@ -61,7 +65,7 @@ var (
 		nowNanos: "CAST((julianday('now') - 2440587.5) * 86400000000000 AS INTEGER)"}
 	// Postgres is the dialect of PostgreSQL 9.5 or later.
 	Postgres = Dialect{name: "postgres", lock: "SELECT pg_advisory_xact_lock(hashtext($1))",
-		exists:   "SELECT to_regclass($1) IS NOT NULL",
+		exists:   "SELECT to_regclass(quote_ident(current_schema()) || '.' || $1) IS NOT NULL",
 		nowNanos: "CAST(EXTRACT(EPOCH FROM clock_timestamp()) * 1000000000 AS BIGINT)"}
 )
 
@@ -142,8 +146,9 @@ var identifier = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,47}$`)
 
 // WithRetention sets how long a completed key is kept (default
 // [idempotency.DefaultRetention]); after that a duplicate of it is written
-// again. The retention is recorded in each row when the key completes. It
-// must be more than 0.
+// again. The retention is recorded in each row when the key completes:
+// of stores sharing the table, the completing store's counts. It must be
+// more than 0.
 func WithRetention(d time.Duration) Option {
 	return func(c *config) {
 		if d <= 0 {
@@ -255,6 +260,9 @@ func (s *Store) Table() string { return s.table }
 // interval tries again), not returned.
 func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lease time.Duration) (_ idempotency.State, err error) {
 	defer func() { err = blameless(err) }()
+	if err := ctx.Err(); err != nil {
+		return 0, err // a done ctx changes nothing, the prune's clock included
+	}
 	if err := s.ensureTable(ctx); err != nil {
 		return 0, err
 	}
@@ -373,7 +381,12 @@ func (s *Store) autoPrune(ctx context.Context, now time.Time) {
 		return
 	}
 	if s.lastPrune.CompareAndSwap(last, at) {
-		_, _ = s.prune(ctx, s.autoPruneSQL, now) // the next interval tries again
+		// A failure is tried again at the next interval, but one that
+		// the caller's ctx ending caused leaves the prune due: the next
+		// Claim tries.
+		if _, err := s.prune(ctx, s.autoPruneSQL, now); err != nil && ctx.Err() != nil {
+			s.lastPrune.CompareAndSwap(at, last)
+		}
 	}
 }
 
