@@ -23,9 +23,10 @@ import (
 // summary is what a run did.
 type summary struct {
 	published, delivered, deadLettered int
-	duplicates                         int // published twice, written or dead-lettered once: absorbed by the idempotency guards
-	brokerRetries                      int // trips through the retry queues of the delivered messages
-	earlier                            int // messages an earlier run left in a kept queue, handled by this one
+	duplicates                         int    // published twice, written or dead-lettered once: absorbed by the idempotency guards
+	brokerRetries                      int    // trips through the retry queues of the delivered messages
+	earlier                            int    // messages an earlier run left in a kept queue, handled by this one
+	kept                               string // the queue left in place, without -keep, as the run ended before its messages did
 	itemRetries, handedOff             int64
 	publish, consume                   time.Duration
 	consumeResult                      pipeline.Result
@@ -41,6 +42,9 @@ func (s summary) print(w io.Writer) {
 	if s.earlier > 0 {
 		fmt.Fprintf(w, "earlier        %6d messages left in the queue by an earlier run, handled too\n", s.earlier)
 	}
+	if s.kept != "" {
+		fmt.Fprintf(w, "kept           queue %q and its retry queues, as the run ended before its messages did: run again with -keep -queue %s to handle what they hold\n", s.kept, s.kept)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprint(w, s.consumeResult.String())
 }
@@ -48,8 +52,7 @@ func (s summary) print(w io.Writer) {
 // errFlaky is the transient failure the handler simulates.
 var errFlaky = errors.New("downstream service unavailable")
 
-func run(ctx context.Context, cfg config) (summary, error) {
-	var s summary
+func run(ctx context.Context, cfg config) (s summary, err error) {
 	if err := cfg.validate(); err != nil {
 		return s, err
 	}
@@ -73,7 +76,17 @@ func run(ctx context.Context, cfg config) (summary, error) {
 		return s, err
 	}
 	if !cfg.keep {
-		defer deleteTopology(cfg.url, cfg.queue, src.Config().Retry)
+		defer func() {
+			// A run that ended before its messages did (Ctrl-C, a
+			// failure) leaves the queue and its retry queues, with what
+			// they hold, for a run with -keep: deleting them would drop
+			// the messages.
+			if s.delivered+s.duplicates+s.deadLettered < cfg.n+cfg.dupCount() {
+				s.kept = cfg.queue
+				return
+			}
+			deleteTopology(cfg.url, cfg.queue, src.Config().Retry)
+		}()
 	}
 
 	// The run's messages are named after it: in a kept queue an earlier
