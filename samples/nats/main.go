@@ -11,16 +11,20 @@
 // again by the server after the consumer's -backoff waits, taken in turn;
 // a message that keeps failing ends in the dead-letter sink once the
 // server delivered it -max-deliver times. The command prints a summary and
-// deletes the stream (unless -keep). Each run names its messages after
-// itself ("<run>-msg-<i>", their data and Nats-Msg-Id), so that a run on a
-// kept stream is not taken for a duplicate of the one before; messages an
-// earlier, interrupted run left in the stream are handled too, and counted
-// apart ("earlier").
+// deletes the stream (unless -keep), once every message of the run was
+// handled. Each run names its messages after itself ("<run>-msg-<i>", their
+// data and Nats-Msg-Id), so that a run on a kept stream is not taken for a
+// duplicate of the one before; messages an earlier, interrupted run left
+// in the stream that the server delivers while this run consumes are
+// handled too, and counted apart ("earlier"); one still waiting out a
+// -backoff delay when the run's own are done comes back to a later run.
 //
 //	go run ./samples/nats                      # a server on 127.0.0.1:4222, with JetStream
 //	go run ./samples/nats -url nats://host:4222 -stream DEMO -n 5000
 //
-// Interrupt it with Ctrl-C: what was in flight goes back to the consumer.
+// Interrupt it with Ctrl-C: what was in flight goes back to the consumer,
+// and the stream is kept, with what it holds (the summary says so): run
+// again with -keep -stream NAME to handle it.
 // docs/nats.md explains the knobs and how to scale out.
 package main
 

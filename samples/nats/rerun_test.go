@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -51,4 +53,68 @@ func TestRunAgainWithKeepDeliversEveryMessage(t *testing.T) {
 	require.NoError(t, err, "the second run ends; summary: %+v", s)
 	assert.Equal(t, 20, s.delivered)
 	assert.Zero(t, s.duplicates, "-dup 0: nothing was published twice")
+}
+
+// An interrupted run (its context cancelled once its messages are in the
+// stream, every one failing) keeps the stream without -keep, and the
+// summary says so: it was deleted, with the messages it held (a review's
+// finding). A run that handled its messages deletes it.
+func TestAnInterruptedRunKeepsItsStream(t *testing.T) {
+	url := servicetest.NATS(t)
+	var out bytes.Buffer
+	cfg := smallCfg(url, randomStream("sluice-test-interrupted-"), &out)
+	cfg.poison = 1 // every message fails, and waits an hour before its next delivery
+	cfg.backoff = []time.Duration{time.Hour}
+	t.Cleanup(func() { deleteStream(url, cfg.stream) })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := natsgo.Connect(url)
+	require.NoError(t, err)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	stored := func(stream string) int {
+		st, err := js.Stream(ctx, stream)
+		if err != nil {
+			return -1
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return -1
+		}
+		return int(info.State.Msgs)
+	}
+	runCtx, interrupt := context.WithCancel(ctx)
+	type result struct {
+		s   summary
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		s, err := run(runCtx, cfg)
+		done <- result{s, err}
+	}()
+	for stored(cfg.stream) < cfg.n {
+		select {
+		case r := <-done:
+			t.Fatalf("the run ended before its messages were stored: %v", r.err)
+		case <-ctx.Done():
+			t.Fatalf("the %d messages never were all in %s", cfg.n, cfg.stream)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	interrupt()
+	r := <-done
+	assert.Equal(t, cfg.stream, r.s.kept)
+	var report bytes.Buffer
+	r.s.print(&report)
+	assert.Contains(t, report.String(), "run again with -keep -stream "+cfg.stream)
+	assert.Equal(t, cfg.n, stored(cfg.stream), "the stream is kept, with its messages")
+
+	// A run that handles its messages deletes its stream.
+	finished := smallCfg(url, randomStream("sluice-test-finished-"), &out)
+	s, err := run(ctx, finished)
+	require.NoError(t, err)
+	assert.Empty(t, s.kept)
+	assert.Equal(t, -1, stored(finished.stream), "the finished run's stream is deleted")
 }

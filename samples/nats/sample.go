@@ -23,9 +23,10 @@ import (
 // summary is what a run did.
 type summary struct {
 	published, delivered, deadLettered int
-	duplicates                         int // published twice, stored once: absorbed by the stream
-	redeliveries                       int // deliveries after the first of the delivered messages
-	earlier                            int // messages an earlier run left in a kept stream, handled by this one
+	duplicates                         int    // published twice, stored once: absorbed by the stream
+	redeliveries                       int    // deliveries after the first of the delivered messages
+	earlier                            int    // messages an earlier run left in a kept stream, handled by this one
+	kept                               string // the stream left in place, without -keep, as the run ended before its messages did
 	itemRetries, handedOff             int64
 	publish, consume                   time.Duration
 	consumeResult                      pipeline.Result
@@ -41,6 +42,9 @@ func (s summary) print(w io.Writer) {
 	if s.earlier > 0 {
 		fmt.Fprintf(w, "earlier        %6d messages left in the stream by an earlier run, handled too\n", s.earlier)
 	}
+	if s.kept != "" {
+		fmt.Fprintf(w, "kept           stream %q, as the run ended before its messages did: run again with -keep -stream %s to handle what it holds\n", s.kept, s.kept)
+	}
 	fmt.Fprintln(w)
 	fmt.Fprint(w, s.consumeResult.String())
 }
@@ -51,8 +55,7 @@ var errFlaky = errors.New("downstream service unavailable")
 // errThrottled is the rate limit the handler simulates.
 var errThrottled = errors.New("rate limited")
 
-func run(ctx context.Context, cfg config) (summary, error) {
-	var s summary
+func run(ctx context.Context, cfg config) (s summary, err error) {
 	if err := cfg.validate(); err != nil {
 		return s, err
 	}
@@ -80,7 +83,16 @@ func run(ctx context.Context, cfg config) (summary, error) {
 		return s, err
 	}
 	if !cfg.keep {
-		defer deleteStream(cfg.url, cfg.stream)
+		defer func() {
+			// A run that ended before its messages did (Ctrl-C, a
+			// failure) leaves the stream, with what it holds, for a run
+			// with -keep: deleting it would drop the messages.
+			if s.delivered+s.deadLettered < cfg.n {
+				s.kept = cfg.stream
+				return
+			}
+			deleteStream(cfg.url, cfg.stream)
+		}()
 	}
 
 	// The run's messages are named after it: a kept stream's duplicate
