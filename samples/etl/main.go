@@ -157,8 +157,16 @@ Flags:
 		return cfg, fmt.Errorf("-workers %d: must be at least 1", cfg.workers)
 	case cfg.failRate < 0 || cfg.failRate > 1:
 		return cfg, fmt.Errorf("-fail-rate %g: must be in [0, 1]", cfg.failRate)
-	case cfg.outage < 0 || cfg.outageAfter < 0 || cfg.latency < 0 || cfg.progress < 0 || cfg.checkpointEvery < 0:
-		return cfg, errors.New("durations must not be negative")
+	case cfg.outage < 0:
+		return cfg, fmt.Errorf("-outage %s: must not be negative", cfg.outage)
+	case cfg.outageAfter < 0:
+		return cfg, fmt.Errorf("-outage-after %s: must not be negative", cfg.outageAfter)
+	case cfg.latency < 0:
+		return cfg, fmt.Errorf("-latency %s: must not be negative", cfg.latency)
+	case cfg.progress < 0:
+		return cfg, fmt.Errorf("-progress %s: must not be negative", cfg.progress)
+	case cfg.checkpointEvery < 0:
+		return cfg, fmt.Errorf("-checkpoint-every %s: must not be negative", cfg.checkpointEvery)
 	case cfg.db == "":
 		return cfg, errors.New("-db: a database file is needed")
 	}

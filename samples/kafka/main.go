@@ -31,6 +31,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/sluicehq/sluice/samples/internal/cli"
 )
 
 // config is what the flags set.
@@ -63,6 +65,10 @@ func main() {
 	flag.DurationVar(&cfg.backoff, "backoff", 50*time.Millisecond, "the wait before an order's pricing is tried again")
 	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()
+	if err := cli.NoArgs(flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "kafka:", err)
+		os.Exit(2)
+	}
 	if *brokers != "" {
 		cfg.brokers = strings.Split(*brokers, ",")
 	}

@@ -39,6 +39,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/samples/internal/cli"
 )
 
 // config is what the flags set.
@@ -78,6 +79,10 @@ func main() {
 	flag.BoolVar(&cfg.keep, "keep", false, "keep the stream at the end")
 	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()
+	if err := cli.NoArgs(flag.Args()); err != nil {
+		fmt.Fprintln(os.Stderr, "nats:", err)
+		os.Exit(2)
+	}
 	var err error
 	if cfg.backoff, err = parseDelays(*backoff); err == nil {
 		err = cfg.validate()

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/resilience"
+	"github.com/sluicehq/sluice/samples/internal/cli"
 )
 
 func main() {
@@ -24,8 +25,17 @@ func main() {
 	samples := flag.Int("samples", 20000, "how many jittered delays to draw per jitter")
 	seed := flag.Uint64("seed", 1, "seed of the jitter's random source")
 	flag.Parse()
-	if *retries < 1 || *samples < 1 {
-		fmt.Fprintln(os.Stderr, "retrydelay: -retries and -samples must be at least 1")
+	var err error
+	switch {
+	case *retries < 1:
+		err = fmt.Errorf("-retries %d: must be at least 1", *retries)
+	case *samples < 1:
+		err = fmt.Errorf("-samples %d: must be at least 1", *samples)
+	default:
+		err = cli.NoArgs(flag.Args())
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "retrydelay:", err)
 		os.Exit(2)
 	}
 	tour(os.Stdout, *retries, *samples, *seed)
