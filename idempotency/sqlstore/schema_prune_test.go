@@ -109,3 +109,56 @@ func TestAbandonedClaimCompletesUntilPruned(t *testing.T) {
 		})
 	}
 }
+
+// A Claim whose context ends while its automatic prune waits (here on a
+// row another transaction locked) counts as a failed prune, tried at the
+// next interval: the next Claim does not prune again. A first fix put
+// the prune back as due, so every Claim pruned, waited and failed while
+// the prune outlasted their deadlines (a second review's finding).
+func TestClaimCancelledDuringItsPruneLeavesTheOthersAlone(t *testing.T) {
+	db := openPostgres(t)
+	ctx := context.Background()
+	s := newStore(t, db, sqlstore.Postgres, sqlstore.WithRetention(time.Minute), sqlstore.WithPruneInterval(time.Hour))
+	base := time.Now().Add(-5 * time.Hour) // behind the database's clock, which bounds an automatic prune
+	_, err := s.Claim(ctx, "old", "A", base, time.Second)
+	require.NoError(t, err)
+	require.NoError(t, s.Complete(ctx, "old", "A", base))
+	tx, err := db.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback() }()
+	_, err = tx.ExecContext(ctx, `SELECT 1 FROM "`+s.Table()+`" FOR UPDATE`)
+	require.NoError(t, err)
+
+	// The first Claim an interval later prunes, and waits for the lock.
+	first, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() {
+		_, err := s.Claim(first, "a", "A", base.Add(2*time.Hour), time.Minute)
+		done <- err
+	}()
+	waiting := func() bool {
+		var n int
+		err := db.QueryRowContext(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE wait_event_type = 'Lock' AND query LIKE 'DELETE FROM "`+s.Table()+`"%'`).Scan(&n)
+		return err == nil && n > 0
+	}
+	deadline := time.Now().Add(time.Minute)
+	for !waiting() {
+		require.True(t, time.Now().Before(deadline), "the prune never waited for the lock")
+		select {
+		case err := <-done:
+			t.Fatalf("the first Claim ended before its prune waited: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	cancel()
+	require.Error(t, <-done)
+
+	// The lock is still held: a Claim that pruned again would wait for
+	// it until its deadline.
+	next, cancelNext := context.WithTimeout(ctx, 30*time.Second)
+	defer cancelNext()
+	st, err := s.Claim(next, "b", "A", base.Add(2*time.Hour+time.Minute), time.Minute)
+	require.NoError(t, err, "the next Claim pruned again")
+	require.Equal(t, idempotency.Claimed, st)
+}
