@@ -12,7 +12,7 @@
 // a message that keeps failing ends in the dead-letter sink once the
 // server delivered it -max-deliver times. The command prints a summary and
 // deletes the stream (unless -keep), once every message of the run was
-// handled. Each run names its messages after itself ("<run>-msg-<i>", their
+// handled and its consumer has none left to deliver. Each run names its messages after itself ("<run>-msg-<i>", their
 // data and Nats-Msg-Id), so that a run on a kept stream is not taken for a
 // duplicate of the one before; messages an earlier, interrupted run left
 // in the stream that the server delivers while this run consumes are
@@ -97,10 +97,14 @@ func main() {
 	// what was taken in reaches its outcome; a second cancels it.
 	var s summary
 	s, err = run(context.Background(), cfg)
-	if errors.Is(err, pipeline.ErrInterrupted) && s.published > 0 {
+	printed := errors.Is(err, pipeline.ErrInterrupted) && s.published > 0
+	if printed {
 		s.print(cfg.reportWriter) // what it consumed before the signal
 	}
 	if err != nil {
+		if !printed {
+			s.printKept(os.Stderr)
+		}
 		fmt.Fprintln(os.Stderr, "nats:", err)
 		os.Exit(1)
 	}

@@ -40,7 +40,7 @@ func TestRunAgainWithKeepDeliversEveryMessage(t *testing.T) {
 	var out bytes.Buffer
 	cfg := smallCfg(url, stream, &out)
 	cfg.keep = true
-	defer deleteStream(url, stream)
+	defer deleteStream(url, stream, false)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	s, err := run(ctx, cfg)
@@ -55,8 +55,8 @@ func TestRunAgainWithKeepDeliversEveryMessage(t *testing.T) {
 	assert.Zero(t, s.duplicates, "-dup 0: nothing was published twice")
 }
 
-// An interrupted run (its context cancelled once its messages are in the
-// stream, every one failing) keeps the stream without -keep, and the
+// An interrupted run (its context cancelled once its messages, every one
+// failing, wait an hour for their next delivery) keeps the stream without -keep, and the
 // summary says so: it was deleted, with the messages it held (a review's
 // finding). A run that handled its messages deletes it.
 func TestAnInterruptedRunKeepsItsStream(t *testing.T) {
@@ -65,7 +65,7 @@ func TestAnInterruptedRunKeepsItsStream(t *testing.T) {
 	cfg := smallCfg(url, randomStream("sluice-test-interrupted-"), &out)
 	cfg.poison = 1 // every message fails, and waits an hour before its next delivery
 	cfg.backoff = []time.Duration{time.Hour}
-	t.Cleanup(func() { deleteStream(url, cfg.stream) })
+	t.Cleanup(func() { deleteStream(url, cfg.stream, false) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	nc, err := natsgo.Connect(url)
@@ -94,12 +94,25 @@ func TestAnInterruptedRunKeepsItsStream(t *testing.T) {
 		s, err := run(runCtx, cfg)
 		done <- result{s, err}
 	}()
-	for stored(cfg.stream) < cfg.n {
+	// Until each message was delivered, failed, and waits its hour
+	// unacknowledged.
+	waiting := func() int {
+		c, err := js.Consumer(ctx, cfg.stream, cfg.stream)
+		if err != nil {
+			return -1
+		}
+		info, err := c.Info(ctx)
+		if err != nil || info.NumPending > 0 {
+			return -1
+		}
+		return info.NumAckPending
+	}
+	for waiting() < cfg.n {
 		select {
 		case r := <-done:
-			t.Fatalf("the run ended before its messages were stored: %v", r.err)
+			t.Fatalf("the run ended before its messages waited: %v", r.err)
 		case <-ctx.Done():
-			t.Fatalf("the %d messages never were all in %s", cfg.n, cfg.stream)
+			t.Fatalf("the %d messages never all waited unacknowledged in %s", cfg.n, cfg.stream)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
@@ -111,9 +124,20 @@ func TestAnInterruptedRunKeepsItsStream(t *testing.T) {
 	assert.Contains(t, report.String(), "run again with -keep -stream "+cfg.stream)
 	assert.Equal(t, cfg.n, stored(cfg.stream), "the stream is kept, with its messages")
 
+	// A later run without -keep handles its own messages and keeps the
+	// stream, whose consumer still has the first run's to deliver: it
+	// deleted it, with those messages (a second review's finding).
+	again := cfg
+	again.poison = 0
+	s, err := run(ctx, again)
+	require.NoError(t, err)
+	assert.Equal(t, cfg.n, s.delivered)
+	assert.Equal(t, cfg.stream, s.kept, "a stream whose consumer has messages to deliver is kept")
+	assert.Equal(t, 2*cfg.n, stored(cfg.stream), "the first run's messages are still there")
+
 	// A run that handles its messages deletes its stream.
 	finished := smallCfg(url, randomStream("sluice-test-finished-"), &out)
-	s, err := run(ctx, finished)
+	s, err = run(ctx, finished)
 	require.NoError(t, err)
 	assert.Empty(t, s.kept)
 	assert.Equal(t, -1, stored(finished.stream), "the finished run's stream is deleted")

@@ -42,11 +42,17 @@ func (s summary) print(w io.Writer) {
 	if s.earlier > 0 {
 		fmt.Fprintf(w, "earlier        %6d messages left in the stream by an earlier run, handled too\n", s.earlier)
 	}
-	if s.kept != "" {
-		fmt.Fprintf(w, "kept           stream %q, as the run ended before its messages did: run again with -keep -stream %s to handle what it holds\n", s.kept, s.kept)
-	}
+	s.printKept(w)
 	fmt.Fprintln(w)
 	fmt.Fprint(w, s.consumeResult.String())
+}
+
+// printKept says, when the run left its stream in place, why and how to
+// handle what it holds.
+func (s summary) printKept(w io.Writer) {
+	if s.kept != "" {
+		fmt.Fprintf(w, "kept           stream %q, as its consumer still has messages to deliver: run again with -keep -stream %s (and the same -url) to handle them\n", s.kept, s.kept)
+	}
 }
 
 // errFlaky is the transient failure the handler simulates.
@@ -87,11 +93,11 @@ func run(ctx context.Context, cfg config) (s summary, err error) {
 			// A run that ended before its messages did (Ctrl-C, a
 			// failure) leaves the stream, with what it holds, for a run
 			// with -keep: deleting it would drop the messages.
-			if s.delivered+s.deadLettered < cfg.n {
+			// So does a run whose consumer still has an earlier run's
+			// messages to deliver, waiting out a backoff.
+			if s.delivered+s.deadLettered < cfg.n || !deleteStream(cfg.url, cfg.stream, true) {
 				s.kept = cfg.stream
-				return
 			}
-			deleteStream(cfg.url, cfg.stream)
 		}()
 	}
 
@@ -248,18 +254,31 @@ func consume(ctx context.Context, cfg config, src *nats.Source, runID string, s 
 	return res, errors.Join(err, ins.Stop())
 }
 
-// deleteStream deletes the stream, and with it its consumer.
-func deleteStream(url, stream string) {
+// deleteStream deletes the stream, and with it its consumer, and reports
+// whether it did. With ifDone, a stream whose consumer still has messages
+// to deliver (an earlier run's, waiting out a backoff) is kept.
+func deleteStream(url, stream string, ifDone bool) bool {
 	nc, err := natsgo.Connect(url)
 	if err != nil {
-		return
+		return false
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
 	if err != nil {
-		return
+		return false
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = js.DeleteStream(ctx, stream)
+	if ifDone {
+		// The sample's consumer is named after its stream.
+		c, err := js.Consumer(ctx, stream, stream)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		if err != nil || info.NumPending+uint64(info.NumAckPending) > 0 {
+			return false
+		}
+	}
+	return js.DeleteStream(ctx, stream) == nil
 }

@@ -12,7 +12,7 @@
 // duplicate (the same MessageId) is skipped, so a message published twice
 // is written or dead-lettered once, and counted once. The command prints a
 // summary and deletes the queue and its topology (unless -keep), once
-// every message of the run was handled. Each run names its messages after
+// every message of the run was handled and the queues are empty. Each run names its messages after
 // itself ("<run>-msg-<i>", their body and MessageId), so that an earlier
 // run's messages left in a kept queue (it was interrupted) are not taken
 // for this run's: those that reach the queue while this run consumes are
@@ -98,10 +98,14 @@ func main() {
 	// what was taken in reaches its outcome; a second cancels it.
 	var s summary
 	s, err = run(context.Background(), cfg)
-	if errors.Is(err, pipeline.ErrInterrupted) && s.published > 0 {
+	printed := errors.Is(err, pipeline.ErrInterrupted) && s.published > 0
+	if printed {
 		s.print(cfg.reportWriter) // what it consumed before the signal
 	}
 	if err != nil {
+		if !printed {
+			s.printKept(os.Stderr)
+		}
 		fmt.Fprintln(os.Stderr, "rabbitmq:", err)
 		os.Exit(1)
 	}

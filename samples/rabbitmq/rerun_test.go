@@ -25,6 +25,9 @@ func TestLeftoversOfAKeptQueueDoNotHideTheRun(t *testing.T) {
 	var out bytes.Buffer
 	cfg := smallCfg(url, randomQueue("leftover"), &out)
 	cfg.keep = true
+	t.Cleanup(func() {
+		deleteTopology(url, cfg.queue, rabbitmq.RetryTopology{Enabled: true, MaxRetry: cfg.maxRetry, Delays: cfg.delays}, false)
+	})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	_, err := run(ctx, cfg) // declares the queue, consumes its 20
@@ -51,7 +54,7 @@ func TestAnInterruptedRunKeepsItsQueue(t *testing.T) {
 	cfg.poison, cfg.maxRetry = 1, 1 // every message fails, and waits an hour in the retry queue
 	cfg.delays = []time.Duration{time.Hour}
 	retry := rabbitmq.RetryTopology{Enabled: true, MaxRetry: cfg.maxRetry, Delays: cfg.delays, HandOffAfter: cfg.handOff, Durable: true}
-	t.Cleanup(func() { deleteTopology(url, cfg.queue, retry) })
+	t.Cleanup(func() { deleteTopology(url, cfg.queue, retry, false) })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	conn, err := amqp.Dial(url)
@@ -104,9 +107,20 @@ func TestAnInterruptedRunKeepsItsQueue(t *testing.T) {
 	assert.NoError(t, err, "the queue is kept")
 	ch.Close()
 
+	// A later run without -keep handles its own messages and keeps the
+	// queues, since the retry queue still holds the first run's: it
+	// deleted them, with those messages (a second review's finding).
+	again := cfg
+	again.poison = 0
+	s, err := run(ctx, again)
+	require.NoError(t, err)
+	assert.Equal(t, cfg.n, s.delivered)
+	assert.Equal(t, cfg.queue, s.kept, "the queues that hold an earlier run's messages are kept")
+	assert.Equal(t, cfg.n, waiting(), "the first run's messages still wait in the retry queue")
+
 	// A run that handles its messages deletes its topology.
 	done2 := smallCfg(url, randomQueue("finished"), &out)
-	s, err := run(ctx, done2)
+	s, err = run(ctx, done2)
 	require.NoError(t, err)
 	assert.Empty(t, s.kept)
 	ch2, err := conn.Channel()

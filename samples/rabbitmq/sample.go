@@ -42,11 +42,17 @@ func (s summary) print(w io.Writer) {
 	if s.earlier > 0 {
 		fmt.Fprintf(w, "earlier        %6d messages left in the queue by an earlier run, handled too\n", s.earlier)
 	}
-	if s.kept != "" {
-		fmt.Fprintf(w, "kept           queue %q and its retry queues, as the run ended before its messages did: run again with -keep -queue %s to handle what they hold\n", s.kept, s.kept)
-	}
+	s.printKept(w)
 	fmt.Fprintln(w)
 	fmt.Fprint(w, s.consumeResult.String())
+}
+
+// printKept says, when the run left its queue in place, why and how to
+// handle what it holds.
+func (s summary) printKept(w io.Writer) {
+	if s.kept != "" {
+		fmt.Fprintf(w, "kept           queue %q and its retry queues, as they still hold messages: run again with -keep -queue %s (and the same -url and -delays) to handle them\n", s.kept, s.kept)
+	}
 }
 
 // errFlaky is the transient failure the handler simulates.
@@ -81,11 +87,12 @@ func run(ctx context.Context, cfg config) (s summary, err error) {
 			// failure) leaves the queue and its retry queues, with what
 			// they hold, for a run with -keep: deleting them would drop
 			// the messages.
-			if s.delivered+s.duplicates+s.deadLettered < cfg.n+cfg.dupCount() {
+			// So does a run whose queues still hold an earlier run's
+			// messages, waiting out a retry delay.
+			if s.delivered+s.duplicates+s.deadLettered < cfg.n+cfg.dupCount() ||
+				!deleteTopology(cfg.url, cfg.queue, src.Config().Retry, true) {
 				s.kept = cfg.queue
-				return
 			}
-			deleteTopology(cfg.url, cfg.queue, src.Config().Retry)
 		}()
 	}
 
@@ -276,21 +283,35 @@ func consume(ctx context.Context, cfg config, src *rabbitmq.Source, runID string
 // errThrottled is the rate limit the handler simulates.
 var errThrottled = errors.New("rate limited")
 
-// deleteTopology deletes the queue and what the retry topology declared.
-func deleteTopology(url, queue string, r rabbitmq.RetryTopology) {
+// deleteTopology deletes the queue and what the retry topology declared,
+// and reports whether it did. With ifEmpty, a queue that holds messages
+// (an earlier run's, waiting out a retry delay) is kept, and so are the
+// exchanges.
+func deleteTopology(url, queue string, r rabbitmq.RetryTopology, ifEmpty bool) bool {
 	conn, err := amqp.Dial(url)
 	if err != nil {
-		return
+		return false
 	}
 	defer conn.Close()
+	// The retry queues first: a message there comes back to the queue.
+	for _, q := range append(r.RetryQueues(queue), queue) {
+		// A channel each: the broker closes one whose delete it refuses.
+		ch, err := conn.Channel()
+		if err != nil {
+			return false
+		}
+		_, err = ch.QueueDelete(q, false, ifEmpty, false)
+		_ = ch.Close()
+		if err != nil {
+			return false
+		}
+	}
 	ch, err := conn.Channel()
 	if err != nil {
-		return
+		return false
 	}
-	_, _ = ch.QueueDelete(queue, false, false, false)
-	for _, q := range r.RetryQueues(queue) {
-		_, _ = ch.QueueDelete(q, false, false, false)
-	}
+	defer ch.Close()
 	_ = ch.ExchangeDelete(queue+"_dlx", false, false)
 	_ = ch.ExchangeDelete(queue+"_retry", false, false)
+	return true
 }
