@@ -12,13 +12,13 @@
 // duplicate (the same MessageId) is skipped, so a message published twice
 // is written or dead-lettered once, and counted once. The command prints a
 // summary and deletes the queue and its topology (unless -keep), once
-// every message of the run was handled and the queues are empty. Each run names its messages after
-// itself ("<run>-msg-<i>", their body and MessageId), so that an earlier
-// run's messages left in a kept queue (it was interrupted) are not taken
-// for this run's: those that reach the queue while this run consumes are
-// handled too, and counted apart ("earlier"); one still waiting out a
-// retry queue's delay when the run's own are done comes back to a later
-// run.
+// every message of the run was handled and the queues are empty. Each run
+// names its messages after itself ("<run>-msg-<i>", their body and
+// MessageId), so that an earlier run's messages left in a kept queue (it
+// was interrupted) are not taken for this run's: those that reach the
+// queue while this run consumes are handled too, and counted apart
+// ("earlier"); one still waiting out a retry queue's delay when the run's
+// own are done comes back to a later run.
 //
 //	go run ./samples/rabbitmq                      # a broker on 127.0.0.1:5672
 //	go run ./samples/rabbitmq -url amqp://user:password@host:5672/ -queue demo -n 5000
