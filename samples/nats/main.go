@@ -12,12 +12,13 @@
 // a message that keeps failing ends in the dead-letter sink once the
 // server delivered it -max-deliver times. The command prints a summary and
 // deletes the stream (unless -keep), once every message of the run was
-// handled and its consumer has none left to deliver. Each run names its messages after itself ("<run>-msg-<i>", their
-// data and Nats-Msg-Id), so that a run on a kept stream is not taken for a
-// duplicate of the one before; messages an earlier, interrupted run left
-// in the stream that the server delivers while this run consumes are
-// handled too, and counted apart ("earlier"); one still waiting out a
-// -backoff delay when the run's own are done comes back to a later run.
+// handled and its consumer has none left to deliver. Each run names its
+// messages after itself ("<run>-msg-<i>", their data and Nats-Msg-Id), so
+// that a run on a kept stream is not taken for a duplicate of the one
+// before; messages an earlier, interrupted run left in the stream that the
+// server delivers while this run consumes are handled too, and counted
+// apart ("earlier"); one still waiting out a -backoff delay when the run's
+// own are done comes back to a later run.
 //
 //	go run ./samples/nats                      # a server on 127.0.0.1:4222, with JetStream
 //	go run ./samples/nats -url nats://host:4222 -stream DEMO -n 5000
