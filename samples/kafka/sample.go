@@ -72,6 +72,12 @@ func decode(b []byte) (order, error) {
 	return order{ID: id, Customer: f[1], Amount: amount}, nil
 }
 
+// flakyOrder says whether the order id fails its first pricing, when
+// every flaky-th order does (every 0: none).
+func flakyOrder(id, every int) bool {
+	return every > 0 && id%every == every-1
+}
+
 // errFlaky is the pricing's transient failure.
 var errFlaky = resilience.MarkTransient(errors.New("pricing service busy"))
 
@@ -145,7 +151,7 @@ func run(ctx context.Context, cfg config, signals bool) (summary, error) {
 		if err != nil {
 			return priced{}, resilience.MarkPermanent(err)
 		}
-		if cfg.flaky > 0 && o.ID%cfg.flaky == cfg.flaky-1 {
+		if flakyOrder(o.ID, cfg.flaky) {
 			if _, again := tried.LoadOrStore(o.ID, true); !again {
 				retried.Add(1)
 				return priced{}, errFlaky
