@@ -3,8 +3,9 @@
 // customer, so each customer's orders keep their order), then consumes
 // them as a consumer group with the Source: a pricing step, Keyed by the
 // record key so that one customer's orders are priced one at a time and
-// in order while others run beside them, fails every -flaky-th order on
-// its first attempt (item retry takes it again), and each result is
+// in order while others run beside them, fails one order in every -flaky,
+// as many of each customer's, on its first attempt (item retry takes it
+// again), and each result is
 // published to a second topic. A record that does not decode as an order
 // (another producer's) fails for good: it goes to the dead-letter sink and
 // is passed over. The source commits an offset only once the order at it,
@@ -61,7 +62,7 @@ func main() {
 	flag.IntVar(&cfg.n, "n", 1000, "how many orders to publish and price")
 	flag.IntVar(&cfg.customers, "customers", 20, "how many customers the orders are spread over (the record keys)")
 	flag.IntVar(&cfg.partitions, "partitions", 3, "partitions of a topic the sample creates")
-	flag.IntVar(&cfg.flaky, "flaky", 10, "every flaky-th order fails its first pricing (0: none)")
+	flag.IntVar(&cfg.flaky, "flaky", 10, "one order in every flaky, as many of each customer's, fails its first pricing (0: none)")
 	flag.DurationVar(&cfg.backoff, "backoff", 50*time.Millisecond, "the wait before an order's pricing is tried again")
 	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()

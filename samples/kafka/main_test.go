@@ -76,3 +76,30 @@ func TestFlags(t *testing.T) {
 	_, err = decode([]byte("nope"))
 	assert.Error(t, err)
 }
+
+// The flaky orders are spread over the customers, whatever -flaky and
+// -customers are: the pricing is Keyed by the customer, so a customer's
+// orders are priced one at a time and each flaky one holds the rest of
+// its customer's orders for its -backoff. When every flaky order was one
+// customer's (-flaky 20 with 20 customers: order ids 19, 39, ... are all
+// c19's), that customer's orders queued up behind one another, and a
+// Ctrl-C drain waited out one backoff per queued order in turn: up to 256
+// of them (the source's MaxInFlight), 13 s at 50 ms.
+func TestFlakyOrdersSpreadOverCustomers(t *testing.T) {
+	for _, c := range []struct{ customers, flaky int }{{20, 20}, {20, 10}, {20, 5}, {10, 20}, {7, 10}, {3, 3}, {1, 10}} {
+		const n = 20000
+		perCustomer := make([]int, c.customers)
+		total := 0
+		for id := range n {
+			if flakyOrder(id, c.customers, c.flaky) {
+				perCustomer[id%c.customers]++
+				total++
+			}
+		}
+		assert.InDelta(t, n/c.flaky, total, float64(c.customers), "%+v: one order in %d", c, c.flaky)
+		share := n / c.flaky / c.customers
+		for cust, got := range perCustomer {
+			assert.InDelta(t, share, got, 1, "%+v: customer %d's flaky orders", c, cust)
+		}
+	}
+}
