@@ -67,14 +67,14 @@ func main() {
 	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()
 	if err := cli.NoArgs(flag.Args()); err != nil {
-		fmt.Fprintln(os.Stderr, "kafka:", err)
+		cli.Fail(os.Stderr, "kafka", err)
 		os.Exit(2)
 	}
 	if *brokers != "" {
 		cfg.brokers = strings.Split(*brokers, ",")
 	}
 	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "kafka:", err)
+		cli.Fail(os.Stderr, "kafka", err)
 		os.Exit(2)
 	}
 	if len(cfg.brokers) == 0 {
@@ -88,9 +88,13 @@ func main() {
 		fmt.Fprintln(cfg.reportWriter, "a kfake cluster in the process, at", strings.Join(cfg.brokers, ","))
 	}
 	s, err := run(context.Background(), cfg, true)
-	s.print(cfg.reportWriter)
+	if err == nil || s.published > 0 {
+		// Not when it failed before it published: a summary of zeros
+		// would hide the error below it.
+		s.print(cfg.reportWriter)
+	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "kafka:", err)
+		cli.Fail(os.Stderr, "kafka", err)
 		os.Exit(1)
 	}
 }

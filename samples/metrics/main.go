@@ -55,9 +55,18 @@ func main() {
 			return
 		}
 		fmt.Fprintln(os.Stderr, err)
+		if errors.As(err, new(usageError)) {
+			os.Exit(2) // as flag.ExitOnError does, and the other samples
+		}
 		os.Exit(1)
 	}
 }
+
+// A usageError is a command line the sample cannot run: a flag it does
+// not know, a value out of range, a stray argument.
+type usageError struct{ error }
+
+func (e usageError) Unwrap() error { return e.error }
 
 // maxRetries is how often the enrich step retries a failed call.
 const maxRetries = 3
@@ -113,7 +122,10 @@ func parse(args []string, out io.Writer) (settings, error) {
 func run(ctx context.Context, args []string, stdout io.Writer) error {
 	s, err := parse(args, stdout)
 	if err != nil {
-		return err
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
 	}
 	log := slog.New(slog.NewTextHandler(stdout, &slog.HandlerOptions{Level: s.logLevel}))
 	collector := prometheus.New()

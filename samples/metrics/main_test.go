@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -252,21 +253,23 @@ func TestAnEndlessRunServesWhileRunningAndStopsWhenInterrupted(t *testing.T) {
 func TestFlagErrors(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
-		args []string
-		err  string
+		args  []string
+		err   string
+		usage bool // exits 2, as a bad command line does
 	}{
-		{[]string{"-fail", "2"}, "metrics: -fail 2: must be in [0, 1]"},
-		{[]string{"-items", "-1"}, "metrics: -items -1: must not be negative"},
-		{[]string{"-rate", "-5"}, "metrics: -rate -5: must not be negative"},
-		{[]string{"-progress", "-1s"}, "metrics: -progress -1s: must not be negative"},
-		{[]string{"extra"}, `metrics: unexpected argument "extra"`},
-		{[]string{"-log-level", "LOUD"}, `invalid value "LOUD" for flag -log-level`},
-		{[]string{"-addr", "127.0.0.1:99999"}, "metrics: listen tcp: address 99999: invalid port"},
+		{[]string{"-fail", "2"}, "metrics: -fail 2: must be in [0, 1]", true},
+		{[]string{"-items", "-1"}, "metrics: -items -1: must not be negative", true},
+		{[]string{"-rate", "-5"}, "metrics: -rate -5: must not be negative", true},
+		{[]string{"-progress", "-1s"}, "metrics: -progress -1s: must not be negative", true},
+		{[]string{"extra"}, `metrics: unexpected argument "extra"`, true},
+		{[]string{"-log-level", "LOUD"}, `invalid value "LOUD" for flag -log-level`, true},
+		{[]string{"-addr", "127.0.0.1:99999"}, "metrics: listen tcp: address 99999: invalid port", false},
 	} {
 		var out bytes.Buffer
 		err := run(t.Context(), c.args, &out)
 		require.Error(t, err, "%v", c.args)
 		assert.Contains(t, err.Error(), c.err, "%v", c.args)
+		assert.Equal(t, c.usage, errors.As(err, new(usageError)), "%v: a usage error", c.args)
 	}
 }
 

@@ -81,7 +81,7 @@ func main() {
 	flag.StringVar(&cfg.inspectAddr, "inspect-addr", "", "serve the live inspector page of the consuming pipeline (read-only) on this address, such as 127.0.0.1:9465; port 0 picks a free port")
 	flag.Parse()
 	if err := cli.NoArgs(flag.Args()); err != nil {
-		fmt.Fprintln(os.Stderr, "nats:", err)
+		cli.Fail(os.Stderr, "nats", err)
 		os.Exit(2)
 	}
 	var err error
@@ -89,7 +89,7 @@ func main() {
 		err = cfg.validate()
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "nats:", err)
+		cli.Fail(os.Stderr, "nats", err)
 		os.Exit(2)
 	}
 
@@ -106,7 +106,7 @@ func main() {
 		if !printed {
 			s.printKept(os.Stderr)
 		}
-		fmt.Fprintln(os.Stderr, "nats:", err)
+		cli.Fail(os.Stderr, "nats", err)
 		os.Exit(1)
 	}
 	s.print(cfg.reportWriter)

@@ -1,6 +1,8 @@
 package cli_test
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -16,4 +18,18 @@ func TestNoArgs(t *testing.T) {
 	err := cli.NoArgs([]string{"extra", "more"})
 	require.Error(t, err)
 	assert.Equal(t, `unexpected argument "extra" (see -help)`, err.Error())
+}
+
+func TestFailNamesTheSampleOnce(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ err, want string }{
+		{"rabbitmq: connect to amqp://x: refused", "rabbitmq: connect to amqp://x: refused\n"},
+		{"connect: refused", "rabbitmq: connect: refused\n"},
+		{"rabbitmqx: other", "rabbitmq: rabbitmqx: other\n"},
+		{"", "rabbitmq: \n"},
+	} {
+		var b strings.Builder
+		cli.Fail(&b, "rabbitmq", errors.New(tc.err))
+		assert.Equal(t, tc.want, b.String(), "error %q", tc.err)
+	}
 }
