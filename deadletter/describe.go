@@ -25,7 +25,8 @@ const (
 // 4096 bytes in all, marks what it leaves out with "...", and prints a
 // pointer, map or slice it meets again inside itself as <cycle>. A byte
 // of a string that is not valid UTF-8 is shown as \xNN, so that the text
-// keeps it through JSON. Map
+// keeps it through JSON. A channel, func or unsafe pointer shows its
+// type, not its address, so that equal items read alike. Map
 // entries are sorted by key: as fmt sorts them for strings, numbers and
 // booleans, by the key's rendering otherwise. It calls no method of the
 // item (no String, Error or MarshalJSON), so user code can neither recurse
@@ -92,7 +93,10 @@ func (d *describer) value(v reflect.Value, depth int) {
 			d.write("<nil>")
 			return
 		}
-		d.write(fmt.Sprintf("(%s)(%#x)", v.Type(), v.Pointer()))
+		// No address: one item decoded again (a replay, a resumed run)
+		// has others, and its text is part of the letter's key, which
+		// must not change (see dedup.go).
+		d.write("(" + v.Type().String() + ")")
 	case reflect.Interface:
 		d.value(v.Elem(), depth)
 	case reflect.Pointer:
@@ -222,7 +226,12 @@ func mapEntries(v reflect.Value) [][2]reflect.Value {
 	default:
 		text := make(map[int]string, len(es))
 		for i, e := range es {
-			text[i] = Describe(e[0].Interface())
+			// Not Describe(key.Interface()): a key reached through an
+			// unexported embedded struct cannot be taken out as an
+			// interface.
+			kd := describer{seen: map[seenKey]bool{}}
+			kd.value(e[0], 0)
+			text[i] = kd.String()
 		}
 		idx := make([]int, len(es))
 		for i := range idx {

@@ -50,8 +50,12 @@ func EncodeItem(item any, enc func(item any) ([]byte, error)) (json.RawMessage, 
 // encodeChecked is EncodeItem; strict refuses an item that enc, the JSON
 // of encoding/json, would not give back as it is.
 func encodeChecked(item any, enc func(item any) ([]byte, error), strict bool) (json.RawMessage, error) {
-	if err := walk(item, strict); err != nil {
-		return nil, err
+	if err := walk(item, strict, false); err != nil {
+		// Walked again in the order of map keys: which of several bad
+		// parts is found first must not change from one write of an item
+		// to the next, as the error is part of the letter's key (see
+		// dedup.go). Only a refused item pays for the sorting.
+		return nil, walk(item, strict, true)
 	}
 	return encodeItem(item, enc)
 }
@@ -69,7 +73,9 @@ var (
 // meets it deeper than before, so shared parts cost little and a cycle
 // ends at MaxDepth. When strict, it returns an error matching ErrLossy for
 // the first part of item that encoding/json would not give back as it is.
-func walk(item any, strict bool) error {
+// sorted visits map entries in the order of their keys (see mapEntries),
+// so that the error it returns is the same for equal items.
+func walk(item any, strict, sorted bool) error {
 	type frame struct {
 		v     reflect.Value
 		depth int
@@ -107,7 +113,7 @@ func walk(item any, strict bool) error {
 				continue
 			}
 			if strict {
-				if err := badStrings(v); err != nil {
+				if err := badStrings(v, sorted); err != nil {
 					return err
 				}
 			}
@@ -128,6 +134,15 @@ func walk(item any, strict bool) error {
 			case reflect.Pointer:
 				push(v.Elem(), f.depth) // no level of JSON
 			case reflect.Map:
+				if sorted {
+					// Pushed last first, so that the first key is
+					// visited first.
+					es := mapEntries(v)
+					for i := len(es) - 1; i >= 0; i-- {
+						push(es[i][1], f.depth+1)
+					}
+					continue
+				}
 				for iter := v.MapRange(); iter.Next(); {
 					push(iter.Value(), f.depth+1)
 				}
@@ -138,7 +153,7 @@ func walk(item any, strict bool) error {
 			}
 		case reflect.Array:
 			if strict {
-				if err := badStrings(v); err != nil {
+				if err := badStrings(v, sorted); err != nil {
 					return err
 				}
 			}
@@ -179,7 +194,7 @@ func promotes(t reflect.Type) bool {
 // array, has a string key or element that is not valid UTF-8 and that
 // walk does not visit on its own: the elements of a slice or array of
 // strings, and a map's keys.
-func badStrings(v reflect.Value) error {
+func badStrings(v reflect.Value, sorted bool) error {
 	t := v.Type()
 	switch {
 	case v.Kind() == reflect.Map:
@@ -188,12 +203,26 @@ func badStrings(v reflect.Value) error {
 		if !keys && !values {
 			return nil
 		}
-		for iter := v.MapRange(); iter.Next(); {
-			if keys && !utf8.ValidString(iter.Key().String()) {
+		check := func(k, v reflect.Value) error {
+			if keys && !utf8.ValidString(k.String()) {
 				return lossy("a key of %s is not valid UTF-8", t)
 			}
-			if values && !utf8.ValidString(iter.Value().String()) {
+			if values && !utf8.ValidString(v.String()) {
 				return lossy("a string in %s is not valid UTF-8", t)
+			}
+			return nil
+		}
+		if sorted {
+			for _, e := range mapEntries(v) {
+				if err := check(e[0], e[1]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		for iter := v.MapRange(); iter.Next(); {
+			if err := check(iter.Key(), iter.Value()); err != nil {
+				return err
 			}
 		}
 	case v.Kind() != reflect.Pointer && t.Elem().Kind() == reflect.String && !marshalsItself(t.Elem(), false):

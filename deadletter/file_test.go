@@ -138,7 +138,7 @@ func TestFileWritesItemsThatCannotBeEncoded(t *testing.T) {
 		wantError string
 		wantText  string
 	}{
-		{name: "channel", item: make(chan int), wantError: "json: unsupported type: chan int", wantText: "0x"},
+		{name: "channel", item: make(chan int), wantError: "json: unsupported type: chan int", wantText: "(chan int)"},
 		{name: "NaN", item: math.NaN(), wantError: "json: unsupported value: NaN", wantText: "NaN"},
 		{
 			name: "encoder error", item: order{ID: 3},

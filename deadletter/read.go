@@ -99,7 +99,10 @@ func ReadFile(path string) iter.Seq2[Envelope, error] {
 // ReadAll is [ReadFile] over the files rotation produced from path
 // (see [Rotated]), oldest first, then path itself: every envelope the
 // sink wrote, in order. A missing path is no error when rotated files
-// exist.
+// exist. path is opened before the rotated files are listed, so that a
+// rotation by a sink still writing cannot hide the letters path held when
+// the read began (a file it rotates meanwhile is read once, last, and its
+// Records keep path as their Path).
 func ReadAll(path string) iter.Seq2[Envelope, error] {
 	return envelopes(readAllRecords(path))
 }
@@ -120,20 +123,42 @@ func ReadRecords(path string) iter.Seq2[Record, error] {
 
 func readAllRecords(path string) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
+		// path is opened before the rotated files are listed, and read
+		// last through what was opened: a rotation meanwhile renames the
+		// file held open, which the list then names too and which is
+		// skipped there. Listed first, a rotation between the listing
+		// and the opening would move path's letters to a file never
+		// read.
+		cur, openErr := os.Open(path)
+		var curInfo os.FileInfo
+		if openErr == nil {
+			defer cur.Close()
+			if curInfo, openErr = cur.Stat(); openErr != nil {
+				curInfo = nil
+			}
+		}
 		paths, err := Rotated(path)
 		if err != nil {
 			yield(Record{}, err)
 			return
 		}
-		if _, err := os.Stat(path); err == nil || len(paths) == 0 {
-			paths = append(paths, path)
-		}
 		for _, p := range paths {
+			if curInfo != nil {
+				if info, err := os.Stat(p); err == nil && os.SameFile(info, curInfo) {
+					continue // path, rotated since it was opened: read last
+				}
+			}
 			for r, err := range ReadRecords(p) {
 				if !yield(r, err) {
 					return
 				}
 			}
+		}
+		switch {
+		case openErr == nil:
+			readRecords(path, cur, yield)
+		case !errors.Is(openErr, os.ErrNotExist) || len(paths) == 0:
+			yield(Record{}, fmt.Errorf("deadletter: %w", openErr))
 		}
 	}
 }
