@@ -460,7 +460,7 @@ func (nr *nodeRun) nodeRetry() error {
 		if nr.drainedSource() {
 			return nr.r.finish(nr.ctx)
 		}
-		if err := nr.backoff(resilience.NodeRetry, o.Backoff, retry+1, err, elapsed); err != nil {
+		if err := nr.backoff(resilience.NodeRetry, o.Backoff, retry+1, err, elapsed, nil); err != nil {
 			if errors.Is(err, errDrainWoke) {
 				return nr.r.finish(nr.ctx)
 			}
@@ -522,9 +522,15 @@ func (nr *nodeRun) nodeRestart() error {
 			// The restart takes the items that failed the node up again:
 			// should the run stop while the node waits to restart, they
 			// did not fail it, and end Failed, not Rejected. One that
-			// fails the node again is blamed again.
-			for _, tr := range nr.takeBlamed() {
-				tr.unblame()
+			// fails the node again is blamed again. Not when the restart
+			// is refused for its MaxElapsed: the items failed the node
+			// for good, as when MaxRestarts is spent (backoff calls
+			// unblame only once the wait is allowed).
+			blamed := nr.takeBlamed()
+			unblame := func() {
+				for _, tr := range blamed {
+					tr.unblame()
+				}
 			}
 			reopen := nr.r.reopens()
 			if reopen {
@@ -532,7 +538,7 @@ func (nr *nodeRun) nodeRestart() error {
 					err = errors.Join(err, cerr)
 				}
 			}
-			if werr := nr.backoff(resilience.NodeRestart, o.Backoff, restarts, err, elapsed); werr != nil {
+			if werr := nr.backoff(resilience.NodeRestart, o.Backoff, restarts, err, elapsed, unblame); werr != nil {
 				if errors.Is(werr, errDrainWoke) {
 					return nr.r.finish(ctx)
 				}
@@ -588,15 +594,23 @@ func (nr *nodeRun) close() error {
 }
 
 // backoff counts a retry of layer k, reports it, and waits its delay.
-func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry int, cause error, elapsed *elapsedCap) error {
+// allowed, when not nil, is called once the retry is not refused for its
+// MaxElapsed, before the wait; and when the backoff itself failed (a
+// panic in it is no item's fault).
+func (nr *nodeRun) backoff(k resilience.RetryKind, b resilience.Backoff, retry int, cause error, elapsed *elapsedCap, allowed func()) error {
 	rs, n := nr.rs, nr.spec
+	if allowed == nil {
+		allowed = func() {}
+	}
 	d, perr := delay(b, retry, rs.p.cfg.rand)
 	if perr != nil {
+		allowed()
 		return perr
 	}
 	if elapsed.over(rs.p.cfg.clock.Now(), d) {
 		return nr.exhaustedBy(k, retry, cause, resilience.LimitElapsed, "")
 	}
+	allowed()
 	n.stats.retry(k)
 	notify(rs, n, observer.Observer.OnRetry, observer.RetryEvent{Event: rs.event(n), Kind: k, Attempt: retry, Delay: d, Err: cause})
 	if n.kind == KindSource {

@@ -90,7 +90,7 @@ type ItemRetryOptions struct {
 // outcome is not yet known. Items between the checkpoint and the read head
 // are held in a replay window of at most MaxReplayWindow items; a full
 // window stops reading, which is backpressure, never an error. After
-// ResetAfterItems items go through without a failure the restart count
+// ResetAfterItems items leave the node without failing it the restart count
 // starts again from 0; 0 never resets it. Layer 2 has no classifier.
 type NodeRestartOptions struct {
 	// MaxRestarts is how many times the node is restarted after its stream
@@ -105,7 +105,8 @@ type NodeRestartOptions struct {
 	// [DefaultReplayWindow].
 	MaxReplayWindow int
 	// ResetAfterItems starts the restart count again from 0 after this
-	// many items went through without a failure; 0, the default, never
+	// many items left the node without failing it (delivered, or skipped
+	// or dead-lettered by their failure action); 0, the default, never
 	// resets it.
 	ResetAfterItems int
 	// MaxElapsed, when positive, caps the time layer 2 spends: no restart
