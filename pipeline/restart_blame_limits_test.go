@@ -63,8 +63,10 @@ func TestRestartRefusedForItsElapsedRejectsTheItem(t *testing.T) {
 			assert.Equal(t, int64(1), nodeOf(t, res, "sink").NodeRestarts)
 			outs := src.outs()
 			assert.Equal(t, []node.Outcome{node.Rejected}, outs[1], "the poison item")
-			assert.Equal(t, []node.Outcome{node.Delivered}, outs[0])
-			assert.NotContains(t, outs[2], node.Rejected, "item 2 did nothing wrong")
+			for _, i := range []int{0, 2} {
+				// Delivered, or Failed when the node failed before it ended.
+				assert.NotContains(t, outs[i], node.Rejected, "item %d did nothing wrong", i)
+			}
 		})
 	}
 }
