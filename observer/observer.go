@@ -11,6 +11,7 @@ package observer
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/sluicehq/sluice/resilience"
@@ -169,15 +170,41 @@ func (Nop) OnCircuitStateChanged(CircuitEvent)   {}
 
 // Multi returns an Observer that passes every event to each of obs in
 // order, and the counters of the pipelines it observes to those of obs
-// that are [StatsUser]s. Nil observers are left out.
+// that are [StatsUser]s. Nil observers are left out, and so is an
+// observer given again, here or inside a Multi among obs: each gets every
+// event once, where a metrics plug-in given twice would count each event
+// twice.
 func Multi(obs ...Observer) Observer {
 	m := make(multi, 0, len(obs))
-	for _, o := range obs {
-		if o != nil {
-			m = append(m, o)
+	var add func(o Observer)
+	add = func(o Observer) {
+		if inner, ok := o.(multi); ok {
+			for _, o := range inner {
+				add(o)
+			}
+			return
 		}
+		if o == nil || slices.ContainsFunc(m, func(p Observer) bool { return same(p, o) }) {
+			return
+		}
+		m = append(m, o)
+	}
+	for _, o := range obs {
+		add(o)
 	}
 	return m
+}
+
+// same reports whether a and b are one observer. Observers whose type
+// cannot be compared (a struct holding a func or map) are never the same
+// as another.
+func same(a, b Observer) (eq bool) {
+	defer func() {
+		if recover() != nil {
+			eq = false
+		}
+	}()
+	return a == b
 }
 
 type multi []Observer
@@ -201,11 +228,21 @@ func (m multi) UseStats(r StatsReader) error {
 	if len(errs) > 0 {
 		for _, u := range took {
 			if f, ok := u.(StatsForgetter); ok {
-				f.ForgetStats(r)
+				// One that panics must not keep the others holding r.
+				if v := forgetStats(f, r); v != nil {
+					errs = append(errs, fmt.Errorf("ForgetStats panicked: %v", v))
+				}
 			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// forgetStats calls f.ForgetStats, and returns what it panicked with.
+func forgetStats(f StatsForgetter, r StatsReader) (panicked any) {
+	defer func() { panicked = recover() }()
+	f.ForgetStats(r)
+	return nil
 }
 
 // useStats calls u.UseStats, turning a panic into an error.
@@ -218,12 +255,20 @@ func useStats(u StatsUser, r StatsReader) (err error) {
 	return u.UseStats(r)
 }
 
-// ForgetStats passes r on to every observer that can forget it.
+// ForgetStats passes r on to every observer that can forget it. One that
+// panics does not keep the others from forgetting r; its panic goes on
+// once they have.
 func (m multi) ForgetStats(r StatsReader) {
+	var first any
 	for _, o := range m {
 		if f, ok := o.(StatsForgetter); ok {
-			f.ForgetStats(r)
+			if v := forgetStats(f, r); v != nil && first == nil {
+				first = v
+			}
 		}
+	}
+	if first != nil {
+		panic(first)
 	}
 }
 
