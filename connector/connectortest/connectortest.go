@@ -23,7 +23,8 @@
 // once; a poison message stops looping; a message that crashes its
 // consumer's process is dead-lettered once, and none of its neighbours;
 // the broker's retry path redelivers after its delay; a drain finishes and
-// acks what was emitted; a cancellation puts back what was not processed.
+// acks what was emitted; a cancellation puts back what was not processed;
+// settling later messages first settles none before them.
 // docs/connectors.md says what each case checks.
 //
 // Nothing in the suite names a broker's notions: a queue is whatever the
@@ -200,5 +201,6 @@ func cases[M any]() []suiteCase[M] {
 		{"BrokerRetryAfterItsDelay", brokerRetry[M]},
 		{"DrainFinishesAndAcks", drain[M]},
 		{"CancelPutsBackTheRest", cancelPutsBack[M]},
+		{"OutOfOrderSettlingKeepsTheUnsettled", outOfOrder[M]},
 	}
 }

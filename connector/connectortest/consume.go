@@ -106,8 +106,10 @@ type consumption[M any] struct {
 	// the consumer's DeadLetter wrapper), nil for none.
 	opts []pipeline.Option
 	dead deadletter.Sink
-	// parallel runs the handler with that many workers.
-	parallel int
+	// parallel runs the handler with that many workers; unordered lets
+	// its items leave in the order they end, not the order they came.
+	parallel  int
+	unordered bool
 	// restart, when set, configures the source's node restart and node
 	// retry in place of the default (5 restarts, no backoff).
 	restart func(*resilience.Options)
@@ -141,6 +143,9 @@ func (c consumption[M]) build(t testing.TB) *pipeline.Pipeline {
 		var popts []pipeline.NodeOption
 		if c.parallel > 1 {
 			popts = append(popts, pipeline.Parallel(c.parallel))
+		}
+		if c.unordered {
+			popts = append(popts, pipeline.Unordered())
 		}
 		msgs = pipeline.Transform(b, "handle", msgs, node.TransformFunc[M, M](func(ctx context.Context, m M) (M, error) {
 			return m, c.handle(ctx, c.h.Message(m))

@@ -239,7 +239,10 @@ func drain[M any](t testing.TB, h Harness[M]) {
 	requirePending(t, h, cfg.Queue, n-len(got), "stored and acked, or back in the queue: nothing lost, nothing left unacked")
 }
 
-var errStop = errors.New("connectortest: stop")
+var (
+	errStop = errors.New("connectortest: stop")
+	errHeld = errors.New("connectortest: held for an hour")
+)
 
 // giveBackBound is how soon the messages of a cancelled run must reach a
 // new source: they are given back at once, so this leaves room for a busy
@@ -301,6 +304,69 @@ func cancelPutsBack[M any](t testing.TB, h Harness[M]) {
 		assert.Equal(t, 1, again[k], "message %s", k)
 	}
 	requirePending(t, h, cfg.Queue, 0, "every message was acked")
+}
+
+// outOfOrder settles a run's messages out of their order: under
+// Parallel and Unordered, the first message fails and waits an hour for
+// its retry (parked: it holds no worker, nor the items dealt with it in
+// one chunk), every later one is stored, and the run is cancelled then. The first was
+// never stored, so settling the others must not settle it (a connector
+// that acks "every message up to this one", as RabbitMQ's multiple flag
+// does, loses it): the broker still holds it, and a new source gets it
+// within giveBackBound. A broker of positions (Kafka) may deliver the
+// stored messages after it again too, which the case allows.
+func outOfOrder[M any](t testing.TB, h Harness[M]) {
+	ctx := caseContext(t)
+	cfg := SourceConfig{Queue: queueName(t), Prefetch: 64}
+	h.CreateQueue(t, cfg)
+	const n = 40
+	want := keys(n)
+	h.Publish(t, cfg.Queue, messages(want...)...)
+	held := want[0]
+
+	runCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stored := newSeen()
+	c := consumption[M]{h: h, cfg: cfg, parallel: 4, unordered: true,
+		opts: []pipeline.Option{pipeline.WithResilience(func(o *resilience.Options) {
+			o.ItemRetry.MaxRetries = 1
+			o.ItemRetry.Backoff = resilience.Constant(time.Hour) // cancelled first
+		})},
+		handle: func(ctx context.Context, m Message) error {
+			if m.Key == held {
+				return resilience.MarkTransient(errHeld) // settles last, after every other
+			}
+			return nil
+		},
+		store: func(_ context.Context, _ *pipeline.Pipeline, m Message) error {
+			if stored.add(m.Key) == n-1 {
+				cancel(errStop)
+			}
+			return nil
+		}}
+	_, err := c.build(t).Run(runCtx)
+	require.ErrorIs(t, err, errStop, "the run ends with its cancellation")
+	first := stored.snapshot()
+	require.Len(t, first, n-1, "every message but the held one was stored")
+	require.NotContains(t, first, held)
+	for k, c := range first {
+		assert.Equal(t, 1, c, "message %s stored once", k)
+	}
+	require.GreaterOrEqual(t, h.Pending(t, cfg.Queue), 1, "the held message, never stored, is still in the queue")
+
+	backCtx, stop := context.WithTimeoutCause(ctx, giveBackBound, errNotBack)
+	defer stop()
+	again := newSeen()
+	c = consumption[M]{h: h, cfg: cfg, store: func(_ context.Context, p *pipeline.Pipeline, m Message) error {
+		again.add(m.Key)
+		if m.Key == held {
+			p.Drain()
+		}
+		return nil
+	}}
+	_, err = c.build(t).Run(backCtx)
+	require.NoError(t, err, "a new source gets the held message within %s", giveBackBound)
+	assert.Equal(t, 1, again.snapshot()[held], "the held message, delivered again")
 }
 
 // nodeStats returns the run's counts of the node called name, failing the

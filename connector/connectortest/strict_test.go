@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -158,6 +159,13 @@ var variants = []variant{
 		},
 	},
 	{
+		// Acking with multiple=true: settling a message settles every
+		// earlier one still in flight, which under Unordered may not be
+		// stored yet.
+		name: "acks_multiple", catches: "OutOfOrderSettlingKeepsTheUnsettled", says: "the held message, never stored, is still in the queue",
+		wrap: ackMultiple,
+	},
+	{
 		name: "publisher_cuts_bodies", catches: "RoundTrip", says: "bytes that differ",
 		publisher: func(s node.Sink[connectortest.Message]) node.Sink[connectortest.Message] {
 			return cutting{s.(*rabbitmq.Publisher[connectortest.Message])}
@@ -213,6 +221,50 @@ func (e emitter) EmitAt(ctx context.Context, m rabbitmq.Message, _ []byte) error
 
 func (e emitter) EmitTracked(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
 	return e.tracked(ctx, m, done)
+}
+
+// ackMultiple settles, with each message delivered, every message emitted
+// before it and not yet settled, as an ack with multiple=true does.
+func ackMultiple(out node.Emitter[rabbitmq.Message]) node.Emitter[rabbitmq.Message] {
+	type slot struct {
+		done    func(node.Outcome)
+		settled bool
+	}
+	var (
+		mu      sync.Mutex
+		pending []*slot
+	)
+	return emitter{out, func(ctx context.Context, m rabbitmq.Message, done func(node.Outcome)) error {
+		s := &slot{done: done}
+		mu.Lock()
+		pending = append(pending, s)
+		mu.Unlock()
+		return out.EmitTracked(ctx, m, func(o node.Outcome) {
+			mu.Lock()
+			if s.settled {
+				mu.Unlock()
+				return
+			}
+			var earlier []*slot
+			if o == node.Delivered {
+				for _, p := range pending {
+					if p == s {
+						break
+					}
+					if !p.settled {
+						p.settled = true
+						earlier = append(earlier, p)
+					}
+				}
+			}
+			s.settled = true
+			mu.Unlock()
+			for _, p := range earlier {
+				p.done(node.Delivered)
+			}
+			s.done(o)
+		})
+	}}
 }
 
 // cutting publishes every body but its last byte.
