@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -533,7 +535,23 @@ func (nopCloser) Close() error { return nil }
 type syncCloser struct{ f *os.File }
 
 func (s syncCloser) Write(p []byte) (int, error) { return s.f.Write(p) }
-func (s syncCloser) Close() error                { return errors.Join(s.f.Sync(), s.f.Close()) }
+func (s syncCloser) Close() error {
+	// The file is new: its name is synced too, so that a crash keeps it.
+	return errors.Join(s.f.Sync(), syncParent(s.f.Name()), s.f.Close())
+}
+
+// syncParent fsyncs the directory that holds path, so that a file made
+// there keeps its name after a crash.
+func syncParent(path string) error {
+	if runtime.GOOS == "windows" {
+		return nil // a directory cannot be opened for syncing there
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	return errors.Join(d.Sync(), d.Close())
+}
 
 // errWriter keeps the first write error, so that a loop can write on and
 // check once.

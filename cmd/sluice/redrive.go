@@ -487,6 +487,11 @@ func tryOpenLedger(path string) (l *ledgerFile, again bool, err error) {
 			_, err = f.Write([]byte{'\n'})
 		}
 	}
+	if err == nil && created {
+		// The new name is synced too: a crash must not take the ledger,
+		// and every line synced into it, away with the directory entry.
+		err = syncParent(path)
+	}
 	if err != nil {
 		return nil, false, errors.Join(fmt.Errorf("ledger: %w", err), f.Close())
 	}
