@@ -37,6 +37,8 @@ type File struct {
 	batch  *batch   // lines written but not yet synced (group commit)
 	err    error    // sticky failure
 	closed bool
+	// closing is closed once the first Close has ended.
+	closing chan struct{}
 	stats  FileStats
 	// held has the key of every envelope with a position that the file
 	// and its rotated files hold, those written since OpenFile included.
@@ -356,15 +358,22 @@ func (f *File) Rotate() error {
 }
 
 // Close syncs the lines still waiting for a group commit, releases their
-// writers, stops the group-commit goroutine and closes the file. Writes
-// after Close return [ErrClosed]; a second Close returns nil.
+// writers, stops the group-commit goroutine and closes the file. It
+// returns the file's sticky failure, if a sync, write or rotation failed
+// before (a line whose writer's context ended before its group commit
+// may be in no synced file: Close says so). Writes after Close return
+// [ErrClosed]; a second Close waits for the first to end and returns nil.
 func (f *File) Close() error {
 	f.mu.Lock()
 	if f.closed {
+		closing := f.closing
 		f.mu.Unlock()
+		<-closing
 		return nil
 	}
 	f.closed = true
+	f.closing = make(chan struct{})
+	defer close(f.closing)
 	f.mu.Unlock()
 	if f.stop != nil {
 		close(f.stop)
@@ -373,6 +382,9 @@ func (f *File) Close() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	err := f.commitLocked()
+	if err == nil && f.err != nil {
+		err = f.err
+	}
 	if f.f != nil {
 		if cerr := f.f.Close(); cerr != nil {
 			err = errors.Join(err, fmt.Errorf("deadletter: %w", cerr))
