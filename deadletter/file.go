@@ -39,7 +39,7 @@ type File struct {
 	closed bool
 	// closing is closed once the first Close has ended.
 	closing chan struct{}
-	stats  FileStats
+	stats   FileStats
 	// held has the key of every envelope with a position that the file
 	// and its rotated files hold, those written since OpenFile included.
 	held map[heldKey]struct{}
