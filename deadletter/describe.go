@@ -26,7 +26,8 @@ const (
 // pointer, map or slice it meets again inside itself as <cycle>. A byte
 // of a string that is not valid UTF-8 is shown as \xNN, so that the text
 // keeps it through JSON. A channel, func or unsafe pointer shows its
-// type, not its address, so that equal items read alike. Map
+// type, not its address, so that an item decoded again reads as before.
+// Map
 // entries are sorted by key: as fmt sorts them for strings, numbers and
 // booleans, by the key's rendering otherwise. It calls no method of the
 // item (no String, Error or MarshalJSON), so user code can neither recurse
@@ -205,7 +206,11 @@ func (d *describer) nested(v reflect.Value, depth int, show func()) {
 // mapEntries returns the entries of map v, read with MapRange (so that a
 // NaN key keeps its value), sorted by key as fmt sorts them for strings,
 // numbers and booleans, and by the key's rendering otherwise, so that the
-// same map is described the same way each time.
+// same map is described the same way each time. Keys alike (NaNs; 1, "1"
+// and int64(1) in a map[any]; channels; renderings cut at the limit) are
+// ordered by their values' rendering, then by the types of key and value:
+// only entries that read alike in every way keep the order Go gave them,
+// which no reader of the result can tell.
 func mapEntries(v reflect.Value) [][2]reflect.Value {
 	var es [][2]reflect.Value
 	for iter := v.MapRange(); iter.Next(); {
@@ -223,29 +228,58 @@ func mapEntries(v reflect.Value) [][2]reflect.Value {
 		by = func(a, b reflect.Value) int { return cmp.Compare(a.Float(), b.Float()) }
 	case reflect.Bool:
 		by = func(a, b reflect.Value) int { return cmp.Compare(boolInt(a.Bool()), boolInt(b.Bool())) }
-	default:
-		text := make(map[int]string, len(es))
-		for i, e := range es {
-			// Not Describe(key.Interface()): a key reached through an
-			// unexported embedded struct cannot be taken out as an
-			// interface.
-			kd := describer{seen: map[seenKey]bool{}}
-			kd.value(e[0], 0)
-			text[i] = kd.String()
-		}
-		idx := make([]int, len(es))
-		for i := range idx {
-			idx[i] = i
-		}
-		slices.SortStableFunc(idx, func(a, b int) int { return strings.Compare(text[a], text[b]) })
-		sorted := make([][2]reflect.Value, len(es))
-		for i, j := range idx {
-			sorted[i] = es[j]
-		}
-		return sorted
 	}
-	slices.SortStableFunc(es, func(a, b [2]reflect.Value) int { return by(a[0], b[0]) })
-	return es
+	// Renderings are made once each, and a value's only for a tie.
+	keyText, valText := map[int]string{}, map[int]string{}
+	text := func(memo map[int]string, i int, x reflect.Value) string {
+		if t, ok := memo[i]; ok {
+			return t
+		}
+		// Not Describe(x.Interface()): a value reached through an
+		// unexported embedded struct cannot be taken out as an interface.
+		d := describer{seen: map[seenKey]bool{}}
+		d.value(x, 0)
+		memo[i] = d.String()
+		return memo[i]
+	}
+	idx := make([]int, len(es))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortStableFunc(idx, func(a, b int) int {
+		ka, kb := es[a][0], es[b][0]
+		var c int
+		if by != nil {
+			c = by(ka, kb)
+		} else {
+			c = strings.Compare(text(keyText, a, ka), text(keyText, b, kb))
+		}
+		if c != 0 {
+			return c
+		}
+		va, vb := es[a][1], es[b][1]
+		if c = strings.Compare(text(valText, a, va), text(valText, b, vb)); c != 0 {
+			return c
+		}
+		if c = strings.Compare(dynamicType(ka), dynamicType(kb)); c != 0 {
+			return c
+		}
+		return strings.Compare(dynamicType(va), dynamicType(vb))
+	})
+	sorted := make([][2]reflect.Value, len(es))
+	for i, j := range idx {
+		sorted[i] = es[j]
+	}
+	return sorted
+}
+
+// dynamicType names the type of x, of what it holds when it is an
+// interface.
+func dynamicType(x reflect.Value) string {
+	if x.Kind() == reflect.Interface && !x.IsNil() {
+		x = x.Elem()
+	}
+	return x.Type().String()
 }
 
 func boolInt(b bool) int {

@@ -82,6 +82,21 @@ func walk(item any, strict, sorted bool) error {
 	}
 	stack := []frame{{reflect.ValueOf(item), 0}}
 	deepest := map[deepKey]int{}
+	// entries sorts each map once: a cycle meets the same map at every
+	// depth down to MaxDepth.
+	var entries func(v reflect.Value) [][2]reflect.Value
+	if sorted {
+		sortedOf := map[deepKey][][2]reflect.Value{}
+		entries = func(v reflect.Value) [][2]reflect.Value {
+			k := deepKey{ptr: v.Pointer(), typ: v.Type()}
+			es, ok := sortedOf[k]
+			if !ok {
+				es = mapEntries(v)
+				sortedOf[k] = es
+			}
+			return es
+		}
+	}
 	push := func(v reflect.Value, depth int) { stack = append(stack, frame{v, depth}) }
 	for len(stack) > 0 {
 		f := stack[len(stack)-1]
@@ -113,7 +128,7 @@ func walk(item any, strict, sorted bool) error {
 				continue
 			}
 			if strict {
-				if err := badStrings(v, sorted); err != nil {
+				if err := badStrings(v, entries); err != nil {
 					return err
 				}
 			}
@@ -134,10 +149,10 @@ func walk(item any, strict, sorted bool) error {
 			case reflect.Pointer:
 				push(v.Elem(), f.depth) // no level of JSON
 			case reflect.Map:
-				if sorted {
+				if entries != nil {
 					// Pushed last first, so that the first key is
 					// visited first.
-					es := mapEntries(v)
+					es := entries(v)
 					for i := len(es) - 1; i >= 0; i-- {
 						push(es[i][1], f.depth+1)
 					}
@@ -153,7 +168,7 @@ func walk(item any, strict, sorted bool) error {
 			}
 		case reflect.Array:
 			if strict {
-				if err := badStrings(v, sorted); err != nil {
+				if err := badStrings(v, entries); err != nil {
 					return err
 				}
 			}
@@ -193,8 +208,9 @@ func promotes(t reflect.Type) bool {
 // badStrings returns an error matching ErrLossy when v, a map, slice or
 // array, has a string key or element that is not valid UTF-8 and that
 // walk does not visit on its own: the elements of a slice or array of
-// strings, and a map's keys.
-func badStrings(v reflect.Value, sorted bool) error {
+// strings, and a map's keys. entries, when not nil, gives a map's entries
+// in order (see walk's sorted).
+func badStrings(v reflect.Value, entries func(reflect.Value) [][2]reflect.Value) error {
 	t := v.Type()
 	switch {
 	case v.Kind() == reflect.Map:
@@ -212,8 +228,8 @@ func badStrings(v reflect.Value, sorted bool) error {
 			}
 			return nil
 		}
-		if sorted {
-			for _, e := range mapEntries(v) {
+		if entries != nil {
+			for _, e := range entries(v) {
 				if err := check(e[0], e[1]); err != nil {
 					return err
 				}

@@ -102,7 +102,8 @@ func ReadFile(path string) iter.Seq2[Envelope, error] {
 // exist. path is opened before the rotated files are listed, so that a
 // rotation by a sink still writing cannot hide the letters path held when
 // the read began (a file it rotates meanwhile is read once, last, and its
-// Records keep path as their Path).
+// Records keep path as their Path; files rotated after it, which hold
+// only letters written since, are left to the next read).
 func ReadAll(path string) iter.Seq2[Envelope, error] {
 	return envelopes(readAllRecords(path))
 }
@@ -121,6 +122,10 @@ func ReadRecords(path string) iter.Seq2[Record, error] {
 	}
 }
 
+// readAllOpened is called by ReadAll between the opening of its path and
+// the listing of the rotated files: a test rotates there.
+var readAllOpened = func() {}
+
 func readAllRecords(path string) iter.Seq2[Record, error] {
 	return func(yield func(Record, error) bool) {
 		// path is opened before the rotated files are listed, and read
@@ -137,17 +142,24 @@ func readAllRecords(path string) iter.Seq2[Record, error] {
 				curInfo = nil
 			}
 		}
+		readAllOpened()
 		paths, err := Rotated(path)
 		if err != nil {
 			yield(Record{}, err)
 			return
 		}
-		for _, p := range paths {
-			if curInfo != nil {
+		if curInfo != nil {
+			for i, p := range paths {
 				if info, err := os.Stat(p); err == nil && os.SameFile(info, curInfo) {
-					continue // path, rotated since it was opened: read last
+					// path, rotated since it was opened, is read last;
+					// the files rotated after it hold only letters
+					// written since the read began, and are left.
+					paths = paths[:i]
+					break
 				}
 			}
+		}
+		for _, p := range paths {
 			for r, err := range ReadRecords(p) {
 				if !yield(r, err) {
 					return

@@ -113,3 +113,18 @@ func TestMultiForgetsThoughOneForgetterPanics(t *testing.T) {
 	assert.Panics(t, func() { m.(observer.StatsForgetter).ForgetStats(r) })
 	assert.Empty(t, second.using)
 }
+
+var zeroTicks int
+
+type zeroSize struct{ observer.Nop }
+
+func (*zeroSize) OnRetry(observer.RetryEvent) { zeroTicks++ }
+
+// Two observers made apart are two, though Go gives pointers to a type of
+// size zero one address (a second review's finding).
+func TestMultiKeepsTwoZeroSizeObservers(t *testing.T) {
+	a, b := new(zeroSize), new(zeroSize)
+	zeroTicks = 0
+	observer.Multi(a, b).OnRetry(observer.RetryEvent{})
+	assert.Equal(t, 2, zeroTicks)
+}

@@ -11,6 +11,7 @@ package observer
 import (
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"time"
 
@@ -197,13 +198,17 @@ func Multi(obs ...Observer) Observer {
 
 // same reports whether a and b are one observer. Observers whose type
 // cannot be compared (a struct holding a func or map) are never the same
-// as another.
+// as another, nor are pointers to a type of size zero, which Go may give
+// one address though they were made apart.
 func same(a, b Observer) (eq bool) {
 	defer func() {
 		if recover() != nil {
 			eq = false
 		}
 	}()
+	if t := reflect.TypeOf(a); t.Kind() == reflect.Pointer && t.Elem().Size() == 0 {
+		return false
+	}
 	return a == b
 }
 
