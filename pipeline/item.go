@@ -685,11 +685,13 @@ func (nr *nodeRun) itemFailed(ctx context.Context, item any, tr *tracker, fl *fa
 		return nil
 	default:
 		n.stats.failed.Add(items)
-		if !resilience.IsBlameless(fl.err) && !errors.Is(fl.err, resilience.ErrBudgetExhausted) {
+		if !resilience.IsBlameless(fl.err) {
 			// A failure that is not the item's (a busy key, a
-			// cancellation it did not cause, a retry refused because
-			// other items spent the shared budget) leaves it Failed,
-			// which a broker source does not count against it.
+			// cancellation it did not cause) leaves it Failed, which a
+			// broker source does not count against it. A retry the
+			// shared budget refused is not excused: the item may have
+			// spent the budget itself, and a poison message must still
+			// reach its MaxDeliveries.
 			nr.blame(tr)
 			nr.tellRejected(tr, item, fl)
 		}

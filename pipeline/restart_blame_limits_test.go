@@ -93,30 +93,37 @@ func TestPanickingRestartBackoffDoesNotRejectTheItem(t *testing.T) {
 	assert.Equal(t, []node.Outcome{node.Failed}, src.outs()[0])
 }
 
-// An item refused a retry because other items spent the shared retry
-// budget did nothing wrong: under Fail it ends Failed, which a broker
-// source does not count against it, not Rejected (a review's finding).
-func TestBudgetRefusalDoesNotRejectTheItem(t *testing.T) {
+// A poison item that spent the shared retry budget itself, delivery after
+// delivery, ends Rejected each time, so that a broker source counts it
+// toward MaxDeliveries and its dead letter: a budget refusal does not
+// excuse the item (excusing it, as a change once did, made such a message
+// loop for ever: a second review's finding).
+func TestPoisonItemThatSpentTheBudgetStillEndsRejected(t *testing.T) {
 	t.Parallel()
 	clock := clockwork.NewFakeClock()
-	budget := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0, MinPerSecond: 0, Window: 10 * time.Second, Clock: clock})
-	src := newOutcomeSource(1)
-	b := pipeline.New("budget-blame", pipeline.WithClock(clock),
-		pipeline.WithResilience(func(o *resilience.Options) {
-			o.ItemRetry.MaxRetries = 3
-			o.ItemRetry.Backoff = resilience.NoBackoff()
-			o.OnItemFailure = resilience.Fail
-			o.RetryBudget = budget
+	// Shared across runs, as documented; about one retry per window.
+	budget := resilience.NewBudget(resilience.BudgetOptions{Ratio: 0.1, MinPerSecond: 0.1, Window: 10 * time.Second, Clock: clock})
+	refused := 0
+	for delivery := range 6 { // the broker delivers it again after each failed run
+		src := newOutcomeSource(1)
+		b := pipeline.New("poison-budget", pipeline.WithClock(clock),
+			pipeline.WithResilience(func(o *resilience.Options) {
+				o.ItemRetry.MaxRetries = 3
+				o.ItemRetry.Backoff = resilience.NoBackoff()
+				o.OnItemFailure = resilience.Fail
+				o.RetryBudget = budget
+			}))
+		pipeline.Sink(b, "sink", pipeline.Source[int](b, "src", src), node.SinkFunc[int](func(context.Context, int) error {
+			return errRestartFlaky // poison: fails every call of every delivery
 		}))
-	calls := 0
-	pipeline.Sink(b, "sink", pipeline.Source[int](b, "src", src), node.SinkFunc[int](func(context.Context, int) error {
-		calls++
-		return errRestartFlaky // transient: worth a retry the budget refuses
-	}))
-	_, err := pipelinetest.Start(t.Context(), build(t, b)).Wait()
-	require.ErrorIs(t, err, resilience.ErrBudgetExhausted)
-	assert.Equal(t, 1, calls, "the budget refused every retry")
-	assert.Equal(t, []node.Outcome{node.Failed}, src.outs()[0])
+		_, err := pipelinetest.Start(t.Context(), build(t, b)).Wait()
+		require.Error(t, err, "delivery %d", delivery)
+		if errors.Is(err, resilience.ErrBudgetExhausted) {
+			refused++
+		}
+		assert.Equal(t, []node.Outcome{node.Rejected}, src.outs()[0], "delivery %d", delivery)
+	}
+	assert.Positive(t, refused, "the budget refused some delivery's retries")
 }
 
 var errResetBad = errors.New("bad row")
