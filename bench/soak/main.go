@@ -67,12 +67,13 @@ func main() {
 		os.Exit(2)
 	}
 	if cfg.judge != "" {
-		var d time.Duration // the run's, when -duration is given
+		var d time.Duration // the run's, which rejudge requires
 		flag.Visit(func(f *flag.Flag) {
 			if f.Name == "duration" {
 				d = cfg.duration
 			}
 		})
+
 		v, err := rejudge(cfg.judge, cfg.out, d)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "soak:", err)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/csv"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -124,10 +125,15 @@ func reportText(res result, ss []series) string {
 // rule of this binary, writing report.md, the SVGs and samples.csv into
 // out. The books are not in the file: only the growth is judged.
 //
-// duration is the run's -duration, when known: the faults stopped at
-// three quarters of it; 0 takes the last sample's time instead, which is
-// later by the drain.
+// duration is the run's -duration: the faults stopped at three quarters
+// of it. It is required: guessed from the last sample's time, which is
+// later by the drain, the faults' end would fall late, and the step down
+// when they stopped would land in the faults window, where it could
+// cancel a leak (a review's finding).
 func rejudge(path, out string, duration time.Duration) (verdict, error) {
+	if duration <= 0 {
+		return verdict{}, errors.New("-judge needs the run's -duration: the faults stopped at 3/4 of it")
+	}
 	ss, err := readSamples(path)
 	if err != nil {
 		return verdict{}, err

@@ -88,15 +88,17 @@ func TestRejudge(t *testing.T) {
 		fmt.Fprintf(&b, "%.1f,%.0f,%.0f,%.0f,%.0f\n", s.at.Seconds(), s.heap, s.rss, s.goroutines+120*s.at.Hours(), s.files)
 	}
 	require.NoError(t, os.WriteFile(leaky, []byte(b.String()), 0o644))
-	v, err = rejudge(leaky, t.TempDir(), 0)
+	v, err = rejudge(leaky, t.TempDir(), time.Hour)
 	require.NoError(t, err)
 	assert.False(t, v.ok())
+	_, err = rejudge(leaky, t.TempDir(), 0)
+	assert.ErrorContains(t, err, "-judge needs the run's -duration")
 
 	bad := filepath.Join(t.TempDir(), "x.csv")
 	require.NoError(t, os.WriteFile(bad, []byte("seconds,heap_bytes,rss_bytes,goroutines,open_files\n1,2,x,4,5\n"), 0o644))
-	_, err = rejudge(bad, t.TempDir(), 0)
+	_, err = rejudge(bad, t.TempDir(), time.Hour)
 	assert.ErrorContains(t, err, "line 2, field rss_bytes")
-	_, err = rejudge(filepath.Join(t.TempDir(), "none.csv"), t.TempDir(), 0)
+	_, err = rejudge(filepath.Join(t.TempDir(), "none.csv"), t.TempDir(), time.Hour)
 	assert.Error(t, err)
 }
 

@@ -255,6 +255,12 @@ func run(ctx context.Context, cfg config, logf func(string, ...any)) (verdict, e
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
+	// The sampling ends with the drain, before the pipelines are torn
+	// down: a sample of the teardown (consumers stopping, their
+	// goroutines and files let go) would fall in the quiet tail and could
+	// hide a leak there.
+	close(stopSampling)
+	<-sampDone
 	close(stopping)
 	curMu.Lock()
 	if curSrc != nil {
@@ -263,8 +269,6 @@ func run(ctx context.Context, cfg config, logf func(string, ...any)) (verdict, e
 	curMu.Unlock()
 	wg.Wait()
 	_ = os.RemoveAll(os.TempDir() + "/sluice-soak-" + strconv.Itoa(os.Getpid()))
-	close(stopSampling)
-	<-sampDone
 	res.elapsed = time.Since(res.start)
 	res.samples = samples
 	res.interrupted = ctx.Err() != nil

@@ -89,6 +89,12 @@ const floorSpan = 0.375
 // minTail is the fewest samples of the quiet tail that are judged.
 const minTail = 12
 
+// minSpan is the shortest window judged, in hours: what minTail samples
+// span at the default -sample (5 s). Windows shorter than that, of more
+// samples taken faster, would judge the collector's sawtooth, not a
+// trend, against a floor scaled down to almost nothing.
+var minSpan = (55 * time.Second).Hours()
+
 // windows returns the parts of pts that are judged, each within one
 // regime: the second half of the fault period (before quietFrom, in
 // hours), and the quiet tail from quietFrom, when it has at least
@@ -108,7 +114,7 @@ func windows(pts []point, quietFrom float64) (faulty, quiet []point) {
 			faulty = append(faulty, p)
 		}
 	}
-	if len(quiet) < minTail {
+	if len(quiet) < minTail || quiet[len(quiet)-1].x-quiet[0].x < minSpan {
 		quiet = nil
 	}
 	return faulty, quiet
@@ -183,7 +189,7 @@ func judgePart(s series, part string, pts []point) trend {
 func judge(s series) trend {
 	faulty, quiet := windows(s.values, s.quietFrom)
 	t := judgePart(s, "faults", faulty)
-	if len(faulty) < minTail || quiet == nil {
+	if len(faulty) < minTail || t.span < minSpan || quiet == nil {
 		nq := 0
 		if n := len(s.values); n > 0 {
 			from := s.quietFrom
@@ -197,7 +203,7 @@ func judge(s series) trend {
 			}
 		}
 		t.ok = false
-		t.short = fmt.Sprintf("%s: %d samples in the faults window and %d in the quiet tail, fewer than %d in one: the run is too short to judge its growth", s.name, len(faulty), nq, minTail)
+		t.short = fmt.Sprintf("%s: %d samples in the faults window (%s) and %d in the quiet tail, fewer than %d or spanning less than 55s in one: the run is too short to judge its growth", s.name, len(faulty), time.Duration(t.span*float64(time.Hour)).Round(time.Second), nq, minTail)
 		return t
 	}
 	if quiet != nil {

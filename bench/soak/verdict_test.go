@@ -367,3 +367,21 @@ func TestMedians(t *testing.T) {
 // secondHalf returns the points after the first half of the run: the
 // window of the soak's first, plain fit.
 func secondHalf(pts []point) []point { return pts[len(pts)/2:] }
+
+// A run whose windows last less than a minute is too short to judge,
+// however fast it samples: a one-minute run sampled every second got a
+// verdict, and a flat heap with the collector's ±2 MB failed it in 11
+// seeds of 20, against a floor scaled down to 0.12 MB (a review's
+// finding).
+func TestOneMinuteRunSampledEverySecondIsTooShort(t *testing.T) {
+	s := heap(line(63, 63.0/3600, 40, 0, 2, 7)) // 63 samples a second apart, flat, ±2 MB
+	tr := judge(withQuiet([]series{s}, (45 * time.Second).Hours())[0])
+	assert.False(t, tr.ok)
+	assert.Contains(t, tr.short, "too short to judge")
+	// The same minute-long windows sampled as densely over four minutes
+	// are judged: the bound is the time, not the count.
+	long := heap(line(241, 241.0/3600, 40, 0, 0.01, 7))
+	tr = judge(withQuiet([]series{long}, (180 * time.Second).Hours())[0])
+	assert.Empty(t, tr.short)
+	assert.True(t, tr.ok, "slope %.2f rise %.2f floor %.2f", tr.slope, tr.rise, tr.floor)
+}
