@@ -47,7 +47,15 @@ type describer struct {
 	strings.Builder
 	seen map[seenKey]bool // the pointers, maps and slices being shown
 	full bool             // the text reached describeBytes
+	// sortKey makes the text that orders a map's entries (see
+	// mapEntries): shorter, and a map inside is shown by its type and
+	// length, not its entries, so that ordering one map never orders
+	// another (which, through a map that holds itself, never ended).
+	sortKey bool
 }
+
+// sortKeyBytes bounds a text made to order entries.
+const sortKeyBytes = 256
 
 // write adds s unless the text is full; past the limit it cuts s at a rune
 // boundary and adds "...", within the limit.
@@ -55,7 +63,11 @@ func (d *describer) write(s string) {
 	if d.full {
 		return
 	}
-	if room := describeBytes - len("...") - d.Len(); len(s) > room {
+	limit := describeBytes
+	if d.sortKey {
+		limit = sortKeyBytes
+	}
+	if room := limit - len("...") - d.Len(); len(s) > room {
 		cut := room
 		for cut > 0 && cut < len(s) && !utf8.RuneStart(s[cut]) {
 			cut--
@@ -133,6 +145,10 @@ func (d *describer) value(v reflect.Value, depth int) {
 	case reflect.Map:
 		if v.IsNil() {
 			d.write("map[]")
+			return
+		}
+		if d.sortKey {
+			d.write(v.Type().String() + "(len " + strconv.Itoa(v.Len()) + ")")
 			return
 		}
 		d.nested(v, depth, func() {
@@ -237,7 +253,7 @@ func mapEntries(v reflect.Value) [][2]reflect.Value {
 		}
 		// Not Describe(x.Interface()): a value reached through an
 		// unexported embedded struct cannot be taken out as an interface.
-		d := describer{seen: map[seenKey]bool{}}
+		d := describer{seen: map[seenKey]bool{}, sortKey: true}
 		d.value(x, 0)
 		memo[i] = d.String()
 		return memo[i]
