@@ -48,14 +48,11 @@ type describer struct {
 	seen map[seenKey]bool // the pointers, maps and slices being shown
 	full bool             // the text reached describeBytes
 	// sortKey makes the text that orders a map's entries (see
-	// mapEntries): shorter, and a map inside is shown by its type and
-	// length, not its entries, so that ordering one map never orders
-	// another (which, through a map that holds itself, never ended).
+	// mapEntries): a map inside is shown by its type and length, not its
+	// entries, so that ordering one map never orders another (which,
+	// through a map that holds itself, never ended).
 	sortKey bool
 }
-
-// sortKeyBytes bounds a text made to order entries.
-const sortKeyBytes = 256
 
 // write adds s unless the text is full; past the limit it cuts s at a rune
 // boundary and adds "...", within the limit.
@@ -63,11 +60,7 @@ func (d *describer) write(s string) {
 	if d.full {
 		return
 	}
-	limit := describeBytes
-	if d.sortKey {
-		limit = sortKeyBytes
-	}
-	if room := limit - len("...") - d.Len(); len(s) > room {
+	if room := describeBytes - len("...") - d.Len(); len(s) > room {
 		cut := room
 		for cut > 0 && cut < len(s) && !utf8.RuneStart(s[cut]) {
 			cut--
@@ -224,9 +217,10 @@ func (d *describer) nested(v reflect.Value, depth int, show func()) {
 // numbers and booleans, and by the key's rendering otherwise, so that the
 // same map is described the same way each time. Keys alike (NaNs; 1, "1"
 // and int64(1) in a map[any]; channels; renderings cut at the limit) are
-// ordered by their values' rendering, then by the types of key and value:
-// only entries that read alike in every way keep the order Go gave them,
-// which no reader of the result can tell.
+// ordered by their values' rendering, then by the types of key and value.
+// Those renderings show a map inside by its type and length only, so
+// entries alike but for the contents of such a map keep the order Go
+// gave them.
 func mapEntries(v reflect.Value) [][2]reflect.Value {
 	var es [][2]reflect.Value
 	for iter := v.MapRange(); iter.Next(); {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sluicehq/sluice/deadletter"
@@ -54,4 +55,22 @@ func TestDescribeOfNestedMapsAlikeIsBounded(t *testing.T) {
 	four, eight, forty := allocs(4), allocs(8), allocs(40)
 	assert.Less(t, eight, 32*four, "allocations: 4 levels %v, 8 levels %v", four, eight)
 	assert.Less(t, forty, 2*eight, "allocations: 8 levels %v, 40 levels %v (Describe shows 8)", eight, forty)
+}
+
+type urlStatus struct {
+	URL    string
+	Status int
+}
+
+// Struct keys whose text is long (a URL of 300 bytes) are ordered by all
+// of it: a cap of 256 bytes on the ordering text made them tie, and each
+// Describe of one map gave another text (a fourth review's finding).
+func TestLongStructKeysAreDescribedOneWay(t *testing.T) {
+	long := "https://example.com/search?q=" + strings.Repeat("x", 300)
+	m := map[urlStatus]int{{long, 200}: 1, {long, 404}: 1, {long, 500}: 1}
+	texts := map[string]bool{}
+	for range 100 {
+		texts[deadletter.Describe(m)] = true
+	}
+	assert.Len(t, texts, 1)
 }

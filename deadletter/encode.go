@@ -51,6 +51,12 @@ func EncodeItem(item any, enc func(item any) ([]byte, error)) (json.RawMessage, 
 // of encoding/json, would not give back as it is.
 func encodeChecked(item any, enc func(item any) ([]byte, error), strict bool) (json.RawMessage, error) {
 	if err := walk(item, strict, false); err != nil {
+		if errors.Is(err, ErrTooDeep) {
+			// Its text is the same whatever the order; walked again, a
+			// wide map that holds itself would cost a second walk of
+			// its entries at every depth down to MaxDepth.
+			return nil, err
+		}
 		// Walked again in the order of map keys: which of several bad
 		// parts is found first must not change from one write of an item
 		// to the next, as the error is part of the letter's key (see
