@@ -142,8 +142,9 @@ func (e *LateError) Is(target error) bool { return target == ErrLate }
 // items' own time under a watermark ([watermark]).
 type timeline[T any] interface {
 	// take returns the time of an item taken in at now, and lets the
-	// item move the watermark.
-	take(item T, now time.Time) time.Time
+	// item move the watermark; an item whose time the node cannot hold
+	// (see [timeRangeError]) moves nothing, and take returns the error.
+	take(item T, now time.Time) (time.Time, error)
 	// mark returns the watermark at now: the windows that end by it close.
 	mark(now time.Time) time.Time
 	// wake returns the instant on the pipeline's clock at which the
@@ -160,7 +161,7 @@ type timeline[T any] interface {
 // the watermark is now.
 type arrival[T any] struct{}
 
-func (arrival[T]) take(_ T, now time.Time) time.Time    { return now }
+func (arrival[T]) take(_ T, now time.Time) (time.Time, error) { return now, nil }
 func (arrival[T]) mark(now time.Time) time.Time         { return now }
 func (arrival[T]) wake(end time.Time) (time.Time, bool) { return end, true }
 func (arrival[T]) idleAt() (time.Time, bool)            { return time.Time{}, false }
@@ -173,6 +174,12 @@ func (arrival[T]) idled()                               {}
 type watermark[T any] struct {
 	at                func(T) time.Time
 	maxLateness, idle time.Duration
+	// ranged: the node's windows are saved in a window log, which holds
+	// only times Unix nanoseconds hold, and an item whose windows,
+	// reaching margin either side of its time, lie beyond them is
+	// refused (see [checkTimeRange]).
+	ranged bool
+	margin time.Duration
 
 	seen   bool
 	floor  bool      // wm was restored from a checkpoint: items only move it on
@@ -182,8 +189,13 @@ type watermark[T any] struct {
 	wm     time.Time // the watermark so far
 }
 
-func (w *watermark[T]) take(item T, now time.Time) time.Time {
+func (w *watermark[T]) take(item T, now time.Time) (time.Time, error) {
 	t := w.at(item)
+	if w.ranged {
+		if err := checkTimeRange(t, w.margin); err != nil {
+			return t, err
+		}
+	}
 	if !w.seen || t.After(w.latest) {
 		w.latest = t
 	}
@@ -194,7 +206,37 @@ func (w *watermark[T]) take(item T, now time.Time) time.Time {
 		w.wm = m
 	}
 	w.seen, w.quiet, w.last = true, false, now
-	return t
+	return t, nil
+}
+
+// Event times the window log of a node can hold: it saves its windows'
+// starts and ends in Unix nanoseconds, and an int64 of nanoseconds since
+// 1970 holds 1677-09-21 to 2262-04-11. Beyond them two windows 2^64 ns
+// (about 584 years) apart would share a name in the log, and a resumed
+// run would take one for the other.
+var (
+	minEventTime = time.Unix(0, math.MinInt64).UTC()
+	maxEventTime = time.Unix(0, math.MaxInt64).UTC()
+)
+
+// checkTimeRange reports an event time t whose windows, reaching margin
+// either side of it, would not lie between minEventTime and maxEventTime.
+func checkTimeRange(t time.Time, margin time.Duration) error {
+	if t.Add(-margin).Before(minEventTime) || t.Add(margin).After(maxEventTime) {
+		return &timeRangeError{t: t}
+	}
+	return nil
+}
+
+// A timeRangeError is the failure of an item whose event time lies
+// outside what an Aggregate's window log holds (a zero time.Time, a time
+// parsed from a garbled field): the item goes to the node's failure
+// action, and the watermark does not move.
+type timeRangeError struct{ t time.Time }
+
+func (e *timeRangeError) Error() string {
+	return fmt.Sprintf("pipeline: EventTime: the item's event time %s is outside what the node's window log holds under WithCheckpoint (%s to %s, Unix nanoseconds)",
+		e.t.Format(time.RFC3339Nano), minEventTime.Format(time.DateOnly), maxEventTime.Format(time.DateOnly))
 }
 
 func (w *watermark[T]) mark(time.Time) time.Time { return w.wm }

@@ -192,6 +192,9 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 			} else {
 				a.log = l
 				nr.rs.windowLogs = append(nr.rs.windowLogs, l)
+				// The log saves windows in Unix nanoseconds: an item
+				// whose windows they cannot hold is refused.
+				a.wmk.ranged, a.wmk.margin = true, spec.size
 				if ok {
 					a.wmk.restore(wm)
 				}
@@ -215,8 +218,17 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 }
 
 type windowID[K comparable] struct {
-	key   K
-	start int64 // Unix ns of a time window's start; a count or session window's serial
+	key K
+	// start is a time window's start in Unix seconds, nsec its
+	// nanoseconds (Unix nanoseconds alone would wrap: two starts 2^64 ns
+	// apart shared a name); a count or session window's serial.
+	start int64
+	nsec  int32
+}
+
+// timeWindowID is the id of key's time window that starts at st.
+func timeWindowID[K comparable](key K, st time.Time) windowID[K] {
+	return windowID[K]{key: key, start: st.Unix(), nsec: int32(st.Nanosecond())}
 }
 
 type openWindow[T any, K comparable, A any] struct {
@@ -363,19 +375,43 @@ func (a *aggregator[T, K, A]) body(ctx context.Context) (err error) {
 func (a *aggregator[T, K, A]) take(ctx context.Context, env envelope[T]) error {
 	now := a.clock.Now()
 	if a.log == nil {
-		return a.judge(ctx, env, a.tl.take(env.val, now), now)
+		t, err := a.tl.take(env.val, now)
+		if err != nil {
+			return a.badTime(ctx, env, err)
+		}
+		return a.judge(ctx, env, t, now)
 	}
 	// The log notes the watermark each item was taken with, for the
 	// watermark a save keeps; only an item later than those noted, or
 	// one that moved the watermark, needs the log's lock.
 	before, had := a.wmk.current()
-	t := a.tl.take(env.val, now)
+	t, err := a.tl.take(env.val, now)
+	if err != nil {
+		return a.badTime(ctx, env, err)
+	}
 	idx := env.tr.ledgerIdx()
 	if wm := a.tl.mark(now); idx > a.logHi || !a.logSet || !wm.Equal(a.logWM) {
 		a.log.took(idx, before, had, wm)
 		a.logWM, a.logSet, a.logHi = wm, true, max(a.logHi, idx)
 	}
 	return a.judge(ctx, env, t, now)
+}
+
+// badTime sends env, whose event time the node's windows cannot hold
+// (err), to the node's failure action, as a late item without a Late
+// output goes: it is the item's own fault, and retrying it would not
+// change its time.
+func (a *aggregator[T, K, A]) badTime(ctx context.Context, env envelope[T], err error) error {
+	now := a.clock.Now()
+	fl := &failure{err: err, first: now, last: now}
+	if ferr := a.nr.itemFailed(ctx, env.val, env.tr, fl); ferr != nil {
+		if errors.As(ferr, new(*timeRangeError)) {
+			// The item is taken: a restart would not see it again.
+			return &notRestartable{ferr}
+		}
+		return ferr
+	}
+	return nil
 }
 
 // judge places item env, of time t, taken in at now: in its windows,
@@ -411,7 +447,7 @@ func (a *aggregator[T, K, A]) place(ctx context.Context, env envelope[T], t time
 	var starts []time.Time
 	last := t.Truncate(a.spec.step)
 	for st := last; t.Before(st.Add(a.spec.size)); st = st.Add(-a.spec.step) {
-		ids = append(ids, windowID[K]{key: k, start: st.UnixNano()})
+		ids = append(ids, timeWindowID(k, st))
 		starts = append(starts, st)
 	}
 	slices.Reverse(ids)

@@ -224,7 +224,7 @@ func newWindowLog[K comparable](node string, saved []loggedWindow, wm time.Time,
 		if err := json.Unmarshal(s.Key, &k); err != nil {
 			return nil, fmt.Errorf("pipeline: Aggregate %q: the checkpoint's window key %s does not decode into %T: %w", node, s.Key, k, err)
 		}
-		l.wins[windowID[K]{key: k, start: s.Start}] = &logEntry{end: s.End}
+		l.wins[timeWindowID(k, time.Unix(0, s.Start))] = &logEntry{end: s.End}
 	}
 	return l, nil
 }
@@ -331,7 +331,7 @@ func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, time.Time, bool, ui
 			l.unlogged++
 			continue
 		}
-		out = append(out, loggedWindow{Key: key, Start: id.start, End: e.end})
+		out = append(out, loggedWindow{Key: key, Start: time.Unix(id.start, int64(id.nsec)).UnixNano(), End: e.end})
 	}
 	// In a stable order, so that equal logs save equal bytes.
 	slices.SortFunc(out, func(a, b loggedWindow) int {

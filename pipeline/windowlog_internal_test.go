@@ -35,7 +35,7 @@ func TestWindowLogPrunesWhatThePositionMakesMoot(t *testing.T) {
 	led := &ledger{}
 	root := func(idx uint64) *tracker { return &tracker{led: led, idx: idx} }
 	// Window 3 [0:00, 1:00) written in this run, of items 2 and 5.
-	l.record(windowID[int]{key: 3, start: at(0).UnixNano()}, at(1), &tracker{parents: []*tracker{root(2), nil, root(5)}})
+	l.record(timeWindowID(3, at(0)), at(1), &tracker{parents: []*tracker{root(2), nil, root(5)}})
 
 	ws, _, _, changed, err := l.snapshot(100)
 	require.NoError(t, err)
@@ -46,10 +46,10 @@ func TestWindowLogPrunesWhatThePositionMakesMoot(t *testing.T) {
 	ws, _, _, _, err = l.snapshot(4)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"2@01:00", "3@00:00"}, windowsOf(ws), "1 is passed by the watermark, and no item of it came; 3 has item 5 after the position")
-	assert.False(t, l.written(windowID[int]{key: 1, start: at(0).UnixNano()}, at(1), 9), "pruned")
+	assert.False(t, l.written(timeWindowID(1, at(0)), at(1), 9), "pruned")
 
-	assert.True(t, l.written(windowID[int]{key: 2, start: at(1).UnixNano()}, at(2), 7), "an item of 2 read again")
-	assert.False(t, l.written(windowID[int]{key: 2, start: at(1).UnixNano()}, at(3), 7), "a window of another size is another window")
+	assert.True(t, l.written(timeWindowID(2, at(1)), at(2), 7), "an item of 2 read again")
+	assert.False(t, l.written(timeWindowID(2, at(1)), at(3), 7), "a window of another size is another window")
 	mark(at(3))
 	ws, _, _, _, err = l.snapshot(6)
 	require.NoError(t, err)
@@ -164,7 +164,7 @@ func TestWindowLogPrunesByTheSavedWatermark(t *testing.T) {
 	led := &ledger{}
 	l.took(1, time.Time{}, false, at(0))
 	l.took(2, at(0), true, at(3))
-	l.record(windowID[int]{key: 0, start: at(0).UnixNano()}, at(1), &tracker{led: led, idx: 1})
+	l.record(timeWindowID(0, at(0)), at(1), &tracker{led: led, idx: 1})
 	ws, wm, _, _, err := l.snapshot(1)
 	require.NoError(t, err)
 	assert.Equal(t, at(0), wm)
