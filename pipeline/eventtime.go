@@ -162,10 +162,10 @@ type timeline[T any] interface {
 type arrival[T any] struct{}
 
 func (arrival[T]) take(_ T, now time.Time) (time.Time, error) { return now, nil }
-func (arrival[T]) mark(now time.Time) time.Time         { return now }
-func (arrival[T]) wake(end time.Time) (time.Time, bool) { return end, true }
-func (arrival[T]) idleAt() (time.Time, bool)            { return time.Time{}, false }
-func (arrival[T]) idled()                               {}
+func (arrival[T]) mark(now time.Time) time.Time               { return now }
+func (arrival[T]) wake(end time.Time) (time.Time, bool)       { return end, true }
+func (arrival[T]) idleAt() (time.Time, bool)                  { return time.Time{}, false }
+func (arrival[T]) idled()                                     {}
 
 // A watermark is event time under bounded out-of-orderness: the latest
 // event time taken in, less maxLateness, never going back. Only items
