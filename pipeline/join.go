@@ -288,6 +288,10 @@ func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L
 	}
 	if e.left {
 		k := j.keyL(e.l)
+		if selfUnequal(k) {
+			// A NaN, or a key holding one: no map finds it again.
+			return refuseItem(ctx, j.nr, j.clock.Now(), e.l, env.tr, &unequalKeyError{node: "Join", side: "left ", key: k})
+		}
 		me := &waiting[L]{val: e.l, tr: env.tr, t: t, expires: expires}
 		j.lefts[k] = append(j.lefts[k], me)
 		j.queue.push(queued[L, R, K]{key: k, expires: expires, l: me})
@@ -304,6 +308,9 @@ func (j *joiner[L, R, K, Out]) arrive(ctx context.Context, env envelope[either[L
 		return nil
 	}
 	k := j.keyR(e.r)
+	if selfUnequal(k) {
+		return refuseItem(ctx, j.nr, j.clock.Now(), e.r, env.tr, &unequalKeyError{node: "Join", side: "right ", key: k})
+	}
 	me := &waiting[R]{val: e.r, tr: env.tr, t: t, expires: expires}
 	j.rights[k] = append(j.rights[k], me)
 	j.queue.push(queued[L, R, K]{key: k, expires: expires, r: me})

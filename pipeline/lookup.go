@@ -89,10 +89,20 @@ func NewLookup[K comparable, V any](fetch func(context.Context, K) (V, error), o
 
 // Get returns the value of key: from the cache while it is fresh, else
 // from the fetch that is under way for key, else from a fetch of its own
-// under ctx. An error is returned as the fetch returned it, and not cached.
+// under ctx. A key not equal to itself (a NaN, or a value holding one) is
+// fetched each time. An error is returned as the fetch returned it, and not cached.
 // When the caller whose fetch others wait for is cancelled, each waiter
 // whose own ctx is live fetches again.
 func (l *Lookup[K, V]) Get(ctx context.Context, key K) (V, error) {
+	if selfUnequal(key) {
+		// A NaN, or a key holding one: no map finds it again, so it is
+		// fetched each time, neither cached nor shared (each left an
+		// entry in the cache's maps for good).
+		l.mu.Lock()
+		l.stats.Fetches++
+		l.mu.Unlock()
+		return l.call(ctx, key)
+	}
 	shared := false
 	for {
 		v, hit, f, lead := l.begin(key, &shared)

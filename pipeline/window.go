@@ -377,7 +377,7 @@ func (a *aggregator[T, K, A]) take(ctx context.Context, env envelope[T]) error {
 	if a.log == nil {
 		t, err := a.tl.take(env.val, now)
 		if err != nil {
-			return a.badTime(ctx, env, err)
+			return a.refuse(ctx, env, err)
 		}
 		return a.judge(ctx, env, t, now)
 	}
@@ -387,7 +387,7 @@ func (a *aggregator[T, K, A]) take(ctx context.Context, env envelope[T]) error {
 	before, had := a.wmk.current()
 	t, err := a.tl.take(env.val, now)
 	if err != nil {
-		return a.badTime(ctx, env, err)
+		return a.refuse(ctx, env, err)
 	}
 	idx := env.tr.ledgerIdx()
 	if wm := a.tl.mark(now); idx > a.logHi || !a.logSet || !wm.Equal(a.logWM) {
@@ -397,21 +397,12 @@ func (a *aggregator[T, K, A]) take(ctx context.Context, env envelope[T]) error {
 	return a.judge(ctx, env, t, now)
 }
 
-// badTime sends env, whose event time the node's windows cannot hold
-// (err), to the node's failure action, as a late item without a Late
-// output goes: it is the item's own fault, and retrying it would not
-// change its time.
-func (a *aggregator[T, K, A]) badTime(ctx context.Context, env envelope[T], err error) error {
-	now := a.clock.Now()
-	fl := &failure{err: err, first: now, last: now}
-	if ferr := a.nr.itemFailed(ctx, env.val, env.tr, fl); ferr != nil {
-		if errors.As(ferr, new(*timeRangeError)) {
-			// The item is taken: a restart would not see it again.
-			return &notRestartable{ferr}
-		}
-		return ferr
-	}
-	return nil
+// refuse sends env, which the node cannot place for err (an event time
+// its window log cannot hold, a key not equal to itself), to the node's
+// failure action: it is the item's own fault, and retrying it would not
+// change it.
+func (a *aggregator[T, K, A]) refuse(ctx context.Context, env envelope[T], err error) error {
+	return refuseItem(ctx, a.nr, a.clock.Now(), env.val, env.tr, err)
 }
 
 // judge places item env, of time t, taken in at now: in its windows,
@@ -435,6 +426,10 @@ func (a *aggregator[T, K, A]) judge(ctx context.Context, env envelope[T], t, now
 // it corrects.
 func (a *aggregator[T, K, A]) place(ctx context.Context, env envelope[T], t time.Time) error {
 	k := a.key(env.val)
+	if selfUnequal(k) {
+		// A NaN, or a key holding one: no map finds it again.
+		return a.refuse(ctx, env, &unequalKeyError{node: "Aggregate", key: k})
+	}
 	switch {
 	case a.spec.count > 0:
 		return a.placeCount(ctx, env, k)
