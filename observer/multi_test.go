@@ -128,3 +128,15 @@ func TestMultiKeepsTwoZeroSizeObservers(t *testing.T) {
 	observer.Multi(a, b).OnRetry(observer.RetryEvent{})
 	assert.Equal(t, 2, zeroTicks)
 }
+
+// Multi leaves out a nil pointer held in an Observer, as a program passes
+// an observer it builds only when configured: it panicked at every event,
+// and the observers after it never got the event (a review's finding).
+func TestMultiLeavesOutANilPointer(t *testing.T) {
+	t.Parallel()
+	var logs *counting // not configured
+	c := &counting{}
+	m := observer.Multi(logs, c)
+	assert.NotPanics(t, func() { m.OnRetry(observer.RetryEvent{}) })
+	assert.Equal(t, 1, c.retries)
+}

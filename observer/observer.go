@@ -171,10 +171,15 @@ func (Nop) OnCircuitStateChanged(CircuitEvent)   {}
 
 // Multi returns an Observer that passes every event to each of obs in
 // order, and the counters of the pipelines it observes to those of obs
-// that are [StatsUser]s. Nil observers are left out, and so is an
-// observer given again, here or inside a Multi among obs: each gets every
-// event once, where a metrics plug-in given twice would count each event
-// twice.
+// that are [StatsUser]s. Nil observers are left out, nil pointers held
+// in an Observer included (a `var logs *slogobserver.Observer` left unset
+// panicked at every event), and so is an observer given again, here or
+// inside a Multi among obs: each gets every event once, where a metrics
+// plug-in given twice would count each event twice. Observers that
+// cannot be compared (a struct holding a func or map, given by value),
+// and pointers to a type of size zero (which Go may give one address
+// though they were made apart), are never taken for one another: given
+// twice, they get each event twice.
 func Multi(obs ...Observer) Observer {
 	m := make(multi, 0, len(obs))
 	var add func(o Observer)
@@ -185,7 +190,7 @@ func Multi(obs ...Observer) Observer {
 			}
 			return
 		}
-		if o == nil || slices.ContainsFunc(m, func(p Observer) bool { return same(p, o) }) {
+		if o == nil || nilPointer(o) || slices.ContainsFunc(m, func(p Observer) bool { return same(p, o) }) {
 			return
 		}
 		m = append(m, o)
@@ -194,6 +199,12 @@ func Multi(obs ...Observer) Observer {
 		add(o)
 	}
 	return m
+}
+
+// nilPointer reports whether o holds a nil pointer.
+func nilPointer(o Observer) bool {
+	v := reflect.ValueOf(o)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // same reports whether a and b are one observer. Observers whose type

@@ -44,6 +44,7 @@ import (
 
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/reason"
+	"github.com/sluicehq/sluice/internal/same"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/pipeline"
 	"github.com/sluicehq/sluice/resilience"
@@ -327,7 +328,7 @@ func (in *Inspector) UseStats(sr observer.StatsReader) error {
 func (in *Inspector) ForgetStats(sr observer.StatsReader) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if in.stats == sr {
+	if same.Is(in.stats, sr) {
 		in.stats, in.grapher, in.drainer = nil, nil, nil
 		in.nodes.Store(nil)
 	}

@@ -32,6 +32,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/sluicehq/sluice/internal/same"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -183,11 +184,6 @@ func New(mp metric.MeterProvider, opts ...Option) (*Observer, error) {
 	return o, nil
 }
 
-// UseStats makes the Observer report the counters r reads at every
-// collection; pipeline.Builder.Build calls it with each pipeline built
-// with the Observer. Observing the same pipeline again does nothing;
-// observing another pipeline of the same name is an error, which fails the
-// Build, since their measurements could not be told apart.
 // ForgetStats lets go of a pipeline that UseStats took: the callback no
 // longer reads it, and its name may be observed again. Multi calls it when
 // a Build fails after the Observer took the pipeline.
@@ -195,13 +191,18 @@ func (o *Observer) ForgetStats(r observer.StatsReader) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for name, t := range o.byName {
-		if t.r == r {
+		if same.Is(t.r, r) {
 			delete(o.byName, name)
 			o.targets = slices.DeleteFunc(o.targets, func(x *target) bool { return x == t })
 		}
 	}
 }
 
+// UseStats makes the Observer report the counters r reads at every
+// collection; pipeline.Builder.Build calls it with each pipeline built
+// with the Observer. Observing the same pipeline again does nothing;
+// observing another pipeline of the same name is an error, which fails the
+// Build, since their measurements could not be told apart.
 func (o *Observer) UseStats(r observer.StatsReader) error {
 	if r == nil {
 		return errors.New("otel: UseStats: nil reader")
@@ -211,7 +212,7 @@ func (o *Observer) UseStats(r observer.StatsReader) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if t, ok := o.byName[name]; ok {
-		if t.r == r {
+		if same.Is(t.r, r) {
 			return nil
 		}
 		return fmt.Errorf("otel: a pipeline named %q is already observed", name)

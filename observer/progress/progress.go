@@ -45,6 +45,7 @@ import (
 	"github.com/jonboulle/clockwork"
 	"golang.org/x/term"
 
+	"github.com/sluicehq/sluice/internal/same"
 	"github.com/sluicehq/sluice/observer"
 )
 
@@ -78,9 +79,14 @@ func WithWindow(d time.Duration) Option {
 
 // WithClock sets the clock the Reporter ticks on and measures rates with,
 // such as a fake clock in tests (default: the real clock). It should be
-// the clock of the pipelines it reports on.
+// the clock of the pipelines it reports on. A nil clock keeps the real
+// one.
 func WithClock(c clockwork.Clock) Option {
-	return func(r *Reporter) { r.clock = c }
+	return func(r *Reporter) {
+		if c != nil {
+			r.clock = c
+		}
+	}
 }
 
 // WithTTY says whether the output is a terminal, to redraw in place, or
@@ -169,7 +175,9 @@ func New(w io.Writer, opts ...Option) *Reporter {
 	// rate over about the window even when lines are rare; draw on a
 	// whole number of samples.
 	r.drawEvery = max(1, min(100, int((5*r.interval+r.window-1)/r.window)))
-	r.tickEvery = r.interval / time.Duration(r.drawEvery)
+	// At least a nanosecond: an interval under drawEvery nanoseconds made
+	// a tick of 0, and NewTicker(0) panicked on the Reporter's goroutine.
+	r.tickEvery = max(time.Nanosecond, r.interval/time.Duration(r.drawEvery))
 	return r
 }
 
@@ -185,7 +193,7 @@ func (r *Reporter) UseStats(sr observer.StatsReader) error {
 	st := sr.Stats()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if slices.ContainsFunc(r.pipes, func(p *pipe) bool { return sameReader(p.r, sr) }) {
+	if slices.ContainsFunc(r.pipes, func(p *pipe) bool { return same.Is(p.r, sr) }) {
 		return nil // shown already: once is enough
 	}
 	r.pipes = append(r.pipes, &pipe{r: sr, last: st, lastT: r.clock.Now()})
@@ -200,23 +208,11 @@ func (r *Reporter) UseStats(sr observer.StatsReader) error {
 func (r *Reporter) ForgetStats(sr observer.StatsReader) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.pipes = slices.DeleteFunc(r.pipes, func(p *pipe) bool { return sameReader(p.r, sr) })
+	r.pipes = slices.DeleteFunc(r.pipes, func(p *pipe) bool { return same.Is(p.r, sr) })
 	r.idleStop()
 }
 
 var _ observer.StatsForgetter = (*Reporter)(nil)
-
-// sameReader reports whether a and b are the same reader. A reader whose
-// type cannot be compared (a func adapter, a struct holding a slice) is
-// never the same as another: comparing it would panic.
-func sameReader(a, b observer.StatsReader) (same bool) {
-	defer func() {
-		if recover() != nil {
-			same = false
-		}
-	}()
-	return a == b
-}
 
 // Start starts the Reporter ticking now: it reads the counters at once and
 // draws its first frame an interval later. It keeps ticking until Stop,

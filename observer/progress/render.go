@@ -100,7 +100,7 @@ func (r *Reporter) block(p *pipe, now time.Time) []string {
 			// the header's, measured where items settle.
 			fmt.Fprintf(&b, "  of %d", n.Size)
 			if n.Size > 0 {
-				fmt.Fprintf(&b, " (%d%% read)", min(100, 100*c.Out/n.Size))
+				fmt.Fprintf(&b, " (%d%% read)", percent(c.Out, n.Size))
 			}
 		}
 		for _, x := range extras(c) {
@@ -171,7 +171,7 @@ func (p *pipe) state(now time.Time) []string {
 	} else if size, ok := p.size(); ok {
 		left = size - settled
 		if size > 0 {
-			parts = append(parts, fmt.Sprintf("settled %d%%", min(100, 100*settled/size)))
+			parts = append(parts, fmt.Sprintf("settled %d%%", percent(settled, size)))
 		}
 	}
 	if left > 0 {
@@ -416,6 +416,10 @@ func human(v float64) string {
 	switch {
 	case math.IsNaN(v) || v <= 0:
 		return "0"
+	case v >= 1e12:
+		return fmt.Sprintf("%.1fT", v/1e12)
+	case v >= 1e9:
+		return fmt.Sprintf("%.1fG", v/1e9)
 	case v >= 1e6:
 		return fmt.Sprintf("%.1fM", v/1e6)
 	case v >= 1e3:
@@ -425,6 +429,12 @@ func human(v float64) string {
 	default:
 		return fmt.Sprintf("%.0f", v)
 	}
+}
+
+// percent is 100*part/whole, rounded down, within 0 and 100: in float,
+// as 100*part overflows an int64 once part passes about 9.2e16.
+func percent(part, whole int64) int64 {
+	return int64(min(100, max(0, 100*float64(part)/float64(whole))))
 }
 
 // elapsed formats a run's time so far: 12.0s, then 2m05s.

@@ -28,6 +28,7 @@ import (
 
 	promclient "github.com/prometheus/client_golang/prometheus"
 
+	"github.com/sluicehq/sluice/internal/same"
 	"github.com/sluicehq/sluice/observer"
 	"github.com/sluicehq/sluice/resilience"
 )
@@ -139,7 +140,7 @@ func (c *Collector) UseStats(r observer.StatsReader) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if q, ok := c.byName[s.Pipeline]; ok {
-		if q == r {
+		if same.Is(q, r) {
 			return nil
 		}
 		return fmt.Errorf("prometheus: a pipeline named %q is already observed", s.Pipeline)
@@ -170,12 +171,12 @@ func (c *Collector) ForgetStats(r observer.StatsReader) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for name, q := range c.byName {
-		if q != r {
+		if !same.Is(q, r) {
 			continue
 		}
 		delete(c.byName, name)
 		c.forgotten[name] = true
-		c.observed = slices.DeleteFunc(c.observed, func(o observer.StatsReader) bool { return o == r })
+		c.observed = slices.DeleteFunc(c.observed, func(o observer.StatsReader) bool { return same.Is(o, r) })
 		c.exhausted.DeletePartialMatch(promclient.Labels{"pipeline": name})
 		c.delay.DeletePartialMatch(promclient.Labels{"pipeline": name})
 	}
