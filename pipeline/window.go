@@ -187,6 +187,9 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 			// an item late before a crash is late again (windowlog.go).
 			wm, ok := nr.rs.restoredWM[n.name]
 			l, err := newWindowLog[K](n.name, nr.rs.restored[n.name], wm, ok)
+			if err == nil {
+				err = checkLoggedSize(n.name, nr.rs.restored[n.name], spec.size)
+			}
 			if err != nil {
 				a.logErr = err
 			} else {

@@ -229,6 +229,22 @@ func newWindowLog[K comparable](node string, saved []loggedWindow, wm time.Time,
 	return l, nil
 }
 
+// checkLoggedSize returns the error of an Aggregate whose windows are
+// size long resumed from a checkpoint that logged windows of another
+// length: such a window log matches none of the node's windows, while the
+// saved position passed the items of the windows it holds, so a window
+// overlapping them would be handed on complete with part of its items.
+func checkLoggedSize(node string, saved []loggedWindow, size time.Duration) error {
+	for _, s := range saved {
+		if d := time.Duration(s.End - s.Start); d != size {
+			return fmt.Errorf("pipeline: Aggregate %q: the checkpoint logged windows %s long, and the node's are %s: "+
+				"resumed with another window size, windows would be handed on with part of their items; "+
+				"resume with the size the checkpoint was saved with, or start from a new checkpoint", node, d, size)
+		}
+	}
+	return nil
+}
+
 // written reports whether window id, which ends at end, was written, and
 // if so notes that item idx fell in it.
 func (l *windowLog[K]) written(id windowID[K], end time.Time, idx uint64) bool {
@@ -308,14 +324,16 @@ func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, time.Time, bool, ui
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	swm, sok := l.watermark(idx)
-	wm := swm.UnixNano()
 	var out []loggedWindow
 	for id, e := range l.wins {
 		// Moot: no item the run reads again falls in it. Its items are
 		// all at or before the position, and the saved watermark passed
 		// its end: the resumed run starts its watermark there, so an item
 		// after the position that falls in it is late.
-		if sok && wm >= e.end && e.maxIdx <= idx {
+		// Compared as times: a watermark before 1677 (an item's time
+		// less a long maxLateness) wraps in Unix nanoseconds, past
+		// every window's end.
+		if sok && !swm.Before(time.Unix(0, e.end)) && e.maxIdx <= idx {
 			delete(l.wins, id)
 			continue
 		}

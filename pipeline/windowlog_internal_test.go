@@ -194,3 +194,25 @@ func TestWindowLogBoundsItsRuns(t *testing.T) {
 		assert.False(t, wm.After(at(int(p))), "position %d: %s is after the watermark item %d was taken with", p, wm.Format("15:04"), p+1)
 	}
 }
+
+// A save prunes a window only once the saved watermark passed its end,
+// compared as times: a watermark before 1677 (an item of 1700 less a
+// maxLateness of 30 years) wrapped in Unix nanoseconds to about 2255,
+// past every end, and a window still needed was pruned, to be written
+// again after a resume (a review's finding).
+func TestWindowLogDoesNotPruneByAWrappedWatermark(t *testing.T) {
+	t.Parallel()
+	l, err := newWindowLog[int]("sum", nil, time.Time{}, false)
+	require.NoError(t, err)
+	start := time.Date(1700, 1, 1, 0, 0, 0, 0, time.UTC)
+	end := start.Add(time.Hour)
+	require.NoError(t, checkTimeRange(start, time.Hour), "the item's windows lie in range")
+	wm := start.Add(-30 * 365 * 24 * time.Hour)
+	l.took(1, time.Time{}, false, wm)
+	l.record(timeWindowID(0, start), end, &tracker{led: &ledger{}, idx: 1})
+	ws, swm, ok, _, err := l.snapshot(1)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.True(t, swm.Before(end))
+	assert.Len(t, ws, 1, "the saved watermark %s has not passed the window's end %s", swm, end)
+}
