@@ -188,12 +188,13 @@ func Aggregate[T any, K comparable, A any](b *Builder, name string, in Stream[T]
 			wm, ok := nr.rs.restoredWM[n.name]
 			l, err := newWindowLog[K](n.name, nr.rs.restored[n.name], wm, ok)
 			if err == nil {
-				err = checkLoggedSize(n.name, nr.rs.restored[n.name], spec.size)
+				err = checkLoggedSpec(n.name, nr.rs.restored[n.name], spec.size, spec.step)
 			}
 			if err != nil {
 				a.logErr = err
 			} else {
 				a.log = l
+				l.step = spec.step
 				nr.rs.windowLogs = append(nr.rs.windowLogs, l)
 				// The log saves windows in Unix nanoseconds: an item
 				// whose windows they cannot hold is refused.

@@ -79,6 +79,10 @@ type loggedWindow struct {
 	Key   json.RawMessage `json:"key"`
 	Start int64           `json:"start"`
 	End   int64           `json:"end"`
+	// Step is the node's window step in nanoseconds (its size for a
+	// TimeWindow), so that a run resumed with another can be refused;
+	// 0 in a checkpoint saved before it was kept.
+	Step int64 `json:"step,omitempty"`
 }
 
 // encodePosition returns the envelope of pos with the window logs wins
@@ -186,6 +190,8 @@ type windowLog[K comparable] struct {
 	// unlogged counts the windows left out because their key does not
 	// come back equal from JSON.
 	unlogged int
+	// step is the node's window step, saved with each window.
+	step time.Duration
 }
 
 // A wmRun is a run of items the node took one after the other, before
@@ -229,17 +235,24 @@ func newWindowLog[K comparable](node string, saved []loggedWindow, wm time.Time,
 	return l, nil
 }
 
-// checkLoggedSize returns the error of an Aggregate whose windows are
-// size long resumed from a checkpoint that logged windows of another
-// length: such a window log matches none of the node's windows, while the
-// saved position passed the items of the windows it holds, so a window
-// overlapping them would be handed on complete with part of its items.
-func checkLoggedSize(node string, saved []loggedWindow, size time.Duration) error {
+// checkLoggedSpec returns the error of an Aggregate whose windows are
+// size long every step resumed from a checkpoint that logged windows of
+// another length or step: such a window log does not name the node's
+// windows, while the saved position passed the items of the windows it
+// holds, so a window overlapping them would be handed on complete with
+// part of its items. A checkpoint saved before the step was kept is
+// checked for the size alone.
+func checkLoggedSpec(node string, saved []loggedWindow, size, step time.Duration) error {
 	for _, s := range saved {
-		if d := time.Duration(s.End - s.Start); d != size {
-			return fmt.Errorf("pipeline: Aggregate %q: the checkpoint logged windows %s long, and the node's are %s: "+
-				"resumed with another window size, windows would be handed on with part of their items; "+
-				"resume with the size the checkpoint was saved with, or start from a new checkpoint", node, d, size)
+		d, st := time.Duration(s.End-s.Start), time.Duration(s.Step)
+		if d != size || (st != 0 && st != step) {
+			was := fmt.Sprintf("%s long", d)
+			if st != 0 {
+				was += fmt.Sprintf(" every %s", st)
+			}
+			return fmt.Errorf("pipeline: Aggregate %q: the checkpoint logged windows %s, and the node's are %s long every %s: "+
+				"resumed with another window size or step, windows would be handed on with part of their items; "+
+				"resume with the windows the checkpoint was saved with, or start from a new checkpoint", node, was, size, step)
 		}
 	}
 	return nil
@@ -349,7 +362,7 @@ func (l *windowLog[K]) snapshot(idx uint64) ([]loggedWindow, time.Time, bool, ui
 			l.unlogged++
 			continue
 		}
-		out = append(out, loggedWindow{Key: key, Start: time.Unix(id.start, int64(id.nsec)).UnixNano(), End: e.end})
+		out = append(out, loggedWindow{Key: key, Start: time.Unix(id.start, int64(id.nsec)).UnixNano(), End: e.end, Step: int64(l.step)})
 	}
 	// In a stable order, so that equal logs save equal bytes.
 	slices.SortFunc(out, func(a, b loggedWindow) int {

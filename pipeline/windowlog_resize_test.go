@@ -24,7 +24,48 @@ import (
 func TestResumeWithAnotherWindowSizeIsRefused(t *testing.T) {
 	t.Parallel()
 	store := checkpoint.NewMemory()
-	run := func(spec pipeline.WindowSpec, failAt time.Duration) ([]pipeline.Window[int, int], error) {
+	run := resumable(t, store)
+	first, err := run(pipeline.TimeWindow(time.Minute), time.Minute)
+	require.Error(t, err)
+	require.Len(t, first, 1)
+	_, logged := saved(t, store)
+	require.NotEmpty(t, logged, "the first run logged its written window")
+
+	again, err := run(pipeline.TimeWindow(2*time.Minute), 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `Aggregate "sum": the checkpoint logged windows 1m0s long every 1m0s, and the node's are 2m0s long every 2m0s`)
+	assert.Empty(t, again, "no window handed on")
+
+	same, err := run(pipeline.TimeWindow(time.Minute), 0)
+	require.NoError(t, err)
+	var values []int
+	for _, w := range same {
+		values = append(values, w.Value)
+	}
+	assert.Equal(t, []int{24, 32}, values, "[1:00, 2:00) rebuilt whole, [3:00, 4:00) at the end; [0:00, 1:00) not again")
+}
+
+// The same for a step changed alone: resumed as SlidingWindow(2m, 1m)
+// from TimeWindow(2m), [1:00, 3:00) was handed on complete with 32 of
+// its 56 (a review's finding).
+func TestResumeWithAnotherWindowStepIsRefused(t *testing.T) {
+	t.Parallel()
+	store := checkpoint.NewMemory()
+	run := resumable(t, store)
+	first, err := run(pipeline.TimeWindow(2*time.Minute), 2*time.Minute)
+	require.Error(t, err)
+	require.Len(t, first, 1, "[0:00, 2:00) written")
+	again, err := run(pipeline.SlidingWindow(2*time.Minute, time.Minute), 0)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `the checkpoint logged windows 2m0s long every 2m0s, and the node's are 2m0s long every 1m0s`)
+	assert.Empty(t, again, "no window handed on")
+}
+
+// resumable returns a run of logItems through an event-time Aggregate of
+// spec under a checkpoint in store, whose sink fails on the window that
+// starts failAt after epoch (0: none).
+func resumable(t *testing.T, store checkpoint.Store) func(spec pipeline.WindowSpec, failAt time.Duration) ([]pipeline.Window[int, int], error) {
+	return func(spec pipeline.WindowSpec, failAt time.Duration) ([]pipeline.Window[int, int], error) {
 		b := pipeline.New("wl", pipeline.WithClock(clockwork.NewFakeClock()), pipeline.WithCheckpoint(store, time.Hour),
 			pipeline.WithProfile(resilience.ProfileHighThroughput)) // no item retry: the failing write fails the run at once
 		var late pipeline.Stream[ev]
@@ -41,22 +82,4 @@ func TestResumeWithAnotherWindowSizeIsRefused(t *testing.T) {
 		_, err := build(t, b).Run(t.Context())
 		return sink.got(), err
 	}
-	first, err := run(pipeline.TimeWindow(time.Minute), time.Minute)
-	require.Error(t, err)
-	require.Len(t, first, 1)
-	_, logged := saved(t, store)
-	require.NotEmpty(t, logged, "the first run logged its written window")
-
-	again, err := run(pipeline.TimeWindow(2*time.Minute), 0)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), `Aggregate "sum": the checkpoint logged windows 1m0s long, and the node's are 2m0s`)
-	assert.Empty(t, again, "no window handed on")
-
-	same, err := run(pipeline.TimeWindow(time.Minute), 0)
-	require.NoError(t, err)
-	var values []int
-	for _, w := range same {
-		values = append(values, w.Value)
-	}
-	assert.Equal(t, []int{24, 32}, values, "[1:00, 2:00) rebuilt whole, [3:00, 4:00) at the end; [0:00, 1:00) not again")
 }

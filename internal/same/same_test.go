@@ -15,7 +15,7 @@ type named interface{ Name() string }
 
 func TestIs(t *testing.T) {
 	t.Parallel()
-	var a, b named = sliceHolder{}, sliceHolder{}
+	var a, b named = sliceHolder{s: []int{1}}, sliceHolder{s: []int{1}}
 	assert.False(t, same.Is(a, b), "an uncomparable dynamic type is never the same")
 	p := &struct{ n int }{}
 	assert.True(t, same.Is[any](p, p))

@@ -48,6 +48,14 @@ func TestHugeCountsPercent(t *testing.T) {
 	out := strings.Join(h.out.take(), "")
 	assert.Contains(t, out, "settled 25%")
 	assert.NotContains(t, out, "settled -")
+
+	r.set(func(st *observer.Stats) { // one item short of the size
+		st.Nodes[0].Out = 1<<62 - 1
+		st.Nodes[1].In, st.Nodes[1].Out = 1<<62-1, 1<<62-1
+	})
+	h.tick()
+	out = strings.Join(h.out.take(), "")
+	assert.Contains(t, out, "settled 99%", "float rounding made it 100 with an item left")
 }
 
 // WithClock(nil) keeps the real clock, as slogobserver's does: a nil

@@ -431,10 +431,16 @@ func human(v float64) string {
 	}
 }
 
-// percent is 100*part/whole, rounded down, within 0 and 100: in float,
-// as 100*part overflows an int64 once part passes about 9.2e16.
+// percent is 100*part/whole, rounded down, within 0 and 100, and below
+// 100 while part is short of whole: in float, as 100*part overflows an
+// int64 once part passes about 9.2e16, where float rounding could make
+// it 100 early.
 func percent(part, whole int64) int64 {
-	return int64(min(100, max(0, 100*float64(part)/float64(whole))))
+	p := int64(min(100, max(0, 100*float64(part)/float64(whole))))
+	if p == 100 && part < whole {
+		p = 99
+	}
+	return p
 }
 
 // elapsed formats a run's time so far: 12.0s, then 2m05s.
