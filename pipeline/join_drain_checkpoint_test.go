@@ -12,43 +12,8 @@ import (
 	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/require"
-	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
 )
-
-// openSource emits its items with EmitAt (position i+1), resuming after a
-// position, then calls after and waits for its context: an input that
-// goes on.
-type openSource struct {
-	items []int
-	from  int
-	after func()
-}
-
-func (s *openSource) Resume(pos []byte) error {
-	s.from = 0
-	if pos != nil {
-		n, err := strconv.Atoi(string(pos))
-		if err != nil {
-			return err
-		}
-		s.from = n
-	}
-	return nil
-}
-
-func (s *openSource) Run(ctx context.Context, emit node.Emitter[int]) error {
-	for i := s.from; i < len(s.items); i++ {
-		if err := emit.EmitAt(ctx, s.items[i], []byte(strconv.Itoa(i+1))); err != nil {
-			return err
-		}
-	}
-	if s.after != nil {
-		s.after()
-	}
-	<-ctx.Done()
-	return nil
-}
 
 // A drain ends a Join's input: the items waiting in its window are let
 // go (one that joined nothing ends Filtered), and the final save passes
@@ -59,7 +24,7 @@ func TestJoinDrainLetsItsWindowGoUnderACheckpoint(t *testing.T) {
 	t.Parallel()
 	store := checkpoint.NewMemory()
 	clock := clockwork.NewFakeClock()
-	run := func(left, right []int) ([]string, pipeline.Result) {
+	run := func(left, right []ev) ([]string, pipeline.Result) {
 		b := pipeline.New("jd", pipeline.WithClock(clock), pipeline.WithCheckpoint(store, time.Hour))
 		var p *pipeline.Pipeline
 		var ready sync.WaitGroup
@@ -69,10 +34,9 @@ func TestJoinDrainLetsItsWindowGoUnderACheckpoint(t *testing.T) {
 			ready.Wait()
 			p.Drain()
 		}
-		l := pipeline.Source[int](b, "left", &openSource{items: left, after: drain})
-		r := pipeline.Source[int](b, "right", &openSource{items: right, after: drain})
-		id := func(v int) int { return v }
-		pairs := pipeline.Join(b, "j", l, r, id, id, time.Hour, func(a, b int) string { return strconv.Itoa(a) + "-" + strconv.Itoa(b) })
+		l := pipeline.Source(b, "left", &logSource{items: left, open: drain})
+		r := pipeline.Source(b, "right", &logSource{items: right, open: drain})
+		pairs := pipeline.Join(b, "j", l, r, evKey, evKey, time.Hour, func(a, b ev) string { return strconv.Itoa(a.ID) + "-" + strconv.Itoa(b.ID) })
 		var mu sync.Mutex
 		var got []string
 		pipeline.ForEach(b, "sink", pairs, func(_ context.Context, s string) error {
@@ -88,13 +52,14 @@ func TestJoinDrainLetsItsWindowGoUnderACheckpoint(t *testing.T) {
 		defer mu.Unlock()
 		return got, res
 	}
-	got, res := run([]int{7}, nil)
+	seven := []ev{{ID: 7, Key: 7}}
+	got, res := run(seven, nil)
 	assert.Empty(t, got)
 	assert.Equal(t, int64(1), nodeOf(t, res, "j").Filtered, "the drain let the waiting item go")
 	pos, err := store.Load(t.Context(), "jd", "left")
 	require.NoError(t, err)
 	assert.Equal(t, "1", string(pos), "the final save passed it")
-	got, res = run([]int{7}, []int{7})
+	got, res = run(seven, seven)
 	assert.Empty(t, got, "the resumed run does not read left 7 again")
 	assert.Equal(t, int64(1), nodeOf(t, res, "j").Filtered, "right 7 found no partner")
 }

@@ -22,11 +22,13 @@ import (
 
 // logSource emits its items with EmitAt, the position of item i being
 // i+1, and resumes after a position; resumed is the position it was
-// given.
+// given. With open set, it then calls open and waits for its context: an
+// input that goes on.
 type logSource struct {
 	items   []ev
 	from    int
 	resumed []byte
+	open    func()
 }
 
 func (s *logSource) Resume(pos []byte) error {
@@ -46,6 +48,10 @@ func (s *logSource) Run(ctx context.Context, emit node.Emitter[ev]) error {
 		if err := emit.EmitAt(ctx, s.items[i], []byte(strconv.Itoa(i+1))); err != nil {
 			return err
 		}
+	}
+	if s.open != nil {
+		s.open()
+		<-ctx.Done()
 	}
 	return nil
 }
