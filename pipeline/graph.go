@@ -45,8 +45,10 @@ type GraphNode struct {
 	// layer is listed where it can act: item retry, breaker, attempt
 	// timeout and fallback on nodes that call a function that returns an
 	// error (transform, sink, flat map); the failure actions also on
-	// filters and routes, whose function can panic or pick no branch;
-	// node retry on nodes whose start can fail (source, transform, sink,
+	// filters and routes, whose function can panic or pick no branch,
+	// and on aggregates and joins, which refuse an item whose key or
+	// time they cannot hold ("dead letter" also where late items are
+	// dead-lettered: see [ErrLate]); node retry on nodes whose start can fail (source, transform, sink,
 	// flat map); restart and rate limit wherever they are set. A Join's
 	// tagging nodes ("name/left", "name/right") call nothing that fails.
 	Layers []string
@@ -189,7 +191,7 @@ func armedLayers(n *spec) []string {
 		for _, r := range o.FailureRules {
 			skip = skip || r.Action == resilience.Skip
 		}
-		if mayDeadLetter(o) {
+		if mayDeadLetter(o) || n.lateDeadLettered() {
 			ls = append(ls, "dead letter")
 		}
 		if skip {

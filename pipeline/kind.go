@@ -51,8 +51,9 @@ type kindInfo struct {
 	// and the fallible kinds.
 	nodeRetried bool
 	// decides: a failed item meets the node's failure action (skip, dead
-	// letter): the fallible kinds, and filters and routes, whose function
-	// can panic or pick no branch.
+	// letter): the fallible kinds; filters and routes, whose function
+	// can panic or pick no branch; aggregates and joins, which refuse an
+	// item whose key or time they cannot hold, and take late items.
 	decides bool
 	// parallel: takes Parallel (and Unordered).
 	parallel bool
@@ -96,8 +97,8 @@ var kinds = [...]kindInfo{
 	KindRoute: {plural: "routes", consumes: true, callsUser: true, decides: true, parallel: true,
 		mermaid: [2]string{"{{", "}}"}, dot: ", shape=hexagon"},
 	KindBranch:    {plural: "branches", consumes: true},
-	KindAggregate: {plural: "aggregates", consumes: true, callsUser: true, class: "work"},
-	KindJoin:      {plural: "joins", consumes: true, callsUser: true, class: "work"},
+	KindAggregate: {plural: "aggregates", consumes: true, callsUser: true, decides: true, class: "work"},
+	KindJoin:      {plural: "joins", consumes: true, callsUser: true, decides: true, class: "work"},
 }
 
 // infoOf returns the kindInfo of kind k; a kind the table lacks (the
@@ -161,3 +162,16 @@ func (n *spec) nodeRetried() bool { return infoOf(n.kind).nodeRetried && !n.tagg
 // decides reports whether node n's failed items meet its failure action:
 // see kindInfo.decides.
 func (n *spec) decides() bool { return infoOf(n.kind).decides && !n.tagging }
+
+// lateDeadLettered reports whether node n dead-letters the late items no
+// failure rule takes: an event-time Aggregate without Late, an
+// event-time Join without JoinLate (see [ErrLate]).
+func (n *spec) lateDeadLettered() bool {
+	switch n.kind {
+	case KindAggregate:
+		return n.cfg.eventTime != nil && n.cfg.late == nil
+	case KindJoin:
+		return n.cfg.joinTime != nil && n.cfg.joinLate == nil
+	}
+	return false
+}
