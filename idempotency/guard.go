@@ -59,7 +59,7 @@ type Guard[T any] struct {
 
 	mu       sync.Mutex
 	inFlight map[string]struct{} // keys this guard is claiming or writing
-	pending  map[string]struct{} // keys this guard wrote and could not complete yet
+	pending  map[string]bool     // keys this guard wrote and could not complete yet: whether their lost claim was counted
 	// unknown holds the keys whose write ended with an unknown outcome, and
 	// when their claim's lease ends: until then the guard answers busy for
 	// them itself, since the store would grant the claim again to its
@@ -83,7 +83,10 @@ type Stats struct {
 	// key was claimed by another owner, or by another call of this guard.
 	Busy int64
 	// Released is how many claims were released after the wrapped sink
-	// failed, so that a retry, by any owner, writes the item.
+	// failed, so that a retry, by any owner, writes the item. A release
+	// the store took is counted even when the claim was no longer this
+	// guard's (the write overran its lease and another owner took the key
+	// over): the store then leaves the other owner's claim alone.
 	Released int64
 	// LostClaims is how many writes completed too late: their lease ran out
 	// and another owner took the key over before [Store.Complete]. Each is
@@ -190,9 +193,14 @@ func (g *Guard[T]) Stats() Stats {
 // never writes it again; the claim is kept, so that no other owner writes
 // the item before the lease runs out. If completion finds the claim lost
 // ([ErrLostClaim]: the write overran its lease and another owner took the
-// key over, and may have written it too), Write counts it in LostClaims
-// and returns nil, since the item was written; when the key is free again,
-// it claims and records it.
+// key over, and may have written it too), Write counts it in LostClaims,
+// once per write, also when the completion had failed before; since the
+// item was written, Write then claims the key again and records it, and
+// returns nil (also when another owner completed it meanwhile). While
+// another owner holds the key, or that claim fails, Write returns a
+// transient error instead (matching [ErrInProgress] and not the item's
+// fault in the first case), and keeps the key pending: the item's retry
+// records it, never writing it again.
 //
 // A key that is empty gives a permanent error matching [ErrEmptyKey]; an
 // error of the store's Claim is returned wrapped, transient (but for
@@ -282,9 +290,7 @@ func (g *Guard[T]) complete(key string, ctx context.Context) error {
 		g.setPending(key, false)
 		return nil
 	case errors.Is(err, ErrLostClaim):
-		if !g.pendingComplete(key) {
-			g.lost.Add(1) // once per write, not per retry that records it
-		}
+		g.countLost(key) // once per write, not per retry that records it
 		// Nobody may hold the key now (the owner that took it over failed
 		// and released it): claim it again and record the write, so that
 		// a redelivery does not write it once more. A completion by
@@ -298,6 +304,7 @@ func (g *Guard[T]) complete(key string, ctx context.Context) error {
 			return resilience.MarkTransient(fmt.Errorf("idempotency: claim again to record the write, after the claim was lost%s: %w", g.where(key), cerr))
 		case st == Busy:
 			g.setPending(key, true)
+			g.busy.Add(1)
 			return resilience.MarkBlameless(resilience.MarkTransient(fmt.Errorf("%w%s: written, and held by another owner since; the write is recorded once it is free",
 				ErrInProgress, g.where(key))))
 		case st == Claimed:
@@ -376,17 +383,39 @@ func (g *Guard[T]) pendingComplete(key string) bool {
 	return ok
 }
 
+// setPending marks key as written by this guard and not recorded yet, or
+// no longer so; a mark kept says whether its lost claim was counted.
 func (g *Guard[T]) setPending(key string, on bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if on {
-		if g.pending == nil {
-			g.pending = map[string]struct{}{}
-		}
-		g.pending[key] = struct{}{}
-	} else {
+	if !on {
 		delete(g.pending, key)
+		return
 	}
+	if g.pending == nil {
+		g.pending = map[string]bool{}
+	}
+	if _, ok := g.pending[key]; !ok {
+		g.pending[key] = false
+	}
+}
+
+// countLost counts key's lost claim in LostClaims, unless it was counted
+// for this write already (a retry that records a pending write finds the
+// claim lost again). A write pending for another reason (its completion
+// failed) whose claim is then found lost is counted: another owner may
+// have written it too.
+func (g *Guard[T]) countLost(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.pending[key] {
+		return
+	}
+	if g.pending == nil {
+		g.pending = map[string]bool{}
+	}
+	g.pending[key] = true
+	g.lost.Add(1)
 }
 
 // release drops the claim on key after a failed write. An error is not

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // ErrFull is returned by [Memory.Claim] when the store holds its maximum of
@@ -106,7 +108,9 @@ func NewMemory(opts ...MemoryOption) *Memory {
 }
 
 // Claim implements [Store.Claim]. It returns an error matching [ErrFull]
-// when key is new and the store is full of live claims.
+// when key is new and the store is full of live claims, marked with
+// [resilience.MarkBlameless] (no key makes the store full) and not
+// transient (the bound is too small).
 func (m *Memory) Claim(ctx context.Context, key, owner string, now time.Time, lease time.Duration) (State, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
@@ -121,7 +125,8 @@ func (m *Memory) Claim(ctx context.Context, key, owner string, now time.Time, le
 	switch {
 	case !ok:
 		if len(m.keys) >= m.max() && !m.evict(now) {
-			return 0, fmt.Errorf("%w (max keys %d)", ErrFull, m.max())
+			// No key makes the store full: not the item's fault.
+			return 0, resilience.MarkBlameless(fmt.Errorf("%w (max keys %d)", ErrFull, m.max()))
 		}
 		e = &memEntry{key: key}
 		m.keys[key] = e
