@@ -118,7 +118,10 @@ type Closer interface {
 }
 
 // A Flusher is a sink that buffers. Flush runs after the sink's last Write
-// when the run succeeds, before Close; an error fails the run.
+// when the run succeeds, before Close; an error fails the run. It runs too
+// before a node restart closes a sink that has an Open to open it again,
+// so that what the sink took before the failure is kept; an error there
+// fails the run as well.
 type Flusher interface {
 	Flush(ctx context.Context) error
 }

@@ -67,7 +67,8 @@ func Transform[In, Out any](b *Builder, name string, in Stream[In], t node.Trans
 
 // Sink adds a node that writes every item of in with s. An item is
 // delivered when Write returns nil; a sink that implements [node.Flusher]
-// is flushed after its last item when the run succeeds.
+// is flushed after its last item when the run succeeds, and before a node
+// restart closes it to open it again (a sink with an Open).
 func Sink[T any](b *Builder, name string, in Stream[T], s node.Sink[T], opts ...NodeOption) {
 	n := b.add(name, KindSink, opts, in.s)
 	n.setClock = clockSetterOf(s)

@@ -144,6 +144,20 @@ func (p *proc[In, R, Out]) progress() int64                 { return p.in.progre
 func (p *proc[In, R, Out]) restarting()                     { p.in.rewind() }
 func (p *proc[In, R, Out]) reopens() bool                   { return hasOpen(p.user) }
 
+// A restartFlusher is a runner whose node must be flushed before a node
+// restart closes it (a sink that buffers).
+type restartFlusher interface {
+	flushForRestart(ctx context.Context) error
+}
+
+// flushForRestart flushes a sink before a node restart closes it.
+func (p *proc[In, R, Out]) flushForRestart(ctx context.Context) error {
+	if !p.sink {
+		return nil
+	}
+	return flushNode(ctx, p.user)
+}
+
 func (p *proc[In, R, Out]) finish(ctx context.Context) error {
 	if p.sink {
 		return flushNode(ctx, p.user)

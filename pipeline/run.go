@@ -534,6 +534,18 @@ func (nr *nodeRun) nodeRestart() error {
 			}
 			reopen := nr.r.reopens()
 			if reopen {
+				// A sink that buffers is flushed before it is closed to
+				// be opened again: the items it took were delivered, and
+				// a Close without a Flush may drop them. A Flush that
+				// fails fails the run, which then saves no position
+				// past them; the items that failed the node did not
+				// end it.
+				if f, ok := nr.r.(restartFlusher); ok {
+					if ferr := f.flushForRestart(ctx); ferr != nil {
+						unblame()
+						return &notRestartable{fmt.Errorf("%w; flush before the restart: %w (what the sink took since it opened may be lost)", err, ferr)}
+					}
+				}
 				if cerr := nr.close(); cerr != nil {
 					err = errors.Join(err, cerr)
 				}

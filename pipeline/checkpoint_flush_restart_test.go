@@ -1,0 +1,166 @@
+package pipeline_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
+	"github.com/sluicehq/sluice/node"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// txSink buffers in a transaction: Open begins it, Write adds to it, Flush
+// commits it, and Close rolls back what was not committed. Its Write
+// fails once, on item failOn; flushErr, when set, fails every Flush but
+// the run's last.
+type txSink struct {
+	failOn   int
+	flushErr error
+
+	mu       sync.Mutex
+	buf      []int
+	durable  []int
+	failed   bool
+	opens    int
+	flushes  int
+	rollback []int // what Close threw away
+}
+
+func (s *txSink) Open(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opens++
+	s.buf = nil
+	return nil
+}
+
+func (s *txSink) Write(_ context.Context, v int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v == s.failOn && !s.failed {
+		s.failed = true
+		return errors.New("connection reset")
+	}
+	s.buf = append(s.buf, v)
+	return nil
+}
+
+func (s *txSink) Flush(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.flushes++
+	if s.flushErr != nil {
+		return s.flushErr
+	}
+	s.durable = append(s.durable, s.buf...)
+	s.buf = nil
+	return nil
+}
+
+func (s *txSink) Close(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.rollback = append(s.rollback, s.buf...)
+	s.buf = nil
+	return nil
+}
+
+func (s *txSink) state() (durable, rollback []int, opens, flushes int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.durable...), append([]int(nil), s.rollback...), s.opens, s.flushes
+}
+
+func restartingSink(o *resilience.Options) {
+	o.ItemRetry.MaxRetries = 0
+	o.NodeRetry.MaxRetries = 0
+	o.NodeRestart.MaxRestarts = 3
+	o.NodeRestart.Backoff = resilience.Constant(time.Millisecond)
+}
+
+// A sink that buffers (node.Flusher) and has an Open is flushed before a
+// node restart closes it to open it again: what it took before the
+// failure is kept, not rolled back, and the position saved at the end
+// passes only items the sink flushed. Each size: the failure on the first
+// item (nothing to flush), in the middle, on the last, and one item alone.
+func TestFlusherSinkIsFlushedBeforeARestartClosesIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ n, failOn int }{{6, 0}, {6, 3}, {6, 5}, {1, 0}} {
+		t.Run(fmt.Sprintf("%d items, failing on %d", tc.n, tc.failOn), func(t *testing.T) {
+			t.Parallel()
+			store := newMemStore()
+			clock := clockwork.NewFakeClock()
+			b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithClock(clock),
+				pipeline.WithHandOverBatch(1), pipeline.WithResilience(restartingSink))
+			sink := &txSink{failOn: tc.failOn}
+			pipeline.Sink(b, "sink", pipeline.Source(b, "src", &posSource{n: tc.n}), sink)
+			err, ended := endsWithin(runAsync(context.Background(), build(t, b)), clock)
+			require.True(t, ended, "the run did not end")
+			require.NoError(t, err)
+			durable, rollback, opens, flushes := sink.state()
+			assert.Equal(t, 2, opens, "opened again after the restart")
+			assert.Equal(t, 2, flushes, "flushed before the restart and at the end")
+			assert.Empty(t, rollback, "nothing the sink took was rolled back")
+			want := make([]int, tc.n)
+			for i := range want {
+				want[i] = i
+			}
+			assert.Equal(t, want, durable, "every item committed once, in order")
+			assert.Equal(t, "src="+strconv.Itoa(tc.n), store.last())
+		})
+	}
+}
+
+// A Flush before a restart that fails fails the run, saying so: the items
+// the sink took may be lost, so no position passes them, and the item
+// whose failure asked for the restart did not end the run: it ends
+// Failed, not Rejected.
+func TestFlusherSinkWhoseFlushBeforeARestartFailsFailsTheRun(t *testing.T) {
+	t.Parallel()
+	t.Run("checkpoint", func(t *testing.T) {
+		t.Parallel()
+		store := newMemStore()
+		clock := clockwork.NewFakeClock()
+		b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithClock(clock),
+			pipeline.WithHandOverBatch(1), pipeline.WithResilience(restartingSink))
+		sink := &txSink{failOn: 3, flushErr: errors.New("commit refused")}
+		pipeline.Sink(b, "sink", pipeline.Source(b, "src", &posSource{n: 6}), sink)
+		err, ended := endsWithin(runAsync(context.Background(), build(t, b)), clock)
+		require.True(t, ended, "the run did not end")
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), "flush before the restart: commit refused")
+		assert.Contains(t, err.Error(), "connection reset")
+		assert.Contains(t, err.Error(), `"sink"`)
+		assert.Empty(t, store.saved(), "no position passes items the sink did not commit")
+		_, _, opens, _ := sink.state()
+		assert.Equal(t, 1, opens, "not opened again")
+	})
+	t.Run("tracked", func(t *testing.T) {
+		t.Parallel()
+		clock := clockwork.NewFakeClock()
+		b := pipeline.New("tr", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithResilience(restartingSink))
+		src := pipelinetest.NewTrackedSource(0, 1, 2, 3, 4, 5)
+		sink := &txSink{failOn: 3, flushErr: errors.New("commit refused")}
+		pipeline.Sink(b, "sink", pipeline.Source(b, "src", src), sink)
+		err, ended := endsWithin(runAsync(context.Background(), build(t, b)), clock)
+		require.True(t, ended, "the run did not end")
+		require.Error(t, err)
+		outcomes := src.Outcomes()
+		require.Len(t, outcomes, 6, "every item settled")
+		assert.Equal(t, []node.Outcome{node.Failed}, outcomes[3], "the item that asked for the restart is not blamed for the flush")
+		for i, o := range outcomes {
+			require.Len(t, o, 1, "item %d settled once", i)
+			assert.NotEqual(t, node.Rejected, o[0], "item %d", i)
+		}
+	})
+}
