@@ -384,6 +384,10 @@ func (rs *runState) save(ctx context.Context) error {
 			}
 		} else if seq == l.saved {
 			continue
+		} else if bytes.HasPrefix(pos, []byte(envelopeMagic)) {
+			// The source's own bytes start as an envelope does: saved
+			// in one, they load as they were.
+			pos, err = encodePosition(pos, nil, nil)
 		}
 		if err == nil {
 			if perr := protect(func() { err = rs.p.cfg.checkpoint.Save(ctx, rs.p.name, l.src, pos) }); perr != nil {

@@ -49,7 +49,7 @@ import (
 
 // envelopeMagic starts a position envelope. A position saved by an
 // earlier version, or by a pipeline without a window log, is the source's
-// own bytes, which do not start so.
+// own bytes, unless they start so: those are saved in an envelope too.
 const envelopeMagic = "\x00sluice.position\x00"
 
 // envelopeVersion is the format version of the position envelopes this
