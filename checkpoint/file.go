@@ -91,7 +91,8 @@ const DefaultFileMode fs.FileMode = 0o600
 // has mode [DefaultFileMode] (0600); a file that exists keeps its mode
 // across saves (not its owner: each save writes a new file, owned by the
 // process). When path is a symbolic link, the file it points to is the one
-// replaced.
+// replaced, and created if it does not exist yet. A relative path is made
+// absolute here: a later change of the working directory moves nothing.
 //
 // One process at a time uses a checkpoint file: OpenFile takes a lock on
 // path+".lock" (an flock, dropped by the system however the process ends;
@@ -137,18 +138,44 @@ func OpenFile(path string) (*File, error) {
 	return f, nil
 }
 
-// resolve returns path with its symbolic links resolved, or path itself
-// when it does not exist.
+// resolve returns path made absolute, so that a later change of the
+// working directory moves neither the file nor its lock, with its
+// symbolic links resolved when it is one: a link to a file not created
+// yet is followed to where the file will be.
 func resolve(path string) (string, error) {
-	fi, err := os.Lstat(path)
-	if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
-		return path, nil // a missing file, or an error that open reports
-	}
-	real, err := filepath.EvalSymlinks(path)
+	abs, err := filepath.Abs(path)
 	if err != nil {
 		return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
 	}
-	return real, nil
+	p := abs
+	for hops := 0; ; hops++ {
+		fi, err := os.Lstat(p)
+		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
+			return p, nil // not a link: a missing file, or an error that open reports
+		}
+		if real, err := filepath.EvalSymlinks(p); err == nil {
+			return real, nil
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
+		}
+		// A link to nothing yet: follow it one step, from the
+		// directory the link is in.
+		if hops == 255 {
+			return "", fmt.Errorf("checkpoint: open %s: too many symbolic links", path)
+		}
+		target, err := os.Readlink(p)
+		if err != nil {
+			return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
+		}
+		if !filepath.IsAbs(target) {
+			dir, err := filepath.EvalSymlinks(filepath.Dir(p))
+			if err != nil {
+				return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
+			}
+			target = filepath.Join(dir, target)
+		}
+		p = target
+	}
 }
 
 // open removes a temporary file left by a crash, then reads the file, or
@@ -414,5 +441,5 @@ func checkNames(pipeline, source string) error {
 var _ Store = (*File)(nil)
 
 // Path returns the path of the file that f replaces on each save:
-// OpenFile's path, its symbolic links resolved.
+// OpenFile's path, absolute, its symbolic links resolved.
 func (f *File) Path() string { return f.path }
