@@ -30,7 +30,7 @@ func TestForeverRetentionClaimTTL(t *testing.T) {
 	st, err := s.Claim(ctx, "k", "a", epoch, lease)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Claimed, st)
-	ttl, err := c.PTTL(ctx, s.Prefix()+"k").Result()
+	ttl, err := c.PTTL(ctx, s.RedisKey("k")).Result()
 	require.NoError(t, err)
 	t.Logf("PTTL of a fresh claim: %v", ttl)
 	assert.Greater(t, ttl, lease, "a claim outlives its lease on the server")

@@ -3,7 +3,8 @@
 // a Redis server. Every call touches a single key, as Redis Cluster asks
 // of a script; the tests run on a single server.
 //
-// Each key is a hash under a prefix; claim, complete and release are Lua
+// Each key is a hash under a prefix, named by the SHA-256 of the key (see
+// [Store.RedisKey]); claim, complete and release are Lua
 // scripts, so each is atomic on the server. Leases and retention are
 // compared against the time the caller passes, kept in the hash, so the
 // store works on a fake clock; besides, every key gets a time to live on
@@ -19,6 +20,8 @@ package redisstore
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"math"
@@ -53,9 +56,11 @@ type config struct {
 	problems  []error
 }
 
-// WithPrefix sets what the store puts before each key to make its Redis
-// key (default [DefaultPrefix]); stores that share a prefix share their
-// keys. An empty prefix is allowed, for a database of its own.
+// WithPrefix sets what the store puts before each key's hash to make its
+// Redis key (default [DefaultPrefix]; see [Store.RedisKey]); stores that
+// share a prefix share their keys, and stores of other prefixes share
+// none, even prefixes that start alike. An empty prefix is allowed, for a
+// database of its own.
 func WithPrefix(prefix string) Option {
 	return func(c *config) { c.prefix = prefix }
 }
@@ -98,6 +103,16 @@ func New(client redis.UniversalClient, opts ...Option) (*Store, error) {
 
 // Prefix returns what the store puts before each key.
 func (s *Store) Prefix() string { return s.prefix }
+
+// RedisKey returns the Redis key that holds key: the prefix, then the
+// SHA-256 of key in hex. Being of one length, the hash keeps the keys of
+// prefixes that start alike apart ("charge" with key "21" and "charge2"
+// with key "1" would otherwise be one Redis key), and a key of any length
+// makes a Redis key of 64 bytes past the prefix.
+func (s *Store) RedisKey(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return s.prefix + hex.EncodeToString(sum[:])
+}
 
 // A key's hash has the fields state ("claimed" or "completed"), owner,
 // until (a claim's lease end) and done (a completion's time). Times are
@@ -144,7 +159,7 @@ return 1
 // Claim implements [idempotency.Store.Claim]. The key's time to live on
 // the server becomes the lease plus the retention.
 func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lease time.Duration) (idempotency.State, error) {
-	n, err := claimScript.Run(ctx, s.client, []string{s.prefix + key},
+	n, err := claimScript.Run(ctx, s.client, []string{s.RedisKey(key)},
 		owner, stamp(now), leaseEnd(now, lease), stamp(before(now, s.retention)), ms(addSat(lease, s.retention))).Int()
 	if err != nil {
 		return 0, resilience.MarkBlameless(fmt.Errorf("redisstore: claim: %w", err))
@@ -163,7 +178,7 @@ func (s *Store) Claim(ctx context.Context, key, owner string, now time.Time, lea
 // Complete implements [idempotency.Store.Complete]. The key's time to live
 // on the server becomes the retention.
 func (s *Store) Complete(ctx context.Context, key, owner string, now time.Time) error {
-	n, err := completeScript.Run(ctx, s.client, []string{s.prefix + key}, owner, stamp(now), ms(s.retention)).Int()
+	n, err := completeScript.Run(ctx, s.client, []string{s.RedisKey(key)}, owner, stamp(now), ms(s.retention)).Int()
 	if err != nil {
 		return resilience.MarkBlameless(fmt.Errorf("redisstore: complete: %w", err))
 	}
@@ -175,7 +190,7 @@ func (s *Store) Complete(ctx context.Context, key, owner string, now time.Time) 
 
 // Release implements [idempotency.Store.Release].
 func (s *Store) Release(ctx context.Context, key, owner string) error {
-	if err := releaseScript.Run(ctx, s.client, []string{s.prefix + key}, owner).Err(); err != nil {
+	if err := releaseScript.Run(ctx, s.client, []string{s.RedisKey(key)}, owner).Err(); err != nil {
 		return resilience.MarkBlameless(fmt.Errorf("redisstore: release: %w", err))
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,16 +76,16 @@ func TestKeysExpireOnTheServer(t *testing.T) {
 
 	_, err := s.Claim(ctx, "k", "a", epoch, lease)
 	require.NoError(t, err)
-	ttl, err := c.PTTL(ctx, s.Prefix()+"k").Result()
+	ttl, err := c.PTTL(ctx, s.RedisKey("k")).Result()
 	require.NoError(t, err)
 	assert.InDelta(t, (time.Hour + lease).Seconds(), ttl.Seconds(), 5, "a claim lives for its lease and the retention")
 
 	require.NoError(t, s.Complete(ctx, "k", "a", epoch.Add(time.Second)))
-	ttl, err = c.PTTL(ctx, s.Prefix()+"k").Result()
+	ttl, err = c.PTTL(ctx, s.RedisKey("k")).Result()
 	require.NoError(t, err)
 	assert.InDelta(t, time.Hour.Seconds(), ttl.Seconds(), 5, "a completed key lives for the retention")
 
-	fields, err := c.HGetAll(ctx, s.Prefix()+"k").Result()
+	fields, err := c.HGetAll(ctx, s.RedisKey("k")).Result()
 	require.NoError(t, err)
 	assert.Equal(t, map[string]string{"state": "completed", "owner": "a", "done": "01772366401000000000"}, fields)
 }
@@ -104,9 +105,11 @@ func TestPrefix(t *testing.T) {
 	st, err := b.Claim(ctx, "k", "owner-2", epoch, lease)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.Claimed, st, "stores with different prefixes share nothing")
-	n, err := c.Exists(ctx, prefix+"a:k", prefix+"b:k").Result()
+	n, err := c.Exists(ctx, a.RedisKey("k"), b.RedisKey("k")).Result()
 	require.NoError(t, err)
 	assert.Equal(t, int64(2), n)
+	assert.True(t, strings.HasPrefix(a.RedisKey("k"), prefix+"a:"), a.RedisKey("k"))
+	assert.Len(t, a.RedisKey("k"), len(prefix+"a:")+64, "the key's SHA-256 in hex")
 
 	def, err := redisstore.New(c)
 	require.NoError(t, err)
@@ -136,4 +139,34 @@ func TestTakeoverAfterTheLeaseBefore1970(t *testing.T) {
 	st, err = s.Claim(ctx, "k", "b", t0.Add(time.Hour), 30*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, idempotency.Claimed, st, "the lease ended 59m30s ago")
+}
+
+// Stores whose prefixes start alike share no key: "charge" with key "21"
+// and "charge2" with key "1" were one Redis key when the key followed the
+// prefix as it is, and the second sink skipped its order 1 as a duplicate
+// of the first's order 21. A key of any length, empty to a megabyte, is
+// kept apart too.
+func TestPrefixesThatStartAlikeShareNoKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	c := connect(t)
+	base := uniquePrefix(t, c)
+	charge, err := redisstore.New(c, redisstore.WithPrefix(base+"charge"))
+	require.NoError(t, err)
+	charge2, err := redisstore.New(c, redisstore.WithPrefix(base+"charge2"))
+	require.NoError(t, err)
+	st, err := charge.Claim(ctx, "21", "a", epoch, lease)
+	require.NoError(t, err)
+	require.Equal(t, idempotency.Claimed, st)
+	require.NoError(t, charge.Complete(ctx, "21", "a", epoch))
+	st, err = charge2.Claim(ctx, "1", "b", epoch, lease)
+	require.NoError(t, err)
+	assert.Equal(t, idempotency.Claimed, st, "order 1 of charge2 was never written")
+
+	huge := strings.Repeat("k", 1<<20)
+	for _, key := range []string{huge, huge + "x"} {
+		st, err := charge.Claim(ctx, key, "a", epoch, lease)
+		require.NoError(t, err)
+		assert.Equal(t, idempotency.Claimed, st, "a key of %d bytes", len(key))
+	}
 }
