@@ -41,7 +41,11 @@
 // and the position after the row. A pipeline without a dead-letter sink
 // fails the run with the RowError instead: nothing is dropped unseen. A
 // dead-letter write that fails fails the run too, and the row is read again
-// by the next run (or node restart).
+// by the next run (or node restart). The file's last line, without its
+// end, that does not decode is dead-lettered, and the source stays before
+// it, as a writer may be in the middle of it: a later Run reads it again,
+// and dead-letters it again only if it changed (a Resume forgets it, and
+// the resumed run reads it as any row after its position).
 //
 // # Lines
 //

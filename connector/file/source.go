@@ -2,6 +2,7 @@ package file
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -28,6 +29,11 @@ type Source[T any] struct {
 	at      position // where the next row starts
 	in      *input   // the open file, nil when closed
 	counted bool     // the size of this run was counted
+	// halfBad is the file's last line, without its end, that did not
+	// decode and was dead-lettered, by its start and the hash of its
+	// bytes: a later Run that finds it as it was does not dead-letter it
+	// again. Resume forgets it.
+	halfBad *halfRow
 
 	letters broker.Letters
 	size    atomic.Int64
@@ -77,6 +83,9 @@ func (s *Source[T]) Resume(pos []byte) error {
 	}
 	s.closeInput()
 	s.at, s.counted = p, false
+	// A resumed run reads again every row after its position, bad rows
+	// included: the last line dead-lettered without its end is one.
+	s.halfBad = nil
 	s.size.Store(-1)
 	return nil
 }
@@ -146,16 +155,26 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 			return stopped(ctx, err)
 		}
 		if r.bad != nil {
-			if err := s.deadLetter(ctx, r); err != nil {
-				return err
+			half := r.end.end == endNone || r.end.end == endOpen
+			// The last line dead-lettered without its end, found as it
+			// was (with its end or not), is not dead-lettered again.
+			seen := s.halfBad != nil && *s.halfBad == halfRowOf(s.at, r.raw)
+			s.halfBad = nil
+			if !seen {
+				if err := s.deadLetter(ctx, r); err != nil {
+					return err
+				}
 			}
-			if r.end.end == endNone || r.end.end == endOpen {
+			if half {
 				// The file's last line, without its end, did not
 				// decode: a writer may be in the middle of it. The
-				// next Run reads it again, whole by then. This one
+				// next Run reads it again, whole by then, and
+				// dead-letters it again only if it changed. This one
 				// ends here: reading on, past the end it saw, would
 				// take the rest of the line, written since, for a row
 				// of its own.
+				h := halfRowOf(s.at, r.raw)
+				s.halfBad = &h
 				return nil
 			}
 		} else if err := out.EmitAt(ctx, r.item, positions.encode(r.end)); err != nil {
@@ -163,6 +182,17 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		}
 		s.at = r.end
 	}
+}
+
+// A halfRow is a last line without its end: where it starts, and the
+// SHA-256 of its bytes.
+type halfRow struct {
+	at  position
+	sum [sha256.Size]byte
+}
+
+func halfRowOf(at position, raw []byte) halfRow {
+	return halfRow{at: at, sum: sha256.Sum256(raw)}
 }
 
 // deadLetter writes bad row r to the pipeline's dead-letter sink, or

@@ -1,0 +1,105 @@
+package file_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/sluicehq/sluice/connector/file"
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/internal/assert"
+	"github.com/sluicehq/sluice/internal/require"
+)
+
+// A bad last line without its end is dead-lettered once by a source,
+// however many Runs find it as it was: the source does not move past it
+// (a writer may be in the middle of it), and reading it again is not a
+// new bad row. Once it changes it is dead-lettered again (it is another
+// row); once it gets its end unchanged, the source moves on past it
+// without a second dead letter; once it is finished into a good line, it
+// is emitted.
+func TestBadLastLineIsDeadLetteredOncePerVersion(t *testing.T) {
+	t.Parallel()
+	type rec struct {
+		ID int `json:"id"`
+	}
+	for _, tc := range []struct {
+		name      string
+		appended  string // after the third Run
+		letters   int    // dead letters in all
+		emitted   []rec  // by the Run after the append
+		lastEnded bool
+	}{
+		{name: "left as it is", appended: "", letters: 1},
+		{name: "grown, still bad", appended: "x", letters: 2},
+		{name: "given its end", appended: "\n{\"id\":3}\n", letters: 1, emitted: []rec{{3}}},
+		{name: "given its end, CRLF", appended: "\r\n{\"id\":3}", letters: 1, emitted: []rec{{3}}},
+		{name: "finished into a good line", appended: "\"id\":2}\n", letters: 1, emitted: []rec{{2}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := write(t, "in.jsonl", "{\"id\":1}\n{", false)
+			src := file.JSONL[rec](path)
+			sink := &appendingSink{}
+			src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+			first := &recorder[rec]{}
+			require.NoError(t, src.Run(context.Background(), first))
+			assert.Equal(t, []rec{{1}}, first.items)
+			for range 2 {
+				again := &recorder[rec]{}
+				require.NoError(t, src.Run(context.Background(), again))
+				assert.Empty(t, again.items)
+			}
+			require.Len(t, sink.envs, 1, "the half line dead-lettered once")
+			assert.Equal(t, "{", sink.envs[0].Item)
+			if tc.appended != "" {
+				appendTo(t, path, tc.appended, false)
+			}
+			after := &recorder[rec]{}
+			require.NoError(t, src.Run(context.Background(), after))
+			assert.Equal(t, tc.emitted, after.items)
+			assert.Len(t, sink.envs, tc.letters)
+			assert.Equal(t, int64(tc.letters), src.BadRows())
+		})
+	}
+}
+
+// A bad line in the middle of the file (with its end) is dead-lettered
+// once, and the source moves past it: the half-line rule changes nothing
+// for it.
+func TestBadMiddleLineIsDeadLetteredOnce(t *testing.T) {
+	t.Parallel()
+	type rec struct {
+		ID int `json:"id"`
+	}
+	path := write(t, "in.jsonl", "{\"id\":1}\n{\n{\"id\":2}\n", false)
+	src := file.JSONL[rec](path)
+	sink := &appendingSink{}
+	src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+	r := &recorder[rec]{}
+	require.NoError(t, src.Run(context.Background(), r))
+	require.NoError(t, src.Run(context.Background(), r))
+	assert.Equal(t, []rec{{1}, {2}}, r.items)
+	assert.Len(t, sink.envs, 1)
+}
+
+// A Resume reads again every row after its position, bad rows included:
+// the last line dead-lettered without its end is dead-lettered again by
+// the resumed run, once.
+func TestResumeDeadLettersTheBadLastLineAgain(t *testing.T) {
+	t.Parallel()
+	type rec struct {
+		ID int `json:"id"`
+	}
+	path := write(t, "in.jsonl", "{\"id\":1}\n{", false)
+	src := file.JSONL[rec](path)
+	sink := &appendingSink{}
+	src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+	first := &recorder[rec]{}
+	require.NoError(t, src.Run(context.Background(), first))
+	require.Len(t, first.pos, 1)
+	require.NoError(t, src.Resume(first.pos[0]))
+	for range 2 {
+		require.NoError(t, src.Run(context.Background(), &recorder[rec]{}))
+	}
+	assert.Len(t, sink.envs, 2, "once by the first run, once by the resumed one")
+}
