@@ -73,7 +73,10 @@ Commands:
         (broker, vhost, queue or exchange) once the broker confirmed it, so
         that a second redrive to the same place sends only letters not sent
         there before. An envelope whose item was never encoded, or that
-        no publish can carry, is reported, not sent; the others are.
+        no publish can carry, is reported, not sent; the others are. A
+        letter published again because the connection was lost before
+        its confirm came may be on the broker twice: it is named, and
+        counted on the last line.
         --dry-run lists what would be sent and touches nothing.
 
   rabbitmq requeue --amqp URL --from Q --to Q [--limit N] [--timeout D]
@@ -83,7 +86,11 @@ Commands:
         keeps its properties, without the headers of its earlier life
         (x-death, x-first-death-*, x-last-death-*, x-delivery-count,
         x-sluice-*); a dead letter of rabbitmq.DeadLetterPublisher gives
-        back its item.
+        back its item. A message published again because the connection
+        was lost before its confirm came may be on --to twice, and one
+        whose confirm did not come within --timeout goes back to --from
+        and may be on --to too: both are named. Ctrl-C stops between two
+        messages, after the one under way.
         Without --limit it moves the messages --from holds when it starts.
 
   help  Print this help.

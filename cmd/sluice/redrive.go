@@ -175,8 +175,12 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 	if unencoded > 0 {
 		code = exitData
 	}
+	twice := 0 // letters perhaps sent twice
 	counts := func(n int, verb string) string {
 		line := fmt.Sprintf("%d of %d envelopes %s to %s; %d were already (ledger %s)", n, total, verb, target, already, *ledgerPath)
+		if twice > 0 {
+			line += fmt.Sprintf("; %d may have been sent twice (reported above)", twice)
+		}
 		if unencoded > 0 {
 			line += fmt.Sprintf("; %d not re-driven (reported above)", unencoded)
 		}
@@ -198,7 +202,10 @@ func redrive(args []string, stdout, stderr io.Writer) (code int) {
 		return code
 	}
 
-	sent, err := publishLetters(interrupted, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, ledger, where)
+	sent, err := publishLetters(interrupted, todo, *url, *exchange, cmpOr(*queue, *key), *timeout, ledger, where, func(l letter, id string) {
+		twice++
+		fmt.Fprintf(stderr, "sluice: %s:%d: may have been sent twice (message-id %q): the connection was lost before the broker confirmed the first publish, and a second was confirmed\n", l.r.Path, l.r.Line, id)
+	})
 	if _, werr := io.WriteString(stdout, counts(sent, "re-driven")); werr != nil {
 		dataError(stderr, fmt.Errorf("standard output: %w", werr))
 		code = exitData
@@ -264,7 +271,11 @@ func cmpOr(a, b string) string {
 // the next letter; the publish under way is not cancelled by it, only
 // bounded by the confirm timeout, so that a letter the broker took is
 // counted and recorded.
-func publishLetters(interrupted context.Context, todo []letter, url, exchange, key string, timeout time.Duration, ledger *ledgerFile, target string) (sent int, err error) {
+//
+// A letter whose first publish lost its connection before its confirm
+// came, and whose retry was confirmed, is counted, recorded and passed to
+// resent with its message ID: the broker may have it twice.
+func publishLetters(interrupted context.Context, todo []letter, url, exchange, key string, timeout time.Duration, ledger *ledgerFile, target string, resent func(l letter, messageID string)) (sent int, err error) {
 	if len(todo) == 0 {
 		return 0, nil
 	}
@@ -291,6 +302,7 @@ func publishLetters(interrupted context.Context, todo []letter, url, exchange, k
 		if interrupted.Err() != nil {
 			return sent, errors.New("interrupted: the letters after this count were not sent")
 		}
+		before := pub.Resent()
 		if err := pub.Write(ctx, l); err != nil {
 			return sent, fmt.Errorf("%s:%d: %w", l.r.Path, l.r.Line, err)
 		}
@@ -298,6 +310,10 @@ func publishLetters(interrupted context.Context, todo []letter, url, exchange, k
 			return sent, err
 		}
 		sent++
+		if pub.Resent() != before {
+			m, _ := letterPublishing(l)
+			resent(l, m.MessageId)
+		}
 	}
 	return sent, nil
 }

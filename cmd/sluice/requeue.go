@@ -57,10 +57,19 @@ func requeue(args []string, stdout, stderr io.Writer) int {
 	case *timeout <= 0:
 		return usageError(stderr, fmt.Sprintf("rabbitmq requeue: --timeout %s: must be positive", *timeout))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	// Ctrl-C stops between two messages; a second one ends the command
+	// at once.
+	interrupted, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	moved, err := move(ctx, *url, *from, *to, *limit, *timeout)
-	fmt.Fprintf(stdout, "%d messages moved from %q to %q\n", moved, *from, *to)
+	context.AfterFunc(interrupted, stop)
+	var twice []string
+	moved, err := move(interrupted, *url, *from, *to, *limit, *timeout, func(id string) { twice = append(twice, id) })
+	line := fmt.Sprintf("%d messages moved from %q to %q", moved, *from, *to)
+	if len(twice) > 0 {
+		line += fmt.Sprintf("; %d may be on %q twice (message-ids %q): the connection was lost before the broker confirmed the first publish, and a second was confirmed",
+			len(twice), *to, twice)
+	}
+	fmt.Fprintln(stdout, line)
 	if err != nil {
 		dataError(stderr, err)
 		return exitData
@@ -68,8 +77,14 @@ func requeue(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// move moves up to limit messages (0: as many as from holds now).
-func move(ctx context.Context, url, from, to string, limit int, timeout time.Duration) (moved int, err error) {
+// move moves up to limit messages (0: as many as from holds now). It stops
+// before the next message once interrupted ends; the publish under way is
+// not cancelled by it, only bounded by the confirm timeout, so that a
+// message the broker took is acked and counted. A message whose first
+// publish lost its connection before its confirm came, and whose retry
+// was confirmed, is moved and passed to resent: it may be on to twice.
+func move(interrupted context.Context, url, from, to string, limit int, timeout time.Duration, resent func(messageID string)) (moved int, err error) {
+	ctx := context.WithoutCancel(interrupted)
 	conn, err := amqp.DialConfig(url, amqp.Config{Properties: amqp.Table{"connection_name": "sluice rabbitmq requeue"}})
 	if err != nil {
 		return 0, fmt.Errorf("rabbitmq: %w", err)
@@ -102,7 +117,7 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 	if err != nil {
 		return 0, err
 	}
-	if err := pub.Open(ctx); err != nil {
+	if err := pub.Open(interrupted); err != nil {
 		return 0, errors.Join(err, pub.Close(ctx))
 	}
 	defer func() { err = errors.Join(err, pub.Close(ctx)) }()
@@ -126,8 +141,8 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 		}
 	}()
 	for taken := 0; taken < limit; taken++ {
-		if err := ctx.Err(); err != nil {
-			return moved, err
+		if interrupted.Err() != nil {
+			return moved, errors.New("interrupted: the messages after this count were not moved")
 		}
 		d, ok, err := ch.Get(from, false)
 		if err != nil {
@@ -145,11 +160,21 @@ func move(ctx context.Context, url, from, to string, limit int, timeout time.Dur
 			}
 			continue
 		}
+		before := pub.Resent()
 		if err := pub.Write(ctx, d); err != nil {
 			// Back where it was, for the next try. On a quorum queue the
 			// return may count as a delivery: say so, since the broker
 			// drops or dead-letters it past the queue's delivery limit.
-			return moved, errors.Join(fmt.Errorf("rabbitmq: publish to %q: %w; the message went back to %q (on a quorum queue that counts as one more delivery, toward its x-delivery-limit)", to, err, from), d.Nack(false, true))
+			// A publish whose outcome is unknown (its confirm did not
+			// come in time) may be on to as well: at least once.
+			also := ""
+			if errors.Is(err, rabbitmq.ErrOutcomeUnknown) {
+				also = fmt.Sprintf(", and may be on %q too (message-id %q): its outcome is unknown", to, d.MessageId)
+			}
+			return moved, errors.Join(fmt.Errorf("rabbitmq: publish to %q: %w; the message went back to %q%s (on a quorum queue that counts as one more delivery, toward its x-delivery-limit)", to, err, from, also), d.Nack(false, true))
+		}
+		if pub.Resent() != before {
+			resent(d.MessageId)
 		}
 		if err := d.Ack(false); err != nil {
 			return moved, fmt.Errorf("rabbitmq: ack on %q (the message is on %q too): %w", from, to, err)

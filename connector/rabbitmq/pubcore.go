@@ -49,6 +49,10 @@ type pubCore struct {
 	async   []*publish
 	failed  []error // the first maxKept failures since the last flush
 	nFailed int
+
+	// resent counts the publishes confirmed after a retry of an attempt
+	// whose confirm never came: each may be at the broker twice.
+	resent atomic.Int64
 }
 
 // maxKept is how many failures of publishes sent without waiting a
@@ -125,9 +129,11 @@ func (c *pubCore) session(ctx context.Context) (*pubSession, error) {
 }
 
 // publish sends msg and, when confirms are on with WaitFor, waits for its
-// confirm. A publish that fails before the broker took it (no connection,
-// a lost channel) is retried under PubRetry; the broker's answers (a nack,
-// a return, a refusal) and a confirm timeout are returned as they are.
+// confirm. A publish that fails for a lost connection (before the broker
+// took it, or before its confirm came) is retried under PubRetry; one
+// confirmed after a retry of an attempt whose confirm never came counts
+// in resent. The broker's answers (a nack, a return, a refusal) and a
+// confirm timeout are returned as they are.
 func (c *pubCore) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) error {
 	return c.publishSince(ctx, c.closes.Load(), exchange, key, msg)
 }
@@ -150,6 +156,9 @@ func (c *pubCore) publishSince(ctx context.Context, closes uint64, exchange, key
 				return nil
 			}
 			if err = c.await(ctx, p, c.confirms.Timeout); err == nil || !connectionLost(err) {
+				if err == nil && sent != nil {
+					c.resent.Add(1) // confirmed, and perhaps also before
+				}
 				if err != nil && sent != nil && !errors.Is(err, ErrOutcomeUnknown) {
 					// The broker answered a retry (a nack); an earlier
 					// attempt may have reached it all the same.

@@ -216,6 +216,13 @@ func (p *Publisher[T]) Write(ctx context.Context, item T) error {
 	return p.core.publishSince(ctx, closes, p.cfg.Exchange, key, msg)
 }
 
+// Resent returns how many Writes returned nil after PubRetry published
+// their message again because an earlier attempt's connection was lost
+// before its confirm came: the broker may have taken that attempt too, so
+// each such message may be on the broker twice, as sent (a MessageId its
+// Publishing gave lets a consumer tell).
+func (p *Publisher[T]) Resent() int64 { return p.core.resent.Load() }
+
 // Flush waits for the confirms of the messages sent without waiting (see
 // [Confirms.WaitFor]), and fails if any was not confirmed.
 func (p *Publisher[T]) Flush(ctx context.Context) error { return p.core.flush(ctx) }

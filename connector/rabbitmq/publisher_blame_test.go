@@ -435,3 +435,31 @@ func TestPublishWriteQueuedAtCloseIsBlameless(t *testing.T) {
 		assert.True(t, resilience.IsTransient(err), "%v", err)
 	}
 }
+
+// A retry that the broker confirms, after an earlier attempt that reached
+// it but whose confirm never came (the connection was cut), returns nil:
+// the message is on the queue twice, and Resent counts the Write so. A
+// Write confirmed at its first attempt is not counted.
+func TestPublisherResentCountsALostConfirm(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ctx := testContext(t)
+	q := uniqueName(t)
+	a.declareQueue(q, nil)
+	px := newProxy(t, a.url)
+	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: q,
+		Confirms: waitConfirms, PubRetry: rabbitmq.PubRetry{Enabled: true, Delay: 10 * time.Millisecond}})
+	require.NoError(t, pub.Open(ctx))
+	require.NoError(t, pub.Write(ctx, "a"))
+	assert.Zero(t, pub.Resent(), "confirmed at once")
+	px.pause()
+	done := make(chan error, 1)
+	go func() { done <- pub.Write(ctx, "b") }()
+	require.Eventually(t, func() bool { n, _ := a.depth(q); return n == 2 }, 20*time.Second, 10*time.Millisecond)
+	px.cut()
+	px.resume()
+	require.NoError(t, awaitWrite(t, ctx, done, "the Write still waits"))
+	ready, _ := a.depth(q)
+	assert.Equal(t, 3, ready, "b twice")
+	assert.Equal(t, int64(1), pub.Resent())
+}
