@@ -164,3 +164,102 @@ func TestFlusherSinkWhoseFlushBeforeARestartFailsFailsTheRun(t *testing.T) {
 		}
 	})
 }
+
+// openFlakySink is a buffering sink whose Open fails once on reopen after a
+// restart, and whose Flush on a sink that is not open fails (a nil tx).
+type openFlakySink struct {
+	mu          sync.Mutex
+	open        bool
+	opens       int
+	failedWrite bool
+	buf, dur    []int
+	flushClosed int
+}
+
+func (s *openFlakySink) Open(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.opens++
+	if s.opens == 2 {
+		return errors.New("dial: connection refused") // transient, retried by the restart loop
+	}
+	s.open = true
+	return nil
+}
+
+func (s *openFlakySink) Write(_ context.Context, v int) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if v == 3 && !s.failedWrite {
+		s.failedWrite = true
+		return errors.New("connection reset")
+	}
+	s.buf = append(s.buf, v)
+	return nil
+}
+
+func (s *openFlakySink) Flush(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.open {
+		s.flushClosed++
+		return errors.New("flush: no open transaction")
+	}
+	s.dur = append(s.dur, s.buf...)
+	s.buf = nil
+	return nil
+}
+
+func (s *openFlakySink) Close(context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.open = false
+	s.buf = nil
+	return nil
+}
+
+// A restart whose Open fails once is retried by the restart loop, which
+// comes back to the flush step with the sink closed: a closed sink is not
+// flushed (its Flush would fail: no transaction), and the run goes on.
+func TestFlusherSinkWhoseReopenFailsIsNotFlushedClosed(t *testing.T) {
+	t.Parallel()
+	store := newMemStore()
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithClock(clock),
+		pipeline.WithHandOverBatch(1), pipeline.WithResilience(restartingSink))
+	sink := &openFlakySink{}
+	pipeline.Sink(b, "sink", pipeline.Source(b, "src", &posSource{n: 6}), sink)
+	err, ended := endsWithin(runAsync(context.Background(), build(t, b)), clock)
+	require.True(t, ended, "the run did not end")
+	require.NoError(t, err, "a failed reopen within MaxRestarts is retried")
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	assert.Equal(t, 0, sink.flushClosed, "Flush called on a sink that is not open")
+	assert.Equal(t, 3, sink.opens)
+	assert.Equal(t, []int{0, 1, 2, 3, 4, 5}, sink.dur)
+	assert.Equal(t, "src=6", store.last())
+}
+
+// Under Parallel(4), every worker has stopped before the restart's
+// flush: nothing is rolled back, and every item is committed.
+func TestParallelFlusherSinkRestartCommitsEveryItem(t *testing.T) {
+	t.Parallel()
+	for range 20 {
+		store := newMemStore()
+		clock := clockwork.NewFakeClock()
+		b := pipeline.New("ck", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithClock(clock),
+			pipeline.WithHandOverBatch(1), pipeline.WithResilience(restartingSink))
+		sink := &txSink{failOn: 3}
+		pipeline.Sink(b, "sink", pipeline.Source(b, "src", &posSource{n: 50}), sink, pipeline.Parallel(4))
+		err, ended := endsWithin(runAsync(context.Background(), build(t, b)), clock)
+		require.True(t, ended, "the run did not end")
+		require.NoError(t, err)
+		durable, rollback, _, _ := sink.state()
+		assert.Empty(t, rollback)
+		seen := map[int]int{}
+		for _, v := range durable {
+			seen[v]++
+		}
+		assert.Equal(t, 50, len(seen), "every item committed")
+	}
+}

@@ -540,7 +540,9 @@ func (nr *nodeRun) nodeRestart() error {
 				// fails fails the run, which then saves no position
 				// past them; the items that failed the node did not
 				// end it.
-				if f, ok := nr.r.(restartFlusher); ok {
+				// Only an open sink: after an Open that failed, the loop
+				// comes here with the sink closed.
+				if f, ok := nr.r.(restartFlusher); ok && nr.opened {
 					if ferr := f.flushForRestart(ctx); ferr != nil {
 						unblame()
 						return &notRestartable{fmt.Errorf("%w; flush before the restart: %w (what the sink took since it opened may be lost)", err, ferr)}

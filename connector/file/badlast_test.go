@@ -3,11 +3,15 @@ package file_test
 import (
 	"context"
 	"testing"
+	"time"
 
+	"github.com/sluicehq/sluice/checkpoint"
 	"github.com/sluicehq/sluice/connector/file"
 	"github.com/sluicehq/sluice/deadletter"
 	"github.com/sluicehq/sluice/internal/assert"
 	"github.com/sluicehq/sluice/internal/require"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/pipeline/pipelinetest"
 )
 
 // A bad last line without its end is dead-lettered once by a source,
@@ -82,10 +86,12 @@ func TestBadMiddleLineIsDeadLetteredOnce(t *testing.T) {
 	assert.Len(t, sink.envs, 1)
 }
 
-// A Resume reads again every row after its position, bad rows included:
-// the last line dead-lettered without its end is dead-lettered again by
-// the resumed run, once.
-func TestResumeDeadLettersTheBadLastLineAgain(t *testing.T) {
+// A Resume to another position reads again every row after it, bad rows
+// included: the last line dead-lettered without its end is dead-lettered
+// again by the resumed run, once. A Resume to where that line starts (the
+// position of the item before it, which a pipeline's checkpoint holds)
+// finds it as the source left it, and does not.
+func TestResumeDeadLettersTheBadLastLineAgainOnlyFromElsewhere(t *testing.T) {
 	t.Parallel()
 	type rec struct {
 		ID int `json:"id"`
@@ -97,9 +103,38 @@ func TestResumeDeadLettersTheBadLastLineAgain(t *testing.T) {
 	first := &recorder[rec]{}
 	require.NoError(t, src.Run(context.Background(), first))
 	require.Len(t, first.pos, 1)
-	require.NoError(t, src.Resume(first.pos[0]))
 	for range 2 {
+		require.NoError(t, src.Resume(first.pos[0]))
 		require.NoError(t, src.Run(context.Background(), &recorder[rec]{}))
 	}
-	assert.Len(t, sink.envs, 2, "once by the first run, once by the resumed one")
+	assert.Len(t, sink.envs, 1, "resumed where the line starts: not again")
+	require.NoError(t, src.Resume(nil))
+	again := &recorder[rec]{}
+	require.NoError(t, src.Run(context.Background(), again))
+	assert.Equal(t, []rec{{1}}, again.items)
+	require.NoError(t, src.Run(context.Background(), &recorder[rec]{}))
+	assert.Len(t, sink.envs, 2, "resumed from the start: once more, and no more")
+	assert.Equal(t, int64(2), src.BadRows())
+}
+
+// In a pipeline, whose every run resumes from its checkpoint, the
+// unchanged half line is dead-lettered by the first run only.
+func TestBadLastLineInAPipelineIsDeadLetteredOnce(t *testing.T) {
+	t.Parallel()
+	path := write(t, "orders.jsonl", "{\"id\":1}\n{", false)
+	store := checkpoint.NewMemory()
+	mem := deadletter.NewMemory(100)
+	src := file.JSONL[order](path)
+	b := pipeline.New("orders", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithDeadLetter(mem))
+	out := &pipelinetest.Collector[order]{}
+	pipeline.Sink(b, "write", pipeline.Source(b, "read", src), out)
+	p, err := b.Build()
+	require.NoError(t, err)
+	for range 3 {
+		_, err = p.Run(t.Context())
+		require.NoError(t, err)
+	}
+	assert.Len(t, out.Items(), 1)
+	assert.Len(t, mem.Envelopes(), 1, "the unchanged half line dead-lettered once")
+	assert.Equal(t, int64(1), src.BadRows())
 }

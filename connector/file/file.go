@@ -44,8 +44,10 @@
 // by the next run (or node restart). The file's last line, without its
 // end, that does not decode is dead-lettered, and the source stays before
 // it, as a writer may be in the middle of it: a later Run reads it again,
-// and dead-letters it again only if it changed (a Resume forgets it, and
-// the resumed run reads it as any row after its position).
+// and dead-letters it again only if it changed; so does a run resumed
+// where it starts (a pipeline's next run, from its checkpoint). A Resume
+// to another position forgets it: the resumed run reads it as any row
+// after its position.
 //
 // # Lines
 //

@@ -50,16 +50,16 @@ func runEvents[T any](src *file.Source[T], pos []byte) ([]event, error) {
 	return r.events, err
 }
 
-// checkResumes runs src, then resumes it after each event (item or bad
-// row), and fails unless each resumed run does exactly the events after
-// it.
-func checkResumes[T any](t *testing.T, src *file.Source[T]) {
-	all, err := runEvents(src, nil)
+// checkResumes runs a source newSrc makes, then resumes a new one after
+// each event (item or bad row), as a process that starts again does, and
+// fails unless each resumed run does exactly the events after it.
+func checkResumes[T any](t *testing.T, newSrc func() *file.Source[T]) {
+	all, err := runEvents(newSrc(), nil)
 	if err != nil {
 		return // a bad CSV header, say: nothing to resume
 	}
 	for i, e := range all {
-		rest, err := runEvents(src, []byte(e.pos))
+		rest, err := runEvents(newSrc(), []byte(e.pos))
 		if err != nil {
 			t.Fatalf("resume after event %d (%s): %v", i, e.what, err)
 		}
@@ -92,13 +92,15 @@ func FuzzResumeAtEveryPosition(f *testing.F) {
 		path := write(t, "in", content, false)
 		switch kind % 4 {
 		case 0:
-			checkResumes(t, file.CSV(path, file.CSVOptions{Header: true}))
+			checkResumes(t, func() *file.Source[file.Record] { return file.CSV(path, file.CSVOptions{Header: true}) })
 		case 1:
-			checkResumes(t, file.CSV(path, file.CSVOptions{Comma: ';', LazyQuotes: kind&4 != 0}))
+			checkResumes(t, func() *file.Source[file.Record] {
+				return file.CSV(path, file.CSVOptions{Comma: ';', LazyQuotes: kind&4 != 0})
+			})
 		case 2:
-			checkResumes(t, file.JSONL[order](path))
+			checkResumes(t, func() *file.Source[order] { return file.JSONL[order](path) })
 		case 3:
-			checkResumes(t, file.Lines(path))
+			checkResumes(t, func() *file.Source[string] { return file.Lines(path) })
 		}
 	})
 }

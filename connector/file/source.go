@@ -32,7 +32,7 @@ type Source[T any] struct {
 	// halfBad is the file's last line, without its end, that did not
 	// decode and was dead-lettered, by its start and the hash of its
 	// bytes: a later Run that finds it as it was does not dead-letter it
-	// again. Resume forgets it.
+	// again. A Resume to another position forgets it.
 	halfBad *halfRow
 
 	letters broker.Letters
@@ -83,9 +83,14 @@ func (s *Source[T]) Resume(pos []byte) error {
 	}
 	s.closeInput()
 	s.at, s.counted = p, false
-	// A resumed run reads again every row after its position, bad rows
-	// included: the last line dead-lettered without its end is one.
-	s.halfBad = nil
+	// A run resumed elsewhere reads again every row after its position,
+	// bad rows included, the last line dead-lettered without its end
+	// among them; one resumed where that line starts (a pipeline's next
+	// run, from the position of the item before it) finds it as this
+	// source left it.
+	if s.halfBad != nil && s.halfBad.at != p {
+		s.halfBad = nil
+	}
 	s.size.Store(-1)
 	return nil
 }
