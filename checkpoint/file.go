@@ -139,27 +139,34 @@ func OpenFile(path string) (*File, error) {
 }
 
 // resolve returns path made absolute, so that a later change of the
-// working directory moves neither the file nor its lock, with its
-// symbolic links resolved when it is one: a link to a file not created
-// yet is followed to where the file will be.
+// working directory moves neither the file nor its lock, with the links
+// of its directory resolved, and the link it is, if it is one, followed to
+// the file it names, even one not created yet. Nothing is cleaned as text
+// before the system resolves it: "link/../f" is f beside the link's
+// target, not beside the link.
 func resolve(path string) (string, error) {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
+	p := path
+	if !filepath.IsAbs(p) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
+		}
+		p = wd + string(filepath.Separator) + p
 	}
-	p := abs
 	for hops := 0; ; hops++ {
+		dir, base := splitLast(p)
+		if base == "" || base == "." || base == ".." {
+			return p, nil // not a file's name: open says so
+		}
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return p, nil // a missing directory: OpenFile says so
+		}
+		p = filepath.Join(real, base)
 		fi, err := os.Lstat(p)
 		if err != nil || fi.Mode()&fs.ModeSymlink == 0 {
 			return p, nil // not a link: a missing file, or an error that open reports
 		}
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			return real, nil
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
-		}
-		// A link to nothing yet: follow it one step, from the
-		// directory the link is in.
 		if hops == 255 {
 			return "", fmt.Errorf("checkpoint: open %s: too many symbolic links", path)
 		}
@@ -168,14 +175,16 @@ func resolve(path string) (string, error) {
 			return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
 		}
 		if !filepath.IsAbs(target) {
-			dir, err := filepath.EvalSymlinks(filepath.Dir(p))
-			if err != nil {
-				return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
-			}
-			target = filepath.Join(dir, target)
+			target = real + string(filepath.Separator) + target
 		}
 		p = target
 	}
+}
+
+// splitLast splits p after its last separator, without cleaning it.
+func splitLast(p string) (dir, base string) {
+	i := strings.LastIndexByte(p, filepath.Separator)
+	return p[:i+1], p[i+1:]
 }
 
 // open removes a temporary file left by a crash, then reads the file, or

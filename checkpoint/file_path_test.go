@@ -100,3 +100,39 @@ func TestOpenFileRelativePathSurvivesChdir(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "42", string(pos))
 }
+
+// A path through a linked directory and back out of it ("link/..") names
+// a file beside the link's target, as the system reads it, not beside the
+// link: OpenFile does not clean the path as text before resolving it,
+// given relative or absolute, nor the target of a link to a file not
+// created yet.
+func TestOpenFileDotDotThroughALinkedDirectory(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("symbolic links need privileges")
+	}
+	root := t.TempDir()
+	real := filepath.Join(root, "a", "b")
+	require.NoError(t, os.MkdirAll(real, 0o755))
+	work := filepath.Join(root, "work")
+	require.NoError(t, os.MkdirAll(work, 0o755))
+	require.NoError(t, os.Symlink(real, filepath.Join(work, "link")))
+	want := filepath.Join(root, "a", "cp.json") // where open("work/link/../cp.json") lands
+	save := func(path string) {
+		t.Helper()
+		f, err := checkpoint.OpenFile(path)
+		require.NoError(t, err)
+		assert.Equal(t, want, f.Path())
+		require.NoError(t, f.Save(context.Background(), "p", "s", []byte("x")))
+		require.NoError(t, f.Close())
+		_, err = os.Stat(want)
+		require.NoError(t, err, "saved where the path names")
+		require.NoError(t, os.Remove(want))
+	}
+	save(filepath.Join(work, "link") + "/../cp.json")
+	t.Chdir(work)
+	save("link/../cp.json")
+	// A link, to a file not created yet, whose target goes through the
+	// linked directory and out of it.
+	require.NoError(t, os.Symlink("link/../cp.json", filepath.Join(work, "positions.json")))
+	save("positions.json")
+}
