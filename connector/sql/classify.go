@@ -136,6 +136,11 @@ func inspectPostgres(err error) dbError {
 		// RAISE EXCEPTION without an ERRCODE: a trigger (or a function
 		// it calls) refused the row, a business rule of the table's.
 		e.class, e.row = classPermanent, true
+	case e.code == "54000":
+		// A program limit one value exceeds: a text too large for its
+		// column's btree index ("index row requires ... bytes"). The
+		// rows apart pass; down to one row, it is that row's.
+		e.row = true
 	case e.code == "21000":
 		// A cardinality violation: ON CONFLICT DO UPDATE meets one key
 		// twice in one statement. The rows apart pass.

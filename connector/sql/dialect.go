@@ -24,7 +24,11 @@ var (
 	// (github.com/jackc/pgx/v5/stdlib or lib/pq).
 	Postgres = Dialect{name: "postgres", numbered: true, quote: '"'}
 	// MySQL is the dialect of MySQL 8 and MariaDB 10.3 or later
-	// (github.com/go-sql-driver/mysql).
+	// (github.com/go-sql-driver/mysql). The server must be in strict mode
+	// (STRICT_TRANS_TABLES or STRICT_ALL_TABLES in sql_mode, its default)
+	// for an upsert to refuse a value too long for its column or a NULL
+	// for a NOT NULL one: without it, it cuts or blanks the value and
+	// reports the row written.
 	MySQL = Dialect{name: "mysql", quote: '`'}
 )
 

@@ -1,0 +1,111 @@
+package sql_test
+
+import (
+	"crypto/rand"
+	stdsql "database/sql"
+	"encoding/hex"
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	sluicesql "github.com/sluicehq/sluice/connector/sql"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+type namedRow struct {
+	ID   int64   `db:"id,key"`
+	Name *string `db:"name"`
+}
+
+// One value too large for its column's btree index (PostgreSQL's
+// SQLSTATE 54000, "index row requires ... bytes") is its row's fault: the
+// batch is split, the other rows are written once, and only that row
+// fails, permanently. The whole batch failed with it, 499 good rows of a
+// batch of 500 set aside as "statement refused".
+func TestUpsertPostgresIndexRowTooBigFailsOnlyItsRow(t *testing.T) {
+	t.Parallel()
+	db := openPostgres(t)
+	table := tableName(t, db, sluicesql.Postgres)
+	_, err := db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, name TEXT)")
+	require.NoError(t, err)
+	_, err = db.Exec("CREATE INDEX " + table + "_name ON " + table + " (name)")
+	require.NoError(t, err)
+	u, err := sluicesql.NewUpserter[namedRow](db, sluicesql.Postgres, sluicesql.UpsertOptions{Table: table})
+	require.NoError(t, err)
+	for _, bad := range []int{0, 3, 7} {
+		items := make([]namedRow, 8)
+		for i := range items {
+			items[i] = namedRow{ID: int64(10*bad + i + 1), Name: str(fmt.Sprintf("n%d", i))}
+		}
+		b := make([]byte, 10000)
+		_, _ = rand.Read(b)
+		items[bad].Name = str(hex.EncodeToString(b)) // 20 000 characters that do not compress
+		errs := u.Write(t.Context(), items)
+		require.Len(t, errs, 8)
+		for i, err := range errs {
+			if i == bad {
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "54000")
+				assert.False(t, resilience.IsTransient(err), "the row's own: retrying it fails again: %v", err)
+				assert.False(t, resilience.IsBlameless(err), "the row's fault: %v", err)
+				continue
+			}
+			assert.NoError(t, err, "row %d", i)
+		}
+		var n int
+		require.NoError(t, db.QueryRow(fmt.Sprintf("SELECT COUNT(*) FROM %s WHERE id BETWEEN %d AND %d", table, 10*bad+1, 10*bad+8)).Scan(&n))
+		assert.Equal(t, 7, n, "the 7 good rows are written")
+	}
+}
+
+// MySQL and MariaDB refuse a value too long for its column and a NULL
+// for a NOT NULL one only in strict mode, their default: there, only
+// those rows fail. Without it (sql_mode ''), the server cuts the value and
+// writes an empty one, with warnings the driver does not return, and the
+// upserter reports every row written: docs/sql.md says to keep strict
+// mode, and this test shows why.
+func TestUpsertMariaDBNeedsStrictMode(t *testing.T) {
+	t.Parallel()
+	for _, strict := range []bool{true, false} {
+		t.Run(fmt.Sprintf("strict %v", strict), func(t *testing.T) {
+			t.Parallel()
+			dsn := mariaDBDSN(t)
+			if !strict {
+				dsn += "&sql_mode=%27%27"
+			}
+			db, err := stdsql.Open("mysql", dsn)
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = db.Close() })
+			table := tableName(t, db, sluicesql.MySQL)
+			_, err = db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, name VARCHAR(5) NOT NULL) ENGINE=InnoDB")
+			require.NoError(t, err)
+			u, err := sluicesql.NewUpserter[namedRow](db, sluicesql.MySQL, sluicesql.UpsertOptions{Table: table})
+			require.NoError(t, err)
+			errs := u.Write(t.Context(), []namedRow{{1, str("ok")}, {2, str("much too long")}, {3, nil}, {4, str("ok4")}})
+			got := map[int64]string{}
+			rows, err := db.Query("SELECT id, name FROM " + table)
+			require.NoError(t, err)
+			defer rows.Close()
+			for rows.Next() {
+				var id int64
+				var name string
+				require.NoError(t, rows.Scan(&id, &name))
+				got[id] = name
+			}
+			require.NoError(t, rows.Err())
+			if strict {
+				require.Len(t, errs, 4)
+				assert.NoError(t, errs[0])
+				assert.Error(t, errs[1])
+				assert.Error(t, errs[2])
+				assert.NoError(t, errs[3])
+				assert.Equal(t, map[int64]string{1: "ok", 4: "ok4"}, got)
+			} else {
+				assert.Nil(t, errs, "every row reported written")
+				assert.Equal(t, map[int64]string{1: "ok", 2: "much ", 3: "", 4: "ok4"}, got, "cut and blanked")
+			}
+		})
+	}
+}
