@@ -2,6 +2,7 @@ package file_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -137,4 +138,50 @@ func TestBadLastLineInAPipelineIsDeadLetteredOnce(t *testing.T) {
 	assert.Len(t, out.Items(), 1)
 	assert.Len(t, mem.Envelopes(), 1, "the unchanged half line dead-lettered once")
 	assert.Equal(t, int64(1), src.BadRows())
+}
+
+// The bad rows after the last item (whole ones, and the last line without
+// its end) are dead-lettered by the first of a pipeline's runs only, when
+// the pipeline runs the same source again: each run resumes from the
+// checkpoint, the position of the item before them. A good row appended
+// after them is emitted, and the bad rows before it are not
+// dead-lettered again on the way.
+func TestBadRowsAfterTheLastItemAreDeadLetteredOncePerSource(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, content string }{
+		{"bad rows", "{\"id\":1}\nbad1\nbad2\n"},
+		{"a bad row and a half line", "{\"id\":1}\nbad\n{"},
+		{"bad rows only", "bad1\nbad2\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			path := write(t, "orders.jsonl", tc.content, false)
+			store := checkpoint.NewMemory()
+			mem := deadletter.NewMemory(100)
+			src := file.JSONL[order](path)
+			b := pipeline.New("orders", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithDeadLetter(mem))
+			out := &pipelinetest.Collector[order]{}
+			pipeline.Sink(b, "write", pipeline.Source(b, "read", src), out)
+			p, err := b.Build()
+			require.NoError(t, err)
+			for range 3 {
+				_, err = p.Run(t.Context())
+				require.NoError(t, err)
+			}
+			assert.Len(t, mem.Envelopes(), 2, "each bad row dead-lettered once")
+			assert.Equal(t, int64(2), src.BadRows())
+			if strings.HasSuffix(tc.content, "{") {
+				appendTo(t, path, "\"id\":2}\n", false) // the half line, finished
+			} else {
+				appendTo(t, path, "{\"id\":2}\n", false)
+			}
+			before := len(out.Items())
+			for range 2 {
+				_, err = p.Run(t.Context())
+				require.NoError(t, err)
+			}
+			assert.Equal(t, []order{{ID: 2}}, out.Items()[before:])
+			assert.Len(t, mem.Envelopes(), 2, "the bad rows before the new item, not again")
+		})
+	}
 }

@@ -44,10 +44,11 @@
 // by the next run (or node restart). The file's last line, without its
 // end, that does not decode is dead-lettered, and the source stays before
 // it, as a writer may be in the middle of it: a later Run reads it again,
-// and dead-letters it again only if it changed; so does a run resumed
-// where it starts (a pipeline's next run, from its checkpoint). A Resume
-// to another position forgets it: the resumed run reads it as any row
-// after its position.
+// and dead-letters it again only if it changed. The source remembers
+// every bad row it dead-lettered since its last item (up to 4096): a run
+// resumed where they start (a pipeline's next run, from its checkpoint)
+// does not dead-letter them again either. A Resume to another position
+// forgets them: the resumed run reads them as any row after its position.
 //
 // # Lines
 //

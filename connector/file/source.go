@@ -29,11 +29,11 @@ type Source[T any] struct {
 	at      position // where the next row starts
 	in      *input   // the open file, nil when closed
 	counted bool     // the size of this run was counted
-	// halfBad is the file's last line, without its end, that did not
-	// decode and was dead-lettered, by its start and the hash of its
-	// bytes: a later Run that finds it as it was does not dead-letter it
-	// again. A Resume to another position forgets it.
-	halfBad *halfRow
+	// tail holds the bad rows dead-lettered since the last item emitted
+	// (the last line without its end among them): a later Run that finds
+	// one as it was does not dead-letter it again. A Resume to another
+	// position than where the tail starts forgets it.
+	tail *badTail
 
 	letters broker.Letters
 	size    atomic.Int64
@@ -84,12 +84,11 @@ func (s *Source[T]) Resume(pos []byte) error {
 	s.closeInput()
 	s.at, s.counted = p, false
 	// A run resumed elsewhere reads again every row after its position,
-	// bad rows included, the last line dead-lettered without its end
-	// among them; one resumed where that line starts (a pipeline's next
-	// run, from the position of the item before it) finds it as this
-	// source left it.
-	if s.halfBad != nil && s.halfBad.at != p {
-		s.halfBad = nil
+	// bad rows included; one resumed where the bad rows after the last
+	// item start (a pipeline's next run, from the position of that item)
+	// finds them as this source left them.
+	if s.tail != nil && s.tail.from != p {
+		s.tail = nil
 	}
 	s.size.Store(-1)
 	return nil
@@ -161,14 +160,17 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 		}
 		if r.bad != nil {
 			half := r.end.end == endNone || r.end.end == endOpen
-			// The last line dead-lettered without its end, found as it
-			// was (with its end or not), is not dead-lettered again.
-			seen := s.halfBad != nil && *s.halfBad == halfRowOf(s.at, r.raw)
-			s.halfBad = nil
-			if !seen {
+			// A bad row dead-lettered since the last item, found as it
+			// was (the last line with its end or not), is not
+			// dead-lettered again.
+			if s.tail == nil {
+				s.tail = &badTail{from: s.at}
+			}
+			if !s.tail.seen(s.at, r.raw) {
 				if err := s.deadLetter(ctx, r); err != nil {
 					return err
 				}
+				s.tail.add(s.at, r.raw)
 			}
 			if half {
 				// The file's last line, without its end, did not
@@ -178,26 +180,47 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 				// ends here: reading on, past the end it saw, would
 				// take the rest of the line, written since, for a row
 				// of its own.
-				h := halfRowOf(s.at, r.raw)
-				s.halfBad = &h
 				return nil
 			}
-		} else if err := out.EmitAt(ctx, r.item, positions.encode(r.end)); err != nil {
-			return err
+		} else {
+			if err := out.EmitAt(ctx, r.item, positions.encode(r.end)); err != nil {
+				return err
+			}
+			s.tail = nil // the bad rows before it are behind a position
 		}
 		s.at = r.end
 	}
 }
 
-// A halfRow is a last line without its end: where it starts, and the
-// SHA-256 of its bytes.
-type halfRow struct {
+// A badTail is the bad rows a source dead-lettered after the last item it
+// emitted: where they start (the position after that item), and each row
+// by where it starts and the SHA-256 of its bytes, at most maxTail.
+type badTail struct {
+	from position
+	rows map[badRow]struct{}
+}
+
+type badRow struct {
 	at  position
 	sum [sha256.Size]byte
 }
 
-func halfRowOf(at position, raw []byte) halfRow {
-	return halfRow{at: at, sum: sha256.Sum256(raw)}
+// maxTail is how many bad rows after the last item a source remembers;
+// those past it are dead-lettered again by a later Run.
+const maxTail = 4096
+
+func (t *badTail) seen(at position, raw []byte) bool {
+	_, ok := t.rows[badRow{at, sha256.Sum256(raw)}]
+	return ok
+}
+
+func (t *badTail) add(at position, raw []byte) {
+	if t.rows == nil {
+		t.rows = map[badRow]struct{}{}
+	}
+	if len(t.rows) < maxTail {
+		t.rows[badRow{at, sha256.Sum256(raw)}] = struct{}{}
+	}
 }
 
 // deadLetter writes bad row r to the pipeline's dead-letter sink, or
