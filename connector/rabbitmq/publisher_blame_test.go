@@ -218,11 +218,17 @@ func TestPublishStuckWriteEndsWithItsContextAndClose(t *testing.T) {
 	q := uniqueName(t)
 	a.declareQueue(q, nil)
 	px := newProxy(t, a.url)
+	// The body alone: textPublishing's MessageId would be the body, which
+	// the library refuses before it writes a byte (a shortstr is at most
+	// 255 bytes), and no write would back up. 12 MiB, more than the
+	// sockets' buffers take (4 MiB sent, 32 MiB received here), and less
+	// than RabbitMQ's largest message (16 MiB).
 	pub := newPublisher(t, rabbitmq.PublisherConfig[string]{URL: px.url(a.url), RoutingKey: q, Confirms: waitConfirms,
-		CloseTimeout: 500 * time.Millisecond})
+		CloseTimeout: 500 * time.Millisecond,
+		Publishing:   func(s string) (amqp.Publishing, error) { return amqp.Publishing{Body: []byte(s)}, nil }})
 	require.NoError(t, pub.Open(ctx))
 	px.Bandwidth(1) // 1 kB/s: the client's writes back up
-	body := string(make([]byte, 4<<20))
+	body := string(make([]byte, 12<<20))
 	within := func(what string, c <-chan error) error {
 		t.Helper()
 		select {
