@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sluicehq/sluice/connector/rabbitmq"
 	"github.com/sluicehq/sluice/deadletter"
 )
 
@@ -158,7 +159,7 @@ func TestRequeueSaysAMessageMayBeOnTheTargetTwice(t *testing.T) {
 	assert.Equal(t, 0, code, "stderr: %s", stderr)
 	assert.Len(t, b.drain(t, to), 2)
 	assert.Empty(t, b.drain(t, from))
-	assert.Contains(t, stdout, fmt.Sprintf("1 messages moved from %q to %q; 1 may be on %q twice (message-ids [\"m-1\"])", from, to, to))
+	assert.Contains(t, stdout, fmt.Sprintf("1 messages moved from %q to %q; 1 may be on %q twice (message-id \"m-1\")", from, to, to))
 }
 
 // Ctrl-C while a requeue waits for a confirm does not cancel that
@@ -203,4 +204,33 @@ func TestRequeueInterruptedWaitsForThePublishUnderWay(t *testing.T) {
 	assert.Contains(t, stderr.String(), "interrupted")
 	assert.Len(t, b.drain(t, to), 1, "the first, once")
 	assert.Len(t, b.drain(t, from), 1, "the second, not taken")
+}
+
+// A dead letter of rabbitmq.DeadLetterPublisher is requeued as its item,
+// whose message ID is the item's, not the envelope's (which has none):
+// the "may be on --to twice" line names the ID on --to. (It named the
+// envelope's, empty.)
+func TestRequeueTwiceNamesThePublishedMessageID(t *testing.T) {
+	t.Parallel()
+	b := newBroker(t)
+	from, to := b.queue(t), b.queue(t)
+	body, err := deadletter.MarshalEnvelope(deadletter.Envelope{
+		Item:     rabbitmq.Message{MessageID: "item-1", Body: []byte("marker-a71c55")},
+		ItemType: deadletter.TypeOf(rabbitmq.Message{}), ErrText: "bad", OriginNode: "n", DecisionNode: "n", LastFailure: epoch})
+	require.NoError(t, err)
+	require.NoError(t, b.ch.PublishWithContext(t.Context(), "", from, false, false,
+		amqp.Publishing{Type: rabbitmq.EnvelopeType, ContentType: "application/json", Body: body}))
+	px, proxied := newConfirmProxy(t, b.url, "marker-a71c55", true)
+	go func() {
+		<-px.held
+		for b.count(t, to) < 1 {
+		}
+		px.release()
+	}()
+	code, stdout, stderr := sluice(t, t.TempDir(), "rabbitmq", "requeue", "--amqp", proxied, "--from", from, "--to", to, "--timeout", "20s")
+	assert.Equal(t, 0, code, "stderr: %s", stderr)
+	got := b.drain(t, to)
+	require.Len(t, got, 2)
+	assert.Equal(t, "item-1", got[0].MessageId, "what is on --to")
+	assert.Contains(t, stdout, fmt.Sprintf("1 may be on %q twice (message-id \"item-1\")", to), "stdout: %s", stdout)
 }

@@ -306,14 +306,15 @@ func publishLetters(interrupted context.Context, todo []letter, url, exchange, k
 		if err := pub.Write(ctx, l); err != nil {
 			return sent, fmt.Errorf("%s:%d: %w", l.r.Path, l.r.Line, err)
 		}
+		if pub.Resent() != before {
+			// Named before the ledger's write, which may fail.
+			m, _ := letterPublishing(l)
+			resent(l, m.MessageId)
+		}
 		if err := ledger.record(l, target); err != nil {
 			return sent, err
 		}
 		sent++
-		if pub.Resent() != before {
-			m, _ := letterPublishing(l)
-			resent(l, m.MessageId)
-		}
 	}
 	return sent, nil
 }

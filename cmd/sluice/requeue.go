@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -63,11 +64,19 @@ func requeue(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	context.AfterFunc(interrupted, stop)
 	var twice []string
-	moved, err := move(interrupted, *url, *from, *to, *limit, *timeout, func(id string) { twice = append(twice, id) })
+	n := 0
+	moved, err := move(interrupted, *url, *from, *to, *limit, *timeout, func(name string) {
+		if n++; n <= maxReasons {
+			twice = append(twice, name)
+		}
+	})
 	line := fmt.Sprintf("%d messages moved from %q to %q", moved, *from, *to)
-	if len(twice) > 0 {
-		line += fmt.Sprintf("; %d may be on %q twice (message-ids %q): the connection was lost before the broker confirmed the first publish, and a second was confirmed",
-			len(twice), *to, twice)
+	if n > 0 {
+		if n > maxReasons {
+			twice = append(twice, "and more")
+		}
+		line += fmt.Sprintf("; %d may be on %q twice (%s): the connection was lost before the broker confirmed the first publish, and a second was confirmed",
+			n, *to, strings.Join(twice, ", "))
 	}
 	fmt.Fprintln(stdout, line)
 	if err != nil {
@@ -118,6 +127,9 @@ func move(interrupted context.Context, url, from, to string, limit int, timeout 
 		return 0, err
 	}
 	if err := pub.Open(interrupted); err != nil {
+		if interrupted.Err() != nil {
+			err = fmt.Errorf("interrupted while connecting: %w", err)
+		}
 		return 0, errors.Join(err, pub.Close(ctx))
 	}
 	defer func() { err = errors.Join(err, pub.Close(ctx)) }()
@@ -151,7 +163,8 @@ func move(interrupted context.Context, url, from, to string, limit int, timeout 
 		if !ok {
 			return moved, nil // the queue is empty
 		}
-		if _, err := rabbitmq.Unwrap(d); err != nil {
+		published, err := rabbitmq.Unwrap(d)
+		if err != nil {
 			held = append(held, d)
 			if len(reasons) < maxReasons {
 				reasons = append(reasons, fmt.Errorf("message %d taken (message-id %q): %w", taken+1, d.MessageId, err))
@@ -169,12 +182,12 @@ func move(interrupted context.Context, url, from, to string, limit int, timeout 
 			// come in time) may be on to as well: at least once.
 			also := ""
 			if errors.Is(err, rabbitmq.ErrOutcomeUnknown) {
-				also = fmt.Sprintf(", and may be on %q too (message-id %q): its outcome is unknown", to, d.MessageId)
+				also = fmt.Sprintf(", and may be on %q too (%s): its outcome is unknown", to, nameOf(published, taken))
 			}
 			return moved, errors.Join(fmt.Errorf("rabbitmq: publish to %q: %w; the message went back to %q%s (on a quorum queue that counts as one more delivery, toward its x-delivery-limit)", to, err, from, also), d.Nack(false, true))
 		}
 		if pub.Resent() != before {
-			resent(d.MessageId)
+			resent(nameOf(published, taken))
 		}
 		if err := d.Ack(false); err != nil {
 			return moved, fmt.Errorf("rabbitmq: ack on %q (the message is on %q too): %w", from, to, err)
@@ -182,6 +195,16 @@ func move(interrupted context.Context, url, from, to string, limit int, timeout 
 		moved++
 	}
 	return moved, nil
+}
+
+// nameOf names the message published to --to, the taken-th (from 0)
+// taken from --from: by the message ID it went with (a dead letter's
+// item's, not its envelope's), else by its place.
+func nameOf(published amqp.Publishing, taken int) string {
+	if published.MessageId != "" {
+		return fmt.Sprintf("message-id %q", published.MessageId)
+	}
+	return fmt.Sprintf("message %d taken, without a message-id", taken+1)
 }
 
 // maxReasons is the most messages left behind that requeue names one by
