@@ -156,11 +156,14 @@ func resolve(path string) (string, error) {
 	for hops := 0; ; hops++ {
 		dir, base := splitLast(p)
 		if base == "" || base == "." || base == ".." {
-			return p, nil // not a file's name: open says so
+			// Refused before a lock file is made beside it.
+			return "", fmt.Errorf("checkpoint: open %s: the path names a directory, not a file", path)
 		}
 		real, err := filepath.EvalSymlinks(dir)
-		if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
 			return p, nil // a missing directory: OpenFile says so
+		} else if err != nil {
+			return "", fmt.Errorf("checkpoint: open %s: %w", path, err)
 		}
 		p = filepath.Join(real, base)
 		fi, err := os.Lstat(p)

@@ -136,3 +136,24 @@ func TestOpenFileDotDotThroughALinkedDirectory(t *testing.T) {
 	require.NoError(t, os.Symlink("link/../cp.json", filepath.Join(work, "positions.json")))
 	save("positions.json")
 }
+
+// A path that names a directory ("dir/", "dir/.", "dir/..") is refused,
+// saying so, and leaves no lock file behind.
+func TestOpenFileRefusesADirectoryPath(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "sub")
+	require.NoError(t, os.Mkdir(sub, 0o700))
+	for _, path := range []string{sub + "/", sub + "/.", sub + "/.."} {
+		_, err := checkpoint.OpenFile(path)
+		require.Error(t, err, path)
+		assert.Contains(t, err.Error(), "names a directory")
+	}
+	for _, d := range []string{dir, sub} {
+		entries, err := os.ReadDir(d)
+		require.NoError(t, err)
+		for _, e := range entries {
+			assert.Equal(t, "sub", e.Name(), "nothing left in %s", d)
+		}
+	}
+}
