@@ -62,7 +62,7 @@ func TestUpsertPostgresIndexRowTooBigFailsOnlyItsRow(t *testing.T) {
 
 // MySQL and MariaDB refuse a value too long for its column and a NULL
 // for a NOT NULL one only in strict mode, their default: there, only
-// those rows fail. Without it (sql_mode ''), the server cuts the value and
+// those rows fail. Without it (sql_mode ”), the server cuts the value and
 // writes an empty one, with warnings the driver does not return, and the
 // upserter reports every row written: docs/sql.md says to keep strict
 // mode, and this test shows why.
