@@ -2,6 +2,7 @@ package file_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +185,65 @@ func TestBadRowsAfterTheLastItemAreDeadLetteredOncePerSource(t *testing.T) {
 			assert.Len(t, mem.Envelopes(), 2, "the bad rows before the new item, not again")
 		})
 	}
+}
+
+// The last line without its end is remembered beside the other bad rows
+// after the last item, however many of them there are: past the cap of
+// those (4096), a source that forgot it would dead-letter it again on
+// every Run, as each Run ends before it.
+func TestHalfLinePastTheTailCapIsDeadLetteredOnce(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []int{0, 1, 4095, 4096, 4097} {
+		t.Run(fmt.Sprint(bad), func(t *testing.T) {
+			t.Parallel()
+			var b strings.Builder
+			b.WriteString("{\"id\":1}\n")
+			for i := range bad {
+				fmt.Fprintf(&b, "bad%d\n", i)
+			}
+			b.WriteString("{")
+			path := write(t, "in.jsonl", b.String(), false)
+			mem := deadletter.NewMemory(10000)
+			src := file.JSONL[order](path)
+			pb := pipeline.New("orders", pipeline.WithCheckpoint(checkpoint.NewMemory(), time.Hour), pipeline.WithDeadLetter(mem))
+			out := &pipelinetest.Collector[order]{}
+			pipeline.Sink(pb, "write", pipeline.Source(pb, "read", src), out)
+			p, err := pb.Build()
+			require.NoError(t, err)
+			for range 3 {
+				_, err = p.Run(t.Context())
+				require.NoError(t, err)
+			}
+			// Rows past the cap are dead-lettered again by each run
+			// resumed before them; the half line is not.
+			past := max(0, bad-4096)
+			assert.Equal(t, bad+1+2*past, len(mem.Envelopes()))
+			last := mem.Envelopes()[bad]
+			assert.Equal(t, "{", fmt.Sprint(last.Item), "the half line, dead-lettered after the whole rows")
+			for _, e := range mem.Envelopes()[bad+1:] {
+				assert.NotEqual(t, "{", fmt.Sprint(e.Item), "the half line, dead-lettered once")
+			}
+			appendTo(t, path, "\"id\":2}\n", false)
+			_, err = p.Run(t.Context())
+			require.NoError(t, err)
+			assert.Equal(t, []order{{ID: 1}, {ID: 2}}, out.Items())
+		})
+	}
+}
+
+// A tail that starts at the file's start (no item before its bad rows) is
+// where Resume(nil) resumes, as a pipeline with no checkpoint yet does:
+// the resumed run finds them as they were and dead-letters none again.
+func TestResumeAtTheStartKeepsATailThatStartsThere(t *testing.T) {
+	t.Parallel()
+	path := write(t, "in.jsonl", "bad1\nbad2\n{", false)
+	src := file.JSONL[order](path)
+	sink := &appendingSink{}
+	src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+	require.NoError(t, src.Run(context.Background(), &recorder[order]{}))
+	require.Len(t, sink.envs, 3)
+	require.NoError(t, src.Resume(nil))
+	require.NoError(t, src.Run(context.Background(), &recorder[order]{}))
+	assert.Len(t, sink.envs, 3)
+	assert.Equal(t, int64(3), src.BadRows())
 }

@@ -45,10 +45,12 @@
 // end, that does not decode is dead-lettered, and the source stays before
 // it, as a writer may be in the middle of it: a later Run reads it again,
 // and dead-letters it again only if it changed. The source remembers
-// every bad row it dead-lettered since its last item (up to 4096): a run
-// resumed where they start (a pipeline's next run, from its checkpoint)
-// does not dead-letter them again either. A Resume to another position
-// forgets them: the resumed run reads them as any row after its position.
+// every bad row it dead-lettered since its last item (up to 4096, and the
+// last line without its end always): a run resumed where they start (a
+// pipeline's next run, from its checkpoint, or the file's start, nil, when
+// no item comes before them) does not dead-letter them again either. A
+// Resume to another position forgets them: the resumed run reads them as
+// any row after its position.
 //
 // # Lines
 //

@@ -170,7 +170,7 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 				if err := s.deadLetter(ctx, r); err != nil {
 					return err
 				}
-				s.tail.add(s.at, r.raw)
+				s.tail.add(s.at, r.raw, half)
 			}
 			if half {
 				// The file's last line, without its end, did not
@@ -194,10 +194,13 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 
 // A badTail is the bad rows a source dead-lettered after the last item it
 // emitted: where they start (the position after that item), and each row
-// by where it starts and the SHA-256 of its bytes, at most maxTail.
+// by where it starts and the SHA-256 of its bytes, at most maxTail, and
+// beside them the last line without its end, which is always kept: a Run
+// ends before it, so every later Run reads it again.
 type badTail struct {
 	from position
 	rows map[badRow]struct{}
+	half *badRow
 }
 
 type badRow struct {
@@ -205,21 +208,33 @@ type badRow struct {
 	sum [sha256.Size]byte
 }
 
-// maxTail is how many bad rows after the last item a source remembers;
-// those past it are dead-lettered again by a later Run.
+// maxTail is how many bad rows after the last item, not counting the
+// last line without its end, a source remembers; those past it are
+// dead-lettered again by a Run resumed before them.
 const maxTail = 4096
 
 func (t *badTail) seen(at position, raw []byte) bool {
-	_, ok := t.rows[badRow{at, sha256.Sum256(raw)}]
+	r := badRow{at, sha256.Sum256(raw)}
+	if t.half != nil && *t.half == r {
+		return true
+	}
+	_, ok := t.rows[r]
 	return ok
 }
 
-func (t *badTail) add(at position, raw []byte) {
+// add remembers a bad row dead-lettered; half says it is the last line,
+// without its end, which replaces the one remembered before.
+func (t *badTail) add(at position, raw []byte, half bool) {
+	r := badRow{at, sha256.Sum256(raw)}
+	if half {
+		t.half = &r
+		return
+	}
 	if t.rows == nil {
 		t.rows = map[badRow]struct{}{}
 	}
 	if len(t.rows) < maxTail {
-		t.rows[badRow{at, sha256.Sum256(raw)}] = struct{}{}
+		t.rows[r] = struct{}{}
 	}
 }
 
