@@ -27,8 +27,10 @@ var (
 	// (github.com/go-sql-driver/mysql). The server must be in strict mode
 	// (STRICT_TRANS_TABLES or STRICT_ALL_TABLES in sql_mode, its default)
 	// for an upsert to refuse a value too long for its column or a NULL
-	// for a NOT NULL one: without it, it cuts or blanks the value and
-	// reports the row written.
+	// for a NOT NULL one: without it, it would cut or blank the value
+	// and report the row written, so an [Upserter] asks the session's
+	// sql_mode and writes nothing while it is not strict (its rows fail,
+	// matching [ErrStatement]).
 	MySQL = Dialect{name: "mysql", quote: '`'}
 )
 

@@ -159,6 +159,7 @@ type Upserter[T any] struct {
 	skip     bool // UpsertOptions.SkipUnchanged
 	affected atomic.Int64
 	retries  atomic.Int64 // batches written again whole
+	strict   atomic.Bool  // MySQL: the session's sql_mode was found strict (see checkMode)
 
 	mu     sync.Mutex
 	stmts  map[int]string // statement text by its rows (see statement)
@@ -312,11 +313,22 @@ func (u *Upserter[T]) BatchRetries() int64 { return u.retries.Load() }
 // permanent, without a split. Once ctx is done, the rows
 // not written get ctx's error (with ErrCommitUnknown when it ended a
 // COMMIT or the one statement).
+//
+// With the MySQL dialect, Write first asks the session's sql_mode, until
+// one answer is strict (STRICT_TRANS_TABLES or STRICT_ALL_TABLES); while
+// it is not, it writes nothing, and every row gets an error matching
+// ErrStatement, permanent, that names sql_mode (see [MySQL]).
 func (u *Upserter[T]) Write(ctx context.Context, items []T) []error {
 	if len(items) == 0 {
 		return nil
 	}
 	errs := make([]error, len(items))
+	if err := u.checkMode(ctx); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
 	if !u.write(ctx, items, errs, false) {
 		return nil
 	}
@@ -383,6 +395,48 @@ func (u *Upserter[T]) write(ctx context.Context, items []T, errs []error, retrie
 		errs[i] = err
 	}
 	return true
+}
+
+// checkMode makes sure, for MySQL and MariaDB, that the session's
+// sql_mode is strict (STRICT_TRANS_TABLES or STRICT_ALL_TABLES): without
+// it the server does not refuse a value too long for its column or a
+// NULL for a NOT NULL one, but cuts it or writes an empty value, and
+// reports the row written. It asks once a Write on one of the pool's
+// connections, until it finds the mode strict; after that it trusts the
+// pool's other connections, which the same DSN opened, to be so too.
+// A mode that is not strict is every row's error, matching
+// [ErrStatement], permanent; a question that fails is the rows' error as
+// a statement's would be.
+func (u *Upserter[T]) checkMode(ctx context.Context) error {
+	if u.d.name != MySQL.name || u.strict.Load() {
+		return nil
+	}
+	var mode string
+	err := u.db.QueryRowContext(ctx, "SELECT @@SESSION.sql_mode").Scan(&mode)
+	if err != nil {
+		if ctx.Err() != nil {
+			return context.Cause(ctx)
+		}
+		e := inspectTree(u.d, err)
+		re := &RowError{Table: u.table, Code: e.code, Err: fmt.Errorf("reading the session's sql_mode: %w", err)}
+		if e.code == "" || u.classify.IsTransient(err) {
+			re.transient = true
+			return resilience.MarkTransient(re)
+		}
+		re.Err = fmt.Errorf("%w: %w", ErrStatement, re.Err)
+		return resilience.MarkPermanent(re)
+	}
+	for m := range strings.SplitSeq(mode, ",") {
+		if m == "STRICT_TRANS_TABLES" || m == "STRICT_ALL_TABLES" {
+			u.strict.Store(true)
+			return nil
+		}
+	}
+	return resilience.MarkPermanent(&RowError{Table: u.table, Err: fmt.Errorf(
+		"%w: the session's sql_mode %q has neither STRICT_TRANS_TABLES nor STRICT_ALL_TABLES: "+
+			"without them the server would cut a value too long for its column, or write a NULL "+
+			"into a NOT NULL column as an empty value, and report the row written; "+
+			"set one on the server or in the DSN (sql_mode=%%27STRICT_ALL_TABLES%%27)", ErrStatement, mode)})
 }
 
 // argumentError reports whether err is a refusal of an argument before

@@ -1,10 +1,12 @@
 package sql_test
 
 import (
+	"cmp"
 	"crypto/rand"
 	stdsql "database/sql"
 	"encoding/hex"
 	"fmt"
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -62,50 +64,82 @@ func TestUpsertPostgresIndexRowTooBigFailsOnlyItsRow(t *testing.T) {
 
 // MySQL and MariaDB refuse a value too long for its column and a NULL
 // for a NOT NULL one only in strict mode, their default: there, only
-// those rows fail. Without it (sql_mode ”), the server cuts the value and
-// writes an empty one, with warnings the driver does not return, and the
-// upserter reports every row written: docs/sql.md says to keep strict
-// mode, and this test shows why.
+// those rows fail. Without it (sql_mode ”), the server would cut the
+// value and write an empty one, with warnings the driver does not return,
+// and report every row written: the upserter asks the session's sql_mode
+// and, when it is not strict, writes nothing and gives every row an error
+// matching ErrStatement that names sql_mode. It asks again at the next
+// Write: once the mode is strict, the rows are written.
 func TestUpsertMariaDBNeedsStrictMode(t *testing.T) {
 	t.Parallel()
-	for _, strict := range []bool{true, false} {
-		t.Run(fmt.Sprintf("strict %v", strict), func(t *testing.T) {
+	for _, mode := range []string{"", "STRICT_ALL_TABLES", "TRADITIONAL", "ANSI", "NO_ENGINE_SUBSTITUTION"} {
+		strict := mode == "STRICT_ALL_TABLES" || mode == "TRADITIONAL"
+		t.Run("mode "+cmp.Or(mode, "none"), func(t *testing.T) {
 			t.Parallel()
-			dsn := mariaDBDSN(t)
-			if !strict {
-				dsn += "&sql_mode=%27%27"
-			}
+			dsn := mariaDBDSN(t) + "&sql_mode=" + url.QueryEscape("'"+mode+"'")
 			db, err := stdsql.Open("mysql", dsn)
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = db.Close() })
+			db.SetMaxOpenConns(1) // one session, whose mode the test changes below
 			table := tableName(t, db, sluicesql.MySQL)
 			_, err = db.Exec("CREATE TABLE " + table + " (id BIGINT PRIMARY KEY, name VARCHAR(5) NOT NULL) ENGINE=InnoDB")
 			require.NoError(t, err)
 			u, err := sluicesql.NewUpserter[namedRow](db, sluicesql.MySQL, sluicesql.UpsertOptions{Table: table})
 			require.NoError(t, err)
-			errs := u.Write(t.Context(), []namedRow{{1, str("ok")}, {2, str("much too long")}, {3, nil}, {4, str("ok4")}})
-			got := map[int64]string{}
-			rows, err := db.Query("SELECT id, name FROM " + table)
-			require.NoError(t, err)
-			defer rows.Close()
-			for rows.Next() {
-				var id int64
-				var name string
-				require.NoError(t, rows.Scan(&id, &name))
-				got[id] = name
+			batch := []namedRow{{1, str("ok")}, {2, str("much too long")}, {3, nil}, {4, str("ok4")}}
+			read := func() map[int64]string {
+				got := map[int64]string{}
+				rows, err := db.Query("SELECT id, name FROM " + table)
+				require.NoError(t, err)
+				defer rows.Close()
+				for rows.Next() {
+					var id int64
+					var name string
+					require.NoError(t, rows.Scan(&id, &name))
+					got[id] = name
+				}
+				require.NoError(t, rows.Err())
+				return got
 			}
-			require.NoError(t, rows.Err())
-			if strict {
+			errs := u.Write(t.Context(), batch)
+			require.Len(t, errs, 4)
+			if !strict {
+				for i, err := range errs {
+					require.ErrorIs(t, err, sluicesql.ErrStatement, "row %d", i)
+					assert.ErrorContains(t, err, "sql_mode")
+					assert.ErrorContains(t, err, table)
+					assert.False(t, resilience.IsTransient(err), "permanent")
+				}
+				assert.Empty(t, read(), "nothing written")
+				_, err = db.Exec("SET SESSION sql_mode = 'STRICT_TRANS_TABLES'")
+				require.NoError(t, err)
+				errs = u.Write(t.Context(), batch)
 				require.Len(t, errs, 4)
-				assert.NoError(t, errs[0])
-				assert.Error(t, errs[1])
-				assert.Error(t, errs[2])
-				assert.NoError(t, errs[3])
-				assert.Equal(t, map[int64]string{1: "ok", 4: "ok4"}, got)
-			} else {
-				assert.Nil(t, errs, "every row reported written")
-				assert.Equal(t, map[int64]string{1: "ok", 2: "much ", 3: "", 4: "ok4"}, got, "cut and blanked")
 			}
+			assert.NoError(t, errs[0])
+			assert.Error(t, errs[1])
+			assert.Error(t, errs[2])
+			assert.NoError(t, errs[3])
+			assert.Equal(t, map[int64]string{1: "ok", 4: "ok4"}, read())
 		})
+	}
+}
+
+// A sql_mode question that fails without the server's answer (here, a
+// closed pool) is transient for every row, as a lost connection's
+// statement is: nothing is written, and layer 1 may try again.
+func TestUpsertMariaDBModeQuestionThatFailsIsTransient(t *testing.T) {
+	t.Parallel()
+	db, err := stdsql.Open("mysql", mariaDBDSN(t))
+	require.NoError(t, err)
+	u, err := sluicesql.NewUpserter[namedRow](db, sluicesql.MySQL, sluicesql.UpsertOptions{Table: "never_made"})
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	errs := u.Write(t.Context(), []namedRow{{1, str("a")}, {2, str("b")}})
+	require.Len(t, errs, 2)
+	for _, err := range errs {
+		assert.ErrorContains(t, err, "sql_mode")
+		assert.NotErrorIs(t, err, sluicesql.ErrStatement)
+		assert.True(t, resilience.IsTransient(err), "%v", err)
 	}
 }
