@@ -247,3 +247,44 @@ func TestResumeAtTheStartKeepsATailThatStartsThere(t *testing.T) {
 	assert.Len(t, sink.envs, 3)
 	assert.Equal(t, int64(3), src.BadRows())
 }
+
+// The last line without its end, given its end unchanged and followed by
+// a new last line without its end, stays remembered once that one is:
+// a pipeline's next run, resumed from its checkpoint, finds both as they
+// were. Past the cap of the other bad rows too.
+func TestEndedHalfLineStaysRememberedWhenANewHalfLineFollows(t *testing.T) {
+	t.Parallel()
+	for _, bad := range []int{0, 4096} {
+		t.Run(fmt.Sprint(bad), func(t *testing.T) {
+			t.Parallel()
+			var b strings.Builder
+			b.WriteString("{\"id\":1}\n")
+			for i := range bad {
+				fmt.Fprintf(&b, "bad%d\n", i)
+			}
+			b.WriteString("{")
+			path := write(t, "in.jsonl", b.String(), false)
+			src := file.JSONL[order](path)
+			sink := &appendingSink{}
+			src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+			first := &recorder[order]{}
+			require.NoError(t, src.Run(context.Background(), first))
+			require.Len(t, first.pos, 1)
+			require.Len(t, sink.envs, bad+1)
+			appendTo(t, path, "\n{{", false) // the half line ended, a new one
+			require.NoError(t, src.Run(context.Background(), &recorder[order]{}))
+			require.Len(t, sink.envs, bad+2, "the new half line only")
+			for range 2 {
+				require.NoError(t, src.Resume(first.pos[0]))
+				require.NoError(t, src.Run(context.Background(), &recorder[order]{}))
+			}
+			// Past the cap, the whole bad rows come again; the two
+			// lines that were the half line do not.
+			past := max(0, bad-4096)
+			assert.Len(t, sink.envs, bad+2+2*past)
+			for _, e := range sink.envs[bad+2:] {
+				assert.NotContains(t, []string{"{", "{{"}, fmt.Sprint(e.Item))
+			}
+		})
+	}
+}

@@ -166,7 +166,7 @@ func (s *Source[T]) Run(ctx context.Context, out node.Emitter[T]) error {
 			if s.tail == nil {
 				s.tail = &badTail{from: s.at}
 			}
-			if !s.tail.seen(s.at, r.raw) {
+			if !s.tail.seen(s.at, r.raw, half) {
 				if err := s.deadLetter(ctx, r); err != nil {
 					return err
 				}
@@ -209,13 +209,25 @@ type badRow struct {
 }
 
 // maxTail is how many bad rows after the last item, not counting the
-// last line without its end, a source remembers; those past it are
-// dead-lettered again by a Run resumed before them.
+// last line without its end (nor one that was, found again with its end),
+// a source remembers; those past it are dead-lettered again by a Run
+// resumed before them.
 const maxTail = 4096
 
-func (t *badTail) seen(at position, raw []byte) bool {
+// seen reports whether the row was dead-lettered already. The last line
+// without its end found again with its end (half false) moves to the
+// other rows, past their cap too, so that a new last line does not make
+// the source forget it.
+func (t *badTail) seen(at position, raw []byte, half bool) bool {
 	r := badRow{at, sha256.Sum256(raw)}
 	if t.half != nil && *t.half == r {
+		if !half {
+			t.half = nil
+			if t.rows == nil {
+				t.rows = map[badRow]struct{}{}
+			}
+			t.rows[r] = struct{}{}
+		}
 		return true
 	}
 	_, ok := t.rows[r]
