@@ -143,3 +143,27 @@ func TestUpsertMariaDBModeQuestionThatFailsIsTransient(t *testing.T) {
 		assert.True(t, resilience.IsTransient(err), "%v", err)
 	}
 }
+
+// In a pipeline with resilience.DeadLetter, a session not in strict mode
+// dead-letters every row once, without a retry (the error is permanent),
+// and writes none: each letter can be re-driven once the mode is fixed.
+func TestUpsertMariaDBNotStrictDeadLettersEveryRowOnce(t *testing.T) {
+	t.Parallel()
+	db, err := stdsql.Open("mysql", mariaDBDSN(t)+"&sql_mode=%27%27")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = db.Close() })
+	table := productTable(t, db, sluicesql.MySQL)
+	items := products(7)
+	r := runUpsert(t, t.Context(), db, sluicesql.MySQL, sluicesql.UpsertOptions{Table: table, BatchSize: 3}, items)
+	require.NoError(t, r.err)
+	var dead []product
+	for _, e := range r.dlq.Envelopes() {
+		dead = append(dead, e.Item.(product))
+		assert.ErrorIs(t, e.Err, sluicesql.ErrStatement)
+		assert.ErrorContains(t, e.Err, "sql_mode")
+	}
+	assert.ElementsMatch(t, items, dead, "each row dead-lettered once")
+	assert.Empty(t, rows(t, db, table))
+	assert.Zero(t, r.node.ItemRetries)
+	assert.Zero(t, r.node.Out)
+}
