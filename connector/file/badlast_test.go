@@ -123,22 +123,11 @@ func TestResumeDeadLettersTheBadLastLineAgainOnlyFromElsewhere(t *testing.T) {
 // unchanged half line is dead-lettered by the first run only.
 func TestBadLastLineInAPipelineIsDeadLetteredOnce(t *testing.T) {
 	t.Parallel()
-	path := write(t, "orders.jsonl", "{\"id\":1}\n{", false)
-	store := checkpoint.NewMemory()
-	mem := deadletter.NewMemory(100)
-	src := file.JSONL[order](path)
-	b := pipeline.New("orders", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithDeadLetter(mem))
-	out := &pipelinetest.Collector[order]{}
-	pipeline.Sink(b, "write", pipeline.Source(b, "read", src), out)
-	p, err := b.Build()
-	require.NoError(t, err)
-	for range 3 {
-		_, err = p.Run(t.Context())
-		require.NoError(t, err)
-	}
-	assert.Len(t, out.Items(), 1)
-	assert.Len(t, mem.Envelopes(), 1, "the unchanged half line dead-lettered once")
-	assert.Equal(t, int64(1), src.BadRows())
+	c := newCheckpointed(t, write(t, "orders.jsonl", "{\"id\":1}\n{", false))
+	c.run(t, 3)
+	assert.Len(t, c.out.Items(), 1)
+	assert.Len(t, c.dl.Envelopes(), 1, "the unchanged half line dead-lettered once")
+	assert.Equal(t, int64(1), c.src.BadRows())
 }
 
 // The bad rows after the last item (whole ones, and the last line without
@@ -157,32 +146,19 @@ func TestBadRowsAfterTheLastItemAreDeadLetteredOncePerSource(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := write(t, "orders.jsonl", tc.content, false)
-			store := checkpoint.NewMemory()
-			mem := deadletter.NewMemory(100)
-			src := file.JSONL[order](path)
-			b := pipeline.New("orders", pipeline.WithCheckpoint(store, time.Hour), pipeline.WithDeadLetter(mem))
-			out := &pipelinetest.Collector[order]{}
-			pipeline.Sink(b, "write", pipeline.Source(b, "read", src), out)
-			p, err := b.Build()
-			require.NoError(t, err)
-			for range 3 {
-				_, err = p.Run(t.Context())
-				require.NoError(t, err)
-			}
-			assert.Len(t, mem.Envelopes(), 2, "each bad row dead-lettered once")
-			assert.Equal(t, int64(2), src.BadRows())
+			c := newCheckpointed(t, path)
+			c.run(t, 3)
+			assert.Len(t, c.dl.Envelopes(), 2, "each bad row dead-lettered once")
+			assert.Equal(t, int64(2), c.src.BadRows())
 			if strings.HasSuffix(tc.content, "{") {
 				appendTo(t, path, "\"id\":2}\n", false) // the half line, finished
 			} else {
 				appendTo(t, path, "{\"id\":2}\n", false)
 			}
-			before := len(out.Items())
-			for range 2 {
-				_, err = p.Run(t.Context())
-				require.NoError(t, err)
-			}
-			assert.Equal(t, []order{{ID: 2}}, out.Items()[before:])
-			assert.Len(t, mem.Envelopes(), 2, "the bad rows before the new item, not again")
+			before := len(c.out.Items())
+			c.run(t, 2)
+			assert.Equal(t, []order{{ID: 2}}, c.out.Items()[before:])
+			assert.Len(t, c.dl.Envelopes(), 2, "the bad rows before the new item, not again")
 		})
 	}
 }
@@ -203,17 +179,9 @@ func TestHalfLinePastTheTailCapIsDeadLetteredOnce(t *testing.T) {
 			}
 			b.WriteString("{")
 			path := write(t, "in.jsonl", b.String(), false)
-			mem := deadletter.NewMemory(10000)
-			src := file.JSONL[order](path)
-			pb := pipeline.New("orders", pipeline.WithCheckpoint(checkpoint.NewMemory(), time.Hour), pipeline.WithDeadLetter(mem))
-			out := &pipelinetest.Collector[order]{}
-			pipeline.Sink(pb, "write", pipeline.Source(pb, "read", src), out)
-			p, err := pb.Build()
-			require.NoError(t, err)
-			for range 3 {
-				_, err = p.Run(t.Context())
-				require.NoError(t, err)
-			}
+			c := newCheckpointed(t, path)
+			c.run(t, 3)
+			mem := c.dl
 			// Rows past the cap are dead-lettered again by each run
 			// resumed before them; the half line is not.
 			past := max(0, bad-4096)
@@ -224,9 +192,8 @@ func TestHalfLinePastTheTailCapIsDeadLetteredOnce(t *testing.T) {
 				assert.NotEqual(t, "{", fmt.Sprint(e.Item), "the half line, dead-lettered once")
 			}
 			appendTo(t, path, "\"id\":2}\n", false)
-			_, err = p.Run(t.Context())
-			require.NoError(t, err)
-			assert.Equal(t, []order{{ID: 1}, {ID: 2}}, out.Items())
+			c.run(t, 1)
+			assert.Equal(t, []order{{ID: 1}, {ID: 2}}, c.out.Items())
 		})
 	}
 }
@@ -286,5 +253,35 @@ func TestEndedHalfLineStaysRememberedWhenANewHalfLineFollows(t *testing.T) {
 				assert.NotContains(t, []string{"{", "{{"}, fmt.Sprint(e.Item))
 			}
 		})
+	}
+}
+
+// checkpointed is a pipeline that reads path with a JSONL source, keeps
+// its checkpoint in memory and its dead letters in mem: each of its runs
+// resumes where the last one saved, as a pipeline's next run does.
+type checkpointed struct {
+	p   *pipeline.Pipeline
+	src *file.Source[order]
+	out *pipelinetest.Collector[order]
+	dl  *deadletter.Memory
+}
+
+func newCheckpointed(t *testing.T, path string) checkpointed {
+	t.Helper()
+	c := checkpointed{src: file.JSONL[order](path), out: &pipelinetest.Collector[order]{}, dl: deadletter.NewMemory(10000)}
+	b := pipeline.New("orders", pipeline.WithCheckpoint(checkpoint.NewMemory(), time.Hour), pipeline.WithDeadLetter(c.dl))
+	pipeline.Sink(b, "write", pipeline.Source(b, "read", c.src), c.out)
+	var err error
+	c.p, err = b.Build()
+	require.NoError(t, err)
+	return c
+}
+
+// run runs the pipeline n times, each run succeeding.
+func (c checkpointed) run(t *testing.T, n int) {
+	t.Helper()
+	for range n {
+		_, err := c.p.Run(t.Context())
+		require.NoError(t, err)
 	}
 }
