@@ -44,9 +44,7 @@ func TestBadLastLineIsDeadLetteredOncePerVersion(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			path := write(t, "in.jsonl", "{\"id\":1}\n{", false)
-			src := file.JSONL[rec](path)
-			sink := &appendingSink{}
-			src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+			src, sink := deadLettering[rec](path)
 			first := &recorder[rec]{}
 			require.NoError(t, src.Run(context.Background(), first))
 			assert.Equal(t, []rec{{1}}, first.items)
@@ -78,9 +76,7 @@ func TestBadMiddleLineIsDeadLetteredOnce(t *testing.T) {
 		ID int `json:"id"`
 	}
 	path := write(t, "in.jsonl", "{\"id\":1}\n{\n{\"id\":2}\n", false)
-	src := file.JSONL[rec](path)
-	sink := &appendingSink{}
-	src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+	src, sink := deadLettering[rec](path)
 	r := &recorder[rec]{}
 	require.NoError(t, src.Run(context.Background(), r))
 	require.NoError(t, src.Run(context.Background(), r))
@@ -99,9 +95,7 @@ func TestResumeDeadLettersTheBadLastLineAgainOnlyFromElsewhere(t *testing.T) {
 		ID int `json:"id"`
 	}
 	path := write(t, "in.jsonl", "{\"id\":1}\n{", false)
-	src := file.JSONL[rec](path)
-	sink := &appendingSink{}
-	src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+	src, sink := deadLettering[rec](path)
 	first := &recorder[rec]{}
 	require.NoError(t, src.Run(context.Background(), first))
 	require.Len(t, first.pos, 1)
@@ -204,9 +198,7 @@ func TestHalfLinePastTheTailCapIsDeadLetteredOnce(t *testing.T) {
 func TestResumeAtTheStartKeepsATailThatStartsThere(t *testing.T) {
 	t.Parallel()
 	path := write(t, "in.jsonl", "bad1\nbad2\n{", false)
-	src := file.JSONL[order](path)
-	sink := &appendingSink{}
-	src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+	src, sink := deadLettering[order](path)
 	require.NoError(t, src.Run(context.Background(), &recorder[order]{}))
 	require.Len(t, sink.envs, 3)
 	require.NoError(t, src.Resume(nil))
@@ -231,9 +223,7 @@ func TestEndedHalfLineStaysRememberedWhenANewHalfLineFollows(t *testing.T) {
 			}
 			b.WriteString("{")
 			path := write(t, "in.jsonl", b.String(), false)
-			src := file.JSONL[order](path)
-			sink := &appendingSink{}
-			src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+			src, sink := deadLettering[order](path)
 			first := &recorder[order]{}
 			require.NoError(t, src.Run(context.Background(), first))
 			require.Len(t, first.pos, 1)
@@ -284,4 +274,13 @@ func (c checkpointed) run(t *testing.T, n int) {
 		_, err := c.p.Run(t.Context())
 		require.NoError(t, err)
 	}
+}
+
+// deadLettering is a JSONL source of path whose bad rows go to the sink
+// it returns.
+func deadLettering[T any](path string) (*file.Source[T], *appendingSink) {
+	src := file.JSONL[T](path)
+	sink := &appendingSink{}
+	src.UseDeadLetter(sink, deadletter.Envelope{OriginNode: "src", DecisionNode: "src"})
+	return src, sink
 }
