@@ -58,15 +58,23 @@ type Guard[T any] struct {
 	cfg   config
 
 	mu       sync.Mutex
-	inFlight map[string]struct{} // keys this guard is claiming or writing
-	pending  map[string]bool     // keys this guard wrote and could not complete yet: whether their lost claim was counted
+	inFlight map[string]struct{}     // keys this guard is claiming or writing
+	pending  map[string]pendingWrite // keys this guard wrote and could not complete yet
 	// unknown holds the keys whose write ended with an unknown outcome, and
 	// when their claim's lease ends: until then the guard answers busy for
 	// them itself, since the store would grant the claim again to its
 	// owner.
 	unknown map[string]time.Time
 
-	written, duplicates, busy, released, lost, unknowns atomic.Int64
+	written, duplicates, busy, released, lost, unknowns, unrecorded atomic.Int64
+}
+
+// A pendingWrite is a key this guard wrote and could not record yet: what
+// was counted of it, and when the guard forgets it.
+type pendingWrite struct {
+	lost       bool      // its lost claim was counted in LostClaims
+	unrecorded bool      // its failed completion was counted in Unrecorded
+	until      time.Time // a lease after its claim's lease ends, or so: then it may be forgotten
 }
 
 // Stats counts what a [Guard] did in the calls of its Write: an item that
@@ -95,9 +103,19 @@ type Stats struct {
 	// Unknown is how many writes failed with an unknown outcome: they may
 	// have happened (see [Guard.Write]). Each kept its claim until the
 	// lease ended; an item that was written and is then written again once
-	// the lease ended is a duplicate the guard could not absorb, so the
-	// rows written twice are at most Unknown plus LostClaims.
+	// the lease ended is a duplicate the guard could not absorb.
 	Unknown int64
+	// Unrecorded is how many writes succeeded and could not be recorded
+	// at once: the store's Complete failed (the store away, or a panic in
+	// it), counted once per write. The item's retry by this guard records
+	// the key without writing again; an item whose retries run out before
+	// the store is back, or whose retry comes when the guard has forgotten
+	// the write (a lease after its claim's lease ended), may be written
+	// again once the lease ends. The rows written twice are at most
+	// Unknown plus LostClaims plus Unrecorded, summed over every guard on
+	// the store, but for writes whose process ended between the write and
+	// its completion, which nobody counts.
+	Unrecorded int64
 }
 
 // Sink returns a [Guard] that writes each item through sink once per key:
@@ -150,6 +168,7 @@ func (g *Guard[T]) Stats() Stats {
 		Released:   g.released.Load(),
 		LostClaims: g.lost.Load(),
 		Unknown:    g.unknowns.Load(),
+		Unrecorded: g.unrecorded.Load(),
 	}
 }
 
@@ -187,11 +206,13 @@ func (g *Guard[T]) Stats() Stats {
 // does not end, bounded by [WithStoreTimeout], so that a write that
 // succeeded is recorded even when the run is stopping.
 //
-// If completion fails, the item was written but the key is not recorded:
-// Write returns a transient error wrapping the store's, and keeps the key
-// pending in this guard, so that the item's retry only records it and
-// never writes it again; the claim is kept, so that no other owner writes
-// the item before the lease runs out. If completion finds the claim lost
+// If completion fails (or panics), the item was written but the key is
+// not recorded: Write returns a transient error wrapping the store's,
+// counts the write in Stats.Unrecorded, once, and keeps the key pending in
+// this guard, so that the item's retry only records it and never writes
+// it again (the guard forgets it a lease after the claim's lease ended);
+// the claim is kept, so that no other owner writes the item before the
+// lease runs out. If completion finds the claim lost
 // ([ErrLostClaim]: the write overran its lease and another owner took the
 // key over, and may have written it too), Write counts it in LostClaims,
 // once per write, also when the completion had failed before; since the
@@ -272,7 +293,18 @@ func (g *Guard[T]) write(ctx context.Context, key string, item T, claimed time.T
 	}
 	written = true
 	defer g.written.Add(1) // after Complete, so that a count read says the key is recorded, if it could be
-	return g.complete(key, ctx)
+	completed := false
+	defer func() {
+		if !completed {
+			// The store's Complete panicked: the item was written,
+			// and its retry must record it, not write it again.
+			g.setPending(key, true)
+			g.countUnrecorded(key)
+		}
+	}()
+	err := g.complete(key, ctx)
+	completed = true
+	return err
 }
 
 // complete records key as completed after this guard wrote it. A claim
@@ -317,6 +349,7 @@ func (g *Guard[T]) complete(key string, ctx context.Context) error {
 		return nil
 	}
 	g.setPending(key, true)
+	g.countUnrecorded(key)
 	return resilience.MarkTransient(fmt.Errorf("idempotency: complete after the write%s: %w", g.where(key), err))
 }
 
@@ -384,7 +417,10 @@ func (g *Guard[T]) pendingComplete(key string) bool {
 }
 
 // setPending marks key as written by this guard and not recorded yet, or
-// no longer so; a mark kept says whether its lost claim was counted.
+// no longer so; a mark kept keeps what was counted of it. Marks are
+// forgotten a lease after the lease of a claim made when they were set
+// would have ended: they are swept now and then, so that the keys of
+// items whose retries ran out do not pile up.
 func (g *Guard[T]) setPending(key string, on bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -392,12 +428,29 @@ func (g *Guard[T]) setPending(key string, on bool) {
 		delete(g.pending, key)
 		return
 	}
+	g.pendingLocked(key)
+}
+
+// pendingLocked returns key's pending mark, made now if it has none; g.mu
+// is held.
+func (g *Guard[T]) pendingLocked(key string) pendingWrite {
+	if w, ok := g.pending[key]; ok {
+		return w
+	}
 	if g.pending == nil {
-		g.pending = map[string]bool{}
+		g.pending = map[string]pendingWrite{}
 	}
-	if _, ok := g.pending[key]; !ok {
-		g.pending[key] = false
+	now := g.cfg.clock.Now()
+	if n := len(g.pending); n >= 64 && n&(n-1) == 0 {
+		for k, w := range g.pending {
+			if !now.Before(w.until) {
+				delete(g.pending, k)
+			}
+		}
 	}
+	w := pendingWrite{until: now.Add(2 * g.cfg.lease)}
+	g.pending[key] = w
+	return w
 }
 
 // countLost counts key's lost claim in LostClaims, unless it was counted
@@ -408,14 +461,27 @@ func (g *Guard[T]) setPending(key string, on bool) {
 func (g *Guard[T]) countLost(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.pending[key] {
+	w := g.pendingLocked(key)
+	if w.lost {
 		return
 	}
-	if g.pending == nil {
-		g.pending = map[string]bool{}
-	}
-	g.pending[key] = true
+	w.lost = true
+	g.pending[key] = w
 	g.lost.Add(1)
+}
+
+// countUnrecorded counts key's failed completion in Unrecorded, once per
+// write; key is pending.
+func (g *Guard[T]) countUnrecorded(key string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	w := g.pendingLocked(key)
+	if w.unrecorded {
+		return
+	}
+	w.unrecorded = true
+	g.pending[key] = w
+	g.unrecorded.Add(1)
 }
 
 // release drops the claim on key after a failed write. An error is not

@@ -315,7 +315,7 @@ func TestGuardCompleteFails(t *testing.T) {
 	require.ErrorIs(t, err, unreachable)
 	assert.EqualError(t, err, `idempotency: complete after the write (guard "store", key "order-1"): store unreachable`)
 	assert.True(t, resilience.IsTransient(err), "the item's retry records the key")
-	assert.Equal(t, idempotency.Stats{Written: 1}, g.Stats(), "the claim is kept, not released")
+	assert.Equal(t, idempotency.Stats{Written: 1, Unrecorded: 1}, g.Stats(), "the claim is kept, not released")
 	st, err := mem.Claim(ctx, "order-1", "other", clock.Now(), lease)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.Busy, st, "so no other owner writes the item before the lease runs out")
@@ -324,6 +324,7 @@ func TestGuardCompleteFails(t *testing.T) {
 	fs.completeErr = nil
 	require.NoError(t, g.Write(ctx, "order-1"), "the retry records the key")
 	assert.Equal(t, []string{"order-1"}, rec.items(), "and the item was written once: retries only complete it")
+	assert.Equal(t, idempotency.Stats{Written: 1, Unrecorded: 1}, g.Stats(), "counted once, however many retries failed")
 	st, err = mem.Claim(ctx, "order-1", "other", clock.Now(), lease)
 	require.NoError(t, err)
 	assert.Equal(t, idempotency.Completed, st)
