@@ -121,7 +121,9 @@ type Closer interface {
 // when the run succeeds, before Close; an error fails the run. It runs too
 // before a node restart closes a sink that has an Open to open it again,
 // so that what the sink took before the failure is kept; an error there
-// fails the run as well.
+// fails the run as well. An item is Delivered once the sink's Write
+// returned, before the Flush: a tracked source (a broker's) settles it
+// then, so what a Flush that fails held is lost for such a source.
 type Flusher interface {
 	Flush(ctx context.Context) error
 }

@@ -263,3 +263,94 @@ func TestParallelFlusherSinkRestartCommitsEveryItem(t *testing.T) {
 		assert.Equal(t, 50, len(seen), "every item committed")
 	}
 }
+
+// heldFlushSink is a txSink whose Flush waits for release, or for its
+// context to end, which it records.
+type heldFlushSink struct {
+	txSink
+	entered, release, cancelled chan struct{}
+	once                        sync.Once
+}
+
+func (s *heldFlushSink) Flush(ctx context.Context) error {
+	s.once.Do(func() { close(s.entered) })
+	select {
+	case <-s.release:
+		return s.txSink.Flush(ctx)
+	case <-ctx.Done():
+		close(s.cancelled)
+		return ctx.Err()
+	}
+}
+
+// The Flush before a restart is a call of user code like a Write: when
+// another node fails the run while it runs, it gets the failure's grace
+// period instead of being cancelled at once, so that the items the sink
+// took (Delivered already) are committed, not rolled back.
+func TestFlushBeforeARestartGetsTheFailGrace(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("ck", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithResilience(restartingSink))
+	sink := &heldFlushSink{txSink: txSink{failOn: 4}, entered: make(chan struct{}), release: make(chan struct{}), cancelled: make(chan struct{})}
+	gate := make(chan struct{})
+	even, odd := pipeline.Split(b, "split", pipeline.Source(b, "src", &posSource{n: 6}), func(v int) bool { return v%2 == 0 })
+	pipeline.Sink(b, "sink", even, sink)
+	pipeline.ForEach(b, "bad", odd, func(ctx context.Context, v int) error {
+		<-gate
+		return resilience.MarkPermanent(errors.New("bad item"))
+	}, pipeline.NodeResilience(func(o *resilience.Options) { o.NodeRestart.MaxRestarts = 0 }))
+	done := runAsync(context.Background(), build(t, b))
+	<-sink.entered // item 4 failed the sink: the restart flushes 0 and 2
+	close(gate)    // and another node fails the run
+	wctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	require.NoError(t, clock.BlockUntilContext(wctx, 1), "the grace timer is armed")
+	clock.Advance(pipeline.DefaultFailGrace - time.Nanosecond)
+	select {
+	case <-sink.cancelled:
+		require.FailNow(t, "the flush was cancelled before the grace period ended")
+	case err := <-done:
+		require.FailNow(t, "the run ended before the flush", "%v", err)
+	default:
+	}
+	close(sink.release)
+	err := <-done
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "bad item")
+	durable, rollback, _, _ := sink.state()
+	assert.Equal(t, []int{0, 2}, durable, "what the sink took is committed")
+	assert.Empty(t, rollback)
+}
+
+// An item a buffering sink took is Delivered once its Write returned,
+// before any Flush: a tracked source settles it then. When the Flush
+// fails, or the run fails with no Flush (restarts spent), what the sink
+// held is lost for such a source, as docs/concepts.md says: this test
+// pins that limit, so that a change to it is seen.
+func TestFlusherSinkItemsAreDeliveredBeforeTheFlush(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		res  func(*resilience.Options)
+		sink *txSink
+	}{
+		{"the restart's flush fails", restartingSink, &txSink{failOn: 3, flushErr: errors.New("commit refused")}},
+		{"restarts spent, no flush", func(o *resilience.Options) { restartingSink(o); o.NodeRestart.MaxRestarts = 0 }, &txSink{failOn: 3}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			clock := clockwork.NewFakeClock()
+			b := pipeline.New("tr", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithResilience(tc.res))
+			src := pipelinetest.NewTrackedSource(0, 1, 2, 3, 4, 5)
+			pipeline.Sink(b, "sink", pipeline.Source(b, "src", src), tc.sink)
+			err, ended := endsWithin(runAsync(context.Background(), build(t, b)), clock)
+			require.True(t, ended, "the run did not end")
+			require.Error(t, err)
+			_, rollback, _, _ := tc.sink.state()
+			require.Equal(t, []int{0, 1, 2}, rollback, "what the sink held was rolled back")
+			for _, v := range rollback {
+				assert.Equal(t, []node.Outcome{node.Delivered}, src.Outcomes()[v], "item %d", v)
+			}
+		})
+	}
+}

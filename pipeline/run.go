@@ -542,8 +542,12 @@ func (nr *nodeRun) nodeRestart() error {
 				// end it.
 				// Only an open sink: after an Open that failed, the loop
 				// comes here with the sink closed.
+				// The Flush is a call of user code like a Write: when the
+				// run fails meanwhile, it gets the grace period.
 				if f, ok := nr.r.(restartFlusher); ok && nr.opened {
-					if ferr := f.flushForRestart(ctx); ferr != nil {
+					ferr := f.flushForRestart(nr.enterCall(ctx))
+					nr.leaveCall()
+					if ferr != nil {
 						unblame()
 						return &notRestartable{fmt.Errorf("%w; flush before the restart: %w (what the sink took since it opened may be lost)", err, ferr)}
 					}
