@@ -107,10 +107,11 @@ type Stats struct {
 	Unknown int64
 	// Unrecorded is how many writes succeeded and could not be recorded
 	// at once: the store's Complete failed (the store away, or a panic in
-	// it), counted once per write. The item's retry by this guard records
+	// it), counted once per write, unless it is counted in LostClaims.
+	// The item's retry by this guard records
 	// the key without writing again; an item whose retries run out before
 	// the store is back, or whose retry comes when the guard has forgotten
-	// the write (a lease after its claim's lease ended), may be written
+	// the write (two leases after the last failure that kept it), may be written
 	// again once the lease ends. The rows written twice are at most
 	// Unknown plus LostClaims plus Unrecorded, summed over every guard on
 	// the store, but for writes whose process ended between the write and
@@ -210,7 +211,8 @@ func (g *Guard[T]) Stats() Stats {
 // not recorded: Write returns a transient error wrapping the store's,
 // counts the write in Stats.Unrecorded, once, and keeps the key pending in
 // this guard, so that the item's retry only records it and never writes
-// it again (the guard forgets it a lease after the claim's lease ended);
+// it again (the guard forgets it two leases after the last failure that
+// kept it);
 // the claim is kept, so that no other owner writes the item before the
 // lease runs out. If completion finds the claim lost
 // ([ErrLostClaim]: the write overran its lease and another owner took the
@@ -408,19 +410,24 @@ func (g *Guard[T]) setUnknown(key string, until time.Time) {
 }
 
 // pendingComplete reports whether this guard wrote key and could not
-// record it yet.
+// record it yet; a mark past its time is forgotten.
 func (g *Guard[T]) pendingComplete(key string) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	_, ok := g.pending[key]
+	w, ok := g.pending[key]
+	if ok && !g.cfg.clock.Now().Before(w.until) {
+		delete(g.pending, key)
+		return false
+	}
 	return ok
 }
 
 // setPending marks key as written by this guard and not recorded yet, or
-// no longer so; a mark kept keeps what was counted of it. Marks are
-// forgotten a lease after the lease of a claim made when they were set
-// would have ended: they are swept now and then, so that the keys of
-// items whose retries ran out do not pile up.
+// no longer so; a mark kept keeps what was counted of it, and lasts two
+// leases from now, a lease after the lease of any claim this guard made on
+// the key before now. Then it is forgotten: marks past their time are
+// swept now and then, so that the keys of items whose retries ran out do
+// not pile up.
 func (g *Guard[T]) setPending(key string, on bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -428,19 +435,21 @@ func (g *Guard[T]) setPending(key string, on bool) {
 		delete(g.pending, key)
 		return
 	}
-	g.pendingLocked(key)
+	w := g.pendingLocked(key)
+	w.until = g.cfg.clock.Now().Add(2 * g.cfg.lease)
+	g.pending[key] = w
 }
 
-// pendingLocked returns key's pending mark, made now if it has none; g.mu
-// is held.
+// pendingLocked returns key's pending mark, made now if it has none (or
+// only one past its time); g.mu is held.
 func (g *Guard[T]) pendingLocked(key string) pendingWrite {
-	if w, ok := g.pending[key]; ok {
+	now := g.cfg.clock.Now()
+	if w, ok := g.pending[key]; ok && now.Before(w.until) {
 		return w
 	}
 	if g.pending == nil {
 		g.pending = map[string]pendingWrite{}
 	}
-	now := g.cfg.clock.Now()
 	if n := len(g.pending); n >= 64 && n&(n-1) == 0 {
 		for k, w := range g.pending {
 			if !now.Before(w.until) {
@@ -471,12 +480,13 @@ func (g *Guard[T]) countLost(key string) {
 }
 
 // countUnrecorded counts key's failed completion in Unrecorded, once per
-// write; key is pending.
+// write, and not for a write counted in LostClaims already; key is
+// pending.
 func (g *Guard[T]) countUnrecorded(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	w := g.pendingLocked(key)
-	if w.unrecorded {
+	if w.unrecorded || w.lost {
 		return
 	}
 	w.unrecorded = true

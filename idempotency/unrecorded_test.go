@@ -3,6 +3,7 @@ package idempotency_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -98,13 +99,10 @@ func TestUnrecordedWriteIsForgottenTwoLeasesOn(t *testing.T) {
 	fs.completeErr = errors.New("store unreachable")
 	require.Error(t, g.Write(ctx, "order-2"))
 	clock.Advance(2 * lease)
-	for i := range 130 { // enough new marks to sweep the old ones
-		require.Error(t, g.Write(ctx, "filler-"+string(rune('a'+i%26))+string(rune('a'+i/26))))
-	}
 	fs.completeErr = nil
 	require.NoError(t, g.Write(ctx, "order-2"), "forgotten: claimed and written again")
 	assert.Equal(t, 2, count(rec.items(), "order-2"))
-	assert.Equal(t, int64(132), g.Stats().Unrecorded)
+	assert.Equal(t, int64(2), g.Stats().Unrecorded)
 }
 
 func count(items []string, item string) int {
@@ -115,4 +113,122 @@ func count(items []string, item string) int {
 		}
 	}
 	return n
+}
+
+// A mark is forgotten once its time has passed, also when the guard holds
+// fewer marks than a sweep waits for: a later item with the key, after
+// the store's retention, is written, not taken for the old write's
+// record (which the store answered as a lost claim).
+func TestPendingMarkPastItsTimeIsForgottenWithoutASweep(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := idempotency.NewMemory(idempotency.WithRetention(time.Hour))
+	clock := clockwork.NewFakeClockAt(epoch)
+	fs := &faultyStore{Store: mem, completeErr: errors.New("store unreachable")}
+	rec := &recorder{}
+	a := guard(rec, fs, clock, idempotency.WithOwner("a"))
+	require.Error(t, a.Write(ctx, "order-1"), "the retries run out")
+	fs.completeErr = nil
+	clock.Advance(lease)
+	b := guard(rec, mem, clock, idempotency.WithOwner("b"))
+	require.NoError(t, b.Write(ctx, "order-1"))
+	clock.Advance(3 * time.Hour) // past two leases, and the retention
+	require.NoError(t, a.Write(ctx, "order-1"))
+	assert.Equal(t, 3, count(rec.items(), "order-1"), "a new item with the key, written")
+	assert.Equal(t, idempotency.Stats{Written: 2, Unrecorded: 1}, a.Stats(), "no claim was lost")
+}
+
+// scriptedComplete answers the Completes of key with script, in turn,
+// then with the store's own answers; other keys' Completes always fail.
+type scriptedComplete struct {
+	idempotency.Store
+	key    string
+	script []error
+}
+
+func (s *scriptedComplete) Complete(ctx context.Context, key, owner string, now time.Time) error {
+	if key != s.key {
+		return errors.New("store unreachable")
+	}
+	if len(s.script) > 0 {
+		err := s.script[0]
+		s.script = s.script[1:]
+		return err
+	}
+	return s.Store.Complete(ctx, key, owner, now)
+}
+
+// A mark lasts two leases from the last failure that kept it, not from
+// the first: after a lost claim the guard claims the key again (a new
+// lease), and a sweep between the first mark's time and the end of that
+// lease must not forget the write, or the item's retry, granted the
+// guard's own claim, writes it again.
+func TestPendingMarkOutlivesTheGuardsNewClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := idempotency.NewMemory()
+	clock := clockwork.NewFakeClockAt(epoch)
+	unreachable := errors.New("store unreachable")
+	st := &scriptedComplete{Store: mem, key: "order-1", script: []error{unreachable, idempotency.ErrLostClaim, unreachable}}
+	rec := &recorder{}
+	g := guard(rec, st, clock, idempotency.WithOwner("a"))
+	require.Error(t, g.Write(ctx, "order-1"))
+	for i := range 63 {
+		require.Error(t, g.Write(ctx, fmt.Sprint("filler-", i)))
+	}
+	clock.Advance(lease * 3 / 2)
+	require.Error(t, g.Write(ctx, "order-1"), "the claim lost, taken again, the completion failed")
+	clock.Advance(lease * 6 / 10)
+	require.Error(t, g.Write(ctx, "filler-new"), "the 65th mark sweeps")
+	clock.Advance(lease / 10)
+	require.NoError(t, g.Write(ctx, "order-1"), "recorded")
+	assert.Equal(t, 1, count(rec.items(), "order-1"), "written once")
+	s := g.Stats()
+	assert.Equal(t, int64(1), s.LostClaims)
+}
+
+// A Complete that panics on the path that records a write whose claim was
+// lost counts as the same failure returned as an error does: in
+// LostClaims, not in Unrecorded too.
+func TestPanicAfterALostClaimCountsOnce(t *testing.T) {
+	t.Parallel()
+	for _, panics := range []bool{false, true} {
+		t.Run(fmt.Sprint("panics ", panics), func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			mem := idempotency.NewMemory()
+			st := &lostThenFailing{Store: mem, panics: panics}
+			rec := &recorder{}
+			g := guard(rec, st, clockwork.NewFakeClockAt(epoch))
+			func() {
+				defer func() { _ = recover() }()
+				_ = g.Write(ctx, "order-1")
+			}()
+			require.NoError(t, g.Write(ctx, "order-1"))
+			assert.Equal(t, []string{"order-1"}, rec.items())
+			assert.Equal(t, idempotency.Stats{Written: 1, LostClaims: 1}, g.Stats())
+		})
+	}
+}
+
+// lostThenFailing answers the first Complete with ErrLostClaim, fails (or
+// panics in) the second, and passes the rest to the store.
+type lostThenFailing struct {
+	idempotency.Store
+	panics bool
+	calls  int
+}
+
+func (s *lostThenFailing) Complete(ctx context.Context, key, owner string, now time.Time) error {
+	s.calls++
+	switch s.calls {
+	case 1:
+		return idempotency.ErrLostClaim
+	case 2:
+		if s.panics {
+			panic("the store's driver has a bug")
+		}
+		return errors.New("store unreachable")
+	}
+	return s.Store.Complete(ctx, key, owner, now)
 }
