@@ -354,3 +354,88 @@ func TestFlusherSinkItemsAreDeliveredBeforeTheFlush(t *testing.T) {
 		})
 	}
 }
+
+// A caller that cancels the run while the Flush before a restart runs
+// gets its cancellation back from Run, not a failure of the sink: the
+// Flush's context (the calls' one) may end a moment before the run's,
+// and its error is the echo of the caller's cancel.
+func TestCallerCancelDuringTheRestartFlushIsTheCallers(t *testing.T) {
+	t.Parallel()
+	for i := range 200 {
+		clock := clockwork.NewFakeClock()
+		b := pipeline.New("ck", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithResilience(restartingSink))
+		sink := &heldFlushSink{txSink: txSink{failOn: 2}, entered: make(chan struct{}), release: make(chan struct{}), cancelled: make(chan struct{})}
+		pipeline.Sink(b, "sink", pipeline.Source(b, "src", &posSource{n: 4}), sink)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := runAsync(ctx, build(t, b))
+		<-sink.entered
+		cancel()
+		err, ended := endsWithin(done, nil)
+		require.True(t, ended, "the run did not end")
+		require.ErrorIs(t, err, context.Canceled, "iteration %d", i)
+		var ne *pipeline.NodeError
+		require.False(t, errors.As(err, &ne), "iteration %d: %v", i, err)
+	}
+}
+
+// tookSink is a txSink that closes took once it holds n items.
+type tookSink struct {
+	txSink
+	n    int
+	took chan struct{}
+	once sync.Once
+}
+
+func (s *tookSink) Write(ctx context.Context, v int) error {
+	if err := s.txSink.Write(ctx, v); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	held := len(s.buf)
+	s.mu.Unlock()
+	if held >= s.n {
+		s.once.Do(func() { close(s.took) })
+	}
+	return nil
+}
+
+// Another node's failure ends the run with no Flush of a buffering sink
+// whose input has not ended: what it held is rolled back by its Close,
+// and those items were Delivered to their tracked source already, as
+// docs/concepts.md says.
+func TestFlusherSinkItemsAreDeliveredWhenAnotherNodeFailsTheRun(t *testing.T) {
+	t.Parallel()
+	clock := clockwork.NewFakeClock()
+	b := pipeline.New("tr", pipeline.WithClock(clock), pipeline.WithHandOverBatch(1), pipeline.WithResilience(restartingSink))
+	src := pipelinetest.NewTrackedSource(0, 1, 2, 3, 4, 5)
+	// The input does not end: a sink whose input ended would flush at
+	// its own end, before the run's failure reached it.
+	open := node.SourceFunc[int](func(ctx context.Context, out node.Emitter[int]) error {
+		if err := src.Run(ctx, out); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return ctx.Err()
+	})
+	sink := &tookSink{txSink: txSink{failOn: -1}, n: 3, took: make(chan struct{})}
+	even, odd := pipeline.Split(b, "split", pipeline.Source(b, "src", open), func(v int) bool { return v%2 == 0 })
+	pipeline.Sink(b, "sink", even, sink)
+	pipeline.ForEach(b, "bad", odd, func(ctx context.Context, v int) error {
+		if v != 5 {
+			return nil
+		}
+		<-sink.took
+		return resilience.MarkPermanent(errors.New("bad item"))
+	}, pipeline.NodeResilience(func(o *resilience.Options) { o.NodeRestart.MaxRestarts = 0 }))
+	err, ended := endsWithin(runAsync(context.Background(), build(t, b)), clock)
+	require.True(t, ended, "the run did not end")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "bad item")
+	durable, rollback, _, flushes := sink.state()
+	assert.Empty(t, durable)
+	assert.Equal(t, 0, flushes, "no Flush when the run fails")
+	require.Equal(t, []int{0, 2, 4}, rollback, "what the sink held was rolled back")
+	for _, v := range rollback {
+		assert.Equal(t, []node.Outcome{node.Delivered}, src.Outcomes()[v], "item %d", v)
+	}
+}

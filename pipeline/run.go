@@ -548,6 +548,10 @@ func (nr *nodeRun) nodeRestart() error {
 					ferr := f.flushForRestart(nr.enterCall(ctx))
 					nr.leaveCall()
 					if ferr != nil {
+						// The calls' context may end before the run's
+						// when the caller cancels: the run's end, not
+						// the flush, is then what stopped it.
+						nr.echoed(ctx)
 						unblame()
 						return &notRestartable{fmt.Errorf("%w; flush before the restart: %w (what the sink took since it opened may be lost)", err, ferr)}
 					}
