@@ -440,11 +440,12 @@ func (g *Guard[T]) setPending(key string, on bool) {
 	g.pending[key] = w
 }
 
-// pendingLocked returns key's pending mark, made now if it has none (or
-// only one past its time); g.mu is held.
+// pendingLocked returns key's pending mark, made now if it has none; g.mu
+// is held. A mark past its time is still this write's (Write forgets such
+// a mark before it writes again, in pendingComplete): its counts stand.
 func (g *Guard[T]) pendingLocked(key string) pendingWrite {
 	now := g.cfg.clock.Now()
-	if w, ok := g.pending[key]; ok && now.Before(w.until) {
+	if w, ok := g.pending[key]; ok {
 		return w
 	}
 	if g.pending == nil {
@@ -466,17 +467,19 @@ func (g *Guard[T]) pendingLocked(key string) pendingWrite {
 // for this write already (a retry that records a pending write finds the
 // claim lost again). A write pending for another reason (its completion
 // failed) whose claim is then found lost is counted: another owner may
-// have written it too.
+// have written it too. The mark is kept two leases from now, as the guard
+// is about to claim the key again, so that whatever ends the recording
+// (a panic included) leaves the write marked while that claim lives.
 func (g *Guard[T]) countLost(key string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	w := g.pendingLocked(key)
-	if w.lost {
-		return
+	w.until = g.cfg.clock.Now().Add(2 * g.cfg.lease)
+	if !w.lost {
+		w.lost = true
+		g.lost.Add(1)
 	}
-	w.lost = true
 	g.pending[key] = w
-	g.lost.Add(1)
 }
 
 // countUnrecorded counts key's failed completion in Unrecorded, once per

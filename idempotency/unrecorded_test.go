@@ -232,3 +232,74 @@ func (s *lostThenFailing) Complete(ctx context.Context, key, owner string, now t
 	}
 	return s.Store.Complete(ctx, key, owner, now)
 }
+
+// scriptedStore answers Completes from script in turn (an error, nil, or
+// "panic"), moving clock by adv's entry first when given, then passes
+// them to the store.
+type scriptedStore struct {
+	idempotency.Store
+	clock  *clockwork.FakeClock
+	script []any
+	adv    []time.Duration
+	calls  int
+}
+
+func (s *scriptedStore) Complete(ctx context.Context, key, owner string, now time.Time) error {
+	i := s.calls
+	s.calls++
+	if i < len(s.adv) {
+		s.clock.Advance(s.adv[i])
+	}
+	if i >= len(s.script) {
+		return s.Store.Complete(ctx, key, owner, now)
+	}
+	if s.script[i] == "panic" {
+		panic("the store's driver has a bug")
+	}
+	err, _ := s.script[i].(error)
+	return err
+}
+
+// A retry that finds the claim lost claims the key again; a Complete that
+// then panics leaves the write marked while that new claim lives, so the
+// next retry, granted the guard's own claim, records the item and does
+// not write it again.
+func TestPanicAfterTheClaimTakenAgainKeepsTheWriteMarked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	mem := idempotency.NewMemory()
+	clock := clockwork.NewFakeClockAt(epoch)
+	st := &scriptedStore{Store: mem, clock: clock, script: []any{errors.New("store unreachable"), idempotency.ErrLostClaim, "panic"}}
+	rec := &recorder{}
+	g := guard(rec, st, clock, idempotency.WithOwner("a"))
+	require.Error(t, g.Write(ctx, "order-1"))
+	clock.Advance(lease * 19 / 10)
+	func() {
+		defer func() { require.NotNil(t, recover()) }()
+		_ = g.Write(ctx, "order-1") // lost, claimed again, Complete panics
+	}()
+	clock.Advance(lease * 2 / 10) // past the first mark's time; the new claim lives
+	require.NoError(t, g.Write(ctx, "order-1"))
+	assert.Equal(t, 1, count(rec.items(), "order-1"), "written once")
+	assert.Equal(t, int64(1), g.Stats().LostClaims)
+}
+
+// A Complete that takes past the mark's time (a store timeout longer than
+// the lease) and fails keeps the write's mark and its counts: the write
+// is counted in Unrecorded once, not again as a new one.
+func TestSlowFailedCompleteCountsTheWriteOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	clock := clockwork.NewFakeClockAt(epoch)
+	unreachable := errors.New("store unreachable")
+	st := &scriptedStore{Store: idempotency.NewMemory(), clock: clock, script: []any{unreachable, unreachable},
+		adv: []time.Duration{0, lease + time.Second}}
+	rec := &recorder{}
+	g := guard(rec, st, clock)
+	require.Error(t, g.Write(ctx, "order-1"))
+	clock.Advance(lease)
+	require.Error(t, g.Write(ctx, "order-1"))
+	assert.Equal(t, idempotency.Stats{Written: 1, Unrecorded: 1}, g.Stats())
+	require.NoError(t, g.Write(ctx, "order-1"), "recorded by the next retry")
+	assert.Equal(t, []string{"order-1"}, rec.items())
+}
