@@ -31,6 +31,15 @@ import (
 // commits every kafkaInFlight/2 records).
 const kafkaInFlight = 1024
 
+// partitionsInFlight is the MaxInFlight of the Source sides that run
+// beside the goroutine per partition (consumeByPartitions), whose poller
+// runs ahead of its workers by up to four polls per partition: it holds
+// up to about 10 000 records polled and not handled (its max-held
+// metric, at 1 000 000 records). With kafkaInFlight the Source would
+// hold a tenth of that: its workers would wait for polls the baseline's
+// do not wait for, and Batches' batches would be smaller.
+const partitionsInFlight = 8192
+
 // kafkaCluster starts a one-broker cluster for b, closed when b ends.
 func kafkaCluster(b *testing.B) *kfake.Cluster {
 	b.Helper()
@@ -215,7 +224,7 @@ func BenchmarkKafkaConsume(b *testing.B) {
 		consumeSide(b, fill, func(c *kfake.Cluster, topic string) { consumeByChannels(b, c, topic, b.N, nothing) })
 	})
 	b.Run("impl=sluice", func(b *testing.B) {
-		consumeSide(b, fill, func(c *kfake.Cluster, topic string) { consumeBySource(b, c, topic, b.N, nothing) })
+		consumeSide(b, fill, func(c *kfake.Cluster, topic string) { consumeBySource(b, c, topic, b.N, kafkaInFlight, nothing) })
 	})
 }
 
@@ -229,7 +238,12 @@ func BenchmarkKafkaConsume(b *testing.B) {
 // under pipeline.Keyed(2, kafka.RecordKey): two workers, one customer's
 // records in order. impl=sluice-parallel is the ForEach under
 // Parallel(2) and Unordered, for the cost of Keyed's order beside plain
-// parallel work.
+// parallel work. impl=sluice-batches is the shape of the goroutine per
+// partition (impl=partitions) in the pipeline: the source's Batches, a
+// partition's records of a poll per item, under Keyed(2, kafka.BatchKey).
+// The three run beside impl=partitions with MaxInFlight
+// partitionsInFlight; impl=sluice, beside impl=client, with
+// kafkaInFlight.
 func BenchmarkKafkaConsumeDecode(b *testing.B) {
 	b.Run("impl=client", func(b *testing.B) {
 		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) { consumeByClient(b, c, topic, b.N, decodeOrder) })
@@ -238,19 +252,24 @@ func BenchmarkKafkaConsumeDecode(b *testing.B) {
 		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) { consumeByChannels(b, c, topic, b.N, decodeOrder) })
 	})
 	b.Run("impl=sluice", func(b *testing.B) {
-		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) { consumeBySource(b, c, topic, b.N, decodeOrder) })
+		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) { consumeBySource(b, c, topic, b.N, kafkaInFlight, decodeOrder) })
 	})
 	b.Run("impl=partitions", func(b *testing.B) {
 		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) { consumeByPartitions(b, c, topic, b.N, decodeOrder) })
 	})
 	b.Run("impl=sluice-parallel", func(b *testing.B) {
 		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) {
-			consumeBySource(b, c, topic, b.N, decodeOrder, pipeline.Parallel(2), pipeline.Unordered())
+			consumeBySource(b, c, topic, b.N, partitionsInFlight, decodeOrder, pipeline.Parallel(2), pipeline.Unordered())
 		})
 	})
 	b.Run("impl=sluice-keyed", func(b *testing.B) {
 		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) {
-			consumeBySource(b, c, topic, b.N, decodeOrder, pipeline.Keyed(2, kafka.RecordKey))
+			consumeBySource(b, c, topic, b.N, partitionsInFlight, decodeOrder, pipeline.Keyed(2, kafka.RecordKey))
+		})
+	})
+	b.Run("impl=sluice-batches", func(b *testing.B) {
+		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) {
+			consumeByBatches(b, c, topic, b.N, partitionsInFlight, decodeOrder, pipeline.Keyed(2, kafka.BatchKey))
 		})
 	})
 }
@@ -302,6 +321,7 @@ func consumeByPartitions(b *testing.B, c *kfake.Cluster, topic string, n int, ha
 		partOf   = map[int32]chan []*kgo.Record{}
 		polled   int
 		lastMark int64
+		maxHeld  int64 // the most records polled and not handled
 	)
 	worker := func(in <-chan []*kgo.Record) {
 		for recs := range in {
@@ -331,6 +351,7 @@ func consumeByPartitions(b *testing.B, c *kfake.Cluster, topic string, n int, ha
 			}
 			in <- p.Records
 			polled += len(p.Records)
+			maxHeld = max(maxHeld, int64(polled)-handled.Load())
 		})
 		if h := handled.Load(); h-lastMark >= kafkaInFlight/2 {
 			if err := cl.CommitMarkedOffsets(ctx); err != nil {
@@ -352,6 +373,7 @@ func consumeByPartitions(b *testing.B, c *kfake.Cluster, topic string, n int, ha
 	if got := handled.Load(); got != int64(n) || polled != n {
 		b.Fatalf("polled %d records and handled %d, want %d", polled, got, n)
 	}
+	b.ReportMetric(float64(maxHeld), "max-held")
 }
 
 // warmUp runs once in a process, before its first consume side is
@@ -467,8 +489,8 @@ func consumeByClient(b *testing.B, c *kfake.Cluster, topic string, n int, handle
 	}
 }
 
-// consumeBySource runs the connector's Source (MaxInFlight
-// kafkaInFlight, so CommitEvery kafkaInFlight/2) into a pipeline whose
+// consumeBySource runs the connector's Source (MaxInFlight depth, so
+// CommitEvery depth/2) into a pipeline whose
 // ForEach, under opts, calls handle on each record, until n records were
 // handled. The ForEach stops the source once it handled the last record
 // of every partition (lastOffsets, read before the timed region): the
@@ -478,10 +500,10 @@ func consumeByClient(b *testing.B, c *kfake.Cluster, topic string, n int, handle
 // sides about 0.08 us per record of CPU, where the goroutine per
 // partition adds a batch's count at once); the run's counts then say
 // that n records were handled, each once.
-func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n int, handle func([]byte) error, opts ...pipeline.NodeOption) {
+func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n, depth int, handle func([]byte) error, opts ...pipeline.NodeOption) {
 	b.Helper()
 	last := lastOffsets(topic)
-	src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: kafkaInFlight})
+	src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: depth})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -517,6 +539,58 @@ func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n int, handle
 	}
 	if s := res.Nodes[i]; s.In != int64(n) || s.Out != int64(n) {
 		b.Fatalf("the ForEach took %d records and handled %d, want %d", s.In, s.Out, n)
+	}
+}
+
+// consumeByBatches is consumeBySource with the source's Batches: the
+// ForEach gets a partition's records of a poll in one call and handles
+// them in turn, as consumeByPartitions's workers do. It reports the
+// records per batch.
+func consumeByBatches(b *testing.B, c *kfake.Cluster, topic string, n, depth int, handle func([]byte) error, opts ...pipeline.NodeOption) {
+	b.Helper()
+	last := lastOffsets(topic)
+	src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: depth})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var left, handled atomic.Int64
+	for _, o := range last {
+		if o >= 0 {
+			left.Add(1)
+		}
+	}
+	p := pipeline.New("consume")
+	pipeline.ForEach(p, "handle", pipeline.Source(p, "consume", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+		for _, m := range ms {
+			if err := handle(m.Value); err != nil {
+				return err
+			}
+		}
+		handled.Add(int64(len(ms)))
+		m := ms[len(ms)-1]
+		if int(m.Partition) < len(last) && m.Offset == last[m.Partition] && left.Add(-1) == 0 {
+			src.Stop()
+		}
+		return nil
+	}, opts...)
+	pl, err := p.Build()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	res, err := pl.Run(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	i := slices.IndexFunc(res.Nodes, func(s pipeline.NodeStats) bool { return s.Node == "handle" })
+	if i < 0 {
+		b.Fatal("no counts of the ForEach")
+	}
+	if s := res.Nodes[i]; s.In != s.Out || handled.Load() != int64(n) {
+		b.Fatalf("the ForEach took %d batches and handled %d, with %d records, want %d", s.In, s.Out, handled.Load(), n)
+	} else {
+		b.ReportMetric(float64(n)/float64(s.In), "msgs/batch")
 	}
 }
 

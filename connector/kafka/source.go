@@ -216,6 +216,10 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 // the rest go back unsettled.
 func (s *Source) emitAgain(ctx context.Context, sess *session, out node.Emitter[Message]) error {
 	recs := sess.takeAgain()
+	b := s.burst(out, len(recs))
+	if b != nil {
+		b.BeginBatch()
+	}
 	var err error
 	for _, r := range recs {
 		if err != nil || ctx.Err() != nil {
@@ -223,6 +227,9 @@ func (s *Source) emitAgain(ctx context.Context, sess *session, out node.Emitter[
 			continue
 		}
 		err = s.emitGuarded(ctx, r, out)
+	}
+	if b != nil {
+		_ = b.EndBatch(ctx) // as in poll
 	}
 	return err
 }

@@ -1,0 +1,386 @@
+package kafka_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/sluicehq/sluice/connector/kafka"
+	"github.com/sluicehq/sluice/deadletter"
+	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
+)
+
+// produceSpread writes n records to topic, record i to partition i%parts
+// with value "v<i>", and returns the ends of the partitions it wrote.
+func produceSpread(a *admin, topic string, parts, n int) map[int32]int64 {
+	ends := map[int32]int64{}
+	var recs []*kgo.Record
+	for i := range n {
+		p := int32(i % parts)
+		recs = append(recs, rec(p, "", fmt.Sprintf("v%04d", i)))
+		ends[p]++
+	}
+	if n > 0 {
+		a.produce(topic, recs...)
+	}
+	return ends
+}
+
+// batchLog checks the batches a node gets: each is of one partition, its
+// offsets follow one another, and each partition's batches come in
+// order, the first record of one right after the last of the one before.
+type batchLog struct {
+	t    *testing.T
+	mu   sync.Mutex
+	next map[int32]int64 // per partition, the offset the next batch starts at
+	seen map[string]int  // per value, how often it was handled
+	n    int             // records handled
+	lens []int
+}
+
+func newBatchLog(t *testing.T) *batchLog {
+	return &batchLog{t: t, next: map[int32]int64{}, seen: map[string]int{}}
+}
+
+// take checks ms and counts its records; it returns how many records
+// were handled in all.
+func (l *batchLog) take(topic string, ms []kafka.Message) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !assert.NotEmpty(l.t, ms, "an empty batch") {
+		return l.n
+	}
+	p := ms[0].Partition
+	assert.Equal(l.t, fmt.Sprintf("%s/%d", topic, p), kafka.BatchKey(ms))
+	assert.Equal(l.t, l.next[p], ms[0].Offset, "partition %d: a batch starts at %d, want %d, right after the one before", p, ms[0].Offset, l.next[p])
+	for i, m := range ms {
+		assert.Equal(l.t, p, m.Partition, "a batch of partition %d holds a record of partition %d", p, m.Partition)
+		assert.Equal(l.t, ms[0].Offset+int64(i), m.Offset, "partition %d: offsets of a batch do not follow one another", p)
+		l.seen[string(m.Value)]++
+	}
+	l.next[p] = ms[len(ms)-1].Offset + 1
+	l.n += len(ms)
+	l.lens = append(l.lens, len(ms))
+	return l.n
+}
+
+// TestBatchesCarryEachPartitionsRecordsInOrder consumes topics of three
+// partitions through Batches, under Keyed(3, BatchKey), for record
+// counts around the edges (one, one per partition, fewer than a poll,
+// many polls of MaxInFlight 64): every record arrives once, each batch
+// holds one partition's records in offset order, a partition's batches
+// come in order, and the group commits the ends of the partitions.
+func TestBatchesCarryEachPartitionsRecordsInOrder(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t, 1)
+	for _, n := range []int{1, 2, 3, 63, 64, 65, 1000} {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			t.Parallel()
+			a := newAdmin(t, c)
+			topic := uniqueName(t)
+			a.topic(topic, 3)
+			ends := produceSpread(a, topic, 3, n)
+			cfg := a.config(topic)
+			cfg.MaxInFlight = 64
+			src, err := kafka.NewSource(cfg)
+			require.NoError(t, err)
+			log := newBatchLog(t)
+			b := pipeline.New("batches")
+			var p *pipeline.Pipeline
+			pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+				if log.take(topic, ms) == n {
+					p.Drain()
+				}
+				return nil
+			}, pipeline.Keyed(3, kafka.BatchKey))
+			p, err = b.Build()
+			require.NoError(t, err)
+			res, err := p.Run(testContext(t))
+			require.NoError(t, err)
+			require.Len(t, log.seen, n)
+			for v, k := range log.seen {
+				assert.Equal(t, 1, k, "record %s handled %d times", v, k)
+			}
+			assert.Equal(t, ends, a.committed(topic, topic))
+			for _, s := range res.Nodes {
+				if s.Node == "store" {
+					assert.Equal(t, int64(len(log.lens)), s.Out, "the node's counts are batches")
+				}
+			}
+			if n >= 1000 {
+				assert.Greater(t, slices.Max(log.lens), 1, "no batch held more than one record")
+			}
+		})
+	}
+}
+
+// TestBatchDeadLetteredSettlesEveryRecordWithIt fails, permanently, each
+// batch that holds v0003 under OnItemFailure DeadLetter: the dead letter
+// holds that batch, the other batches are delivered, no record is both
+// or neither, and the group commits past every record.
+func TestBatchDeadLetteredSettlesEveryRecordWithIt(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t, sharedCluster(t, 1))
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	const n = 10
+	ends := produceSpread(a, topic, 1, n)
+	src, err := kafka.NewSource(a.config(topic))
+	require.NoError(t, err)
+	dead := deadletter.NewMemory(10)
+	var (
+		mu        sync.Mutex
+		delivered = map[string]bool{}
+		failed    = map[string]bool{}
+	)
+	errBad := errors.New("v0003 does not parse")
+	b := pipeline.New("dead", pipeline.WithDeadLetter(dead))
+	var p *pipeline.Pipeline
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		bad := slices.ContainsFunc(ms, func(m kafka.Message) bool { return string(m.Value) == "v0003" })
+		for _, m := range ms {
+			if bad {
+				failed[string(m.Value)] = true
+			} else {
+				delivered[string(m.Value)] = true
+			}
+		}
+		if len(delivered)+len(failed) == n {
+			p.Drain()
+		}
+		if bad {
+			return resilience.MarkPermanent(errBad)
+		}
+		return nil
+	}, pipeline.NodeResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))
+	p, err = b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+
+	envs := dead.Envelopes()
+	require.Len(t, envs, 1)
+	ms, ok := envs[0].Item.([]kafka.Message)
+	require.True(t, ok, "the dead letter holds a %T, want the batch", envs[0].Item)
+	var lettered []string
+	for _, m := range ms {
+		lettered = append(lettered, string(m.Value))
+	}
+	assert.Contains(t, lettered, "v0003")
+	assert.Len(t, lettered, len(failed))
+	for _, v := range lettered {
+		assert.True(t, failed[v])
+		assert.False(t, delivered[v], "%s both delivered and dead-lettered", v)
+	}
+	assert.Equal(t, n, len(delivered)+len(failed))
+	assert.Equal(t, ends, a.committed(topic, topic))
+}
+
+// TestBatchThatFailsTheRunIsReadAgain fails the run on the batch of
+// partition 1 that holds v0016: the group commits none of that batch, and
+// a second run (a new source of the same group) reads it again, so that
+// every record is handled, and the group commits every partition's end.
+func TestBatchThatFailsTheRunIsReadAgain(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t, sharedCluster(t, 1))
+	topic := uniqueName(t)
+	a.topic(topic, 3)
+	const n = 90
+	ends := produceSpread(a, topic, 3, n)
+	errBad := errors.New("the store refused v0016")
+
+	var (
+		mu      sync.Mutex
+		handled       = map[string]int{}
+		firstOf int64 = -1 // the offset of the first record of the batch that failed
+	)
+	run := func(fail bool) error {
+		src, err := kafka.NewSource(a.config(topic))
+		require.NoError(t, err)
+		b := pipeline.New("again")
+		var p *pipeline.Pipeline
+		pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if fail && slices.ContainsFunc(ms, func(m kafka.Message) bool { return string(m.Value) == "v0016" }) {
+				firstOf = ms[0].Offset
+				return resilience.MarkPermanent(errBad)
+			}
+			for _, m := range ms {
+				handled[string(m.Value)]++
+			}
+			if len(handled) == n {
+				p.Drain()
+			}
+			return nil
+		}, pipeline.Keyed(2, kafka.BatchKey))
+		p, err = b.Build()
+		require.NoError(t, err)
+		_, err = p.Run(testContext(t))
+		return err
+	}
+	err := run(true)
+	require.ErrorIs(t, err, errBad)
+	mu.Lock()
+	require.GreaterOrEqual(t, firstOf, int64(0))
+	_, v16 := handled["v0016"]
+	mu.Unlock()
+	require.False(t, v16)
+	assert.LessOrEqual(t, a.committed(topic, topic)[1], firstOf, "the failed batch's records were committed")
+
+	require.NoError(t, run(false))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, handled, n, "records lost")
+	assert.Equal(t, ends, a.committed(topic, topic))
+}
+
+// TestBatchFailedBlamelesslyIsEmittedAgain fails the batch that holds
+// "busy" once, blamelessly, under OnItemFailure DeadLetter: it is not
+// dead-lettered, its records come back in the same run, and the group
+// commits past them.
+func TestBatchFailedBlamelesslyIsEmittedAgain(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t, sharedCluster(t, 1))
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	a.produce(topic, rec(0, "", "busy"), rec(0, "", "a"), rec(0, "", "b"), rec(0, "", "c"))
+	src, err := kafka.NewSource(a.config(topic))
+	require.NoError(t, err)
+	errBusy := errors.New("store: key claimed by another consumer")
+	dead := deadletter.NewMemory(10)
+	var (
+		mu      sync.Mutex
+		calls   int
+		handled = map[string]int{}
+	)
+	b := pipeline.New("blameless", pipeline.WithDeadLetter(dead))
+	var p *pipeline.Pipeline
+	pipeline.ForEach(b, "store", pipeline.Source(b, "read", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		if calls == 1 {
+			require.Equal(t, "busy", string(ms[0].Value))
+			return resilience.MarkPermanent(resilience.MarkBlameless(errBusy))
+		}
+		for _, m := range ms {
+			handled[string(m.Value)]++
+		}
+		if len(handled) == 4 {
+			p.Drain()
+		}
+		return nil
+	}, pipeline.NodeResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))
+	p, err = b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+	assert.Zero(t, dead.Len(), "a blameless failure is not dead-lettered")
+	assert.Equal(t, map[string]int{"busy": 1, "a": 1, "b": 1, "c": 1}, handled)
+	assert.Equal(t, map[int32]int64{0: 4}, a.committed(topic, topic))
+}
+
+// TestBatchesWithCrashLedgerHoldOneRecord: with a CrashLedger a record
+// may wait for the turn of the one before it, so each batch holds one
+// record; every record arrives, in order.
+func TestBatchesWithCrashLedgerHoldOneRecord(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t, sharedCluster(t, 1))
+	topic := uniqueName(t)
+	a.topic(topic, 2)
+	const n = 40
+	ends := produceSpread(a, topic, 2, n)
+	cfg := a.config(topic)
+	cfg.CrashLedger = filepath.Join(t.TempDir(), "ledger")
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	log := newBatchLog(t)
+	b := pipeline.New("ledger", pipeline.WithDeadLetter(deadletter.NewMemory(1)))
+	var p *pipeline.Pipeline
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+		if log.take(topic, ms) == n {
+			p.Drain()
+		}
+		return nil
+	}, pipeline.Keyed(2, kafka.BatchKey))
+	p, err = b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+	assert.Len(t, log.seen, n)
+	assert.Equal(t, 1, slices.Max(log.lens))
+	assert.Equal(t, ends, a.committed(topic, topic))
+}
+
+// TestBatchesCancelledAtAnyMomentLoseNothing cancels a run after k
+// batches were handled (for several k, from the first batch on), with
+// batches still being handed over, and runs a new source of the group to
+// the end: every record is handled by one of the two runs, and the group
+// commits every partition's end. What the first run handled and did not
+// commit is handled again (at least once).
+func TestBatchesCancelledAtAnyMomentLoseNothing(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t, 1)
+	for _, k := range []int{1, 2, 3, 5, 8} {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			t.Parallel()
+			a := newAdmin(t, c)
+			topic := uniqueName(t)
+			a.topic(topic, 2)
+			const n = 300
+			ends := produceSpread(a, topic, 2, n)
+			var (
+				mu      sync.Mutex
+				handled = map[string]bool{}
+			)
+			run := func(ctx context.Context, cancel func(), stopAfter int) error {
+				cfg := a.config(topic)
+				cfg.MaxInFlight = 16
+				src, err := kafka.NewSource(cfg)
+				require.NoError(t, err)
+				b := pipeline.New("cancel")
+				var p *pipeline.Pipeline
+				batches := 0
+				pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+					mu.Lock()
+					defer mu.Unlock()
+					for _, m := range ms {
+						handled[string(m.Value)] = true
+					}
+					batches++
+					if stopAfter > 0 && batches == stopAfter {
+						cancel()
+					}
+					if stopAfter == 0 && len(handled) == n {
+						p.Drain()
+					}
+					return nil
+				}, pipeline.Keyed(2, kafka.BatchKey))
+				p, err = b.Build()
+				require.NoError(t, err)
+				_, err = p.Run(ctx)
+				return err
+			}
+			ctx, cancel := context.WithCancel(testContext(t))
+			err := run(ctx, cancel, k)
+			require.ErrorIs(t, err, context.Canceled)
+			require.NoError(t, run(testContext(t), func() {}, 0))
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, handled, n, "records lost")
+			assert.Equal(t, ends, a.committed(topic, topic))
+		})
+	}
+}
