@@ -8,6 +8,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -383,4 +384,111 @@ func TestBatchesCancelledAtAnyMomentLoseNothing(t *testing.T) {
 			assert.Equal(t, ends, a.committed(topic, topic))
 		})
 	}
+}
+
+// TestBatchesPoisonCountsAgainstEachRecordOfTheBatch: with MaxDeliveries
+// 2, the batch that holds a poison record fails two runs; each failed
+// run counts against every record of the batch, so each is dead-lettered
+// with ErrPoison after the second, the poison with its neighbours. Every
+// record is stored or dead-lettered, once, and the group commits past
+// them all.
+func TestBatchesPoisonCountsAgainstEachRecordOfTheBatch(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t, sharedCluster(t, 1))
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	values := []string{"a", "b", "poison", "c", "d"}
+	for _, v := range values {
+		a.produce(topic, rec(0, "", v))
+	}
+	cfg := a.config(topic)
+	cfg.MaxDeliveries = 2
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	var (
+		mu         sync.Mutex
+		stored     = map[string]int{}
+		withBad    = map[string]bool{} // handled in a batch with the poison
+		dead       = deadletter.NewMemory(10)
+		p          *pipeline.Pipeline
+		doneLocked = func() bool { return len(stored)+dead.Len() == len(values) }
+	)
+	sink := deadletter.Func(func(ctx context.Context, env deadletter.Envelope) error {
+		require.NoError(t, dead.Write(ctx, env))
+		mu.Lock()
+		defer mu.Unlock()
+		if doneLocked() {
+			p.Drain()
+		}
+		return nil
+	})
+	b := pipeline.New("poison", pipeline.WithDeadLetter(sink))
+	pipeline.ForEach(b, "store", pipeline.Source(b, "read", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if slices.ContainsFunc(ms, func(m kafka.Message) bool { return string(m.Value) == "poison" }) {
+			for _, m := range ms {
+				withBad[string(m.Value)] = true
+			}
+			return resilience.MarkPermanent(errPoison)
+		}
+		for _, m := range ms {
+			stored[string(m.Value)]++
+		}
+		if doneLocked() {
+			p.Drain()
+		}
+		return nil
+	})
+	p, err = b.Build()
+	require.NoError(t, err)
+	failed := 0
+	for run := 1; ; run++ {
+		require.LessOrEqual(t, run, 5, "the runs never ended cleanly")
+		mu.Lock()
+		done := doneLocked()
+		mu.Unlock()
+		if done {
+			break
+		}
+		_, err := p.Run(testContext(t))
+		if err == nil {
+			break
+		}
+		require.ErrorIs(t, err, errPoison)
+		failed++
+	}
+	assert.Equal(t, 2, failed)
+	mu.Lock()
+	defer mu.Unlock()
+	lettered := map[string]bool{}
+	for _, env := range dead.Envelopes() {
+		assert.ErrorIs(t, env.Err, kafka.ErrPoison)
+		m, ok := env.Item.(kafka.Message)
+		require.True(t, ok, "a poison letter holds its record, a %T here", env.Item)
+		v := string(m.Value)
+		assert.False(t, lettered[v], "%s dead-lettered twice", v)
+		lettered[v] = true
+		assert.True(t, withBad[v], "%s was dead-lettered without failing a run", v)
+		assert.Zero(t, stored[v], "%s both stored and dead-lettered", v)
+	}
+	assert.True(t, lettered["poison"])
+	assert.Greater(t, len(lettered), 1, "the poison alone was dead-lettered: no neighbour shared its batches")
+	for _, v := range values {
+		assert.True(t, lettered[v] || stored[v] == 1, "%s neither stored once nor dead-lettered", v)
+	}
+	assert.Zero(t, a.lag(topic, topic))
+}
+
+// A BatchSource hands nothing off: it is not a deadletter.HandOffSource,
+// so the pipeline's item retry of a batch waits in process.
+func TestBatchesHandNothingOff(t *testing.T) {
+	t.Parallel()
+	cfg := kafka.SourceConfig{Brokers: []string{"127.0.0.1:1"}, Topic: "t", Group: "g",
+		Retry: kafka.RetryTopics{Enabled: true, Delays: []time.Duration{time.Minute}, HandOffAfter: time.Second}}
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	require.Equal(t, time.Second, src.HandOffAfter(), "the Source itself hands off")
+	_, ok := any(src.Batches()).(deadletter.HandOffSource)
+	assert.False(t, ok)
 }
