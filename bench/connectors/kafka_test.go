@@ -3,6 +3,7 @@ package connectors_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"runtime"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice/connector/kafka"
 	"github.com/sluicehq/sluice/node"
 	"github.com/sluicehq/sluice/pipeline"
+	"github.com/sluicehq/sluice/resilience"
 )
 
 // The Kafka benchmarks run on a kfake cluster in the benchmark's process
@@ -272,6 +274,74 @@ func BenchmarkKafkaConsumeDecode(b *testing.B) {
 			consumeByBatches(b, c, topic, b.N, partitionsInFlight, decodeOrder, pipeline.Keyed(2, kafka.BatchKey))
 		})
 	})
+}
+
+// BenchmarkKafkaConsumeDecodeFlaky is BenchmarkKafkaConsumeDecode's
+// parallel sides beside a flaky store: the first handling of one order
+// in every flakyEvery (by its id) fails with a transient error, and the
+// next succeeds. The goroutine per partition retries the record in place
+// at once (impl=partitions); the pipeline's sides retry the item at once
+// (item retry, no backoff, flakyRetries retries): under Keyed(2,
+// kafka.RecordKey) the record (impl=sluice-keyed), under Keyed(2,
+// kafka.BatchKey) the whole batch (impl=sluice-batches), whose records
+// before the failed one are handled again, and which fails once for each
+// flaky record it holds (a batch of 1 800 records holds about two). Compare each with BenchmarkKafkaConsumeDecode's
+// side of the same name for the price of the failures.
+func BenchmarkKafkaConsumeDecodeFlaky(b *testing.B) {
+	retry := pipeline.NodeResilience(func(o *resilience.Options) {
+		o.ItemRetry = resilience.ItemRetryOptions{MaxRetries: flakyRetries}
+	})
+	b.Run("impl=partitions", func(b *testing.B) {
+		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) {
+			handle := flakyOrders(b.N)
+			consumeByPartitions(b, c, topic, b.N, func(v []byte) error {
+				err := handle(v)
+				for i := 0; i < flakyRetries && err != nil; i++ {
+					err = handle(v)
+				}
+				return err
+			})
+		})
+	})
+	b.Run("impl=sluice-keyed", func(b *testing.B) {
+		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) {
+			consumeBySource(b, c, topic, b.N, partitionsInFlight, flakyOrders(b.N), pipeline.Keyed(2, kafka.RecordKey), retry)
+		})
+	})
+	b.Run("impl=sluice-batches", func(b *testing.B) {
+		consumeSide(b, orderRecord, func(c *kfake.Cluster, topic string) {
+			consumeByBatches(b, c, topic, b.N, partitionsInFlight, flakyOrders(b.N), pipeline.Keyed(2, kafka.BatchKey), retry)
+		})
+	})
+}
+
+// flakyEvery is how many orders of BenchmarkKafkaConsumeDecodeFlaky
+// share one failure; flakyRetries is how many retries each side makes.
+const (
+	flakyEvery   = 1000
+	flakyRetries = 20
+)
+
+// errFlakyStore is the flaky store's failure, transient.
+var errFlakyStore = resilience.MarkTransient(errors.New("store: connection reset"))
+
+// flakyOrders returns decodeOrder for n orders, whose first handling of
+// each order with an id of 7 modulo flakyEvery fails with errFlakyStore.
+func flakyOrders(n int) func([]byte) error {
+	tried := make([]atomic.Bool, n)
+	return func(value []byte) error {
+		var o order
+		if err := json.Unmarshal(value, &o); err != nil {
+			return err
+		}
+		if o.Customer == "" || o.AmountCents <= 0 || len(o.Items) != 2 {
+			return fmt.Errorf("order %d: bad decode: %+v", o.ID, o)
+		}
+		if o.ID%flakyEvery == 7 && o.ID < int64(n) && !tried[o.ID].Swap(true) {
+			return errFlakyStore
+		}
+		return nil
+	}
 }
 
 // BenchmarkDecodeWork is the work of BenchmarkKafkaConsumeDecode alone:
