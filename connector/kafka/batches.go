@@ -10,7 +10,7 @@ import (
 )
 
 // Batches returns the source as a [node.Source] of []Message: each item
-// is the records of one partition that one poll returned, in offset
+// is a run of one partition's records that one poll returned, in offset
 // order, so that a node handles a partition's records in one call, as a
 // goroutine per partition does with franz-go alone. Give it to
 // pipeline.Source instead of the Source itself (not both), and key the
@@ -25,9 +25,11 @@ import (
 // Batch node: each record goes to its tier when each of them may still be
 // retried. The poison guard counts a batch's failed run against each of
 // its records. A batch's records cannot be handed off to a tier (the
-// item retry waits in process). With a CrashLedger, each batch holds one
-// record, as each record of a Source waits for the turn of the one
-// before it. See docs/kafka.md ("Batches of a partition").
+// item retry waits in process). A batch that fails blamelessly is emitted
+// again behind the batches of its partition emitted since. With a
+// CrashLedger, each batch holds one record, as each record of a Source
+// waits for the turn of the one before it. See docs/kafka.md ("Batches of
+// a partition").
 //
 // The returned source shares the Source's Open, Close, Stop, config and
 // counts: it is a view of it, not a second member of the group.

@@ -7,9 +7,11 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -491,4 +493,128 @@ func TestBatchesHandNothingOff(t *testing.T) {
 	require.Equal(t, time.Second, src.HandOffAfter(), "the Source itself hands off")
 	_, ok := any(src.Batches()).(deadletter.HandOffSource)
 	assert.False(t, ok)
+}
+
+// A batch that fails transiently goes to the retry tier, each record a
+// copy. The due gate holds the first copy of the tier's partition, which
+// is paused meanwhile, and emits it alone once due; the partition's
+// fetching resumes, and the copies after it come with the polls, batched
+// as any records. Each record is handled once and every offset, the
+// copies' too, is committed.
+func TestBatchesTierCopiesComeBack(t *testing.T) {
+	t.Parallel()
+	c := sharedCluster(t, 1)
+	a := newAdmin(t, c)
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	tier := kafka.TierTopic(topic, time.Minute)
+	a.topic(tier, 1)
+	a.produce(topic, rec(0, "", "a"), rec(0, "", "b"), rec(0, "", "c"))
+	clock := clockwork.NewFakeClockAt(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	cfg := a.config(topic)
+	cfg.Clock = clock
+	cfg.Retry = kafka.RetryTopics{Enabled: true, Delays: []time.Duration{time.Minute}}
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	var (
+		mu      sync.Mutex
+		sizes   []int
+		handled = map[string]int{}
+		p       *pipeline.Pipeline
+	)
+	b := pipeline.New("tier", pipeline.WithClock(clock), pipeline.WithDeadLetter(src.DeadLetter(deadletter.NewMemory(10))))
+	pipeline.ForEach(b, "store", pipeline.Source(b, "read", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		sizes = append(sizes, len(ms))
+		if len(sizes) == 1 {
+			return resilience.MarkTransient(errors.New("store: connection reset"))
+		}
+		for _, m := range ms {
+			handled[string(m.Value)]++
+		}
+		if len(handled) == 3 {
+			p.Drain()
+		}
+		return nil
+	}, pipeline.Keyed(2, kafka.BatchKey), pipeline.NodeResilience(func(o *resilience.Options) {
+		o.ItemRetry.MaxRetries = 0 // to the broker's retry at once
+		o.OnItemFailure = resilience.DeadLetter
+	}))
+	p, err = b.Build()
+	require.NoError(t, err)
+	done := runAsync(t, p, testContext(t))
+	// Every copy stored before the clock moves: a copy made after would
+	// be due a minute after the move.
+	waitFor(t, "the three copies in the tier", func() bool { return tierRecords(t, c, tier) == 3 })
+	waitFor(t, "the first copy held in its tier", func() bool { return kafka.HeldInTiers(src) == 1 })
+	clock.Advance(time.Minute)
+	require.NoError(t, <-done)
+	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, handled)
+	require.GreaterOrEqual(t, len(sizes), 3)
+	assert.Equal(t, 3, sizes[0], "the batch")
+	assert.Equal(t, 1, sizes[1], "the copy the gate held, alone")
+	rest := 0
+	for _, n := range sizes[2:] {
+		rest += n
+	}
+	assert.Equal(t, 2, rest, "the copies after it, with the polls")
+	assert.Equal(t, map[int32]int64{0: 3}, a.committed(topic, topic))
+	assert.Zero(t, a.lag(topic, tier), "the copies are committed")
+}
+
+// A batch that fails blamelessly is emitted again behind the batches of
+// its partition emitted since, as a record is behind its key's (see
+// docs/kafka.md, "Per-key order and RecordKey"): here offsets 2 and 3,
+// polled while the batch of 0 and 1 was in its call, are handled before
+// 0 and 1 come back. The commit still waits for 0 and 1.
+func TestBatchFailedBlamelesslyComesBackBehindItsPartition(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t, sharedCluster(t, 1))
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	a.produce(topic, rec(0, "", "0"), rec(0, "", "1"))
+	src, err := kafka.NewSource(a.config(topic))
+	require.NoError(t, err)
+	var (
+		mu      sync.Mutex
+		calls   int
+		seen    []int64
+		behind  atomic.Bool // the batch of offset 2 was dealt to its key
+		p       *pipeline.Pipeline
+		errBusy = errors.New("store: key claimed by another consumer")
+	)
+	key := func(ms []kafka.Message) string {
+		if ms[0].Offset == 2 {
+			behind.Store(true)
+		}
+		return kafka.BatchKey(ms)
+	}
+	b := pipeline.New("order", pipeline.WithDeadLetter(deadletter.NewMemory(10)))
+	pipeline.ForEach(b, "store", pipeline.Source(b, "read", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+		mu.Lock()
+		calls++
+		first := calls == 1
+		mu.Unlock()
+		if first {
+			a.produce(topic, rec(0, "", "2"), rec(0, "", "3"))
+			waitFor(t, "the batch of 2 and 3 behind this one", behind.Load)
+			return resilience.MarkPermanent(resilience.MarkBlameless(errBusy))
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, m := range ms {
+			seen = append(seen, m.Offset)
+		}
+		if len(seen) == 4 {
+			p.Drain()
+		}
+		return nil
+	}, pipeline.Keyed(2, key), pipeline.NodeResilience(func(o *resilience.Options) { o.OnItemFailure = resilience.DeadLetter }))
+	p, err = b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+	assert.Equal(t, []int64{2, 3, 0, 1}, seen)
+	assert.Equal(t, map[int32]int64{0: 4}, a.committed(topic, topic))
 }
