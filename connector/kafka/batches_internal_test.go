@@ -16,10 +16,9 @@ import (
 // hand-overs and refuses the rest with errRefused, ending the refused
 // batch Failed as the pipeline's Emitter does.
 type handOvers struct {
-	take    int
-	got     [][]Message
-	bursts  int
-	refused error
+	take   int
+	got    [][]Message
+	bursts int
 }
 
 var errRefused = errors.New("pipeline: the run is stopping")
