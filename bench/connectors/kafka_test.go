@@ -577,12 +577,7 @@ func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n, depth int,
 	if err != nil {
 		b.Fatal(err)
 	}
-	var left atomic.Int64
-	for _, o := range last {
-		if o >= 0 {
-			left.Add(1)
-		}
-	}
+	left := partitionsLeft(last)
 	p := pipeline.New("consume")
 	pipeline.ForEach(p, "handle", pipeline.Source(p, "consume", src), func(_ context.Context, m kafka.Message) error {
 		if err := handle(m.Value); err != nil {
@@ -593,21 +588,7 @@ func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n, depth int,
 		}
 		return nil
 	}, opts...)
-	pl, err := p.Build()
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	res, err := pl.Run(ctx)
-	if err != nil {
-		b.Fatal(err)
-	}
-	i := slices.IndexFunc(res.Nodes, func(s pipeline.NodeStats) bool { return s.Node == "handle" })
-	if i < 0 {
-		b.Fatal("no counts of the ForEach")
-	}
-	if s := res.Nodes[i]; s.In != int64(n) || s.Out != int64(n) {
+	if s := runHandle(b, p); s.In != int64(n) || s.Out != int64(n) {
 		b.Fatalf("the ForEach took %d records and handled %d, want %d", s.In, s.Out, n)
 	}
 }
@@ -623,12 +604,8 @@ func consumeByBatches(b *testing.B, c *kfake.Cluster, topic string, n, depth int
 	if err != nil {
 		b.Fatal(err)
 	}
-	var left, handled atomic.Int64
-	for _, o := range last {
-		if o >= 0 {
-			left.Add(1)
-		}
-	}
+	left := partitionsLeft(last)
+	var handled atomic.Int64
 	p := pipeline.New("consume")
 	pipeline.ForEach(p, "handle", pipeline.Source(p, "consume", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
 		for _, m := range ms {
@@ -643,6 +620,30 @@ func consumeByBatches(b *testing.B, c *kfake.Cluster, topic string, n, depth int
 		}
 		return nil
 	}, opts...)
+	if s := runHandle(b, p); s.In != s.Out || handled.Load() != int64(n) {
+		b.Fatalf("the ForEach took %d batches and handled %d, with %d records, want %d", s.In, s.Out, handled.Load(), n)
+	} else {
+		b.ReportMetric(float64(n)/float64(s.In), "msgs/batch")
+	}
+}
+
+// partitionsLeft returns a count of the partitions of last that hold
+// records, which a consume side counts down as it handles each one's
+// last record.
+func partitionsLeft(last []int64) *atomic.Int64 {
+	var left atomic.Int64
+	for _, o := range last {
+		if o >= 0 {
+			left.Add(1)
+		}
+	}
+	return &left
+}
+
+// runHandle builds p, runs it (within five minutes) and returns the
+// counts of its node "handle".
+func runHandle(b *testing.B, p *pipeline.Builder) pipeline.NodeStats {
+	b.Helper()
 	pl, err := p.Build()
 	if err != nil {
 		b.Fatal(err)
@@ -657,11 +658,7 @@ func consumeByBatches(b *testing.B, c *kfake.Cluster, topic string, n, depth int
 	if i < 0 {
 		b.Fatal("no counts of the ForEach")
 	}
-	if s := res.Nodes[i]; s.In != s.Out || handled.Load() != int64(n) {
-		b.Fatalf("the ForEach took %d batches and handled %d, with %d records, want %d", s.In, s.Out, handled.Load(), n)
-	} else {
-		b.ReportMetric(float64(n)/float64(s.In), "msgs/batch")
-	}
+	return res.Nodes[i]
 }
 
 // kafkaLast holds, per topic a consume side filled, the offset of the
