@@ -35,11 +35,14 @@ const kafkaInFlight = 1024
 
 // partitionsInFlight is the MaxInFlight of the Source sides that run
 // beside the goroutine per partition (consumeByPartitions), whose poller
-// runs ahead of its workers by up to four polls per partition: it holds
+// runs ahead of its workers by up to six polls per partition (four
+// queued, one in the worker's hands, one in the poller's send): it holds
 // up to about 10 000 records polled and not handled (its max-held
 // metric, at 1 000 000 records). With kafkaInFlight the Source would
 // hold a tenth of that: its workers would wait for polls the baseline's
-// do not wait for, and Batches' batches would be smaller.
+// do not wait for. Every Source side polls at most kafkaInFlight records
+// at once (MaxPollRecords), as the baseline does, so that a batch of
+// Batches is no larger than a partition's share of the baseline's poll.
 const partitionsInFlight = 8192
 
 // kafkaCluster starts a one-broker cluster for b, closed when b ends.
@@ -560,7 +563,8 @@ func consumeByClient(b *testing.B, c *kfake.Cluster, topic string, n int, handle
 }
 
 // consumeBySource runs the connector's Source (MaxInFlight depth, so
-// CommitEvery depth/2) into a pipeline whose
+// CommitEvery depth/2, and polls of at most kafkaInFlight) into a
+// pipeline whose
 // ForEach, under opts, calls handle on each record, until n records were
 // handled. The ForEach stops the source once it handled the last record
 // of every partition (lastOffsets, read before the timed region): the
@@ -569,11 +573,14 @@ func consumeByClient(b *testing.B, c *kfake.Cluster, topic string, n int, handle
 // every record added to, contended by two workers, cost the parallel
 // sides about 0.08 us per record of CPU, where the goroutine per
 // partition adds a batch's count at once); the run's counts then say
-// that n records were handled, each once.
+// that n records were handled in all (a count, which a record skipped
+// and another handled twice would pass; the connector's tests check each
+// record).
 func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n, depth int, handle func([]byte) error, opts ...pipeline.NodeOption) {
 	b.Helper()
 	last := lastOffsets(topic)
-	src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: depth})
+	src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: depth,
+		MaxPollRecords: kafkaInFlight})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -600,7 +607,8 @@ func consumeBySource(b *testing.B, c *kfake.Cluster, topic string, n, depth int,
 func consumeByBatches(b *testing.B, c *kfake.Cluster, topic string, n, depth int, handle func([]byte) error, opts ...pipeline.NodeOption) {
 	b.Helper()
 	last := lastOffsets(topic)
-	src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: depth})
+	src, err := kafka.NewSource(kafka.SourceConfig{Brokers: c.ListenAddrs(), Topic: topic, Group: topic, MaxInFlight: depth,
+		MaxPollRecords: kafkaInFlight})
 	if err != nil {
 		b.Fatal(err)
 	}

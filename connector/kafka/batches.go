@@ -10,14 +10,20 @@ import (
 )
 
 // Batches returns the source as a [node.Source] of []Message: each item
-// is a run of one partition's records that one poll returned, in offset
-// order, so that a node handles a partition's records in one call, as a
+// is a run of one partition's records, in offset order, as one poll
+// returned them (records emitted again after a blameless failure come
+// back with the others of their partition emitted again with them), so
+// that a node handles a partition's records in one call, as a
 // goroutine per partition does with franz-go alone. Give it to
 // pipeline.Source instead of the Source itself (not both), and key the
 // nodes that need the partition's order by [BatchKey]:
 //
 //	msgs := pipeline.Source(b, "orders", src.Batches())
 //	pipeline.ForEach(b, "apply", msgs, applyAll, pipeline.Keyed(4, kafka.BatchKey))
+//
+// A batch holds at most MaxInFlight records, and at most MaxPollRecords
+// when that is set: the larger a batch, the more one failure makes it
+// handle again.
 //
 // A batch is one item: it settles as one, each of its records with the
 // batch's outcome, and is retried, dead-lettered, skipped or fails the

@@ -116,14 +116,48 @@ func TestBatchesCarryEachPartitionsRecordsInOrder(t *testing.T) {
 			assert.Equal(t, ends, a.committed(topic, topic))
 			for _, s := range res.Nodes {
 				if s.Node == "store" {
+					assert.Equal(t, int64(len(log.lens)), s.In, "the node's counts are batches")
 					assert.Equal(t, int64(len(log.lens)), s.Out, "the node's counts are batches")
 				}
 			}
+			assert.LessOrEqual(t, slices.Max(log.lens), cfg.MaxInFlight, "a batch holds more than MaxInFlight records")
 			if n >= 1000 {
 				assert.Greater(t, slices.Max(log.lens), 1, "no batch held more than one record")
 			}
 		})
 	}
+}
+
+// MaxPollRecords bounds a poll, so a batch, below MaxInFlight's room:
+// 500 records of one partition, MaxInFlight 400 and MaxPollRecords 7,
+// arrive in batches of at most 7, in order, each once.
+func TestBatchesHoldAtMostMaxPollRecords(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t, sharedCluster(t, 1))
+	topic := uniqueName(t)
+	a.topic(topic, 1)
+	const n = 500
+	ends := produceSpread(a, topic, 1, n)
+	cfg := a.config(topic)
+	cfg.MaxInFlight, cfg.MaxPollRecords = 400, 7
+	src, err := kafka.NewSource(cfg)
+	require.NoError(t, err)
+	log := newBatchLog(t)
+	b := pipeline.New("poll")
+	var p *pipeline.Pipeline
+	pipeline.ForEach(b, "store", pipeline.Source(b, "consume", src.Batches()), func(_ context.Context, ms []kafka.Message) error {
+		if log.take(topic, ms) == n {
+			p.Drain()
+		}
+		return nil
+	}, pipeline.Keyed(2, kafka.BatchKey))
+	p, err = b.Build()
+	require.NoError(t, err)
+	_, err = p.Run(testContext(t))
+	require.NoError(t, err)
+	require.Len(t, log.seen, n)
+	assert.Equal(t, 7, slices.Max(log.lens))
+	assert.Equal(t, ends, a.committed(topic, topic))
 }
 
 // TestBatchDeadLetteredSettlesEveryRecordWithIt fails, permanently, each

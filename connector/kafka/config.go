@@ -81,6 +81,11 @@ type SourceConfig struct {
 	// partition (see docs/kafka.md, "Offsets"). Default
 	// [DefaultMaxInFlight].
 	MaxInFlight int
+	// MaxPollRecords, when positive, is the most records one poll takes,
+	// within the room MaxInFlight leaves: with [Source.Batches], the most
+	// records of a batch, so that a deep MaxInFlight does not make batches
+	// that a failure retries whole. 0 takes what the room allows.
+	MaxPollRecords int
 	// StartAtEnd makes a group that has no committed offset for a
 	// partition start at the partition's end (only records produced from
 	// then on); by default it starts at the earliest offset.
@@ -170,6 +175,9 @@ func (c SourceConfig) Validate() error {
 	}
 	if c.MaxInFlight < 0 {
 		add("MaxInFlight", c.MaxInFlight, "must not be negative; 0 takes the default")
+	}
+	if c.MaxPollRecords < 0 {
+		add("MaxPollRecords", c.MaxPollRecords, "must not be negative; 0 takes what MaxInFlight leaves room for")
 	}
 	if c.SessionTimeout != 0 && c.SessionTimeout < time.Second {
 		add("SessionTimeout", c.SessionTimeout, "must be at least 1s")

@@ -205,6 +205,9 @@ func (s *Source) Run(ctx context.Context, out node.Emitter[Message]) error {
 			}
 			continue
 		}
+		if m := s.cfg.MaxPollRecords; m > 0 && room > m {
+			room = m
+		}
 		if err := s.poll(ctx, pollCtx, sess, room, out); err != nil {
 			return err
 		}

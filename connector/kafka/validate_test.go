@@ -35,6 +35,7 @@ func TestValidateNamesEveryField(t *testing.T) {
 		{"topic dot", func(c *kafka.SourceConfig) { c.Topic = ".." }, "Topic"},
 		{"topic too long", func(c *kafka.SourceConfig) { c.Topic = strings.Repeat("a", 250) }, "Topic"},
 		{"negative in flight", func(c *kafka.SourceConfig) { c.MaxInFlight = -1 }, "MaxInFlight"},
+		{"negative poll", func(c *kafka.SourceConfig) { c.MaxPollRecords = -1 }, "MaxPollRecords"},
 		{"negative commit every", func(c *kafka.SourceConfig) { c.CommitEvery = -1 }, "CommitEvery"},
 		{"negative interval", func(c *kafka.SourceConfig) { c.CommitInterval = -time.Second }, "CommitInterval"},
 		{"tiny interval", func(c *kafka.SourceConfig) { c.CommitInterval = time.Microsecond }, "CommitInterval"},
