@@ -583,7 +583,21 @@ func TestBatchesTierCopiesComeBack(t *testing.T) {
 	waitFor(t, "the three copies in the tier", func() bool { return tierRecords(t, c, tier) == 3 })
 	waitFor(t, "the first copy held in its tier", func() bool { return kafka.HeldInTiers(src) == 1 })
 	clock.Advance(time.Minute)
-	require.NoError(t, <-done)
+	var runErr error
+	waitWithin(t, 20*time.Second, func() bool {
+		select {
+		case runErr = <-done:
+			return true
+		default:
+			return false
+		}
+	}, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("the run did not end: sizes %v, handled %v, held %d, tier lag %d, topic lag %d",
+			sizes, handled, kafka.HeldInTiers(src), a.lag(topic, tier), a.lag(topic, topic))
+	})
+	require.NoError(t, runErr)
 	assert.Equal(t, map[string]int{"a": 1, "b": 1, "c": 1}, handled)
 	require.GreaterOrEqual(t, len(sizes), 3)
 	assert.Equal(t, 3, sizes[0], "the batch")
