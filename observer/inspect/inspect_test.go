@@ -385,8 +385,13 @@ func TestItemsHiddenByDefault(t *testing.T) {
 func TestControlsOffByDefault(t *testing.T) {
 	in := inspect.New()
 	g := make(gate)
-	p, _ := build(t, in, g, false, nil)
+	passed := make(chan int, 1)
+	p, _ := build(t, in, g, false, passed)
 	run := pipelinetest.Start(context.Background(), p)
+	// An item through: the run is under way (Start returns before Run
+	// begins, and a run not yet started is not Running either).
+	g <- 1
+	<-passed
 	srv := newServer(t, in)
 
 	var gv struct{ CanDrain, CanCancel, ShowItems bool }
